@@ -1,0 +1,67 @@
+"""``sagafleet db migrate|url`` and ``sagafleet embedded status|stop``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from sagafleet import embedded, runtime
+from sagafleet.exit_codes import ExitCode
+from sagafleet.migrate import migrate_all
+from sagafleet.output import emit
+from sagafleet.settings import Settings
+
+
+def register(sub: Any) -> None:
+    """Add the ``db`` and ``embedded`` subcommands."""
+    db = sub.add_parser("db", help="database schema and URL")
+    db_sub = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    mig = db_sub.add_parser("migrate", help="apply schema migrations (idempotent)")
+    mig.add_argument("--json", action="store_true", help="print one JSON document")
+    mig.set_defaults(handler=run_migrate)
+    url = db_sub.add_parser("url", help="print the database URL in use")
+    url.add_argument("--json", action="store_true", help="print one JSON document")
+    url.set_defaults(handler=run_url)
+
+    emb = sub.add_parser("embedded", help="the embedded PostgreSQL and Redis under SAGAFLEET_HOME")
+    emb_sub = emb.add_subparsers(dest="embedded_command", required=True, metavar="ACTION")
+    stop = emb_sub.add_parser("stop", help="stop the embedded servers cleanly")
+    stop.add_argument("--json", action="store_true", help="print one JSON document")
+    stop.set_defaults(handler=run_stop)
+
+
+def run_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    """Apply every room's migrations to the database in use."""
+    url = runtime.database_url(settings)
+    applied = migrate_all(url)
+    emit(
+        {"applied": applied, "database_url": url},
+        as_json=args.json,
+        text=lambda d: "\n".join(f"applied {name}" for name in d["applied"])
+        or "database is up to date",
+    )
+    return ExitCode.OK
+
+
+def run_url(args: argparse.Namespace, settings: Settings) -> int:
+    """Print the database URL in use, starting the embedded server if that is the one."""
+    url = runtime.database_url(settings)
+    emit(
+        {"database_url": url, "embedded": settings.embedded_database},
+        as_json=args.json,
+        text=lambda d: d["database_url"],
+    )
+    return ExitCode.OK
+
+
+def run_stop(args: argparse.Namespace, settings: Settings) -> int:
+    """Stop the embedded servers under SAGAFLEET_HOME, if they run."""
+    stopped = embedded.stop_embedded(settings.home)
+    emit(
+        {"stopped": stopped, "home": str(settings.home.resolve())},
+        as_json=args.json,
+        text=lambda d: "\n".join(
+            f"{name}: {'stopped' if was else 'was not running'}" for name, was in d["stopped"].items()
+        ),
+    )
+    return ExitCode.OK

@@ -1,0 +1,26 @@
+"""Named exit codes of the ``sagafleet`` command, documented in ``--help``."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """What a ``sagafleet`` process's exit status means."""
+
+    OK = 0
+    FAILURE = 1  # an unexpected error; the message says what
+    USAGE = 2  # bad command-line arguments (argparse's own code)
+    INVALID_INPUT = 3  # input, definition or plan rejected; every problem is printed
+    NOT_FOUND = 4  # the saga, definition or step does not exist (for this tenant)
+    CONFLICT = 5  # idempotency key reused with other input, stale approval, version race
+    UNAVAILABLE = 6  # the database or broker cannot be reached
+    VERIFY_FAILED = 7  # verify/audit found a difference or a broken hash chain
+    INVARIANT_VIOLATED = 8  # the demo or chaos run found a duplicate effect or a stuck saga
+
+
+def describe() -> str:
+    """A help-text table of the exit codes."""
+    return "exit codes:\n" + "\n".join(
+        f"  {code.value}  {code.name.lower().replace('_', '-')}" for code in ExitCode
+    )

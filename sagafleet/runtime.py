@@ -1,0 +1,42 @@
+"""Resolve where the database and broker are: configured URLs, or the embedded servers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sagafleet import embedded
+from sagafleet.settings import Settings
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """The database and broker URLs a command uses, and whether each is embedded."""
+
+    database_url: str
+    broker_url: str | None
+    embedded_database: bool
+    embedded_broker: bool
+
+
+def database_url(settings: Settings) -> str:
+    """The configured database URL, or the embedded PostgreSQL's (started if needed)."""
+    if settings.database_url is not None:
+        return settings.database_url
+    return embedded.start_postgres(settings.home).url
+
+
+def broker_url(settings: Settings) -> str:
+    """The configured broker URL, or the embedded Redis's (started if needed)."""
+    if settings.broker_url is not None:
+        return settings.broker_url
+    return embedded.start_redis(settings.home).url
+
+
+def endpoints(settings: Settings, *, need_broker: bool) -> Endpoints:
+    """Resolve both endpoints at once, starting only what the command needs."""
+    return Endpoints(
+        database_url=database_url(settings),
+        broker_url=broker_url(settings) if need_broker else None,
+        embedded_database=settings.embedded_database,
+        embedded_broker=settings.embedded_broker,
+    )

