@@ -61,7 +61,8 @@ def run_stop(args: argparse.Namespace, settings: Settings) -> int:
         {"stopped": stopped, "home": str(settings.home.resolve())},
         as_json=args.json,
         text=lambda d: "\n".join(
-            f"{name}: {'stopped' if was else 'was not running'}" for name, was in d["stopped"].items()
+            f"{name}: {'stopped' if was else 'was not running'}"
+            for name, was in d["stopped"].items()
         ),
     )
     return ExitCode.OK

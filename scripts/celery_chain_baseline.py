@@ -1,0 +1,69 @@
+"""Baseline for bench_fleet: a raw Celery chain of 4 no-op tasks, same broker and settings.
+
+Each task enqueues the next (as a saga step would), the fourth counts a finished chain
+in Redis. Run as ``python scripts/celery_chain_baseline.py worker BROKER_URL`` to start a
+solo worker, or import :func:`run_baseline` to time ``chains`` chains on running workers.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+
+import redis
+from celery import Celery
+
+from workers.celery_app import BrokerSettings, create_celery_app
+
+CHAIN_LENGTH = 4
+COUNTER = "bench:chains_done"
+
+
+def redis_client(broker_url: str) -> redis.Redis:
+    """A plain Redis client for the broker URL (TCP or unix socket)."""
+    if broker_url.startswith("redis+socket://"):
+        return redis.Redis(unix_socket_path=broker_url[len("redis+socket://"):])
+    return redis.Redis.from_url(broker_url)
+
+
+def build_app(broker_url: str) -> Celery:
+    """The baseline app: the fleet's own safety settings, one no-op task that chains."""
+    app = create_celery_app(BrokerSettings(broker_url=broker_url), name="bench-baseline")
+    counter = redis_client(broker_url)
+
+    @app.task(name="bench.noop_step")
+    def noop_step(chain_id: str, index: int) -> None:
+        if index + 1 < CHAIN_LENGTH:
+            noop_step.apply_async(args=[chain_id, index + 1], queue="bench.baseline")
+        else:
+            counter.incr(COUNTER)
+
+    return app
+
+
+def run_baseline(broker_url: str, chains: int, timeout_s: float = 600.0) -> float:
+    """Enqueue ``chains`` chains on running baseline workers; return chains per second."""
+    app = build_app(broker_url)
+    counter = redis_client(broker_url)
+    counter.set(COUNTER, 0)
+    started = time.perf_counter()
+    with app.producer_or_acquire() as producer:
+        for _ in range(chains):
+            app.send_task("bench.noop_step", args=[uuid.uuid4().hex, 0],
+                          queue="bench.baseline", producer=producer)
+    deadline = started + timeout_s
+    while int(counter.get(COUNTER) or 0) < chains:
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"baseline: only {counter.get(COUNTER)} of {chains} chains done")
+        time.sleep(0.005)
+    return chains / (time.perf_counter() - started)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "worker":
+        sys.exit("usage: celery_chain_baseline.py worker BROKER_URL")
+    build_app(sys.argv[2]).worker_main(
+        ["worker", "--pool=solo", "--queues=bench.baseline", "--loglevel=WARNING",
+         "--without-heartbeat", "--without-mingle", "--without-gossip"]
+    )

@@ -1,0 +1,73 @@
+"""The Celery application of the fleet, configured for safety rather than speed.
+
+Redis is a wake-up channel, not a store: messages carry only identifiers, every
+duplicate is made harmless by claims in the event store, and anything Redis loses is
+re-enqueued by the sweeper from the log. So the settings aim at "never lose silently,
+never deserialize anything but JSON, never retry in this layer".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from celery import Celery
+
+STEP_TASK = "sagafleet.step"
+QUEUE_STEPS = "sagafleet.steps"
+QUEUE_COMMANDS = "sagafleet.commands"
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """What the Celery app needs to know: where the broker is and how long a step may run."""
+
+    broker_url: str
+    visibility_timeout_s: float = 600.0
+    step_time_limit_s: float = 300.0
+
+
+def create_celery_app(settings: BrokerSettings, *, name: str = "sagafleet") -> Celery:
+    """Build a Celery app with the fleet's safety settings; tasks are bound separately."""
+    if settings.visibility_timeout_s <= settings.step_time_limit_s:
+        # A message whose task outlives the visibility timeout is redelivered while it runs.
+        raise ValueError("visibility_timeout_s must exceed step_time_limit_s")
+    app = Celery(name, broker=settings.broker_url, set_as_current=False)
+    app.conf.update(
+        # JSON only: a writable broker must never become code execution (no pickle).
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        event_serializer="json",
+        # Results are events in PostgreSQL, never in a result backend.
+        result_backend=None,
+        task_ignore_result=True,
+        task_store_errors_even_if_ignored=False,
+        # Ack after the work is done; requeue if the worker process dies mid-task.
+        # Claims by stream version make the resulting duplicates no-ops.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        task_time_limit=settings.step_time_limit_s + 30,
+        task_soft_time_limit=settings.step_time_limit_s,
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout_s,
+            "socket_timeout": 30,
+            "socket_connect_timeout": 10,
+            "health_check_interval": 25,
+        },
+        broker_connection_retry_on_startup=True,
+        # One layer owns retries: the orchestrator. Publishing gives up fast and the
+        # sweeper re-enqueues from the log instead of Celery retrying in a loop.
+        task_publish_retry=True,
+        task_publish_retry_policy={"max_retries": 3, "interval_start": 0.1,
+                                   "interval_step": 0.2, "interval_max": 1.0},
+        task_default_queue=QUEUE_STEPS,
+        task_routes={"sagafleet.commands.*": {"queue": QUEUE_COMMANDS}},
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+        worker_enable_remote_control=False,
+        task_create_missing_queues=True,
+    )
+    return app

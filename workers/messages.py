@@ -1,0 +1,60 @@
+"""The only thing a broker message carries: which step of which saga to look at.
+
+Payloads are read from the log, so a message is ``(saga_id, step_id, kind, attempt)``
+and nothing else. Anything that does not parse is a :class:`MalformedMessage` and is
+dead-lettered, never retried.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from saga_core.contracts import StepKind
+from saga_core.errors import SagaError
+
+MAX_MESSAGE_BYTES = 4096
+
+
+class MalformedMessage(SagaError):
+    """A broker message that is not a valid step command; the message says what is wrong."""
+
+
+class StepCommand(BaseModel):
+    """Wake-up call for one step of one saga; the log decides whether there is work."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    saga_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+    step_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    kind: StepKind
+    attempt: int = Field(ge=1, le=10_000)
+
+    def as_args(self) -> list[Any]:
+        """Positional task arguments, JSON-serialisable."""
+        return [self.saga_id, self.step_id, self.kind.value, self.attempt]
+
+    @classmethod
+    def parse(cls, args: Any, kwargs: Any = None) -> StepCommand:
+        """Validate raw task arguments from the broker into a command, or raise MalformedMessage."""
+        try:
+            size = len(json.dumps([args, kwargs], default=str))
+        except (TypeError, ValueError) as exc:
+            raise MalformedMessage(f"arguments are not JSON: {exc}") from None
+        if size > MAX_MESSAGE_BYTES:
+            raise MalformedMessage(f"message of {size} bytes exceeds {MAX_MESSAGE_BYTES}")
+        if kwargs:
+            raise MalformedMessage(f"unexpected keyword arguments: {sorted(kwargs)}")
+        if not isinstance(args, list | tuple) or len(args) != 4:
+            raise MalformedMessage("expected [saga_id, step_id, kind, attempt]")
+        saga_id, step_id, kind, attempt = args
+        if isinstance(attempt, bool) or not isinstance(attempt, int):
+            raise MalformedMessage(f"attempt must be an integer, got {type(attempt).__name__}")
+        try:
+            return cls(saga_id=saga_id, step_id=step_id, kind=kind, attempt=attempt)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise MalformedMessage(f"{where}: {first['msg']}") from None

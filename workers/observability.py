@@ -1,0 +1,44 @@
+"""Sentry, only when configured: without a DSN sentry-sdk is never initialised at all."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+
+def init_sentry(dsn: str | None, *, component: str) -> bool:
+    """Initialise sentry-sdk with the Celery integration when ``dsn`` is set."""
+    if not dsn:
+        return False
+    import sentry_sdk
+    from sentry_sdk.integrations.celery import CeleryIntegration
+
+    sentry_sdk.init(
+        dsn=dsn,
+        integrations=[CeleryIntegration(propagate_traces=True)],
+        traces_sample_rate=1.0,
+        send_default_pii=False,  # saga inputs may hold personal data; never ship them
+        server_name=component,
+    )
+    return True
+
+
+@contextlib.contextmanager
+def step_scope(saga_id: str, step_id: str, kind: str, tool: str | None) -> Iterator[None]:
+    """Tag errors and spans raised inside with the saga, step and tool (no-op without Sentry)."""
+    try:
+        import sentry_sdk
+    except ImportError:  # pragma: no cover - sentry-sdk is a dependency
+        yield
+        return
+    if not sentry_sdk.is_initialized():
+        yield
+        return
+    with sentry_sdk.new_scope() as scope:
+        scope.set_tag("saga_id", saga_id)
+        scope.set_tag("step_id", step_id)
+        scope.set_tag("step_kind", kind)
+        if tool:
+            scope.set_tag("tool", tool)
+        with sentry_sdk.start_span(op="saga.step", name=f"{step_id}:{kind}"):
+            yield
