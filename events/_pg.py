@@ -1,0 +1,109 @@
+"""The one boundary where psycopg errors become the store's typed errors, and row mapping."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, Final
+from uuid import UUID
+
+import psycopg
+import psycopg_pool
+from psycopg import errors as pg_errors
+
+from events.errors import (
+    ConcurrencyError,
+    EventIdConflict,
+    EventStoreError,
+    InvalidEvent,
+    StoreUnavailable,
+)
+from events.model import Position, RecordedEvent
+
+WRONG_VERSION_SQLSTATE: Final = "SF409"
+"""Raised by eventstore.append_events when the stream is not at the expected version."""
+
+EVENT_COLUMNS: Final = (
+    "stream_id, stream_version, event_id, event_type, schema_version, data, metadata, "
+    "recorded_at, transaction_id::text, global_position, event_hash, prev_hash, tenant_id"
+)
+"""The select list that :func:`recorded_event_row` maps, in this order."""
+
+
+def recorded_event_row(  # noqa: PLR0917 - args_row passes the columns positionally
+    stream_id: str,
+    stream_version: int,
+    event_id: UUID,
+    event_type: str,
+    schema_version: int,
+    data: dict[str, Any],
+    metadata: dict[str, Any],
+    recorded_at: datetime,
+    transaction_id: str,
+    global_position: int,
+    event_hash: str,
+    prev_hash: str,
+    tenant_id: str | None,
+) -> RecordedEvent:
+    """Row factory (for ``psycopg.rows.args_row``) over :data:`EVENT_COLUMNS`."""
+    return RecordedEvent(
+        stream_id=stream_id,
+        stream_version=stream_version,
+        event_id=event_id,
+        type=event_type,
+        schema_version=schema_version,
+        data=data,
+        metadata=metadata,
+        recorded_at=recorded_at,
+        position=Position(int(transaction_id), global_position),
+        event_hash=event_hash,
+        prev_hash=prev_hash,
+        tenant_id=tenant_id,
+    )
+
+
+@contextmanager
+def translated_errors(
+    stream_id: str | None = None,
+    expected: object = None,
+    *,
+    otherwise: type[EventStoreError] = EventStoreError,
+    context: str = "database error",
+) -> Iterator[None]:
+    """Run database work, turning driver errors into the store's errors (the only place).
+
+    ``stream_id``/``expected`` name an append's stream for ConcurrencyError; other
+    driver errors become ``otherwise`` prefixed with ``context``.
+    """
+    try:
+        yield
+    except EventStoreError:
+        raise
+    except psycopg_pool.PoolTimeout as exc:
+        raise StoreUnavailable(f"no database connection available: {exc}") from exc
+    except psycopg.OperationalError as exc:
+        raise StoreUnavailable(f"database unavailable: {exc}") from exc
+    except pg_errors.UniqueViolation as exc:
+        if stream_id is not None and exc.diag.constraint_name == "events_event_id_key":
+            raise EventIdConflict(_detail_key(exc), "in another append") from exc
+        raise otherwise(f"{context}: {exc}") from exc
+    except (pg_errors.UndefinedTable, pg_errors.UndefinedFunction) as exc:
+        if otherwise is not EventStoreError:
+            raise otherwise(f"{context}: {exc}") from exc
+        raise EventStoreError(f"{exc}; has `sagafleet db migrate` run?") from exc
+    except pg_errors.DataError as exc:
+        if stream_id is None:
+            raise otherwise(f"{context}: {exc}") from exc
+        raise InvalidEvent(f"stream {stream_id!r}: rejected by the database: {exc}") from exc
+    except psycopg.Error as exc:
+        if exc.sqlstate == WRONG_VERSION_SQLSTATE and stream_id is not None:
+            raise ConcurrencyError(stream_id, expected, int(exc.diag.message_detail or 0)) from exc
+        raise otherwise(f"{context}: {exc}") from exc
+
+
+def _detail_key(exc: psycopg.Error) -> str:
+    # DETAIL: Key (event_id)=(…) already exists.
+    detail = exc.diag.message_detail or ""
+    start, end = detail.find("=("), detail.find(")", detail.find("=(") + 2)
+    return detail[start + 2 : end] if start >= 0 and end > start else "?"

@@ -1,0 +1,80 @@
+"""Auditing a stream's hash chain: recompute every hash and name the first bad event."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from events.hashing import recorded_event_hash
+from events.model import GENESIS_HASH, RecordedEvent
+
+if TYPE_CHECKING:
+    from events.store import EventStore
+
+
+@dataclass(frozen=True)
+class ChainBreak:
+    """The first event whose stored content, version or predecessor link does not verify."""
+
+    stream_version: int
+    event_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ChainReport:
+    """The outcome of verifying one stream's chain."""
+
+    stream_id: str
+    events_checked: int
+    head_hash: str
+    first_break: ChainBreak | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when every event verified."""
+        return self.first_break is None
+
+
+def verify_chain(source: EventStore | Sequence[RecordedEvent], stream_id: str) -> ChainReport:
+    """Verify ``stream_id``'s chain from a store (read now) or from already-read events."""
+    if isinstance(source, Sequence):
+        events = sorted(
+            (e for e in source if e.stream_id == stream_id), key=lambda e: e.stream_version
+        )
+    else:
+        events = source.read_stream(stream_id)
+    report = _verify(stream_id, events)
+    if report.ok and not isinstance(source, Sequence):
+        head = source.stream_head(stream_id)
+        if head is not None and head != (len(events), report.head_hash):
+            return ChainReport(
+                stream_id,
+                len(events),
+                report.head_hash,
+                ChainBreak(
+                    head[0],
+                    "?",
+                    f"stream head says version {head[0]} hash {head[1][:12]}…, "
+                    f"the events end at {len(events)} hash {report.head_hash[:12]}…",
+                ),
+            )
+    return report
+
+
+def _verify(stream_id: str, events: list[RecordedEvent]) -> ChainReport:
+    previous = GENESIS_HASH
+    for expected_version, event in enumerate(events, start=1):
+        reason = None
+        if event.stream_version != expected_version:
+            reason = f"version {event.stream_version} where {expected_version} was expected"
+        elif event.prev_hash != previous:
+            reason = "prev_hash does not match the preceding event's hash"
+        elif recorded_event_hash(event) != event.event_hash:
+            reason = "content does not match its hash (edited after it was recorded)"
+        if reason is not None:
+            found = ChainBreak(event.stream_version, str(event.event_id), reason)
+            return ChainReport(stream_id, expected_version, previous, found)
+        previous = event.event_hash
+    return ChainReport(stream_id, len(events), previous)

@@ -1,0 +1,77 @@
+"""The event store's typed errors, all under :class:`saga_core.errors.SagaError`."""
+
+from __future__ import annotations
+
+from saga_core.errors import SagaError
+
+
+class EventStoreError(SagaError):
+    """Root of every error the event store raises on purpose."""
+
+
+class StoreUnavailable(EventStoreError):
+    """The database could not be reached or the connection broke mid-operation."""
+
+
+class ConcurrencyError(EventStoreError):
+    """The stream was not at the expected version; nothing was written."""
+
+    def __init__(self, stream_id: str, expected: object, actual: int) -> None:
+        self.stream_id = stream_id
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"stream {stream_id!r}: expected version {expected}, actual version {actual}"
+        )
+
+
+class EventIdConflict(EventStoreError):
+    """An event id is already stored with different content (or in another append)."""
+
+    def __init__(self, event_id: object, reason: str) -> None:
+        self.event_id = event_id
+        super().__init__(f"event id {event_id} already stored: {reason}")
+
+
+class InvalidEvent(EventStoreError):
+    """An event, stream id or type name was rejected before any write; says what is wrong."""
+
+
+class EventSchemaError(EventStoreError):
+    """Root of the registry's errors: turning models into events and events into models."""
+
+
+class UnregisteredEventModel(EventSchemaError, InvalidEvent):
+    """A pydantic model instance whose class was never registered was offered for append."""
+
+
+class UnknownEventType(EventSchemaError):
+    """A recorded event's type name has no registered model."""
+
+
+class UnknownSchemaVersion(EventSchemaError):
+    """A recorded event's schema version is newer than known or has no upcaster path."""
+
+
+class EventDecodeError(EventSchemaError):
+    """An upcaster failed or the upcast data does not validate against the model."""
+
+
+class RegistryConflict(EventSchemaError):
+    """A type name or model class was registered twice with different meanings."""
+
+
+class MigrationError(EventStoreError):
+    """A migration file failed, is malformed, or no longer matches what was applied."""
+
+
+class MigrationChecksumMismatch(MigrationError):
+    """An already-applied migration file was edited; add a new file instead."""
+
+
+class SubscriptionBusy(EventStoreError):
+    """Another consumer holds this subscription's exclusive lock."""
+
+
+class CheckpointConflict(EventStoreError):
+    """The checkpoint could not move forward (it already passed this batch); rolled back."""

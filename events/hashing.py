@@ -1,0 +1,114 @@
+"""Canonical JSON and the per-stream hash chain.
+
+The hash must be recomputable from what PostgreSQL gives back, and jsonb changes the text:
+it reorders keys and prints numbers as ``numeric``. So the hashed form is canonical JSON
+(sorted keys, no spaces, UTF-8) of the value *as it loads back*: a float with an integral
+value loads back as an int whose digits are the float's shortest repr (``1e16`` comes back
+as ``10000000000000000``), so canonically every integral float is that int. Other floats
+survive the round trip exactly (shortest repr in, same decimal out, same float back).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from decimal import Decimal
+from typing import Any
+
+from events.model import RecordedEvent
+
+
+def canonical_json(value: Any) -> str:
+    """Key-sorted, space-free JSON of an already-normalised value, stable across jsonb."""
+    return json.dumps(
+        _canonical_numbers(value),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    )
+
+
+def _canonical_numbers(value: Any) -> Any:
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} is not valid JSON")
+        # jsonb prints an integral float's repr digits as an integer literal.
+        return int(Decimal(repr(value))) if value.is_integer() else value
+    if isinstance(value, dict):
+        return {k: _canonical_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical_numbers(v) for v in value]
+    return value
+
+
+def hash_template(
+    *,
+    stream_id: str,
+    event_id: str,
+    event_type: str,
+    schema_version: int,
+    data: Any,
+    metadata: Any,
+) -> tuple[str, str]:
+    """The canonical hash body split around the stream_version, which only the DB knows.
+
+    ``prefix + str(stream_version) + suffix`` equals :func:`hash_body`; the append function
+    chains ``sha256(prev_hash + body)`` under the stream-head lock.
+    """
+    head = canonical_json(
+        {
+            "data": data,
+            "event_id": event_id,
+            "metadata": metadata,
+            "schema_version": schema_version,
+            "stream_id": stream_id,
+        }
+    )
+    prefix = head[:-1] + ',"stream_version":'
+    suffix = ',"type":' + canonical_json(event_type) + "}"
+    return prefix, suffix
+
+
+def hash_body(
+    *,
+    stream_id: str,
+    stream_version: int,
+    event_id: str,
+    event_type: str,
+    schema_version: int,
+    data: Any,
+    metadata: Any,
+) -> str:
+    """Canonical JSON of everything an event's hash covers (besides its predecessor)."""
+    return canonical_json(
+        {
+            "data": data,
+            "event_id": event_id,
+            "metadata": metadata,
+            "schema_version": schema_version,
+            "stream_id": stream_id,
+            "stream_version": stream_version,
+            "type": event_type,
+        }
+    )
+
+
+def chain_hash(prev_hash: str, body: str) -> str:
+    """sha256 hex of the predecessor's hash followed by this event's canonical body."""
+    return hashlib.sha256((prev_hash + body).encode("utf-8")).hexdigest()
+
+
+def recorded_event_hash(event: RecordedEvent) -> str:
+    """Recompute a recorded event's hash from its stored fields and stored prev_hash."""
+    body = hash_body(
+        stream_id=event.stream_id,
+        stream_version=event.stream_version,
+        event_id=str(event.event_id),
+        event_type=event.type,
+        schema_version=event.schema_version,
+        data=event.data,
+        metadata=event.metadata,
+    )
+    return chain_hash(event.prev_hash, body)

@@ -1,0 +1,99 @@
+"""The envelope: events to append, events as recorded, global positions, append results."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+from uuid import UUID
+
+
+class StreamState(enum.Enum):
+    """Expected-version constants that are not a plain version number."""
+
+    ANY = "any"
+    NO_STREAM = "no stream"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ANY: Final = StreamState.ANY
+"""Append whatever the stream's current version is (no concurrency check)."""
+
+NO_STREAM: Final = StreamState.NO_STREAM
+"""Append only if the stream has no events yet (same as expected_version=0)."""
+
+ExpectedVersion = int | StreamState
+"""The stream's current version (0 = new stream), ``ANY`` or ``NO_STREAM``."""
+
+GENESIS_HASH: Final = "0" * 64
+"""The predecessor hash of every stream's first event."""
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """An opaque, comparable place in the global log: (writer's xid, insert order)."""
+
+    transaction_id: int
+    global_position: int
+
+    def __str__(self) -> str:
+        return f"{self.transaction_id}:{self.global_position}"
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """Read back the ``xid:position`` form produced by ``str(position)``."""
+        xid, _, pos = text.partition(":")
+        return cls(int(xid), int(pos))
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event to append; the store validates it and assigns a uuid4 id when none is given."""
+
+    type: str
+    data: Mapping[str, Any]
+    event_id: UUID | str | None = None
+    metadata: Mapping[str, Any] | None = None
+    schema_version: int = 1
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    """An event as stored: its place in its stream and in the global log, and its hashes."""
+
+    stream_id: str
+    stream_version: int
+    event_id: UUID
+    type: str
+    schema_version: int
+    data: dict[str, Any]
+    metadata: dict[str, Any]
+    recorded_at: datetime
+    position: Position
+    event_hash: str
+    prev_hash: str
+    tenant_id: str | None = None
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """What an append wrote (or, for an idempotent retry, what the first attempt wrote)."""
+
+    stream_id: str
+    version: int
+    events: tuple[RecordedEvent, ...] = field(default_factory=tuple)
+    duplicate: bool = False
+
+    @property
+    def first_version(self) -> int:
+        """The stream version of the first appended event."""
+        return self.events[0].stream_version
+
+    @property
+    def last_position(self) -> Position:
+        """The global position of the last appended event."""
+        return self.events[-1].position

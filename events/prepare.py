@@ -1,0 +1,155 @@
+"""Validation and normalisation of events before any write: bad input fails here, typed."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from events.errors import InvalidEvent
+from events.hashing import hash_template
+from events.model import NewEvent
+
+MAX_STREAM_ID_LENGTH: Final = 200
+"""Longest stream id accepted, in characters."""
+
+MAX_TYPE_LENGTH: Final = 200
+"""Longest event type name accepted, in characters."""
+
+DEFAULT_MAX_EVENT_BYTES: Final = 1024 * 1024
+"""Default limit on an event's serialized data + metadata, in UTF-8 bytes."""
+
+
+@dataclass(frozen=True)
+class PreparedEvent:
+    """A validated event: normalised JSON (as it will load back), its text, its hash parts."""
+
+    event_id: uuid.UUID
+    type: str
+    schema_version: int
+    data: dict[str, Any]
+    metadata: dict[str, Any]
+    data_json: str
+    metadata_json: str
+    tenant_id: str | None
+    hash_prefix: str
+    hash_suffix: str
+    id_was_given: bool
+
+
+def check_name(what: str, value: object, limit: int) -> str:
+    """A non-empty text of at most ``limit`` characters without NUL, or InvalidEvent."""
+    if not isinstance(value, str):
+        raise InvalidEvent(f"{what} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise InvalidEvent(f"{what} must not be empty")
+    if len(value) > limit:
+        raise InvalidEvent(f"{what} is {len(value)} characters; the limit is {limit}")
+    if "\x00" in value:
+        raise InvalidEvent(f"{what} must not contain NUL characters")
+    return value
+
+
+def _normalised_json(what: str, value: object) -> tuple[dict[str, Any], str]:
+    """The JSON object as PostgreSQL will hand it back, and its text for jsonb."""
+    if not isinstance(value, Mapping):
+        raise InvalidEvent(f"{what} must be a JSON object (a mapping), got {type(value).__name__}")
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text.encode("utf-8")
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        raise InvalidEvent(f"{what} is not JSON-serialisable: {exc}") from None
+    # Round-tripping through json gives keys as strings and tuples as lists, like jsonb will.
+    loaded: dict[str, Any] = json.loads(text)
+    _reject_nul(what, loaded)
+    return loaded, text
+
+
+def _reject_nul(what: str, value: Any) -> None:
+    # jsonb cannot store U+0000 in strings; say so before the database does.
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidEvent(f"{what} contains a NUL character, which jsonb cannot store")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _reject_nul(what, key)
+            _reject_nul(what, item)
+    elif isinstance(value, list):
+        for item in value:
+            _reject_nul(what, item)
+
+
+def _event_id(value: uuid.UUID | str | None) -> tuple[uuid.UUID, bool]:
+    if value is None:
+        return uuid.uuid4(), False
+    if isinstance(value, uuid.UUID):
+        return value, True
+    try:
+        return uuid.UUID(str(value)), True
+    except ValueError:
+        raise InvalidEvent(f"event id {value!r} is not a UUID") from None
+
+
+def prepare_events(
+    stream_id: str, events: Sequence[NewEvent], max_event_bytes: int
+) -> list[PreparedEvent]:
+    """Validate a batch for one stream and normalise it, or raise InvalidEvent naming why."""
+    check_name("stream id", stream_id, MAX_STREAM_ID_LENGTH)
+    if isinstance(events, NewEvent) or not isinstance(events, Sequence):
+        raise InvalidEvent("events must be a sequence of NewEvent")
+    if not events:
+        raise InvalidEvent(f"append to {stream_id!r} needs at least one event")
+    prepared: list[PreparedEvent] = []
+    seen: set[uuid.UUID] = set()
+    for index, event in enumerate(events):
+        if not isinstance(event, NewEvent):
+            raise InvalidEvent(f"event #{index} is a {type(event).__name__}, not a NewEvent")
+        prepared.append(_prepare_one(stream_id, index, event, max_event_bytes))
+        if prepared[-1].event_id in seen:
+            raise InvalidEvent(f"event id {prepared[-1].event_id} appears twice in one append")
+        seen.add(prepared[-1].event_id)
+    return prepared
+
+
+def _prepare_one(stream_id: str, index: int, event: NewEvent, limit: int) -> PreparedEvent:
+    where = f"event #{index}"
+    event_type = check_name(f"{where} type", event.type, MAX_TYPE_LENGTH)
+    schema_version = event.schema_version
+    if isinstance(schema_version, bool) or not isinstance(schema_version, int):
+        raise InvalidEvent(f"{where} ({event_type}) schema_version must be an int")
+    if not 1 <= schema_version <= 2**31 - 1:
+        raise InvalidEvent(f"{where} ({event_type}) schema_version must be >= 1")
+    event_id, given = _event_id(event.event_id)
+    data, data_json = _normalised_json(f"{where} ({event_type}) data", event.data)
+    metadata, metadata_json = _normalised_json(
+        f"{where} ({event_type}) metadata", event.metadata or {}
+    )
+    size = len(data_json.encode("utf-8")) + len(metadata_json.encode("utf-8"))
+    if size > limit:
+        raise InvalidEvent(
+            f"{where} ({event_type}) is {size} bytes serialized; the limit is {limit}"
+        )
+    tenant = metadata.get("tenant")
+    prefix, suffix = hash_template(
+        stream_id=stream_id,
+        event_id=str(event_id),
+        event_type=event_type,
+        schema_version=schema_version,
+        data=data,
+        metadata=metadata,
+    )
+    return PreparedEvent(
+        event_id=event_id,
+        type=event_type,
+        schema_version=schema_version,
+        data=data,
+        metadata=metadata,
+        data_json=data_json,
+        metadata_json=metadata_json,
+        tenant_id=tenant if isinstance(tenant, str) else None,
+        hash_prefix=prefix,
+        hash_suffix=suffix,
+        id_was_given=given,
+    )

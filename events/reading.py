@@ -1,0 +1,62 @@
+"""Read queries shared by the store and subscriptions: one stream, and the gap-safe log."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import psycopg
+from psycopg.rows import args_row
+
+from events._pg import EVENT_COLUMNS, recorded_event_row
+from events.model import Position, RecordedEvent
+
+START: Final = Position(0, 0)
+"""A position before every event."""
+
+# Only rows whose writer's xid is below the oldest still-running xid are read: those can
+# no longer be joined by a late commit with a lower position, so the cursor never skips.
+_READ_ALL = f"""
+SELECT {EVENT_COLUMNS} FROM eventstore.events
+ WHERE (transaction_id, global_position) > (%s::text::xid8, %s)
+   AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+ ORDER BY transaction_id, global_position
+ LIMIT %s
+"""  # noqa: S608 - EVENT_COLUMNS is a constant
+
+_READ_STREAM = f"""
+SELECT {EVENT_COLUMNS} FROM eventstore.events
+ WHERE stream_id = %s AND stream_version > %s AND stream_version <= %s
+ ORDER BY stream_version
+"""  # noqa: S608 - EVENT_COLUMNS is a constant
+
+_BY_IDS = f"SELECT {EVENT_COLUMNS} FROM eventstore.events WHERE event_id = ANY(%s)"  # noqa: S608
+
+
+def read_all_on(
+    conn: psycopg.Connection[Any], after: Position | None, limit: int
+) -> list[RecordedEvent]:
+    """A gap-safe page of the global log strictly after ``after``, in cursor order."""
+    cursor = after or START
+    with conn.cursor(row_factory=args_row(recorded_event_row)) as cur:
+        cur.execute(_READ_ALL, (str(cursor.transaction_id), cursor.global_position, limit))
+        return cur.fetchall()
+
+
+def read_stream_on(
+    conn: psycopg.Connection[Any],
+    stream_id: str,
+    after_version: int = 0,
+    to_version: int | None = None,
+) -> list[RecordedEvent]:
+    """A stream's events with ``after_version < version <= to_version``, in version order."""
+    upper = to_version if to_version is not None else 2**63 - 1
+    with conn.cursor(row_factory=args_row(recorded_event_row)) as cur:
+        cur.execute(_READ_STREAM, (stream_id, after_version, upper))
+        return cur.fetchall()
+
+
+def events_by_id_on(conn: psycopg.Connection[Any], event_ids: list[object]) -> list[RecordedEvent]:
+    """The stored events among ``event_ids`` (any stream), in no particular order."""
+    with conn.cursor(row_factory=args_row(recorded_event_row)) as cur:
+        cur.execute(_BY_IDS, (event_ids,))
+        return cur.fetchall()

@@ -1,0 +1,336 @@
+"""The PostgreSQL event store: append with optimistic concurrency, read, subscribe."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib.resources import files
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final
+
+import psycopg
+from psycopg_pool import ConnectionPool
+from pydantic import BaseModel
+
+from events._pg import translated_errors
+from events.errors import ConcurrencyError, EventIdConflict, InvalidEvent, UnregisteredEventModel
+from events.hashing import canonical_json
+from events.migrate import apply_migrations
+from events.model import (
+    ANY,
+    NO_STREAM,
+    AppendResult,
+    ExpectedVersion,
+    NewEvent,
+    Position,
+    RecordedEvent,
+)
+from events.prepare import DEFAULT_MAX_EVENT_BYTES, PreparedEvent, prepare_events
+from events.reading import events_by_id_on, read_all_on, read_stream_on
+
+if TYPE_CHECKING:
+    from events.registry import EventRegistry
+    from events.subscription import Subscription
+
+MIGRATIONS_NAMESPACE: Final = "events"
+"""The namespace under which the event store's own migration files are recorded."""
+
+_APPEND = """
+SELECT stream_version, global_position, transaction_id, recorded_at, prev_hash, event_hash
+  FROM eventstore.append_events(%s, %s, %s::uuid[], %s::text[], %s::int[], %s::jsonb[],
+                                %s::jsonb[], %s::text[], %s::text[], %s::text[], %s)
+"""
+
+
+@dataclass(frozen=True)
+class UnitOfWork:
+    """One open transaction on one connection: append events and write your own rows."""
+
+    store: EventStore
+    connection: psycopg.Connection[Any]
+
+    def append(
+        self,
+        stream_id: str,
+        events: Sequence[NewEvent | BaseModel],
+        expected_version: ExpectedVersion = ANY,
+    ) -> AppendResult:
+        """Append inside this transaction; it commits (or not) with everything else."""
+        return self.store.append(stream_id, events, expected_version, conn=self.connection)
+
+
+class EventStore:
+    """Append-only event log in PostgreSQL (schema ``eventstore``) behind a connection pool."""
+
+    def __init__(
+        self,
+        pool: ConnectionPool[Any],
+        *,
+        conninfo: str,
+        notify: bool = True,
+        registry: EventRegistry | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    ) -> None:
+        self._pool = pool
+        self._conninfo = conninfo
+        self._notify = notify
+        self.registry = registry
+        self._max_event_bytes = max_event_bytes
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        *,
+        pool_size: int = 10,
+        timeout: float = 10.0,
+        notify: bool = True,
+        registry: EventRegistry | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    ) -> EventStore:
+        """Open a store on a DSN or conninfo; no DDL here (see :meth:`migrate`).
+
+        ``notify`` sends one ``pg_notify`` per append to wake subscribers; turn it off for
+        many concurrent writers (NOTIFY serialises commits) and let subscribers poll.
+        """
+        pool: ConnectionPool[Any] = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            timeout=timeout,
+            kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout))},
+            open=True,
+            name="eventstore",
+        )
+        return cls(
+            pool,
+            conninfo=url,
+            notify=notify,
+            registry=registry,
+            max_event_bytes=max_event_bytes,
+        )
+
+    @property
+    def conninfo(self) -> str:
+        """The connection string this store uses (for dedicated connections)."""
+        return self._conninfo
+
+    def close(self) -> None:
+        """Close the pool; the store cannot be used afterwards."""
+        self._pool.close()
+
+    def __enter__(self) -> EventStore:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def migrate(self) -> list[str]:
+        """Apply the event store's SQL migrations (idempotent); return those newly applied."""
+        return apply_migrations(
+            self.conninfo, MIGRATIONS_NAMESPACE, files("events").joinpath("migrations")
+        )
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """Borrow a pooled (autocommit) connection for the caller's own queries."""
+        with translated_errors(), self._pool.connection() as conn:
+            yield conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[UnitOfWork]:
+        """A transaction on a pooled connection: commit on clean exit, roll back on error."""
+        with translated_errors(), self._pool.connection() as conn, conn.transaction():
+            yield UnitOfWork(self, conn)
+
+    def append(
+        self,
+        stream_id: str,
+        events: Sequence[NewEvent | BaseModel],
+        expected_version: ExpectedVersion = ANY,
+        *,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> AppendResult:
+        """Append events to one stream if it is at ``expected_version``.
+
+        With ``conn`` the append joins the caller's transaction (inside a savepoint, so a
+        conflict leaves that transaction usable). Retrying events whose ids are stored
+        returns the original result even if ``expected_version`` is now stale: the first
+        attempt succeeded, so idempotency wins over the version check.
+        """
+        prepared = prepare_events(stream_id, self._new_events(events), self._max_event_bytes)
+        expected = _expected_code(expected_version)
+        params = _append_params(stream_id, expected, prepared, self._notify)
+        if conn is not None:
+            return self._append_on(conn, prepared, params, expected_version, savepoint=True)
+        with translated_errors(), self._pool.connection() as own:
+            return self._append_on(own, prepared, params, expected_version, savepoint=False)
+
+    def _append_on(
+        self,
+        conn: psycopg.Connection[Any],
+        prepared: list[PreparedEvent],
+        params: tuple[object, ...],
+        expected_version: ExpectedVersion,
+        *,
+        savepoint: bool,
+    ) -> AppendResult:
+        stream_id = str(params[0])
+        try:
+            # The caller's transaction, or the implicit one of an autocommit statement.
+            with translated_errors(stream_id, expected_version):
+                if savepoint:
+                    with conn.transaction():
+                        rows = conn.execute(_APPEND, params).fetchall()
+                else:
+                    rows = conn.execute(_APPEND, params).fetchall()
+        except (ConcurrencyError, EventIdConflict):
+            original = _original_append(conn, stream_id, prepared)
+            if original is None:
+                raise
+            return original
+        rows.sort(key=lambda row: row[0])
+        recorded = tuple(
+            RecordedEvent(
+                stream_id=stream_id,
+                stream_version=version,
+                event_id=event.event_id,
+                type=event.type,
+                schema_version=event.schema_version,
+                data=event.data,
+                metadata=event.metadata,
+                recorded_at=recorded_at,
+                position=Position(int(xid), position),
+                event_hash=event_hash,
+                prev_hash=prev_hash,
+                tenant_id=event.tenant_id,
+            )
+            for event, (version, position, xid, recorded_at, prev_hash, event_hash) in zip(
+                prepared, rows, strict=True
+            )
+        )
+        return AppendResult(
+            stream_id=stream_id, version=recorded[-1].stream_version, events=recorded
+        )
+
+    def _new_events(self, events: Sequence[NewEvent | BaseModel]) -> list[NewEvent]:
+        if isinstance(events, NewEvent | BaseModel) or not isinstance(events, Sequence):
+            raise InvalidEvent("events must be a sequence of NewEvent or registered models")
+        converted: list[NewEvent] = []
+        for event in events:
+            if isinstance(event, BaseModel):
+                if self.registry is None:
+                    raise UnregisteredEventModel(
+                        f"{type(event).__name__} is a model but this store has no registry"
+                    )
+                converted.append(self.registry.to_new_event(event))
+            else:
+                converted.append(event)
+        return converted
+
+    def read_stream(
+        self, stream_id: str, *, after_version: int = 0, to_version: int | None = None
+    ) -> list[RecordedEvent]:
+        """A stream's events in version order (all of them by default)."""
+        with self.connection() as conn:
+            return read_stream_on(conn, stream_id, after_version, to_version)
+
+    def read_all(self, after: Position | None = None, limit: int = 1000) -> list[RecordedEvent]:
+        """A gap-safe page of the global log after ``after`` (None: from the start)."""
+        with self.connection() as conn:
+            return read_all_on(conn, after, limit)
+
+    def stream_version(self, stream_id: str) -> int:
+        """The stream's current version; 0 when it has no events."""
+        with self.connection() as conn:
+            row = conn.execute(
+                "SELECT version FROM eventstore.streams WHERE stream_id = %s", (stream_id,)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def stream_head(self, stream_id: str) -> tuple[int, str] | None:
+        """The stream head's (version, last event hash), None for an unknown stream."""
+        with self.connection() as conn:
+            row = conn.execute(
+                "SELECT version, last_hash FROM eventstore.streams WHERE stream_id = %s",
+                (stream_id,),
+            ).fetchone()
+        return (int(row[0]), str(row[1])) if row else None
+
+    def head_position(self) -> Position | None:
+        """The highest position in the log (committed, maybe not yet readable), for lag."""
+        with self.connection() as conn:
+            row = conn.execute(
+                "SELECT transaction_id::text, global_position FROM eventstore.events"
+                " ORDER BY transaction_id DESC, global_position DESC LIMIT 1"
+            ).fetchone()
+        return Position(int(row[0]), int(row[1])) if row else None
+
+    def subscription(self, name: str) -> Subscription:
+        """A checkpointed follower of the global log; one active consumer per name."""
+        from events.subscription import Subscription
+
+        return Subscription(self, name)
+
+
+def _expected_code(expected: ExpectedVersion) -> int:
+    # -1 = any, 0 = no stream, n = exactly n (the SQL function's convention).
+    if expected is ANY:
+        return -1
+    if expected is NO_STREAM:
+        return 0
+    if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
+        raise InvalidEvent(f"expected_version must be ANY, NO_STREAM or an int >= 0: {expected!r}")
+    return expected
+
+
+def _append_params(
+    stream_id: str, expected: int, prepared: list[PreparedEvent], notify: bool
+) -> tuple[object, ...]:
+    return (
+        stream_id,
+        expected,
+        [e.event_id for e in prepared],
+        [e.type for e in prepared],
+        [e.schema_version for e in prepared],
+        [e.data_json for e in prepared],
+        [e.metadata_json for e in prepared],
+        [e.tenant_id for e in prepared],
+        [e.hash_prefix for e in prepared],
+        [e.hash_suffix for e in prepared],
+        notify,
+    )
+
+
+def _original_append(
+    conn: psycopg.Connection[Any], stream_id: str, prepared: list[PreparedEvent]
+) -> AppendResult | None:
+    """The earlier append these events repeat, None if none is stored, or EventIdConflict."""
+    if not any(event.id_was_given for event in prepared):
+        return None
+    stored = {e.event_id: e for e in events_by_id_on(conn, [e.event_id for e in prepared])}
+    if not stored:
+        return None
+    for event in prepared:
+        original = stored.get(event.event_id)
+        if original is None:
+            raise EventIdConflict(
+                next(iter(stored)),
+                "stored by an earlier append that did not contain "
+                f"event {event.event_id}; a retry must repeat the same batch",
+            )
+        if (original.stream_id, original.type, original.schema_version) != (
+            stream_id,
+            event.type,
+            event.schema_version,
+        ) or canonical_json([original.data, original.metadata]) != canonical_json(
+            [event.data, event.metadata]
+        ):
+            raise EventIdConflict(event.event_id, "with different content")
+    events = tuple(sorted(stored.values(), key=lambda e: e.stream_version))
+    return AppendResult(
+        stream_id=stream_id, version=events[-1].stream_version, events=events, duplicate=True
+    )

@@ -1,0 +1,202 @@
+"""Checkpointed, gap-safe followers of the global log, and the per-stream version gate.
+
+A subscription reads below the snapshot horizon from its checkpoint and hands the caller a
+batch inside an open transaction; the caller writes its read model on that connection and
+the checkpoint advances in the same commit (exactly-once effects on the database). One
+consumer per name holds a session advisory lock; NOTIFY only wakes, polling is the truth.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final
+
+import psycopg
+
+from events._pg import translated_errors
+from events.errors import CheckpointConflict, SubscriptionBusy
+from events.model import Position, RecordedEvent
+from events.prepare import MAX_STREAM_ID_LENGTH, check_name
+from events.reading import read_all_on, read_stream_on
+
+if TYPE_CHECKING:
+    from events.store import EventStore
+
+NOTIFY_CHANNEL: Final = "eventstore_events"
+"""The channel eventstore.append_events notifies (when the store's ``notify`` is on)."""
+
+_ADVANCE = """
+INSERT INTO eventstore.checkpoints AS c (name, last_xid, last_position, updated_at)
+VALUES (%(name)s, %(xid)s::text::xid8, %(pos)s, now())
+ON CONFLICT (name) DO UPDATE
+   SET last_xid = EXCLUDED.last_xid, last_position = EXCLUDED.last_position, updated_at = now()
+ WHERE (c.last_xid, c.last_position) < (EXCLUDED.last_xid, EXCLUDED.last_position)
+RETURNING name
+"""
+
+
+class GateVerdict(enum.Enum):
+    """What a consumer should do with an event given the last version it applied."""
+
+    APPLY = "apply"
+    DUPLICATE = "duplicate"
+    GAP = "gap"
+
+
+def stream_version_gate(last_version: int, event: RecordedEvent) -> GateVerdict:
+    """``stream_version == last + 1`` applies; lower is a duplicate (skip); higher is a gap.
+
+    On a gap the missing events are already committed (the head lock orders appends) but
+    sit later in the global log because their writer's xid is higher. Either stop the batch
+    before the event (``batch.stop_before``) and retry, or fetch them with
+    ``batch.read_stream(stream_id, after_version=last)``, apply them, and later skip them
+    as duplicates. Stopping only helps if the missing events come first on a re-read, so
+    filling from the stream is the way that always makes progress.
+    """
+    if event.stream_version == last_version + 1:
+        return GateVerdict.APPLY
+    if event.stream_version <= last_version:
+        return GateVerdict.DUPLICATE
+    return GateVerdict.GAP
+
+
+@dataclass
+class Batch:
+    """Events after the checkpoint, and the open transaction to write the read model in."""
+
+    name: str
+    events: list[RecordedEvent]
+    connection: psycopg.Connection[Any]
+    checkpoint: Position | None
+    _stop: Position | None = field(default=None, repr=False)
+    _stopped: bool = field(default=False, repr=False)
+
+    def stop_before(self, event: RecordedEvent) -> None:
+        """Advance the checkpoint only up to the event preceding ``event`` in this batch."""
+        index = self.events.index(event)
+        self._stop = self.events[index - 1].position if index else None
+        self._stopped = True
+
+    def read_stream(
+        self, stream_id: str, after_version: int = 0, to_version: int | None = None
+    ) -> list[RecordedEvent]:
+        """Read a stream in this batch's transaction (to fill a gap the gate reported)."""
+        with translated_errors():
+            return read_stream_on(self.connection, stream_id, after_version, to_version)
+
+    @property
+    def advance_to(self) -> Position | None:
+        """Where the checkpoint moves on a clean exit (None: it stays)."""
+        if self._stopped:
+            return self._stop
+        return self.events[-1].position if self.events else None
+
+
+class Subscription:
+    """Follows the log from a stored checkpoint on one dedicated connection."""
+
+    def __init__(self, store: EventStore, name: str) -> None:
+        self.name = check_name("subscription name", name, MAX_STREAM_ID_LENGTH)
+        self._store = store
+        self._conn: psycopg.Connection[Any] | None = None
+        self._owner = False
+        # A stable 64-bit key per name (Python's hash() is salted per process).
+        digest = hashlib.sha256(f"eventstore.subscription:{name}".encode()).digest()
+        self._lock_key = int.from_bytes(digest[:8], "big", signed=True)
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            with translated_errors():
+                self._conn = psycopg.connect(self._store.conninfo, autocommit=True)
+                self._conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            self._owner = False
+        return self._conn
+
+    @property
+    def is_owner(self) -> bool:
+        """Whether this consumer holds the subscription's exclusive lock."""
+        return self._owner
+
+    def try_acquire(self) -> bool:
+        """Take the exclusive consumer lock if free (kept until :meth:`close`)."""
+        if not self._owner:
+            conn = self._connection()
+            with translated_errors():
+                row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_key,)).fetchone()
+            self._owner = bool(row and row[0])
+        return self._owner
+
+    def checkpoint(self) -> Position | None:
+        """The stored checkpoint (None: the subscription starts at the beginning)."""
+        with translated_errors():
+            row = (
+                self._connection()
+                .execute(
+                    "SELECT last_xid::text, last_position FROM eventstore.checkpoints"
+                    " WHERE name = %s",
+                    (self.name,),
+                )
+                .fetchone()
+            )
+        return Position(int(row[0]), int(row[1])) if row else None
+
+    @contextmanager
+    def next_batch(self, limit: int = 500) -> Iterator[Batch]:
+        """Yield the next gap-safe batch in an open transaction; commit it with the checkpoint.
+
+        On a clean exit the checkpoint moves forward to the batch's end (or to
+        ``stop_before``) and everything commits together; on an exception all rolls back.
+        Raises SubscriptionBusy when another consumer holds this subscription.
+        """
+        if not self.try_acquire():
+            raise SubscriptionBusy(f"subscription {self.name!r} is held by another consumer")
+        conn = self._connection()
+        with translated_errors(), conn.transaction():
+            start = self.checkpoint()
+            batch = Batch(self.name, read_all_on(conn, start, limit), conn, start)
+            yield batch
+            target = batch.advance_to
+            if target is not None and target != start:
+                self._advance(conn, target)
+
+    def _advance(self, conn: psycopg.Connection[Any], target: Position) -> None:
+        params = {
+            "name": self.name,
+            "xid": str(target.transaction_id),
+            "pos": target.global_position,
+        }
+        if conn.execute(_ADVANCE, params).fetchone() is None:
+            # Zero rows: the stored checkpoint is already at or past target. Roll back.
+            raise CheckpointConflict(
+                f"subscription {self.name!r}: checkpoint is already at or past {target}"
+            )
+
+    def wait(self, timeout: float) -> bool:
+        """Block until a NOTIFY arrives or ``timeout`` seconds pass; True if notified."""
+        conn = self._connection()
+        with translated_errors():
+            notified = any(True for _ in conn.notifies(timeout=timeout, stop_after=1))
+            # Drain what queued up meanwhile: one poll will read all of it.
+            for _ in conn.notifies(timeout=0):
+                pass
+        return notified
+
+    def close(self) -> None:
+        """Release the lock and the dedicated connection."""
+        if self._conn is not None and not self._conn.closed:
+            self._conn.close()  # closing the session releases the advisory lock
+        self._conn = None
+        self._owner = False
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
