@@ -61,3 +61,38 @@ class Receipt(BaseModel):
     def has(self, name: str) -> bool:
         """Whether ``name`` can be read from this receipt."""
         return name in ("resource_id", "version", "status") or name in self.fields
+
+
+class SagaStatus(StrEnum):
+    """Where a saga stands; the last four are the honest terminal states (DESIGN.md rule 8)."""
+
+    RUNNING = "RUNNING"
+    COMPENSATING = "COMPENSATING"
+    MANUAL_INTERVENTION = "MANUAL_INTERVENTION"
+    COMPLETED = "COMPLETED"
+    COMPENSATED = "COMPENSATED"
+    PARTIALLY_COMPENSATED = "PARTIALLY_COMPENSATED"
+    COMMITTED_WITH_REPAIR = "COMMITTED_WITH_REPAIR"
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether no further work will ever happen for a saga in this status."""
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset(
+    {
+        SagaStatus.COMPLETED,
+        SagaStatus.COMPENSATED,
+        SagaStatus.PARTIALLY_COMPENSATED,
+        SagaStatus.COMMITTED_WITH_REPAIR,
+    }
+)
+
+#: Semantics whose effect is nothing to undo (DESIGN.md: read_only, idempotent).
+EFFECT_FREE_SEMANTICS = frozenset({Semantics.READ_ONLY, Semantics.IDEMPOTENT})
+
+#: Semantics that are safe to repeat after the pivot (the provider or the call itself dedupes).
+RETRYABLE_SEMANTICS = frozenset(
+    {Semantics.READ_ONLY, Semantics.IDEMPOTENT, Semantics.IDEMPOTENT_BY_KEY}
+)

@@ -1,0 +1,100 @@
+"""The tool catalogue as data: what each allowlisted tool does, returns and how it is undone.
+
+Workers map each :class:`ToolSpec` to an implementation; saga_core needs only these facts to
+validate definitions and plans and to choose between retry, reconcile and escalate.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from saga_core.contracts import Semantics
+from saga_core.errors import UnknownToolError
+
+ArgType = Literal["string", "integer", "number", "boolean", "object", "array", "any"]
+
+
+class ArgSpec(BaseModel):
+    """One argument a tool accepts (JSON-Schema-ish: type, required, bounds, secret)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: ArgType = "any"
+    required: bool = True
+    minimum: float | None = None
+    secret: bool = False
+    description: str = ""
+
+
+class DefaultCompensation(BaseModel):
+    """The compensation an agent plan gets for this tool (plans never choose their own undo)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool: str
+    version: int = Field(default=1, ge=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+    precondition: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolSpec(BaseModel):
+    """An allowlisted tool at one version: semantics, receipt fields, dedupe and commit horizon."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    version: int = Field(default=1, ge=1)
+    semantics: Semantics
+    receipt_fields: list[str] = Field(default_factory=list)
+    optional_receipt_fields: list[str] = Field(default_factory=list)
+    # True when the provider dedupes by our operation key: a retry with the same key after a
+    # confirmed absence cannot create a second effect.
+    dedupes_by_key: bool = False
+    # Seconds after which a dispatched request can no longer commit; None = unknown, so an
+    # ambiguous outcome of a non-deduping tool can only be escalated.
+    commit_horizon_s: float | None = Field(default=None, ge=0)
+    args: dict[str, ArgSpec] = Field(default_factory=dict)
+    compensation: DefaultCompensation | None = None
+    description: str = ""
+
+    def returns(self, field: str) -> bool:
+        """Whether this tool's receipt carries ``field`` (top-level receipt fields included)."""
+        return field in ("resource_id", "version", "status") or field in (
+            *self.receipt_fields,
+            *self.optional_receipt_fields,
+        )
+
+
+class ToolCatalogue(BaseModel):
+    """The allowlist of tools, looked up by (name, version)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tools: list[ToolSpec] = Field(default_factory=list)
+
+    def get(self, name: str, version: int) -> ToolSpec | None:
+        """The spec for (name, version), or None when it is not allowlisted."""
+        return next((t for t in self.tools if t.name == name and t.version == version), None)
+
+    def require(self, name: str, version: int) -> ToolSpec:
+        """The spec for (name, version); :class:`UnknownToolError` when not allowlisted."""
+        spec = self.get(name, version)
+        if spec is None:
+            raise UnknownToolError(name, version)
+        return spec
+
+    def versions(self, name: str) -> list[int]:
+        """Known versions of a tool name (for error messages)."""
+        return sorted(t.version for t in self.tools if t.name == name)
+
+    @classmethod
+    def from_yaml(cls, text: str) -> ToolCatalogue:
+        """Load a catalogue from YAML."""
+        return cls.model_validate(yaml.safe_load(text))
+
+    def to_yaml(self) -> str:
+        """The catalogue as YAML."""
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)

@@ -1,0 +1,124 @@
+"""Pure checks for the worker fleet: may this attempt be claimed now, and what work is due.
+
+A worker claims by appending ``StepStarted`` with the stream's expected version after
+:func:`check_claim` said yes; the sweeper re-enqueues what :func:`due_work` lists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from saga_core.contracts import StepKind
+from saga_core.decide import decide
+from saga_core.state import RunStatus, SagaState, StepRun
+
+
+@dataclass(frozen=True)
+class ClaimVerdict:
+    """Whether an attempt is claimable now; ``reason`` says why (also when it is)."""
+
+    ok: bool
+    reason: str
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def _blocked(state: SagaState, kind: StepKind) -> str | None:
+    """Why no operation of this kind may start in this saga right now, if anything stops it."""
+    if not state.started:
+        return "saga not started"
+    if state.finished is not None:
+        return f"saga finished ({state.finished})"
+    if state.escalation is not None:
+        return "saga awaits manual intervention"
+    if kind is StepKind.FORWARD and state.phase == "compensating":
+        return "saga is compensating; forward work stopped"
+    if kind is StepKind.FORWARD and state.cancel_requested and not state.pivot_passed:
+        return "cancel requested"
+    if kind is StepKind.COMPENSATION and state.phase != "compensating":
+        return "saga is not compensating"
+    return None
+
+
+def check_claim(
+    state: SagaState, step_id: str, kind: StepKind, attempt: int, now: datetime
+) -> ClaimVerdict:
+    """Whether (step, kind, attempt) is claimable at ``now``: scheduled, due, unheld, not done."""
+    blocked = _blocked(state, kind)
+    if blocked is not None:
+        return ClaimVerdict(False, blocked)
+    runs = state.forward if kind is StepKind.FORWARD else state.compensation
+    run = runs.get(step_id)
+    if run is None:
+        return ClaimVerdict(False, f"no {kind} operation for step {step_id!r}")
+    if run.attempt != attempt:
+        return ClaimVerdict(False, f"stale attempt {attempt}; current attempt is {run.attempt}")
+    if run.status is RunStatus.SCHEDULED:
+        if run.not_before is not None and now < run.not_before:
+            return ClaimVerdict(False, f"not due before {run.not_before.isoformat()}")
+        return ClaimVerdict(True, "scheduled and due")
+    if run.status is RunStatus.STARTED:
+        lease = run.lease_expires_at
+        if lease is not None and now >= lease:
+            spec = state.definition.tool_spec(step_id, kind)
+            if spec is not None and spec.dedupes_by_key:
+                return ClaimVerdict(True, "lease expired; the provider dedupes by key")
+            return ClaimVerdict(False, "lease expired: outcome ambiguous, reconcile first")
+        return ClaimVerdict(False, f"claimed by {run.worker_id} until {lease}")
+    return ClaimVerdict(False, f"operation is {run.status}")
+
+
+DueAction = Literal["execute", "reconcile", "lease_expired", "approval_expired", "decide"]
+
+
+@dataclass(frozen=True)
+class DueWork:
+    """One piece of work the log says is due, for the sweeper to (re-)enqueue and count."""
+
+    saga_id: str
+    step_id: str | None
+    kind: StepKind | None
+    attempt: int
+    action: DueAction
+    due_since: datetime
+
+
+def _due_at(run: StepRun, queue_wait: timedelta) -> datetime | None:
+    if run.not_before is None:
+        return None
+    delayed = run.scheduled_at is not None and run.not_before > run.scheduled_at
+    # A delayed retry was never enqueued (no broker ETAs): it is due at not_before. Work that
+    # was enqueued immediately is only overdue once it waited longer than the queue normally does.
+    return run.not_before if delayed else run.not_before + queue_wait
+
+
+def due_work(state: SagaState, now: datetime, queue_wait: timedelta) -> list[DueWork]:
+    """Work overdue at ``now``: unclaimed schedules, due lookups, expired leases and approvals."""
+    if not state.started or state.finished is not None or state.escalation is not None:
+        return []
+    items: list[DueWork] = []
+    for run in [*state.forward.values(), *state.compensation.values()]:
+        item: tuple[DueAction, datetime] | None = None
+        due = _due_at(run, queue_wait)
+        if run.status is RunStatus.SCHEDULED and _blocked(state, run.kind) is None:
+            if due is not None and now >= due:
+                item = ("execute", due)
+        elif run.status is RunStatus.RECONCILING and due is not None and now >= due:
+            item = ("reconcile", due)
+        elif run.status is RunStatus.STARTED and run.lease_expires_at is not None:
+            if now >= run.lease_expires_at:
+                item = ("lease_expired", run.lease_expires_at)
+        elif run.status is RunStatus.AWAITING_APPROVAL and run.approval is not None:
+            approval = run.approval
+            expiry = approval.grant_expires_at if approval.status == "granted" else None
+            expiry = expiry or approval.expires_at
+            if now >= expiry:
+                item = ("approval_expired", expiry)
+        if item is not None:
+            items.append(DueWork(state.saga_id, run.step_id, run.kind, run.attempt, *item))
+    if not items and decide(state, now):
+        items.append(DueWork(state.saga_id, None, None, 0, "decide", now))
+    return items

@@ -1,0 +1,459 @@
+"""The orchestrator's judgement: ``decide(state, now)`` returns what must happen next.
+
+Pure and deterministic (steps are visited in declaration order), and idempotent: it only
+returns what the log does not already record, so after a decision's event is folded in the
+same decision is never returned again. Callers append each decision's event with the stream's
+expected version and call decide again until it returns nothing.
+
+Each batch has one shape: facts first (a lease expired, a lookup found the effect); otherwise
+at most one escalation, or one BeginCompensation, or one Finish; otherwise the schedules,
+retries, reconciliations and approval requests that are due.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from saga_core.backoff import backoff_delay
+from saga_core.commands import operation_action_hash, redacted_arguments, resolve_arguments
+from saga_core.contracts import ErrorClass, SagaStatus, Semantics, StepKind
+from saga_core.decisions import (
+    AcceptReconciledReceipt,
+    BeginCompensation,
+    Decision,
+    DeclareOutcomeUnknown,
+    Escalate,
+    Finish,
+    Reconcile,
+    RequestApproval,
+    RetryAfterBackoff,
+    ScheduleCompensation,
+    ScheduleStep,
+)
+from saga_core.definition import ApprovalPolicy, StepDefinition
+from saga_core.errors import TemplateError
+from saga_core.events import Evidence
+from saga_core.state import FORWARD_DONE, IN_DOUBT, RunStatus, SagaState, StepRun
+
+FORWARD, COMPENSATION = StepKind.FORWARD, StepKind.COMPENSATION
+COMPENSATION_DONE = frozenset({RunStatus.SUCCEEDED, RunStatus.FORCED, RunStatus.SKIPPED})
+
+
+@dataclass
+class _Outcome:
+    """What one run asks for: decisions, an escalation, or a definite business failure."""
+
+    decisions: list[Decision] = field(default_factory=list)
+    escalation: Escalate | None = None
+    rejection: str | None = None
+
+
+def decide(state: SagaState, now: datetime) -> list[Decision]:
+    """What must happen next for this saga at ``now`` and is not yet recorded."""
+    if now.tzinfo is None:
+        raise ValueError("decide needs an aware `now`")
+    if not state.started or state.finished is not None or state.escalation is not None:
+        return []  # finished, or paused until an operator acts
+    facts = _facts(state, now)
+    if facts:
+        return facts
+    if state.phase == "forward":
+        return _forward_phase(state, now)
+    return _compensation_phase(state, now)
+
+
+# -- facts ---------------------------------------------------------------------------------
+
+
+def _facts(state: SagaState, now: datetime) -> list[Decision]:
+    found: list[Decision] = []
+    for run in [*state.forward.values(), *state.compensation.values()]:
+        expired = run.lease_expires_at is not None and now >= run.lease_expires_at
+        if run.status is RunStatus.STARTED and expired:
+            detail = f"lease of worker {run.worker_id} expired at {run.lease_expires_at}"
+            found.append(
+                DeclareOutcomeUnknown(run.step_id, run.kind, run.attempt, run.operation_key, detail)
+            )
+        elif run.status is RunStatus.FOUND and run.lookup_receipt is not None:
+            found.append(
+                AcceptReconciledReceipt(
+                    run.step_id, run.kind, run.attempt, run.operation_key, run.lookup_receipt
+                )
+            )
+    return found
+
+
+# -- forward phase -------------------------------------------------------------------------
+
+
+def _forward_phase(state: SagaState, now: datetime) -> list[Decision]:
+    definition = state.definition
+    stop_forward = state.cancel_requested and not state.pivot_passed
+    decisions: list[Decision] = []
+    escalations: list[Escalate] = []
+    rejection: tuple[str, str | None] | None = None
+    per_step: dict[str, list[Decision]] = {}
+    for step in definition.steps:
+        run = state.forward[step.id]
+        if run.status is RunStatus.PENDING:
+            deps_done = all(state.forward[d].status in FORWARD_DONE for d in step.depends_on)
+            outcome = _ready(state, step, run, now) if deps_done and not stop_forward else None
+        else:
+            outcome = _advance(state, step, run, now)
+        if outcome is None:
+            continue
+        per_step[step.id] = outcome.decisions
+        decisions += outcome.decisions
+        if outcome.escalation is not None:
+            escalations.append(outcome.escalation)
+        if outcome.rejection is not None and rejection is None:
+            rejection = (outcome.rejection, step.id)
+    if escalations:
+        return [escalations[0]]
+    if rejection is None and stop_forward:
+        rejection = ("cancel requested by an operator", None)
+    if rejection is not None:
+        pivot = definition.pivot
+        if pivot is not None and state.forward[pivot.id].status in IN_DOUBT:
+            # Whether the point of no return was passed must be known before undoing anything.
+            return per_step.get(pivot.id, [])
+        return [BeginCompensation(rejection[0], rejection[1])]
+    if decisions:
+        return decisions
+    if all(run.status in FORWARD_DONE for run in state.forward.values()):
+        return [_finish_forward(state)]
+    return []
+
+
+def _finish_forward(state: SagaState) -> Finish:
+    repaired = [r.step_id for r in state.forward.values() if r.status is not RunStatus.SUCCEEDED]
+    if state.repaired or repaired:
+        note = f"; operator-repaired: {', '.join(repaired)}" if repaired else ""
+        return Finish(SagaStatus.COMMITTED_WITH_REPAIR, f"committed with operator repair{note}")
+    cancel = "; cancel arrived after the pivot" if state.cancel_requested else ""
+    return Finish(SagaStatus.COMPLETED, f"all {len(state.forward)} steps succeeded{cancel}")
+
+
+# -- compensation phase --------------------------------------------------------------------
+
+
+def _forward_effect(state: SagaState, step: StepDefinition, run: StepRun) -> str:
+    """'effect', 'none' or 'doubt' for a forward run, as compensation must see it."""
+    if run.status in (RunStatus.SUCCEEDED, RunStatus.FORCED):
+        return "effect"
+    if run.status is RunStatus.ABSENT:
+        return "none" if _past_horizon(state, step, run) else "doubt"
+    if run.status in IN_DOUBT:
+        return "doubt"
+    # Never dispatched, definitely failed, skipped, or stranded: claims stop once compensating.
+    return "none"
+
+
+def _past_horizon(state: SagaState, step: StepDefinition, run: StepRun) -> bool:
+    end = _horizon_end(state, step, run)
+    return end is not None and run.absent_at is not None and run.absent_at >= end
+
+
+def _horizon_end(state: SagaState, step: StepDefinition, run: StepRun) -> datetime | None:
+    spec = state.definition.tool_spec(step.id, run.kind)
+    if spec is None or spec.commit_horizon_s is None or run.unknown_at is None:
+        return None
+    return run.unknown_at + timedelta(seconds=spec.commit_horizon_s)
+
+
+def _compensation_phase(state: SagaState, now: datetime) -> list[Decision]:
+    definition = state.definition
+    if state.pivot_passed:
+        return [_escalate(state, None, None, "the pivot succeeded while compensating", now)]
+    effects = {s.id: _forward_effect(state, s, state.forward[s.id]) for s in definition.steps}
+    settled: dict[str, bool] = {}
+    for step in definition.steps:
+        comp = state.compensation.get(step.id)
+        if effects[step.id] == "doubt":
+            settled[step.id] = False
+        elif effects[step.id] == "none" or comp is None:
+            settled[step.id] = True
+        else:
+            settled[step.id] = comp.status in COMPENSATION_DONE
+    decisions: list[Decision] = []
+    escalations: list[Escalate] = []
+    for step in definition.steps:
+        outcome: _Outcome | None = None
+        comp = state.compensation.get(step.id)
+        if effects[step.id] == "doubt":
+            outcome = _advance(state, step, state.forward[step.id], now)
+        elif effects[step.id] == "effect" and comp is not None and not settled[step.id]:
+            if comp.status is not RunStatus.PENDING:
+                outcome = _advance(state, step, comp, now)
+            elif all(settled[d] for d in definition.descendants(step.id)):
+                outcome = _ready(state, step, comp, now)
+        if outcome is not None:
+            decisions += outcome.decisions
+            if outcome.escalation is not None:
+                escalations.append(outcome.escalation)
+    if escalations:
+        return [escalations[0]]
+    if decisions or not all(settled.values()):
+        return decisions
+    return [_finish_compensation(state, effects)]
+
+
+def _finish_compensation(state: SagaState, effects: dict[str, str]) -> Finish:
+    undone, residual = [], []
+    for step in state.definition.steps:
+        if effects[step.id] != "effect":
+            continue
+        comp = state.compensation.get(step.id)
+        compensated = comp is not None and comp.status in (RunStatus.SUCCEEDED, RunStatus.FORCED)
+        if compensated and step.semantics is not Semantics.IRREVERSIBLE:
+            undone.append(step.id)
+        elif step.leaves_effect:
+            how = "corrected" if compensated else "not undone"
+            residual.append(f"{step.id} ({step.semantics}, {how})")
+    summary = f"compensated: {', '.join(undone) or 'nothing'}"
+    if residual:
+        return Finish(
+            SagaStatus.PARTIALLY_COMPENSATED, f"{summary}; residual: {', '.join(residual)}"
+        )
+    return Finish(SagaStatus.COMPENSATED, f"{summary} ({state.compensation_reason})")
+
+
+# -- one run -------------------------------------------------------------------------------
+
+
+def _schedule(run: StepRun, now: datetime, reason: str) -> Decision:
+    if run.kind is FORWARD:
+        return ScheduleStep(run.step_id, run.attempt + 1, now, reason)
+    return ScheduleCompensation(run.step_id, run.attempt + 1, now, reason)
+
+
+def _ready(state: SagaState, step: StepDefinition, run: StepRun, now: datetime) -> _Outcome:
+    """A run that may start now: ask for approval if its policy applies, else schedule it."""
+    policy = state.definition.approval_policy(step.id, run.kind)
+    try:
+        args = resolve_arguments(state, step.id, run.kind)
+    except TemplateError as exc:
+        return _Outcome(escalation=_escalate(state, step, run, f"cannot resolve: {exc}", now))
+    if policy is not None and policy.applies(args):
+        return _approval(state, step, run, policy, now)
+    reason = "dependencies done" if run.kind is FORWARD else "dependents compensated"
+    return _Outcome([_schedule(run, now, reason)])
+
+
+def _approval(
+    state: SagaState,
+    step: StepDefinition,
+    run: StepRun,
+    policy: ApprovalPolicy,
+    now: datetime,
+    *,
+    why: str = "approval policy applies",
+) -> _Outcome:
+    approval = run.approval
+    current = operation_action_hash(state, step.id, run.kind)
+    valid_grant = (
+        approval is not None
+        and approval.action_hash == current
+        and approval.status == "granted"
+        and approval.grant_expires_at is not None
+        and now < approval.grant_expires_at
+    )
+    if valid_grant and run.status is RunStatus.AWAITING_APPROVAL:
+        return _Outcome([_schedule(run, now, "approved")])
+    if approval is not None and run.status is RunStatus.AWAITING_APPROVAL:
+        if approval.action_hash == current and approval.status == "denied":
+            if run.kind is FORWARD and not state.pivot_passed:
+                return _Outcome(rejection=f"approval denied by {approval.approver}")
+            return _Outcome(escalation=_escalate(state, step, run, "approval denied", now))
+        if approval.action_hash != current:
+            why = "the action changed since approval was requested"
+        elif approval.status == "requested" and now < approval.expires_at:
+            return _Outcome()  # waiting for a human
+        else:
+            why = "approval expired"
+    scope = policy.scope or f"{step.id}:{run.kind}"
+    expires = now + timedelta(seconds=policy.request_ttl_s)
+    evidence = _evidence(
+        state, step, run, why, now, alternatives=["approve", "deny"], deadline=expires
+    )
+    return _Outcome([RequestApproval(step.id, run.kind, current, scope, evidence, expires)])
+
+
+def _advance(state: SagaState, step: StepDefinition, run: StepRun, now: datetime) -> _Outcome:
+    """Progress a run that has left PENDING."""
+    status = run.status
+    if status is RunStatus.AWAITING_APPROVAL:
+        policy = state.definition.approval_policy(step.id, run.kind) or ApprovalPolicy()
+        return _approval(state, step, run, policy, now)
+    if status is RunStatus.FAILED:
+        return _failure(state, step, run, now)
+    if status is RunStatus.UNKNOWN:
+        return _reconcile(state, step, run, now, "outcome unknown")
+    if status is RunStatus.ABSENT:
+        return _absent(state, step, run, now)
+    if status is RunStatus.FOUND:  # found without a receipt: nothing to prove the effect with
+        return _Outcome(escalation=_escalate(state, step, run, "lookup found no receipt", now))
+    if status is RunStatus.RETRY_REQUESTED:
+        return _Outcome([_schedule(run, now, "operator retry")])
+    return _Outcome()  # scheduled, started within its lease, reconciling, or done
+
+
+def _failure(state: SagaState, step: StepDefinition, run: StepRun, now: datetime) -> _Outcome:
+    error = run.error_class
+    before_pivot = run.kind is FORWARD and not state.pivot_passed
+    if error is ErrorClass.TRANSIENT:
+        return _retry(state, step, run, now, f"transient failure: {run.error_message}")
+    if error is ErrorClass.BUSINESS_REJECTION:
+        if before_pivot:
+            return _Outcome(rejection=f"business rejection: {run.error_message}")
+        if run.kind is FORWARD:  # after the pivot: only forward
+            return _retry(state, step, run, now, f"business rejection: {run.error_message}")
+    if error is ErrorClass.AUTH_EXPIRED:
+        # Never reuse old authority: pause for a renewed approval, keeping the same key.
+        policy = state.definition.approval_policy(step.id, run.kind) or ApprovalPolicy()
+        renew = ApprovalPolicy(
+            required=True,
+            scope="renew_authorization",
+            request_ttl_s=policy.request_ttl_s,
+            grant_ttl_s=policy.grant_ttl_s,
+        )
+        return _approval(state, step, run, renew, now, why="authorization expired")
+    reason = {
+        ErrorClass.PRECONDITION_FAILED: "target changed since the forward step (precondition)",
+        ErrorClass.PERMANENT: "permanent failure",
+    }.get(error or ErrorClass.PERMANENT, f"{error} failure")
+    return _Outcome(escalation=_escalate(state, step, run, f"{reason}: {run.error_message}", now))
+
+
+def _retry(
+    state: SagaState, step: StepDefinition, run: StepRun, now: datetime, why: str
+) -> _Outcome:
+    policy = state.definition.retry_policy(step.id, run.kind)
+    if policy.max_attempts is not None and run.attempt >= policy.max_attempts:
+        reason = f"{why}; {run.attempt} attempts exhausted"
+        if run.kind is FORWARD and not state.pivot_passed:
+            return _Outcome(rejection=reason)
+        return _Outcome(escalation=_escalate(state, step, run, reason, now))
+    if state.retry_budget_left <= 0:
+        reason = f"{why}; saga retry budget exhausted"
+        return _Outcome(escalation=_escalate(state, step, run, reason, now))
+    base = run.changed_at or now
+    not_before = base + backoff_delay(policy, run.operation_key, run.attempt)
+    decision = RetryAfterBackoff(step.id, run.kind, run.attempt + 1, not_before, why)
+    return _Outcome([decision])
+
+
+def _reconcile(
+    state: SagaState,
+    step: StepDefinition,
+    run: StepRun,
+    now: datetime,
+    why: str,
+    *,
+    not_before: datetime | None = None,
+) -> _Outcome:
+    policy = state.definition.retry_policy(step.id, run.kind)
+    if run.reconciliations >= policy.max_reconciliations:
+        reason = f"{why}: still unproven after {run.reconciliations} lookups by key"
+        return _Outcome(escalation=_escalate(state, step, run, reason, now))
+    if not_before is None:
+        base = run.changed_at or now
+        delay = backoff_delay(policy, run.operation_key, run.reconciliations)
+        not_before = base if run.reconciliations == 0 else base + delay
+    return _Outcome([Reconcile(step.id, run.kind, run.attempt, not_before, why)])
+
+
+def _absent(state: SagaState, step: StepDefinition, run: StepRun, now: datetime) -> _Outcome:
+    """Confirmed absent: retry only where a late commit cannot duplicate the effect."""
+    spec = state.definition.tool_spec(step.id, run.kind)
+    horizon_end = _horizon_end(state, step, run)
+    past_horizon = _past_horizon(state, step, run)
+    if run.kind is FORWARD and state.phase == "compensating":
+        if past_horizon:
+            return _Outcome()  # settled: it never happened
+    elif spec is not None and spec.dedupes_by_key:
+        return _retry(state, step, run, now, "confirmed absent; provider dedupes by key")
+    elif past_horizon:
+        return _retry(state, step, run, now, "confirmed absent after the commit horizon")
+    if horizon_end is not None:
+        return _reconcile(
+            state, step, run, now, "absent: wait out the commit horizon", not_before=horizon_end
+        )
+    reason = "confirmed absent, but the tool neither dedupes by key nor declares a commit horizon"
+    return _Outcome(escalation=_escalate(state, step, run, reason, now))
+
+
+# -- evidence ------------------------------------------------------------------------------
+
+
+def _evidence(
+    state: SagaState,
+    step: StepDefinition | None,
+    run: StepRun | None,
+    reason: str,
+    now: datetime,
+    *,
+    alternatives: list[str],
+    deadline: datetime | None = None,
+) -> Evidence:
+    deadline = deadline or now + timedelta(seconds=state.definition.escalation_deadline_s)
+    if step is None or run is None:
+        return Evidence(
+            intended_action="none", reason=reason, deadline=deadline, alternatives=alternatives
+        )
+    tool, version = state.definition.tool_for(step.id, run.kind)
+    forward = state.forward[step.id]
+    try:
+        args = redacted_arguments(state, step.id, run.kind)
+    except TemplateError as exc:
+        args = {"unresolved": str(exc)}
+    undoing = run.kind is COMPENSATION
+    if undoing:
+        expected = f"{step.id}'s effect undone by {tool}@{version}"
+    else:
+        expected = f"{step.id} done by {tool}@{version}"
+    residual = (
+        f"{step.semantics} effect of {step.id} may remain"
+        if undoing or step.leaves_effect
+        else "none: the step has no effect to undo"
+    )
+    return Evidence(
+        intended_action=f"{run.kind} {step.id}: {tool}@{version}",
+        affected_resource=forward.receipt.resource_id if forward.receipt else None,
+        forward_receipt=forward.receipt,
+        reason=reason,
+        expected_result=expected,
+        residual_risk=residual,
+        deadline=deadline,
+        alternatives=alternatives,
+        details={
+            "args": args,
+            "attempt": run.attempt,
+            "operation_key": run.operation_key,
+            "status": str(run.status),
+            "error_class": str(run.error_class) if run.error_class else None,
+        },
+    )
+
+
+def _escalate(
+    state: SagaState,
+    step: StepDefinition | None,
+    run: StepRun | None,
+    reason: str,
+    now: datetime,
+) -> Escalate:
+    if run is not None and run.kind is COMPENSATION:
+        options = ["retry_step", "mark_compensated", "skip"]
+    else:
+        options = ["retry_step", "skip", "force_complete", "resume"]
+        if not state.pivot_passed and state.phase == "forward":
+            options.append("cancel")
+    evidence = _evidence(state, step, run, reason, now, alternatives=options)
+    return Escalate(
+        reason,
+        step.id if step is not None else None,
+        run.kind if run is not None else None,
+        evidence,
+    )

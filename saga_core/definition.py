@@ -1,0 +1,303 @@
+"""Saga definitions as data: steps, compensations, retry and approval policies, input fields.
+
+A definition is a versioned pydantic model another process can load later (JSON or YAML) and
+identify by a stable content hash; it never holds Python callables.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from saga_core.catalogue import ToolSpec
+from saga_core.contracts import EFFECT_FREE_SEMANTICS, Semantics, StepKind
+from saga_core.keys import payload_hash
+
+_NAME = r"^[a-z][a-z0-9_.\-]*$"
+_STEP_ID = r"^[a-z][a-z0-9_]*$"
+
+
+class RetryPolicy(BaseModel):
+    """Bounded retries: exponential backoff with full jitter, capped; both bounds are required."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # None is accepted by the model so that validation can name the step that lacks a bound.
+    max_attempts: int | None = Field(default=None, ge=1)
+    max_delay_s: float | None = Field(default=None, gt=0)
+    base_delay_s: float = Field(default=1.0, gt=0)
+    max_reconciliations: int = Field(default=5, ge=1)
+
+
+DEFAULT_RETRY = RetryPolicy(max_attempts=3, base_delay_s=1.0, max_delay_s=60.0)
+
+
+class AmountLimit(BaseModel):
+    """Ask for approval when the resolved argument ``arg`` is numerically above ``limit``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    arg: str
+    limit: float
+
+
+class ApprovalPolicy(BaseModel):
+    """When a human must approve an action, and how long requests and grants stay valid."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    required: bool = False
+    above: AmountLimit | None = None
+    scope: str | None = None
+    request_ttl_s: float = Field(default=3600.0, gt=0)
+    grant_ttl_s: float = Field(default=900.0, gt=0)
+
+    def applies(self, args: dict[str, Any]) -> bool:
+        """Whether these resolved arguments need an approval under this policy."""
+        if self.required:
+            return True
+        if self.above is None:
+            return False
+        value = args.get(self.above.arg)
+        # A non-numeric value cannot be proven under the limit, so it needs a human.
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return True
+        return value > self.above.limit
+
+
+class CompensationCommand(BaseModel):
+    """A versioned command that undoes, offsets or corrects a forward step; data, not a closure."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool: str = Field(min_length=1)
+    version: int = Field(default=1, ge=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+    # Resolved like args and handed to the tool, which raises PreconditionFailed when the
+    # target changed since the forward step (e.g. {"expect_version": "${receipt.version}"}).
+    precondition: dict[str, Any] = Field(default_factory=dict)
+    retry: RetryPolicy | None = None
+    approval: ApprovalPolicy | None = None
+    operation_version: int = Field(default=1, ge=1)
+    description: str = ""
+
+
+class StepDefinition(BaseModel):
+    """One forward step: the allowlisted tool, its argument template, semantics and policies."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(pattern=_STEP_ID, max_length=64)
+    tool: str = Field(min_length=1)
+    version: int = Field(default=1, ge=1)
+    semantics: Semantics
+    args: dict[str, Any] = Field(default_factory=dict)
+    depends_on: list[str] = Field(default_factory=list)
+    pivot: bool = False
+    compensation: CompensationCommand | None = None
+    retry: RetryPolicy | None = None
+    approval: ApprovalPolicy | None = None
+    operation_version: int = Field(default=1, ge=1)
+    description: str = ""
+
+    @property
+    def leaves_effect(self) -> bool:
+        """Whether a success changes the world in a way that needs undoing."""
+        return self.semantics not in EFFECT_FREE_SEMANTICS
+
+
+InputType = Literal["string", "integer", "number", "boolean", "object", "array"]
+
+
+class InputField(BaseModel):
+    """One field of a saga's input, JSON-Schema-ish; ``secret`` values are never shown."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: InputType
+    required: bool = True
+    description: str = ""
+    secret: bool = False
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: float | None = None
+    exclusive_maximum: float | None = None
+    min_length: int | None = Field(default=None, ge=0)
+    max_length: int | None = Field(default=None, ge=0)
+    enum: list[Any] | None = None
+    default: Any = None
+
+    def json_schema(self) -> dict[str, Any]:
+        """This field as a JSON Schema property."""
+        schema: dict[str, Any] = {"type": self.type}
+        if self.description:
+            schema["description"] = self.description
+        for name, key in (
+            ("minimum", "minimum"),
+            ("maximum", "maximum"),
+            ("exclusive_minimum", "exclusiveMinimum"),
+            ("exclusive_maximum", "exclusiveMaximum"),
+            ("min_length", "minLength"),
+            ("max_length", "maxLength"),
+            ("enum", "enum"),
+        ):
+            value = getattr(self, name)
+            if value is not None:
+                schema[key] = value
+        if self.default is not None:
+            schema["default"] = self.default
+        if self.secret:
+            schema["writeOnly"] = True
+            schema["x-secret"] = True
+        return schema
+
+
+class SagaDefinition(BaseModel):
+    """A named, versioned saga: input fields, dependent steps, budgets and tool contracts."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=_NAME, max_length=128)
+    version: int = Field(ge=1)
+    description: str = ""
+    input: dict[str, InputField] = Field(default_factory=dict)
+    steps: list[StepDefinition]
+    retry_budget: int = Field(default=10, ge=0)
+    default_retry: RetryPolicy = DEFAULT_RETRY
+    escalation_deadline_s: float = Field(default=86400.0, gt=0)
+    # Snapshot of the tool contracts this definition was validated against (filled by
+    # validate_definition), so recovery never needs the catalogue or the original process.
+    tools: list[ToolSpec] = Field(default_factory=list)
+
+    # -- serialization -------------------------------------------------------------------
+
+    def content_hash(self) -> str:
+        """sha256 of the canonical JSON of the whole definition: its stable identity."""
+        return payload_hash(self.model_dump(mode="json"))
+
+    def to_json(self) -> str:
+        """The definition as a JSON document."""
+        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> SagaDefinition:
+        """Load a definition from JSON."""
+        return cls.model_validate_json(text)
+
+    def to_yaml(self) -> str:
+        """The definition as a YAML document (PyYAML, safe dumper)."""
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+    @classmethod
+    def from_yaml(cls, text: str) -> SagaDefinition:
+        """Load a definition from YAML (PyYAML, safe loader)."""
+        return cls.model_validate(yaml.safe_load(text))
+
+    def input_json_schema(self) -> dict[str, Any]:
+        """JSON Schema of the input, so an agent's tool-calling can fill it."""
+        return {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": f"{self.name} v{self.version} input",
+            "type": "object",
+            "properties": {name: f.json_schema() for name, f in self.input.items()},
+            "required": [name for name, f in self.input.items() if f.required],
+            "additionalProperties": False,
+        }
+
+    # -- graph -----------------------------------------------------------------------------
+
+    @cached_property
+    def _by_id(self) -> dict[str, StepDefinition]:
+        return {step.id: step for step in self.steps}
+
+    @property
+    def step_ids(self) -> list[str]:
+        """Step ids in declaration order (the deterministic iteration order of decide)."""
+        return [step.id for step in self.steps]
+
+    def step(self, step_id: str) -> StepDefinition:
+        """The step with this id; KeyError when there is none."""
+        return self._by_id[step_id]
+
+    def has_step(self, step_id: str) -> bool:
+        """Whether a step with this id exists."""
+        return step_id in self._by_id
+
+    @cached_property
+    def _ancestors(self) -> dict[str, frozenset[str]]:
+        return {step.id: self._walk(step.id, self._deps) for step in self.steps}
+
+    @cached_property
+    def _descendants(self) -> dict[str, frozenset[str]]:
+        return {step.id: self._walk(step.id, self._dependents) for step in self.steps}
+
+    @cached_property
+    def _deps(self) -> dict[str, list[str]]:
+        return {s.id: [d for d in s.depends_on if d in self._by_id] for s in self.steps}
+
+    @cached_property
+    def _dependents(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {s.id: [] for s in self.steps}
+        for step in self.steps:
+            for dep in self._deps[step.id]:
+                out[dep].append(step.id)
+        return out
+
+    @staticmethod
+    def _walk(start: str, edges: dict[str, list[str]]) -> frozenset[str]:
+        seen: set[str] = set()
+        stack = list(edges.get(start, []))
+        while stack:
+            node = stack.pop()
+            if node not in seen:
+                seen.add(node)
+                stack.extend(edges.get(node, []))
+        seen.discard(start)
+        return frozenset(seen)
+
+    def ancestors(self, step_id: str) -> frozenset[str]:
+        """Every step ``step_id`` transitively depends on."""
+        return self._ancestors[step_id]
+
+    def descendants(self, step_id: str) -> frozenset[str]:
+        """Every step that transitively depends on ``step_id``."""
+        return self._descendants[step_id]
+
+    @property
+    def pivot(self) -> StepDefinition | None:
+        """The pivot step (validation allows at most one), if any."""
+        return next((step for step in self.steps if step.pivot), None)
+
+    # -- policies ----------------------------------------------------------------------------
+
+    def retry_policy(self, step_id: str, kind: StepKind) -> RetryPolicy:
+        """The retry policy in force for a step's forward or compensation operation."""
+        step = self.step(step_id)
+        if kind is StepKind.COMPENSATION and step.compensation is not None:
+            return step.compensation.retry or step.retry or self.default_retry
+        return step.retry or self.default_retry
+
+    def approval_policy(self, step_id: str, kind: StepKind) -> ApprovalPolicy | None:
+        """The approval policy for a step's forward or compensation operation, if any."""
+        step = self.step(step_id)
+        if kind is StepKind.COMPENSATION:
+            return step.compensation.approval if step.compensation else None
+        return step.approval
+
+    def tool_for(self, step_id: str, kind: StepKind) -> tuple[str, int]:
+        """(tool name, version) a step's forward or compensation operation calls."""
+        step = self.step(step_id)
+        if kind is StepKind.COMPENSATION:
+            if step.compensation is None:
+                raise KeyError(f"step {step_id!r} has no compensation")
+            return step.compensation.tool, step.compensation.version
+        return step.tool, step.version
+
+    def tool_spec(self, step_id: str, kind: StepKind) -> ToolSpec | None:
+        """The snapshotted tool contract of a step's operation (None if not bound)."""
+        name, version = self.tool_for(step_id, kind)
+        return next((t for t in self.tools if (t.name, t.version) == (name, version)), None)

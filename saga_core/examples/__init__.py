@@ -1,0 +1,23 @@
+"""Shipped example definitions: the trip saga and its tool catalogue, stored as YAML data."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+from saga_core.catalogue import ToolCatalogue
+from saga_core.definition import SagaDefinition
+from saga_core.validation import validate_definition
+
+
+def _read(name: str) -> str:
+    return files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+def trip_tool_catalogue() -> ToolCatalogue:
+    """The allowlisted tools of the trip saga (flights, hotels, payments, email; version 1)."""
+    return ToolCatalogue.from_yaml(_read("trip_tools.yaml"))
+
+
+def trip_definition() -> SagaDefinition:
+    """The trip saga, validated and bound to :func:`trip_tool_catalogue`."""
+    return validate_definition(SagaDefinition.from_yaml(_read("trip.yaml")), trip_tool_catalogue())

@@ -1,0 +1,369 @@
+"""Saga state and its fold: ``evolve(state, event) -> state`` is pure and never mutates its input.
+
+State is a frozen dataclass over frozen step runs; each evolve returns a new state sharing the
+untouched runs. Interpretation (what to do next) lives in :mod:`saga_core.decide`; evolve only
+records facts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from saga_core.contracts import ErrorClass, Receipt, SagaStatus, StepKind
+from saga_core.definition import SagaDefinition
+from saga_core.errors import DefinitionMismatchError, EventRejected
+from saga_core.events import (
+    ApprovalDenied,
+    ApprovalGranted,
+    ApprovalRequested,
+    CancelRequested,
+    CompensationStarted,
+    ManualInterventionRequired,
+    OperatorAction,
+    ReconciliationResult,
+    ReconciliationScheduled,
+    SagaEvent,
+    SagaFinished,
+    SagaStarted,
+    StepEvent,
+    StepFailed,
+    StepOutcomeUnknown,
+    StepScheduled,
+    StepStarted,
+    StepSucceeded,
+)
+from saga_core.keys import operation_key
+
+
+class RunStatus(StrEnum):
+    """Where one forward or compensation operation of a step stands."""
+
+    PENDING = "pending"
+    AWAITING_APPROVAL = "awaiting_approval"
+    SCHEDULED = "scheduled"
+    STARTED = "started"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    RECONCILING = "reconciling"
+    FOUND = "found"  # reconciliation found the effect; StepSucceeded(via=reconcile) is next
+    ABSENT = "absent"  # reconciliation confirmed absence (which proves nothing about late commits)
+    RETRY_REQUESTED = "retry_requested"  # an operator asked for another attempt
+    SKIPPED = "skipped"  # an operator chose to leave this operation undone
+    FORCED = "forced"  # an operator declared it done (force_complete / mark_compensated)
+
+
+#: A forward run in one of these lets its dependents proceed.
+FORWARD_DONE = frozenset({RunStatus.SUCCEEDED, RunStatus.FORCED, RunStatus.SKIPPED})
+#: A forward or compensation run whose effect may exist but is not yet proven either way.
+IN_DOUBT = frozenset(
+    {RunStatus.STARTED, RunStatus.UNKNOWN, RunStatus.RECONCILING, RunStatus.FOUND, RunStatus.ABSENT}
+)
+
+
+@dataclass(frozen=True)
+class ApprovalState:
+    """The latest approval request of a run and its answer."""
+
+    action_hash: str
+    scope: str
+    requested_at: datetime
+    expires_at: datetime
+    status: Literal["requested", "granted", "denied"] = "requested"
+    approver: str | None = None
+    grant_expires_at: datetime | None = None
+    denial_reason: str = ""
+
+
+@dataclass(frozen=True)
+class StepRun:
+    """The recorded state of one operation (a step's forward or compensation run)."""
+
+    step_id: str
+    kind: StepKind
+    operation_key: str
+    status: RunStatus = RunStatus.PENDING
+    attempt: int = 0
+    request_hash: str | None = None
+    receipt: Receipt | None = None
+    via: str | None = None
+    error_class: ErrorClass | None = None
+    error_message: str = ""
+    worker_id: str | None = None
+    lease_expires_at: datetime | None = None
+    scheduled_at: datetime | None = None
+    not_before: datetime | None = None
+    unknown_at: datetime | None = None
+    absent_at: datetime | None = None
+    reconciliations: int = 0
+    lookup_receipt: Receipt | None = None
+    approval: ApprovalState | None = None
+    changed_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Escalation:
+    """Why the saga waits for a human, and which operation it is about."""
+
+    reason: str
+    step_id: str | None
+    kind: StepKind | None
+    at: datetime
+
+
+@dataclass(frozen=True)
+class SagaState:
+    """Everything decide needs, folded from the log: runs, phase, budgets, flags, version."""
+
+    definition: SagaDefinition
+    saga_id: str = ""
+    tenant: str = ""
+    input: Mapping[str, Any] = field(default_factory=dict)
+    input_hash: str = ""
+    started: bool = False
+    phase: Literal["forward", "compensating"] = "forward"
+    escalation: Escalation | None = None
+    finished: SagaStatus | None = None
+    cancel_requested: bool = False
+    retry_budget_left: int = 0
+    repaired: bool = False
+    compensation_reason: str | None = None
+    failed_step: str | None = None
+    forward: Mapping[str, StepRun] = field(default_factory=dict)
+    compensation: Mapping[str, StepRun] = field(default_factory=dict)
+    version: int = 0
+
+    @classmethod
+    def initial(cls, definition: SagaDefinition) -> SagaState:
+        """The state before any event: nothing started."""
+        return cls(definition=definition)
+
+    @property
+    def status(self) -> SagaStatus:
+        """The saga's status (terminal, paused for a human, compensating or running)."""
+        if self.finished is not None:
+            return self.finished
+        if self.escalation is not None:
+            return SagaStatus.MANUAL_INTERVENTION
+        if self.phase == "compensating":
+            return SagaStatus.COMPENSATING
+        return SagaStatus.RUNNING
+
+    @property
+    def pivot_passed(self) -> bool:
+        """Whether the pivot step is done: from here on only forward, retry or escalate."""
+        pivot = self.definition.pivot
+        return pivot is not None and self.forward[pivot.id].status in FORWARD_DONE
+
+    def run(self, step_id: str, kind: StepKind) -> StepRun:
+        """The run of a step's forward or compensation operation."""
+        runs = self.forward if kind is StepKind.FORWARD else self.compensation
+        if step_id not in runs:
+            raise EventRejected(f"saga {self.saga_id}: no {kind} operation for step {step_id!r}")
+        return runs[step_id]
+
+    def receipts(self) -> dict[str, Receipt]:
+        """Forward receipts by step id (what templates may reference)."""
+        return {sid: r.receipt for sid, r in self.forward.items() if r.receipt is not None}
+
+    def with_run(self, run: StepRun) -> SagaState:
+        """A copy with one run replaced."""
+        if run.kind is StepKind.FORWARD:
+            return replace(self, forward={**self.forward, run.step_id: run})
+        return replace(self, compensation={**self.compensation, run.step_id: run})
+
+
+def _start(state: SagaState, event: SagaStarted) -> SagaState:
+    if state.started:
+        raise EventRejected(f"saga {state.saga_id} already started")
+    definition = state.definition
+    if event.definition_hash != definition.content_hash():
+        raise DefinitionMismatchError(
+            f"saga {event.saga_id} runs definition {event.definition_name} v"
+            f"{event.definition_version} hash {event.definition_hash}, "
+            f"not {definition.name} v{definition.version} hash {definition.content_hash()}"
+        )
+    forward, compensation = {}, {}
+    for step in definition.steps:
+        key = operation_key(event.saga_id, step.id, StepKind.FORWARD, step.operation_version)
+        forward[step.id] = StepRun(step.id, StepKind.FORWARD, key)
+        if step.compensation is not None:
+            c_key = operation_key(
+                event.saga_id, step.id, StepKind.COMPENSATION, step.compensation.operation_version
+            )
+            compensation[step.id] = StepRun(step.id, StepKind.COMPENSATION, c_key)
+    return replace(
+        state,
+        saga_id=event.saga_id,
+        tenant=event.tenant,
+        input=dict(event.input),
+        input_hash=event.input_hash,
+        started=True,
+        retry_budget_left=event.retry_budget,
+        forward=forward,
+        compensation=compensation,
+    )
+
+
+def _step(state: SagaState, event: StepEvent) -> SagaState:
+    run = state.run(event.step_id, event.kind)
+    at = event.at
+    new: StepRun
+    match event:
+        case StepScheduled():
+            new = replace(
+                run,
+                status=RunStatus.SCHEDULED,
+                attempt=event.attempt,
+                scheduled_at=at,
+                not_before=event.not_before,
+                lease_expires_at=None,
+                worker_id=None,
+            )
+            if event.spends_retry_budget:
+                state = replace(state, retry_budget_left=max(0, state.retry_budget_left - 1))
+        case StepStarted():
+            new = replace(
+                run,
+                status=RunStatus.STARTED,
+                attempt=event.attempt,
+                request_hash=run.request_hash or event.request_hash,
+                worker_id=event.worker_id,
+                lease_expires_at=event.lease_expires_at,
+            )
+        case StepSucceeded():
+            # A receipt is a fact: even a late worker's success is recorded.
+            new = replace(run, status=RunStatus.SUCCEEDED, receipt=event.receipt, via=event.via)
+        case StepFailed() if event.error_class is ErrorClass.AMBIGUOUS:
+            new = replace(run, status=RunStatus.UNKNOWN, unknown_at=at, error_class=None)
+        case StepFailed():
+            new = replace(
+                run,
+                status=RunStatus.FAILED,
+                error_class=event.error_class,
+                error_message=event.message,
+            )
+        case StepOutcomeUnknown():
+            new = replace(run, status=RunStatus.UNKNOWN, unknown_at=at, reconciliations=0)
+        case ReconciliationScheduled():
+            new = replace(
+                run,
+                status=RunStatus.RECONCILING,
+                not_before=event.not_before,
+                scheduled_at=at,
+                reconciliations=run.reconciliations + 1,
+            )
+        case ReconciliationResult():
+            status = {
+                "found": RunStatus.FOUND,
+                "absent": RunStatus.ABSENT,
+                "unknown": RunStatus.UNKNOWN,
+            }[event.result]
+            new = replace(
+                run,
+                status=status,
+                lookup_receipt=event.receipt,
+                absent_at=at if event.result == "absent" else run.absent_at,
+            )
+        case ApprovalRequested():
+            approval = ApprovalState(event.action_hash, event.scope, at, event.expires_at)
+            new = replace(run, status=RunStatus.AWAITING_APPROVAL, approval=approval)
+        case ApprovalGranted() | ApprovalDenied():
+            new = _answer(run, event)
+        case _:
+            raise EventRejected(f"unhandled step event {event.event_type}")
+    return state.with_run(replace(new, changed_at=at))
+
+
+def _answer(run: StepRun, event: ApprovalGranted | ApprovalDenied) -> StepRun:
+    approval = run.approval
+    if approval is None or approval.action_hash != event.action_hash:
+        # check_approval keeps such answers out of the log; if one arrives anyway it cannot
+        # approve a different action, so it is recorded as nothing.
+        return run
+    if isinstance(event, ApprovalGranted):
+        answered = replace(
+            approval, status="granted", approver=event.approver, grant_expires_at=event.expires_at
+        )
+    else:
+        answered = replace(
+            approval, status="denied", approver=event.approver, denial_reason=event.reason
+        )
+    return replace(run, approval=answered)
+
+
+def _operator(state: SagaState, event: OperatorAction) -> SagaState:
+    state = replace(state, escalation=None, repaired=True)
+    if event.action == "resume":
+        # Resume gives the saga fresh bounds; the cause may still be there, and decide will
+        # escalate again if so.
+        state = replace(state, retry_budget_left=state.definition.retry_budget)
+        if event.step_id is not None:
+            run = state.run(event.step_id, event.kind)
+            state = state.with_run(replace(run, reconciliations=0))
+        return state
+    if event.step_id is None:
+        raise EventRejected(f"operator action {event.action} needs a step_id")
+    kind = StepKind.COMPENSATION if event.action == "mark_compensated" else event.kind
+    run = state.run(event.step_id, kind)
+    if event.action == "retry_step":
+        run = replace(run, status=RunStatus.RETRY_REQUESTED, reconciliations=0)
+    elif event.action == "skip":
+        run = replace(run, status=RunStatus.SKIPPED)
+    else:  # force_complete, mark_compensated
+        receipt = event.receipt or run.receipt or run.lookup_receipt
+        run = replace(run, status=RunStatus.FORCED, receipt=receipt)
+    return state.with_run(replace(run, changed_at=event.at))
+
+
+def _saga(state: SagaState, event: SagaEvent) -> SagaState:
+    match event:
+        case CompensationStarted():
+            return replace(
+                state,
+                phase="compensating",
+                compensation_reason=event.reason,
+                failed_step=event.failed_step,
+            )
+        case CancelRequested():
+            # Before the pivot a cancel also ends a pause: compensation is the way out.
+            clear = state.escalation is not None and not state.pivot_passed
+            return replace(
+                state, cancel_requested=True, escalation=None if clear else state.escalation
+            )
+        case ManualInterventionRequired():
+            return replace(
+                state, escalation=Escalation(event.reason, event.step_id, event.kind, event.at)
+            )
+        case OperatorAction():
+            return _operator(state, event)
+        case SagaFinished():
+            return replace(state, finished=event.state)
+    raise EventRejected(f"unknown saga event {type(event).__name__}")
+
+
+def evolve(state: SagaState, event: SagaEvent) -> SagaState:
+    """Fold one event into the state, returning a new state (the input is never mutated)."""
+    if isinstance(event, SagaStarted):
+        new = _start(state, event)
+    elif not state.started:
+        raise EventRejected(f"{event.event_type} before SagaStarted")
+    elif state.finished is not None:
+        raise EventRejected(f"{event.event_type} after the saga finished ({state.finished})")
+    elif isinstance(event, StepEvent):
+        new = _step(state, event)
+    else:
+        new = _saga(state, event)
+    return replace(new, version=state.version + 1)
+
+
+def fold(definition: SagaDefinition, events: Iterable[SagaEvent]) -> SagaState:
+    """The saga's current state: every event folded, in log order, into the initial state."""
+    state = SagaState.initial(definition)
+    for event in events:
+        state = evolve(state, event)
+    return state
