@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 from pydantic import BaseModel
 
@@ -183,8 +184,7 @@ class EventStore:
             # The caller's transaction, or the implicit one of an autocommit statement.
             with translated_errors(stream_id, expected_version):
                 if savepoint:
-                    with conn.transaction():
-                        rows = conn.execute(_APPEND, params).fetchall()
+                    rows = _execute_in_savepoint(conn, params)
                 else:
                     rows = conn.execute(_APPEND, params).fetchall()
         except (ConcurrencyError, EventIdConflict):
@@ -274,6 +274,29 @@ class EventStore:
         from events.subscription import Subscription
 
         return Subscription(self, name)
+
+
+def _execute_in_savepoint(
+    conn: psycopg.Connection[Any], params: tuple[object, ...]
+) -> list[tuple[Any, ...]]:
+    """Run the append in the caller's transaction without ending it, one round trip.
+
+    A savepoint (not ``conn.transaction()``, which would commit an idle non-autocommit
+    connection's implicit transaction) lets a conflict roll back just the append, so the
+    caller's transaction stays usable and the idempotency lookup can run on it.
+    """
+    if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+        return conn.execute(_APPEND, params).fetchall()  # its own one-statement transaction
+    try:
+        with conn.pipeline():
+            conn.execute("SAVEPOINT eventstore_append")
+            cursor = conn.execute(_APPEND, params)
+            conn.execute("RELEASE SAVEPOINT eventstore_append")
+        return cursor.fetchall()
+    except psycopg.Error:
+        if conn.info.transaction_status == TransactionStatus.INERROR:
+            conn.execute("ROLLBACK TO SAVEPOINT eventstore_append")
+        raise
 
 
 def _expected_code(expected: ExpectedVersion) -> int:

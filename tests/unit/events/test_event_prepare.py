@@ -1,0 +1,43 @@
+"""Validation before any write (no database)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from events import InvalidEvent, NewEvent
+from events.prepare import prepare_events
+
+
+def test_a_valid_event_is_normalised_as_jsonb_will_return_it() -> None:
+    # given data with a tuple and an int key
+    (prepared,) = prepare_events(
+        "s", [NewEvent("A", {"t": (1, 2), 3: "x"}, metadata={"tenant": "acme"})], 1024
+    )
+    # then it is normalised like a JSON round trip, with an id and the tenant picked up
+    assert prepared.data == {"t": [1, 2], "3": "x"}
+    assert isinstance(prepared.event_id, uuid.UUID) and not prepared.id_was_given
+    assert prepared.tenant_id == "acme"
+
+
+@pytest.mark.parametrize(
+    ("stream_id", "events", "fragment"),
+    [
+        ("s", [NewEvent("A", {"x": {1, 2}})], "not JSON-serialisable"),
+        ("s", [NewEvent("A", {"x": float("inf")})], "not JSON-serialisable"),
+        ("s", [NewEvent("A", {"x": "\ud800"})], "not JSON-serialisable"),
+        ("s", [NewEvent("A", {"k\x00": 1})], "NUL"),
+        ("s", [NewEvent("A", {}, metadata={"m": object()})], "metadata is not JSON"),
+        ("  ", [NewEvent("A", {})], "stream id must not be empty"),
+        ("s\x00", [NewEvent("A", {})], "NUL"),
+        ("s", [NewEvent("A" * 201, {})], "limit is 200"),
+        ("s", [NewEvent("A", {"blob": "é" * 600})], "limit is 1024"),
+        ("s", NewEvent("A", {}), "sequence"),
+        ("s", ["A"], "not a NewEvent"),
+        ("s", [NewEvent("A", {}, schema_version=True)], "schema_version"),
+    ],
+)
+def test_bad_input_names_what_is_wrong(stream_id: str, events: object, fragment: str) -> None:
+    with pytest.raises(InvalidEvent, match=fragment):
+        prepare_events(stream_id, events, 1024)  # type: ignore[arg-type]

@@ -1,0 +1,46 @@
+"""The per-stream version gate consumers use (no database)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from uuid import uuid4
+
+import pytest
+
+from events import GateVerdict, Position, RecordedEvent, stream_version_gate
+
+
+def at_version(version: int) -> RecordedEvent:
+    return RecordedEvent(
+        stream_id="s",
+        stream_version=version,
+        event_id=uuid4(),
+        type="T",
+        schema_version=1,
+        data={},
+        metadata={},
+        recorded_at=datetime.now(UTC),
+        position=Position(1, version),
+        event_hash="h",
+        prev_hash="p",
+    )
+
+
+@pytest.mark.parametrize(
+    ("last", "version", "verdict"),
+    [
+        (0, 1, GateVerdict.APPLY),
+        (4, 5, GateVerdict.APPLY),
+        (5, 5, GateVerdict.DUPLICATE),
+        (5, 2, GateVerdict.DUPLICATE),
+        (0, 2, GateVerdict.GAP),
+        (3, 9, GateVerdict.GAP),
+    ],
+)
+def test_gate(last: int, version: int, verdict: GateVerdict) -> None:
+    assert stream_version_gate(last, at_version(version)) is verdict
+
+
+def test_positions_order_by_transaction_then_position() -> None:
+    assert Position(1, 9) < Position(2, 1) < Position(2, 2)
+    assert Position.parse(str(Position(7, 3))) == Position(7, 3)
