@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from saga_core.contracts import ErrorClass, Receipt
 from saga_core.errors import SagaError
+from saga_core.errors import UnknownToolError as CatalogueUnknownToolError
 
 __all__ = [
     "Absent",
@@ -115,19 +116,21 @@ class Tool(Protocol):
         ...
 
 
-class UnknownToolError(SagaError):
-    """No tool is allowlisted under the requested name and version."""
+class UnknownToolError(CatalogueUnknownToolError):
+    """No tool is allowlisted under the requested name and version (names the known ones)."""
 
     def __init__(self, name: str, version: int, known_versions: tuple[int, ...] = ()) -> None:
-        self.name = name
-        self.version = version
+        super().__init__(name, version)
         self.known_versions = known_versions
         if known_versions:
             listed = ", ".join(str(v) for v in known_versions)
             message = f"tool {name}@{version} is not allowlisted (known versions: {listed})"
         else:
             message = f"tool {name}@{version} is not allowlisted (unknown tool name {name!r})"
-        super().__init__(message)
+        self.args = (message,)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.name, self.version, self.known_versions))
 
 
 class DuplicateToolError(SagaError):

@@ -9,11 +9,9 @@ prove "no duplicate net effect".
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
-import psycopg
-
+from events.migrate import apply_migrations
 from workers.sandbox._db import ConnectionSource, open_pool
 from workers.sandbox.adapters import (
     SandboxTool,
@@ -78,22 +76,6 @@ MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 NAMESPACE = "sandbox"
 
 
-def migrate(conninfo: str) -> None:
-    """Create or upgrade the sandbox schemas (idempotent)."""
-    try:
-        shared_migrator: object = importlib.import_module("events.migrations")
-    except ImportError:
-        shared_migrator = None
-    apply_migrations = getattr(shared_migrator, "apply_migrations", None)
-    if apply_migrations is None:
-        _apply_sql_files(conninfo)
-        return
-    apply_migrations(conninfo, NAMESPACE, MIGRATIONS_DIR)
-
-
-def _apply_sql_files(conninfo: str) -> None:
-    # Fallback until the shared migrator lands; every file is written to be re-runnable.
-    with psycopg.connect(conninfo, autocommit=True) as conn, conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext('sagafleet.sandbox.migrate'))")
-        for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
-            conn.execute(path.read_text())
+def migrate(conninfo: str) -> list[str]:
+    """Create or upgrade the sandbox schemas (idempotent); return the files newly applied."""
+    return apply_migrations(conninfo, NAMESPACE, MIGRATIONS_DIR)

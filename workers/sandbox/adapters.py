@@ -6,13 +6,14 @@ This is the one place provider exceptions become :class:`ToolError`s
     flights.hold@1   flights.release@1   hotels.hold@1          hotels.release@1
     payments.capture@1   payments.refund@1   email.send_itinerary@1   email.send_correction@1
 
-All of them dedupe by key: every sandbox provider keeps Stripe-like idempotency keys,
-email included (a real mail API with idempotency keys, not bare SMTP).
+All of them dedupe by key by default: every sandbox provider keeps Stripe-like idempotency
+keys, email included (a mail API with idempotency keys, not bare SMTP). A test may build
+the sandbox with ``non_deduping={...}`` to get tools that truly cannot dedupe.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,8 +33,19 @@ from workers.tools import Absent, LookupResult, ToolError, ToolRegistry, Unknown
 __all__ = ["SandboxTool", "TripSandbox", "build_trip_registry", "build_trip_sandbox"]
 
 # Injected slow visibility defaults to 2 s and the demo mix uses 1 s; a request may become
-# visible to lookup this long after it was dispatched.
-DEFAULT_COMMIT_HORIZON_S = 10.0
+# visible to lookup this long after it was dispatched. Per-tool horizons follow the trip
+# catalogue (saga_core/examples/trip_tools.yaml).
+DEFAULT_COMMIT_HORIZON_S = 30.0
+TRIP_COMMIT_HORIZONS_S: dict[str, float] = {
+    "flights.hold": 30.0,
+    "flights.release": 30.0,
+    "hotels.hold": 30.0,
+    "hotels.release": 30.0,
+    "payments.capture": 60.0,
+    "payments.refund": 60.0,
+    "email.send_itinerary": 120.0,
+    "email.send_correction": 120.0,
+}
 
 _TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
@@ -137,10 +149,16 @@ def build_trip_sandbox(
     db: ConnectionSource,
     *,
     latency_s: float = 0.0,
-    commit_horizon_s: float = DEFAULT_COMMIT_HORIZON_S,
+    commit_horizons_s: Mapping[str, float] | None = None,
+    non_deduping: Collection[str] = (),
 ) -> TripSandbox:
     """Providers and tools over ``db`` (a conninfo: one connection per call; or a pool the
-    caller owns and closes)."""
+    caller owns and closes).
+
+    ``non_deduping`` names tools (e.g. ``{"email.send_itinerary"}``) whose provider then
+    ignores repeated keys and which declare ``dedupes_by_key=False``: for tests of the
+    "never blindly retry, wait out the commit horizon" path.
+    """
     faults = FaultInjector(db)
     flights = FlightsProvider(db, faults=faults, latency_s=latency_s)
     hotels = HotelsProvider(db, faults=faults, latency_s=latency_s)
@@ -156,10 +174,24 @@ def build_trip_sandbox(
         ("email.send_itinerary", email, "send_itinerary"),
         ("email.send_correction", email, "send_correction"),
     ]
-    registry = ToolRegistry(
-        SandboxTool(name, 1, provider, operation, commit_horizon_s=commit_horizon_s)
-        for name, provider, operation in tools
-    )
+    unknown = set(non_deduping) - {name for name, _, _ in tools}
+    if unknown:
+        raise ValueError(f"no such trip tools: {sorted(unknown)}")
+    horizons = {**TRIP_COMMIT_HORIZONS_S, **(commit_horizons_s or {})}
+    registry = ToolRegistry()
+    for name, provider, operation in tools:
+        if name in non_deduping:
+            provider.stop_deduping(operation)
+        registry.register(
+            SandboxTool(
+                name,
+                1,
+                provider,
+                operation,
+                dedupes_by_key=provider.dedupes(operation),
+                commit_horizon_s=horizons.get(name, DEFAULT_COMMIT_HORIZON_S),
+            )
+        )
     return TripSandbox(flights, hotels, payments, email, faults, registry)
 
 

@@ -106,6 +106,7 @@ class SandboxProvider:
         self.latency_s = latency_s
         self._effects: dict[str, Effect] = {}
         self._compensations: dict[str, TargetChange | None] = {}
+        self._non_deduping: set[str] = set()
 
     # -- registration (subclasses call these in __init__)
 
@@ -117,6 +118,20 @@ class SandboxProvider:
     ) -> None:
         self._effects[operation] = effect
         self._compensations[operation] = change_target
+
+    def stop_deduping(self, operation: str) -> None:
+        """Make ``operation`` behave like an API without idempotency keys (SMTP, say).
+
+        A repeated key then makes a new effect; the first request stays findable by lookup.
+        This lets tests exercise a tool that cannot dedupe and must wait out its horizon.
+        """
+        if operation not in self._effects:
+            raise ValueError(f"{self.name} has no operation {operation!r}")
+        self._non_deduping.add(operation)
+
+    def dedupes(self, operation: str) -> bool:
+        """Whether a repeated key replays the stored result for ``operation``."""
+        return operation not in self._non_deduping
 
     @property
     def operations(self) -> list[str]:
@@ -185,7 +200,7 @@ class SandboxProvider:
             )
         digest = request_hash(operation, args)
         delay_s = 0.0
-        if self._stored(conn, key) is None:
+        if not self.dedupes(operation) or self._stored(conn, key) is None:
             # Faults that shape a new effect; a replay returns the stored result untouched.
             self._fire_effect_faults(conn, armed, operation, args)
             slow = armed.fire(conn, Boundary.SLOW_VISIBILITY)
@@ -272,7 +287,10 @@ class SandboxProvider:
                 (key, operation, digest, saga_id, delay_s),
             ).fetchone()
             if claimed is None:
-                return self._replay(conn, operation, key, digest)
+                if self.dedupes(operation):
+                    return self._replay(conn, operation, key, digest)
+                # No dedupe: the effect happens again; lookup keeps finding the first one.
+                return self._effects[operation](conn, args, key)
             response = self._effects[operation](conn, args, key)
             conn.execute(
                 sql.SQL("UPDATE {} SET response = %s WHERE key = %s").format(keys),
@@ -335,11 +353,24 @@ def require_str(args: Mapping[str, Any], name: str) -> str:
 
 
 def require_int(args: Mapping[str, Any], name: str, *, minimum: int = 0) -> int:
-    """An integer argument (not a bool, not a float) of at least ``minimum``, or 400."""
+    """An integral argument of at least ``minimum`` (``42.0`` passes, ``4.2`` does not), or 400."""
     value = args.get(name)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise invalid_request(f"{name} must be an integer >= {minimum}", field=name)
     return value
+
+
+def first_of(args: Mapping[str, Any], *names: str) -> str:
+    """The first of ``names`` present in ``args`` (aliases accepted by an operation)."""
+    return next((name for name in names if name in args), names[0])
+
+
+def optional_version(args: Mapping[str, Any]) -> int | None:
+    """The compensation's expected version, under either spelling; None when not given."""
+    name = first_of(args, "expected_version", "expect_version")
+    return None if args.get(name) is None else require_int(args, name, minimum=1)
 
 
 def stable_number(text: str, modulo: int) -> int:

@@ -33,6 +33,8 @@ from workers.sandbox.faults import FaultInjector
 from workers.sandbox.provider import (
     ProviderResponse,
     SandboxProvider,
+    first_of,
+    optional_version,
     require_int,
     require_str,
     stable_number,
@@ -52,8 +54,9 @@ def _check_owner(kind: str, ident: str, owner: str, saga_id: str) -> None:
         )
 
 
-def _check_version(kind: str, ident: str, expected: int, actual: int) -> None:
-    if expected != actual:
+def _check_version(kind: str, ident: str, expected: int | None, actual: int) -> None:
+    # Without an expected version the caller asked for an unconditional compensation.
+    if expected is not None and expected != actual:
         raise precondition_failed(kind, ident, expected, actual)
 
 
@@ -77,7 +80,7 @@ class _HoldProvider(SandboxProvider):
     ) -> ProviderResponse:
         saga_id = require_str(args, "saga_id")
         hold_id = require_str(args, "hold_id")
-        expected = require_int(args, "expected_version", minimum=1)
+        expected = optional_version(args)
         holds = self._table("holds")
         row = conn.execute(
             sql.SQL("SELECT saga_id, version, status FROM {} WHERE hold_id = %s FOR UPDATE").format(
@@ -90,8 +93,13 @@ class _HoldProvider(SandboxProvider):
         owner, version, status = row
         _check_owner("hold_id", hold_id, owner, saga_id)
         _check_version("hold_id", hold_id, expected, version)
-        if status != "held":  # a release always bumps the version, so this is defensive
-            raise precondition_failed("hold_id", hold_id, expected, version + 1)
+        if status != "held":  # only reachable for an unconditional release
+            raise ProviderError(
+                412,
+                "precondition_failed",
+                f"hold_id {hold_id!r} is already {status}",
+                {"hold_id": hold_id, "status": status, "actual_version": version},
+            )
         updated = conn.execute(
             sql.SQL(
                 "UPDATE {} SET status = 'released', version = version + 1, updated_at = now()"
@@ -123,7 +131,7 @@ class FlightsProvider(_HoldProvider):
     ) -> ProviderResponse:
         saga_id = require_str(args, "saga_id")
         flight_id = require_str(args, "flight_id")
-        customer_email = require_str(args, "customer_email")
+        customer_email = require_str(args, first_of(args, "customer_email", "passenger_email"))
         if "SOLDOUT" in flight_id.upper():
             raise ProviderError(409, "sold_out", f"flight {flight_id!r} is sold out")
         seat = f"{1 + stable_number(key, 40)}{'ABCDEF'[stable_number(key + 'seat', 6)]}"
@@ -206,9 +214,9 @@ class PaymentsProvider(SandboxProvider):
         self, conn: psycopg.Connection[Any], args: Mapping[str, Any], key: str
     ) -> ProviderResponse:
         saga_id = require_str(args, "saga_id")
-        charge_id = require_str(args, "charge_id")
+        charge_id = require_str(args, first_of(args, "charge_id", "capture_id"))
         amount = require_int(args, "amount", minimum=1)
-        expected = require_int(args, "expected_version", minimum=1)
+        expected = optional_version(args)
         row = conn.execute(
             "SELECT saga_id, version, amount, currency,"
             " amount - (SELECT coalesce(sum(r.amount), 0) FROM sandbox_payments.refunds r"
@@ -221,6 +229,12 @@ class PaymentsProvider(SandboxProvider):
         owner, version, _captured, currency, refundable = row
         _check_owner("charge_id", charge_id, owner, saga_id)
         _check_version("charge_id", charge_id, expected, version)
+        asked_currency = args.get("currency")
+        if asked_currency is not None and str(asked_currency).upper() != currency:
+            raise invalid_request(
+                f"refund currency {asked_currency!r} differs from the charge's {currency!r}",
+                field="currency",
+            )
         if amount > refundable:
             raise invalid_request(
                 f"refund of {amount} exceeds the refundable {refundable} on {charge_id!r}",
@@ -306,7 +320,7 @@ class EmailProvider(SandboxProvider):
     ) -> ProviderResponse:
         saga_id = require_str(args, "saga_id")
         to = self._recipient(args)
-        body = {name: args.get(name) for name in ("flight_hold", "hotel_hold", "charge_id")}
+        body = {name: value for name, value in args.items() if name not in ("saga_id", "to")}
         return self._send(conn, kind="itinerary", saga_id=saga_id, key=key, to=to, body=body)
 
     def _send_correction(
@@ -314,7 +328,7 @@ class EmailProvider(SandboxProvider):
     ) -> ProviderResponse:
         saga_id = require_str(args, "saga_id")
         to = self._recipient(args)
-        original = require_str(args, "message_id")
+        original = require_str(args, first_of(args, "message_id", "original_message"))
         row = conn.execute(
             "SELECT saga_id FROM sandbox_email.messages WHERE message_id = %s", (original,)
         ).fetchone()
