@@ -166,15 +166,15 @@ def test_probability_rules_are_deterministic_for_a_seed(trip: TripSandbox) -> No
 
 
 def test_a_probability_fault_gives_each_retry_a_fresh_draw(trip: TripSandbox) -> None:
-    # given a fault that fires 70% of the time
-    trip.faults.add("flights", "hold", Boundary.FAIL_BEFORE_COMMIT, probability=0.7, seed="s")
-    # when a key is retried until it passes
-    attempts = 1
-    while error_class_of(trip, "retry-me") is not None:
-        attempts += 1
-        assert attempts < 60, "the same fault repeated forever"
-    # then it eventually succeeded
-    assert attempts >= 1
+    # given a fault that fires half of the time, and the keys it hit on their first attempt
+    trip.faults.add("flights", "hold", Boundary.FAIL_BEFORE_COMMIT, probability=0.5, seed="s")
+    keys = [f"retry-{i}" for i in range(30)]
+    failed_once = [key for key in keys if error_class_of(trip, key) is not None]
+    assert failed_once
+    # when those keys are retried with the same key
+    failed_twice = [key for key in failed_once if error_class_of(trip, key) is not None]
+    # then the retry drew again: some passed (a per-key draw would fail them all forever)
+    assert len(failed_twice) < len(failed_once)
 
 
 def test_count_rules_are_shared_by_concurrent_connections(sandbox_db: str) -> None:
