@@ -1,0 +1,193 @@
+"""Definitions as data: round trips, hashes, input schema and validation, templates, plans."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from core_harness import trip_input
+
+from saga_core import (
+    AgentPlan,
+    CompensationCommand,
+    DefinitionError,
+    InputValidationError,
+    PlannedAction,
+    PlanRejected,
+    Receipt,
+    RetryPolicy,
+    SagaDefinition,
+    Semantics,
+    StepDefinition,
+    TemplateContext,
+    TemplateError,
+    canonical_json,
+    resolve_template,
+    trip_definition,
+    trip_tool_catalogue,
+    validate_definition,
+    validate_input,
+    validate_plan,
+)
+
+
+def test_trip_round_trips_through_json_and_yaml_with_a_stable_hash() -> None:
+    trip = trip_definition()
+    assert SagaDefinition.from_json(trip.to_json()) == trip
+    assert SagaDefinition.from_yaml(trip.to_yaml()).content_hash() == trip.content_hash()
+    changed = SagaDefinition.model_validate({**trip.model_dump(), "version": 2})
+    assert changed.content_hash() != trip.content_hash()
+    assert [t.name for t in trip.tools][:2] == ["email.send_correction", "email.send_itinerary"]
+
+
+def test_canonical_json_is_sorted_compact_and_unicode() -> None:
+    assert canonical_json({"b": 1, "a": "é"}) == '{"a":"é","b":1}'
+
+
+def test_input_schema_marks_the_card_token_secret_and_requires_every_field() -> None:
+    schema = trip_definition().input_json_schema()
+    assert schema["additionalProperties"] is False
+    assert set(schema["required"]) == set(trip_input())
+    assert schema["properties"]["card_token"]["writeOnly"] is True
+    assert schema["properties"]["nights"] == {
+        "type": "integer", "description": "Nights at the hotel.", "minimum": 1,
+    }
+    json.dumps(schema)  # serializable for an agent's tool-calling
+
+
+def test_validate_input_lists_every_bad_field() -> None:
+    assert validate_input(trip_definition(), trip_input()) == trip_input()
+    bad = trip_input(nights=0, amount="12", extra=True)
+    del bad["hotel_id"]
+    with pytest.raises(InputValidationError) as err:
+        validate_input(trip_definition(), bad)
+    rules = {(p.where, p.rule) for p in err.value.problems}
+    assert rules == {
+        ("input.nights", "out_of_range"),
+        ("input.amount", "wrong_type"),
+        ("input.extra", "unknown_field"),
+        ("input.hotel_id", "missing"),
+    }
+    with pytest.raises(InputValidationError):
+        validate_input(trip_definition(), trip_input(nights=True))  # a bool is not an integer
+
+
+def _broken_definition() -> SagaDefinition:
+    s = Semantics
+    steps = [
+        StepDefinition(id="a", tool="flights.hold", semantics=s.COMPENSABLE, depends_on=["c"],
+                       args={"flight_id": "${input.nope}", "passenger_email": "x"}),
+        StepDefinition(id="b", tool="hotels.hold", version=9, semantics=s.COMPENSABLE,
+                       depends_on=["a", "ghost"],
+                       compensation=CompensationCommand(tool="hotels.release",
+                                                        args={"hold_id": "${receipt.resource_id}"})),
+        StepDefinition(id="c", tool="email.send_itinerary", semantics=s.IRREVERSIBLE,
+                       depends_on=["b"], retry=RetryPolicy(max_attempts=3),
+                       args={"to": "${steps.d.receipt.seat}", "flight_hold": "x", "seat": 1,
+                             "hotel_hold": "${steps.a.receipt.wingspan}", "nights": 1,
+                             "payment": "p"}),
+        StepDefinition(id="d", tool="flights.hold", semantics=s.COMPENSABLE,
+                       args={"flight_id": "f", "passenger_email": "${broken"}),
+        StepDefinition(id="d", tool="flights.hold", semantics=s.READ_ONLY),
+    ]
+    return SagaDefinition(name="broken", version=1, steps=steps)
+
+
+def test_validation_reports_every_problem_at_once_naming_step_and_rule() -> None:
+    with pytest.raises(DefinitionError) as err:
+        validate_definition(_broken_definition(), trip_tool_catalogue())
+    found = {(p.where, p.rule) for p in err.value.problems}
+    expected = {
+        ("step d", "duplicate_step"),
+        ("step b", "unknown_dependency"),
+        ("step a", "cycle"),
+        ("step a", "missing_compensation"),
+        ("step a", "unknown_input"),
+        ("step b", "unknown_tool"),
+        ("step c retry", "unbounded_retry"),
+        ("step c", "irreversible_not_last"),
+        ("step c", "receipt_not_dependency"),
+        ("step c", "unknown_receipt_field"),
+        ("step d", "template_syntax"),
+        ("step d", "semantics_mismatch"),
+    }
+    assert expected <= found, expected - found
+    assert "dependency cycle a -> c -> b -> a" in str(err.value)
+
+
+def test_pivot_rules_parallel_step_and_non_retryable_step_after_pivot() -> None:
+    trip = trip_definition()
+    data = trip.model_dump()
+    data["tools"] = []
+    # a flight hold that runs after the pivot is neither retryable-by-semantics nor... it dedupes,
+    # so make it a non-deduping irreversible email instead, and add a parallel step.
+    data["steps"].append({"id": "late_mail", "tool": "email.send_correction", "semantics": "irreversible",
+                          "depends_on": ["send_itinerary"], "args": {"to": "x", "original_message": "y"},
+                          "compensation": None})
+    data["steps"].append({"id": "side", "tool": "flights.hold", "semantics": "compensable",
+                          "args": {"flight_id": "f", "passenger_email": "e"},
+                          "compensation": {"tool": "flights.release", "args": {"hold_id": "h"}}})
+    with pytest.raises(DefinitionError) as err:
+        validate_definition(SagaDefinition.model_validate(data), trip_tool_catalogue())
+    found = {(p.where, p.rule) for p in err.value.problems}
+    assert ("step late_mail", "after_pivot_not_retryable") in found
+    assert ("step side", "pivot_not_ordered") in found
+    assert ("step send_itinerary", "irreversible_not_last") not in found  # it is the pivot
+
+
+def test_templates_keep_types_when_whole_and_interpolate_when_embedded() -> None:
+    ctx = TemplateContext(
+        saga_id="s1",
+        input={"n": 2, "o": {"k": [1]}},
+        receipts={"a": Receipt(resource_id="R1", version=7, fields={"seat": "1A"})},
+        own_receipt=Receipt(resource_id="OWN"),
+    )
+    template = {
+        "n": "${input.n}", "deep": "${input.o.k}", "v": "${steps.a.receipt.version}",
+        "text": "n=${input.n} o=${input.o} id=${saga.id}", "lit": "$${input.n}",
+        "list": ["${receipt.resource_id}", 3, None], "seat": "${steps.a.receipt.seat}",
+    }
+    assert resolve_template(template, ctx) == {
+        "n": 2, "deep": [1], "v": 7, "text": 'n=2 o={"k":[1]} id=s1', "lit": "${input.n}",
+        "list": ["OWN", 3, None], "seat": "1A",
+    }
+    for bad in ("${input.missing}", "${steps.b.receipt.x}", "${unknown.x}", "${input.n"):
+        with pytest.raises(TemplateError):
+            resolve_template(bad, ctx)
+
+
+def test_plan_takes_semantics_and_compensation_from_the_catalogue() -> None:
+    plan = AgentPlan(actions=[
+        PlannedAction(tool="flights.hold", id="fl", args={"flight_id": "LH1", "passenger_email": "a@b"}),
+        PlannedAction(tool="payments.capture", id="pay",
+                      args={"amount": 100, "currency": "EUR", "card_token": "t",
+                            "reference": "${steps.fl.receipt.resource_id}"}),
+    ])
+    definition = validate_plan(plan, trip_tool_catalogue())
+    fl, pay = definition.steps
+    assert pay.depends_on == ["fl"]
+    assert fl.semantics is Semantics.COMPENSABLE and fl.compensation is not None
+    assert fl.compensation.tool == "flights.release"
+    assert pay.compensation is not None and pay.compensation.tool == "payments.refund"
+    assert definition.tools  # bound to the tool contracts
+
+
+def test_plan_rejections_list_every_reason() -> None:
+    mail = PlannedAction(tool="email.send_itinerary",
+                         args={"to": "a", "flight_hold": "f", "seat": 1, "hotel_hold": "h",
+                               "nights": "two", "payment": "p"})
+    dup = PlannedAction(tool="flights.hold", args={"flight_id": "LH1", "passenger_email": "a"})
+    plan = AgentPlan(actions=[
+        mail,
+        PlannedAction(tool="rm.rf", args={}),
+        PlannedAction(tool="hotels.hold", args={"hotel_id": "h", "nights": 1, "guest_email": "${steps.zz.receipt.x}"}),
+        dup,
+        dup,
+    ])
+    with pytest.raises(PlanRejected) as err:
+        validate_plan(plan, trip_tool_catalogue(), allowlist={("flights.hold", 1), ("email.send_itinerary", 1), ("hotels.hold", 1)})
+    rules = {p.rule for p in err.value.problems}
+    assert {"wrong_argument_type", "duplicate_action", "not_allowlisted", "unknown_tool",
+            "irreversible_not_last", "unknown_step_ref"} <= rules
+    with pytest.raises(PlanRejected, match="empty_plan"):
+        validate_plan(AgentPlan(actions=[]), trip_tool_catalogue())
