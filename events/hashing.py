@@ -57,16 +57,38 @@ def hash_template(
     ``prefix + str(stream_version) + suffix`` equals :func:`hash_body`; the append function
     chains ``sha256(prev_hash + body)`` under the stream-head lock.
     """
-    head = canonical_json(
-        {
-            "data": data,
-            "event_id": event_id,
-            "metadata": metadata,
-            "schema_version": schema_version,
-            "stream_id": stream_id,
-        }
+    return hash_template_from_canonical(
+        stream_id=stream_id,
+        event_id=event_id,
+        event_type=event_type,
+        schema_version=schema_version,
+        data_canonical=canonical_json(data),
+        metadata_canonical=canonical_json(metadata),
     )
-    prefix = head[:-1] + ',"stream_version":'
+
+
+def hash_template_from_canonical(
+    *,
+    stream_id: str,
+    event_id: str,
+    event_type: str,
+    schema_version: int,
+    data_canonical: str,
+    metadata_canonical: str,
+) -> tuple[str, str]:
+    """:func:`hash_template` from already-canonical data/metadata text (no re-encoding).
+
+    Keys in the canonical body sort as data, event_id, metadata, schema_version,
+    stream_id, stream_version, type; the version sits between the two halves.
+    """
+    prefix = (
+        '{"data":' + data_canonical
+        + ',"event_id":' + canonical_json(event_id)
+        + ',"metadata":' + metadata_canonical
+        + ',"schema_version":' + str(int(schema_version))
+        + ',"stream_id":' + canonical_json(stream_id)
+        + ',"stream_version":'
+    )  # fmt: skip
     suffix = ',"type":' + canonical_json(event_type) + "}"
     return prefix, suffix
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from events.errors import InvalidEvent
-from events.hashing import hash_template
+from events.hashing import canonical_json, hash_template_from_canonical
 from events.model import NewEvent
 
 MAX_STREAM_ID_LENGTH: Final = 200
@@ -33,6 +33,7 @@ class PreparedEvent:
     metadata: dict[str, Any]
     data_json: str
     metadata_json: str
+    wire_json: str
     tenant_id: str | None
     hash_prefix: str
     hash_suffix: str
@@ -53,7 +54,7 @@ def check_name(what: str, value: object, limit: int) -> str:
 
 
 def _normalised_json(what: str, value: object) -> tuple[dict[str, Any], str]:
-    """The JSON object as PostgreSQL will hand it back, and its text for jsonb."""
+    """The JSON object as PostgreSQL will hand it back, and its canonical text."""
     if not isinstance(value, Mapping):
         raise InvalidEvent(f"{what} must be a JSON object (a mapping), got {type(value).__name__}")
     try:
@@ -63,8 +64,10 @@ def _normalised_json(what: str, value: object) -> tuple[dict[str, Any], str]:
         raise InvalidEvent(f"{what} is not JSON-serialisable: {exc}") from None
     # Round-tripping through json gives keys as strings and tuples as lists, like jsonb will.
     loaded: dict[str, Any] = json.loads(text)
-    _reject_nul(what, loaded)
-    return loaded, text
+    canonical = canonical_json(loaded)
+    if "\\u0000" in canonical:  # cheap filter; the walk decides (a "\\u0000" text is fine)
+        _reject_nul(what, loaded)
+    return loaded, canonical
 
 
 def _reject_nul(what: str, value: Any) -> None:
@@ -132,13 +135,20 @@ def _prepare_one(stream_id: str, index: int, event: NewEvent, limit: int) -> Pre
             f"{where} ({event_type}) is {size} bytes serialized; the limit is {limit}"
         )
     tenant = metadata.get("tenant")
-    prefix, suffix = hash_template(
+    prefix, suffix = hash_template_from_canonical(
         stream_id=stream_id,
         event_id=str(event_id),
         event_type=event_type,
         schema_version=schema_version,
-        data=data,
-        metadata=metadata,
+        data_canonical=data_json,
+        metadata_canonical=metadata_json,
+    )
+    tenant_id = tenant if isinstance(tenant, str) else None
+    # The one document eventstore.append_events unpacks (data travels as canonical JSON).
+    wire = (
+        f'{{"id":"{event_id}","type":{canonical_json(event_type)},"sv":{schema_version},'
+        f'"data":{data_json},"meta":{metadata_json},"tenant":{canonical_json(tenant_id)},'
+        f'"prefix":{canonical_json(prefix)},"suffix":{canonical_json(suffix)}}}'
     )
     return PreparedEvent(
         event_id=event_id,
@@ -148,7 +158,8 @@ def _prepare_one(stream_id: str, index: int, event: NewEvent, limit: int) -> Pre
         metadata=metadata,
         data_json=data_json,
         metadata_json=metadata_json,
-        tenant_id=tenant if isinstance(tenant, str) else None,
+        wire_json=wire,
+        tenant_id=tenant_id,
         hash_prefix=prefix,
         hash_suffix=suffix,
         id_was_given=given,

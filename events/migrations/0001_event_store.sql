@@ -59,23 +59,18 @@ CREATE TABLE eventstore.checkpoints (
 );
 
 -- Append a batch to one stream in a single statement (one round trip, as cheap as a raw
--- INSERT). The client supplies each event's canonical hash body split around its
--- stream_version (only known here, under the head lock) and this function chains them.
+-- INSERT). p_events is a JSON array of {id, type, sv, data, meta, tenant, prefix, suffix}:
+-- one parameter keeps client-side encoding cheap. The client supplies each event's
+-- canonical hash body split around its stream_version (only known here, under the head
+-- lock) and this function chains sha256(prev_hash || body) from the stream's last hash.
 -- p_expected: -1 = any version, 0 = stream must not exist, n = current version must be n.
 -- A wrong version raises SQLSTATE SF409 with the actual version as DETAIL; nothing is
 -- written. A duplicate event id raises unique_violation on events_event_id_key.
 CREATE FUNCTION eventstore.append_events(
-    p_stream_id       text,
-    p_expected        bigint,
-    p_event_ids       uuid[],
-    p_types           text[],
-    p_schema_versions integer[],
-    p_data            jsonb[],
-    p_metadata        jsonb[],
-    p_tenants         text[],
-    p_hash_prefixes   text[],
-    p_hash_suffixes   text[],
-    p_notify          boolean
+    p_stream_id text,
+    p_expected  bigint,
+    p_events    jsonb,
+    p_notify    boolean
 ) RETURNS TABLE (
     stream_version  bigint,
     global_position bigint,
@@ -89,7 +84,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_version bigint;
     v_hash    text;
-    v_count   integer := cardinality(p_event_ids);
+    v_count   integer := jsonb_array_length(p_events);
     v_prevs   text[] := '{}';
     v_hashes  text[] := '{}';
 BEGIN
@@ -116,7 +111,8 @@ BEGIN
     FOR i IN 1 .. v_count LOOP
         v_prevs := v_prevs || v_hash;
         v_hash := encode(sha256(convert_to(
-            v_hash || p_hash_prefixes[i] || (v_version + i)::text || p_hash_suffixes[i],
+            v_hash || (p_events -> (i - 1) ->> 'prefix') || (v_version + i)::text
+                   || (p_events -> (i - 1) ->> 'suffix'),
             'UTF8')), 'hex');
         v_hashes := v_hashes || v_hash;
     END LOOP;
@@ -133,12 +129,10 @@ BEGIN
     RETURN QUERY
     INSERT INTO eventstore.events AS e (stream_id, stream_version, event_id, event_type,
         schema_version, data, metadata, tenant_id, prev_hash, event_hash)
-    SELECT p_stream_id, v_version + u.ord, u.event_id, u.event_type, u.schema_version,
-           u.data, u.metadata, u.tenant_id, u.prev_hash, u.event_hash
-      FROM unnest(p_event_ids, p_types, p_schema_versions, p_data, p_metadata, p_tenants,
-                  v_prevs, v_hashes)
-           WITH ORDINALITY AS u(event_id, event_type, schema_version, data, metadata,
-                                tenant_id, prev_hash, event_hash, ord)
+    SELECT p_stream_id, v_version + u.ord, (u.e ->> 'id')::uuid, u.e ->> 'type',
+           (u.e ->> 'sv')::integer, u.e -> 'data', u.e -> 'meta', u.e ->> 'tenant',
+           v_prevs[u.ord], v_hashes[u.ord]
+      FROM jsonb_array_elements(p_events) WITH ORDINALITY AS u(e, ord)
     RETURNING e.stream_version, e.global_position, e.transaction_id::text, e.recorded_at,
               e.prev_hash, e.event_hash;
 END
