@@ -42,6 +42,8 @@ def check_approval(  # noqa: PLR0917 -- the approval binding has six parts
         return None  # a second click on the same request changes nothing
     if approval.status == "denied":
         raise ApprovalReplayed(step_id, str(kind), f"already denied by {approval.approver}")
+    if kind is StepKind.FORWARD and (state.phase == "compensating" or state.finished):
+        raise ApprovalReplayed(step_id, str(kind), "forward work of this saga has stopped")
     if run.status is not RunStatus.AWAITING_APPROVAL:
         raise ApprovalReplayed(step_id, str(kind), f"request no longer open ({run.status})")
     if now >= approval.expires_at:

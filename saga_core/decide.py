@@ -115,9 +115,15 @@ def _forward_phase(state: SagaState, now: datetime) -> list[Decision]:
         rejection = ("cancel requested by an operator", None)
     if rejection is not None:
         pivot = definition.pivot
-        if pivot is not None and state.forward[pivot.id].status in IN_DOUBT:
-            # Whether the point of no return was passed must be known before undoing anything.
-            return per_step.get(pivot.id, [])
+        pivot_run = state.forward[pivot.id] if pivot is not None else None
+        if pivot is not None and pivot_run is not None and pivot_run.status in IN_DOUBT:
+            # Whether the point of no return was passed must be known before undoing anything:
+            # wait for the worker or the lookup, else ask a human to establish it.
+            pending = per_step.get(pivot.id, [])
+            if pending or pivot_run.status in (RunStatus.STARTED, RunStatus.RECONCILING):
+                return pending
+            reason = f"{rejection[0]}; the pivot's outcome is unproven, so nothing can be undone"
+            return [_escalate(state, pivot, pivot_run, reason, now)]
         return [BeginCompensation(rejection[0], rejection[1])]
     if decisions:
         return decisions
@@ -272,6 +278,9 @@ def _approval(
             return _Outcome()  # waiting for a human
         else:
             why = "approval expired"
+    if run.approval_requests >= state.definition.max_approval_requests:
+        reason = f"{why}; no usable approval after {run.approval_requests} requests"
+        return _Outcome(escalation=_escalate(state, step, run, reason, now))
     scope = policy.scope or f"{step.id}:{run.kind}"
     expires = now + timedelta(seconds=policy.request_ttl_s)
     evidence = _evidence(

@@ -169,6 +169,8 @@ class SagaDefinition(BaseModel):
     retry_budget: int = Field(default=10, ge=0)
     default_retry: RetryPolicy = DEFAULT_RETRY
     escalation_deadline_s: float = Field(default=86400.0, gt=0)
+    # An approval asked this often without a usable answer goes to a human queue instead.
+    max_approval_requests: int = Field(default=3, ge=1)
     # Snapshot of the tool contracts this definition was validated against (filled by
     # validate_definition), so recovery never needs the catalogue or the original process.
     tools: list[ToolSpec] = Field(default_factory=list)

@@ -102,6 +102,7 @@ class StepRun:
     reconciliations: int = 0
     lookup_receipt: Receipt | None = None
     approval: ApprovalState | None = None
+    approval_requests: int = 0
     changed_at: datetime | None = None
 
 
@@ -271,7 +272,12 @@ def _step(state: SagaState, event: StepEvent) -> SagaState:
             )
         case ApprovalRequested():
             approval = ApprovalState(event.action_hash, event.scope, at, event.expires_at)
-            new = replace(run, status=RunStatus.AWAITING_APPROVAL, approval=approval)
+            new = replace(
+                run,
+                status=RunStatus.AWAITING_APPROVAL,
+                approval=approval,
+                approval_requests=run.approval_requests + 1,
+            )
         case ApprovalGranted() | ApprovalDenied():
             new = _answer(run, event)
         case _:
@@ -304,14 +310,14 @@ def _operator(state: SagaState, event: OperatorAction) -> SagaState:
         state = replace(state, retry_budget_left=state.definition.retry_budget)
         if event.step_id is not None:
             run = state.run(event.step_id, event.kind)
-            state = state.with_run(replace(run, reconciliations=0))
+            state = state.with_run(replace(run, reconciliations=0, approval_requests=0))
         return state
     if event.step_id is None:
         raise EventRejected(f"operator action {event.action} needs a step_id")
     kind = StepKind.COMPENSATION if event.action == "mark_compensated" else event.kind
     run = state.run(event.step_id, kind)
     if event.action == "retry_step":
-        run = replace(run, status=RunStatus.RETRY_REQUESTED, reconciliations=0)
+        run = replace(run, status=RunStatus.RETRY_REQUESTED, reconciliations=0, approval_requests=0)
     elif event.action == "skip":
         run = replace(run, status=RunStatus.SKIPPED)
     else:  # force_complete, mark_compensated
