@@ -26,7 +26,10 @@ WRONG_VERSION_SQLSTATE: Final = "SF409"
 
 EVENT_COLUMNS: Final = (
     "stream_id, stream_version, event_id, event_type, schema_version, data, metadata, "
-    "recorded_at, transaction_id::text, global_position, event_hash, prev_hash, tenant_id"
+    # Aliased: an output column named transaction_id would capture ORDER BY transaction_id
+    # and sort by the cast expression, losing the (transaction_id, global_position) index.
+    "recorded_at, transaction_id::text::bigint AS xid, global_position, event_hash, "
+    "prev_hash, tenant_id"
 )
 """The select list that :func:`recorded_event_row` maps, in this order."""
 
@@ -40,7 +43,7 @@ def recorded_event_row(  # noqa: PLR0917 - args_row passes the columns positiona
     data: dict[str, Any],
     metadata: dict[str, Any],
     recorded_at: datetime,
-    transaction_id: str,
+    transaction_id: int,
     global_position: int,
     event_hash: str,
     prev_hash: str,
@@ -56,7 +59,7 @@ def recorded_event_row(  # noqa: PLR0917 - args_row passes the columns positiona
         data=data,
         metadata=metadata,
         recorded_at=recorded_at,
-        position=Position(int(transaction_id), global_position),
+        position=Position(transaction_id, global_position),
         event_hash=event_hash,
         prev_hash=prev_hash,
         tenant_id=tenant_id,

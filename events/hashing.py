@@ -13,24 +13,30 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
 from events.model import RecordedEvent
 
+# Built once: json.dumps(**options) would construct an encoder on every call.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+json_string: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+"""JSON string literal of a str, exactly as canonical_json writes it (fast path)."""
+
 
 def canonical_json(value: Any) -> str:
     """Key-sorted, space-free JSON of an already-normalised value, stable across jsonb."""
-    return json.dumps(
-        _canonical_numbers(value),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-    )
+    return _CANONICAL.encode(_canonical_numbers(value))
 
 
 def _canonical_numbers(value: Any) -> Any:
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value  # the common leaves first: this walk runs on every append
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"{value!r} is not valid JSON")
@@ -83,13 +89,13 @@ def hash_template_from_canonical(
     """
     prefix = (
         '{"data":' + data_canonical
-        + ',"event_id":' + canonical_json(event_id)
+        + ',"event_id":' + json_string(event_id)
         + ',"metadata":' + metadata_canonical
         + ',"schema_version":' + str(int(schema_version))
-        + ',"stream_id":' + canonical_json(stream_id)
+        + ',"stream_id":' + json_string(stream_id)
         + ',"stream_version":'
     )  # fmt: skip
-    suffix = ',"type":' + canonical_json(event_type) + "}"
+    suffix = ',"type":' + json_string(event_type) + "}"
     return prefix, suffix
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from events.errors import InvalidEvent
-from events.hashing import canonical_json, hash_template_from_canonical
+from events.hashing import canonical_json, hash_template_from_canonical, json_string
 from events.model import NewEvent
 
 MAX_STREAM_ID_LENGTH: Final = 200
@@ -53,12 +53,18 @@ def check_name(what: str, value: object, limit: int) -> str:
     return value
 
 
+# Built once: json.dumps(**options) would construct an encoder on every call.
+_PLAIN = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def _normalised_json(what: str, value: object) -> tuple[dict[str, Any], str]:
     """The JSON object as PostgreSQL will hand it back, and its canonical text."""
     if not isinstance(value, Mapping):
         raise InvalidEvent(f"{what} must be a JSON object (a mapping), got {type(value).__name__}")
+    if not value:
+        return {}, "{}"
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = _PLAIN.encode(value)
         text.encode("utf-8")
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise InvalidEvent(f"{what} is not JSON-serialisable: {exc}") from None
@@ -146,9 +152,10 @@ def _prepare_one(stream_id: str, index: int, event: NewEvent, limit: int) -> Pre
     tenant_id = tenant if isinstance(tenant, str) else None
     # The one document eventstore.append_events unpacks (data travels as canonical JSON).
     wire = (
-        f'{{"id":"{event_id}","type":{canonical_json(event_type)},"sv":{schema_version},'
-        f'"data":{data_json},"meta":{metadata_json},"tenant":{canonical_json(tenant_id)},'
-        f'"prefix":{canonical_json(prefix)},"suffix":{canonical_json(suffix)}}}'
+        f'{{"id":"{event_id}","type":{json_string(event_type)},"sv":{schema_version},'
+        f'"data":{data_json},"meta":{metadata_json},'
+        f'"tenant":{"null" if tenant_id is None else json_string(tenant_id)},'
+        f'"prefix":{json_string(prefix)},"suffix":{json_string(suffix)}}}'
     )
     return PreparedEvent(
         event_id=event_id,

@@ -1,0 +1,387 @@
+"""Benchmark the event store against raw psycopg on the same database, in the same run.
+
+Prints medians and ratios (store throughput / raw throughput; target >= 0.7) for:
+single-event appends, 100-event appends and read_all paging; the cost of NOTIFY; and how
+append and read_stream latency grow as the log fills from 10 thousand to 1 million events
+(target <= 1.3x). ``--quick`` stops at 100 thousand.
+
+    .venv/bin/python scripts/bench_store.py            # embedded PostgreSQL, full run
+    .venv/bin/python scripts/bench_store.py --quick --url postgresql://postgres@127.0.0.1/postgres
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from events import EventStore, NewEvent
+from events.hashing import chain_hash, hash_body
+from events.model import GENESIS_HASH
+
+PAYLOAD = {"saga": "trip", "step": "hotel", "provider": "sandbox", "note": "x" * 120}
+
+RAW_TABLE = """
+CREATE TABLE bench_raw (
+    global_position bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) PRIMARY KEY,
+    transaction_id  xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    stream_id text NOT NULL, stream_version bigint NOT NULL, event_id uuid NOT NULL UNIQUE,
+    event_type text NOT NULL, schema_version integer NOT NULL, data jsonb NOT NULL,
+    metadata jsonb NOT NULL, recorded_at timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (stream_id, stream_version)
+);
+CREATE INDEX ON bench_raw (transaction_id, global_position);
+"""
+
+RAW_INSERT = """
+INSERT INTO bench_raw (stream_id, stream_version, event_id, event_type, schema_version,
+                       data, metadata)
+SELECT %s, v, id, 'Bench', 1, d, '{}'::jsonb
+  FROM unnest(%s::bigint[], %s::uuid[], %s::jsonb[]) AS u(v, id, d)
+"""
+
+
+def median_ms(samples: list[float]) -> float:
+    """Median of seconds, in milliseconds."""
+    return statistics.median(samples) * 1000
+
+
+def timed(op: Callable[[], object], times: int) -> list[float]:
+    """Latency of each of ``times`` calls of ``op``."""
+    samples = []
+    for _ in range(times):
+        start = time.perf_counter()
+        op()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def interleaved(
+    ops: dict[str, Callable[[], object]], times: int, rounds: int = 5
+) -> dict[str, float]:
+    """Median latency (ms) per op, alternating rounds so drift hits every op alike."""
+    samples: dict[str, list[float]] = {name: [] for name in ops}
+    for _ in range(rounds):
+        for name, op in ops.items():
+            samples[name].extend(timed(op, times // rounds))
+    return {name: median_ms(found) for name, found in samples.items()}
+
+
+class Appender:
+    """Single/batch appends rotating over streams, versions tracked for expected_version."""
+
+    def __init__(self, store: EventStore, prefix: str, streams: int = 64) -> None:
+        self.store, self.versions = store, {f"{prefix}-{n}": 0 for n in range(streams)}
+        self.names, self.turn = list(self.versions), 0
+
+    def __call__(self, count: int = 1) -> None:
+        stream = self.names[self.turn % len(self.names)]
+        self.turn += 1
+        events = [NewEvent("Bench", PAYLOAD) for _ in range(count)]
+        self.versions[stream] = self.store.append(stream, events, self.versions[stream]).version
+
+
+class RawInserter:
+    """The raw baseline: one autocommit INSERT (one round trip, one commit) per call."""
+
+    def __init__(self, conn: psycopg.Connection[Any], prefix: str, streams: int = 64) -> None:
+        self.conn, self.versions = conn, {f"{prefix}-{n}": 0 for n in range(streams)}
+        self.names, self.turn = list(self.versions), 0
+        self.payload = json.dumps(PAYLOAD)
+
+    def __call__(self, count: int = 1) -> None:
+        stream = self.names[self.turn % len(self.names)]
+        self.turn += 1
+        first = self.versions[stream]
+        self.versions[stream] = first + count
+        self.conn.execute(
+            RAW_INSERT,
+            (
+                stream,
+                list(range(first + 1, first + count + 1)),
+                [uuid.uuid4() for _ in range(count)],
+                [self.payload] * count,
+            ),
+        )
+
+
+def fill(conn: psycopg.Connection[Any], upto: int, chunk: int = 100_000) -> None:
+    """Bulk-load filler streams (10 events each, valid hash chains) until ``upto`` events."""
+    row = conn.execute(
+        "SELECT count(*), count(*) FILTER (WHERE event_type = 'Filler') FROM eventstore.events"
+    ).fetchone()
+    have, fillers = (int(row[0]), int(row[1])) if row else (0, 0)
+    columns = (
+        "stream_id, stream_version, event_id, event_type, schema_version, data, metadata,"
+        " prev_hash, event_hash"
+    )
+    while have < upto:
+        size = -(-min(chunk, upto - have) // 10) * 10  # whole filler streams only
+        heads: list[tuple[str, int, str]] = []
+        with conn.transaction(), conn.cursor() as cur:
+            with cur.copy(f"COPY eventstore.events ({columns}) FROM STDIN") as copy:
+                prev, stream = GENESIS_HASH, ""
+                for n in range(size):
+                    index = fillers + n
+                    stream, version = f"filler-{index // 10}", index % 10 + 1
+                    if version == 1:
+                        prev = GENESIS_HASH
+                    data = {"n": index, **PAYLOAD}
+                    event_id = str(uuid.uuid4())
+                    body = hash_body(
+                        stream_id=stream,
+                        stream_version=version,
+                        event_id=event_id,
+                        event_type="Filler",
+                        schema_version=1,
+                        data=data,
+                        metadata={},
+                    )
+                    digest = chain_hash(prev, body)
+                    copy.write_row(
+                        (
+                            stream,
+                            version,
+                            event_id,
+                            "Filler",
+                            1,
+                            json.dumps(data),
+                            "{}",
+                            prev,
+                            digest,
+                        )
+                    )
+                    prev = digest
+                    if version == 10 or n == size - 1:
+                        heads.append((stream, version, digest))
+            cur.executemany(
+                "INSERT INTO eventstore.streams (stream_id, version, last_hash) VALUES (%s, %s, %s)"
+                " ON CONFLICT (stream_id) DO UPDATE SET version = EXCLUDED.version,"
+                " last_hash = EXCLUDED.last_hash",
+                heads,
+            )
+        have, fillers = have + size, fillers + size
+    with psycopg.connect(conn.info.dsn, autocommit=True) as vacuum:
+        # What autovacuum would have done by now on a long-lived log.
+        vacuum.execute("VACUUM (ANALYZE) eventstore.events")
+        vacuum.execute("VACUUM (ANALYZE) eventstore.streams")
+
+
+def concurrent_throughput(store: EventStore, threads: int, per_thread: int) -> float:
+    """Appends per second with ``threads`` writers, each on its own streams."""
+    barrier = threading.Barrier(threads + 1)
+
+    def writer(index: int) -> None:
+        append = Appender(store, f"conc-{uuid.uuid4().hex[:6]}-{index}", streams=8)
+        barrier.wait()
+        for _ in range(per_thread):
+            append()
+
+    workers = [threading.Thread(target=writer, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    return threads * per_thread / (time.perf_counter() - start)
+
+
+def run(url: str, quick: bool, ops: int) -> dict[str, Any]:
+    """All measurements against one fresh database; returns the figures."""
+    results: dict[str, Any] = {}
+    with (
+        EventStore.connect(url, pool_size=16) as store,
+        EventStore.connect(url, pool_size=16, notify=False) as quiet,
+        psycopg.connect(url, autocommit=True) as raw,
+    ):
+        store.migrate()
+        raw.execute(RAW_TABLE.encode())
+        fill(raw, 10_000)
+
+        single = interleaved({"store": Appender(store, "one"), "raw": RawInserter(raw, "one")}, ops)
+        results["single_append_ms"] = single
+        results["single_append_ratio"] = single["raw"] / single["store"]
+
+        store_batch, raw_batch = Appender(store, "hundred"), RawInserter(raw, "hundred")
+        batch = interleaved(
+            {"store": lambda: store_batch(100), "raw": lambda: raw_batch(100)}, ops // 4
+        )
+        results["batch100_append_ms"] = batch
+        results["batch100_append_ratio"] = batch["raw"] / batch["store"]
+
+        results["read_all_page1000_ms"] = paging(store, raw)
+        page = results["read_all_page1000_ms"]
+        results["read_all_ratio"] = page["raw"] / page["store"]
+
+        notify = interleaved(
+            {"notify_on": Appender(store, "n1"), "notify_off": Appender(quiet, "n0")}, ops
+        )
+        results["notify_single_append_ms"] = notify
+        results["notify_concurrent_8x_appends_per_s"] = {
+            "notify_on": concurrent_throughput(store, 8, ops // 4),
+            "notify_off": concurrent_throughput(quiet, 8, ops // 4),
+        }
+
+        results["growth"] = growth(
+            store, raw, [10_000, 100_000] if quick else [10_000, 100_000, 1_000_000], ops
+        )
+    return results
+
+
+def paging(store: EventStore, raw: psycopg.Connection[Any]) -> dict[str, float]:
+    """Median time of a 1000-event page: store.read_all vs the same rows by raw SELECT."""
+    store_pages: list[float] = []
+    raw_pages: list[float] = []
+    for _ in range(3):
+        after = None
+        while True:
+            start = time.perf_counter()
+            page = store.read_all(after=after, limit=1000)
+            store_pages.append(time.perf_counter() - start)
+            if len(page) < 1000:
+                break
+            after = page[-1].position
+        last = 0
+        while True:
+            start = time.perf_counter()
+            rows = (
+                raw.cursor(binary=True)
+                .execute(
+                    "SELECT stream_id, stream_version, event_id, event_type, schema_version, data,"
+                    " metadata, recorded_at, transaction_id::text::bigint, global_position, event_hash,"
+                    " prev_hash, tenant_id FROM eventstore.events WHERE global_position > %s"
+                    " ORDER BY global_position LIMIT 1000",
+                    (last,),
+                )
+                .fetchall()
+            )
+            raw_pages.append(time.perf_counter() - start)
+            if len(rows) < 1000:
+                break
+            last = rows[-1][9]
+    return {"store": median_ms(store_pages), "raw": median_ms(raw_pages)}
+
+
+def growth(
+    store: EventStore, raw: psycopg.Connection[Any], sizes: list[int], ops: int
+) -> dict[str, Any]:
+    """Append and read_stream latency (median ms) at each log size."""
+    probe = "probe-stream"
+    if store.stream_version(probe) == 0:
+        store.append(probe, [NewEvent("Probe", PAYLOAD) for _ in range(20)], 0)
+    table: dict[str, dict[str, float]] = {}
+    for size in sizes:
+        fill(raw, size)
+        appender = Appender(store, f"growth-{size}")
+        table[str(size)] = {
+            "append_ms": median_ms(timed(appender, ops)),
+            "read_stream20_ms": median_ms(
+                timed(lambda: store.read_stream(probe, to_version=20), ops)
+            ),
+        }
+    first, last = table[str(sizes[0])], table[str(sizes[-1])]
+    return {
+        "by_size": table,
+        "append_growth": last["append_ms"] / first["append_ms"],
+        "read_stream_growth": last["read_stream20_ms"] / first["read_stream20_ms"],
+    }
+
+
+@contextmanager
+def fresh_database(server_url: str) -> Iterator[str]:
+    """A new database on the server for this run, dropped afterwards."""
+    name = f"sfbench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    params = conninfo_to_dict(server_url)
+    params["dbname"] = name
+    try:
+        yield make_conninfo("", **params)
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@contextmanager
+def server(url: str | None) -> Iterator[str]:
+    """The given server URL, or a throwaway embedded PostgreSQL."""
+    if url:
+        yield url
+        return
+    from sagafleet.embedded import start_postgres, stop_postgres
+
+    home = Path(tempfile.mkdtemp(prefix="sfb-", dir="/tmp"))
+    try:
+        yield start_postgres(home).url
+    finally:
+        stop_postgres(home)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def report(results: dict[str, Any]) -> None:
+    """Print the figures for humans."""
+
+    def pair(key: str, a: str = "store", b: str = "raw") -> str:
+        figures = results[key]
+        return f"{a} {figures[a]:.3f} ms | {b} {figures[b]:.3f} ms"
+
+    print(
+        f"single-event append (median): {pair('single_append_ms')} | ratio {results['single_append_ratio']:.2f}"
+    )
+    print(
+        f"100-event append (median):    {pair('batch100_append_ms')} | ratio {results['batch100_append_ratio']:.2f}"
+    )
+    print(
+        f"read_all 1000-event page:     {pair('read_all_page1000_ms')} | ratio {results['read_all_ratio']:.2f}"
+    )
+    print(
+        f"NOTIFY, single append:        {pair('notify_single_append_ms', 'notify_on', 'notify_off')}"
+    )
+    conc = results["notify_concurrent_8x_appends_per_s"]
+    print(
+        f"NOTIFY, 8 writers:            on {conc['notify_on']:.0f}/s | off {conc['notify_off']:.0f}/s"
+    )
+    grown = results["growth"]
+    for size, figures in grown["by_size"].items():
+        print(
+            f"log {int(size):>9,} events:     append {figures['append_ms']:.3f} ms | read_stream(20) {figures['read_stream20_ms']:.3f} ms"
+        )
+    print(
+        f"growth first->last size:      append {grown['append_growth']:.2f}x | read_stream {grown['read_stream_growth']:.2f}x"
+    )
+
+
+def main() -> None:
+    """Parse arguments, run against a fresh database, print (or dump) the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--url", help="PostgreSQL server URL (default: embedded pgserver)")
+    parser.add_argument("--quick", action="store_true", help="grow the log to 100k, not 1M")
+    parser.add_argument("--ops", type=int, default=1000, help="operations per measurement")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    args = parser.parse_args()
+    with server(args.url) as server_url, fresh_database(server_url) as url:
+        results = run(url, args.quick, args.ops)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        report(results)
+
+
+if __name__ == "__main__":
+    main()
