@@ -13,8 +13,10 @@ import os
 import signal
 import subprocess
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from saga_core.errors import SagaError
 
@@ -57,15 +59,23 @@ def _short_dir(home: Path, name: str) -> Path:
 
 def start_postgres(home: Path) -> EmbeddedPostgres:
     """Start (or reuse) the embedded PostgreSQL under ``home/pg`` and return its DSN."""
-    import pgserver  # imported here: only the embedded default needs it
-
     data_dir = _short_dir(home, "pg")
     data_dir.parent.mkdir(parents=True, exist_ok=True)
+    pgserver = _import_pgserver()
     try:
         server = pgserver.get_server(data_dir, cleanup_mode=None)
     except Exception as exc:  # pgserver raises plain exceptions with the server log
         raise EmbeddedServerError(f"embedded PostgreSQL in {data_dir} failed: {exc}") from exc
     return EmbeddedPostgres(data_dir=data_dir, url=server.get_uri())
+
+
+def _import_pgserver() -> Any:
+    # Imported on demand (only the embedded default needs it); its platformdirs import warns
+    # about XDG_RUNTIME_DIR on headless machines, which is noise for our users.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+    return pgserver
 
 
 def _redis_binary() -> str:
@@ -152,8 +162,7 @@ def stop_postgres(home: Path) -> bool:
     data_dir = home.resolve() / "pg"
     if not (data_dir / "postmaster.pid").exists():
         return False
-    import pgserver
-
+    pgserver = _import_pgserver()
     pg_ctl = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_ctl"
     cmd = [str(pg_ctl), "-D", str(data_dir), "-m", "fast", "-w", "stop"]
     if os.geteuid() == 0:

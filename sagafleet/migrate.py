@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from events import EventStore
+from importlib.resources import files
+
+from events import EventStore, apply_migrations
+from workers import sandbox
 
 
 def migrate_all(url: str) -> list[str]:
     """Apply all pending migrations; returns the names applied (empty when up to date)."""
     applied: list[str] = []
-    with EventStore.connect(url) as store:
-        applied.extend(store.migrate())
+    with EventStore.connect(url, pool_size=1) as store:
+        applied.extend(f"events/{name}" for name in store.migrate())
+    applied.extend(
+        f"fleet/{name}"
+        for name in apply_migrations(url, "fleet", files("workers").joinpath("migrations"))
+    )
+    applied.extend(f"sandbox/{name}" for name in sandbox.migrate(url))
     return applied

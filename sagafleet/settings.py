@@ -28,6 +28,8 @@ class Settings(BaseModel):
     lease_seconds: float = Field(default=30.0, gt=0, le=86_400)
     queue_wait_seconds: float = Field(default=10.0, gt=0, le=86_400)
     sweep_interval_seconds: float = Field(default=2.0, gt=0, le=3_600)
+    # Added latency of every sandbox provider call (tests and benchmarks of slow tools).
+    tool_latency_seconds: float = Field(default=0.0, ge=0, le=600)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

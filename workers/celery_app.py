@@ -61,8 +61,12 @@ def create_celery_app(settings: BrokerSettings, *, name: str = "sagafleet") -> C
         # One layer owns retries: the orchestrator. Publishing gives up fast and the
         # sweeper re-enqueues from the log instead of Celery retrying in a loop.
         task_publish_retry=True,
-        task_publish_retry_policy={"max_retries": 3, "interval_start": 0.1,
-                                   "interval_step": 0.2, "interval_max": 1.0},
+        task_publish_retry_policy={
+            "max_retries": 3,
+            "interval_start": 0.1,
+            "interval_step": 0.2,
+            "interval_max": 1.0,
+        },
         task_default_queue=QUEUE_STEPS,
         task_routes={"sagafleet.commands.*": {"queue": QUEUE_COMMANDS}},
         worker_hijack_root_logger=False,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sagafleet.commands import db
+from sagafleet.commands import db, demo, fleet, sagas
 from sagafleet.errors import exit_code_for
 
-REGISTRARS = [db.register]
+REGISTRARS = [demo.register, db.register, fleet.register, sagas.register]
 
 __all__ = ["REGISTRARS", "exit_code_for"]

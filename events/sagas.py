@@ -1,0 +1,139 @@
+"""Saga streams: the registry of saga event types, and loading a saga's state from its log.
+
+A saga lives in the stream ``saga-<id>``; its first event, ``SagaStarted``, names the
+definition by hash, so any process can fold the stream back into state without the
+process or the model that started it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from events.definitions import DefinitionStore
+from events.errors import EventStoreError
+from events.model import AppendResult, ExpectedVersion, Position, RecordedEvent
+from events.registry import EventRegistry
+from events.store import EventStore
+from saga_core import SagaDefinition, evolve
+from saga_core.events import SAGA_EVENT_TYPES, SagaEvent, SagaStarted
+from saga_core.state import SagaState
+
+STREAM_PREFIX = "saga-"
+
+
+class SagaNotFound(EventStoreError):
+    """No saga with that id exists (for this tenant)."""
+
+
+class CorruptSagaStream(EventStoreError):
+    """A saga stream does not start with SagaStarted or holds an event it cannot decode."""
+
+
+def saga_stream(saga_id: str) -> str:
+    """The stream id of a saga."""
+    return STREAM_PREFIX + saga_id
+
+
+def saga_id_of(stream_id: str) -> str | None:
+    """The saga id of a saga stream, or None for any other stream."""
+    return stream_id[len(STREAM_PREFIX) :] if stream_id.startswith(STREAM_PREFIX) else None
+
+
+def saga_registry() -> EventRegistry:
+    """An event registry holding every saga event type at its schema version."""
+    registry = EventRegistry()
+    for name, model in SAGA_EVENT_TYPES.items():
+        registry.register(model, name, model.schema_version)
+    return registry
+
+
+@dataclass(frozen=True)
+class LoadedSaga:
+    """A saga folded from its log: definition, state, the events and the stream version."""
+
+    saga_id: str
+    definition: SagaDefinition
+    state: SagaState
+    events: tuple[SagaEvent, ...]
+    records: tuple[RecordedEvent, ...]
+
+    @property
+    def version(self) -> int:
+        """The stream version the state reflects (the expected version of the next append)."""
+        return self.records[-1].stream_version if self.records else 0
+
+    @property
+    def tenant(self) -> str:
+        """The tenant the saga belongs to."""
+        return self.state.tenant
+
+
+class SagaRepository:
+    """Load sagas from the log and append their events (with tenant metadata)."""
+
+    def __init__(self, store: EventStore, definitions: DefinitionStore) -> None:
+        if store.registry is None:
+            raise EventStoreError("a SagaRepository needs a store opened with saga_registry()")
+        self.store = store
+        self.definitions = definitions
+        self.registry = store.registry
+
+    def load(
+        self, saga_id: str, *, tenant: str | None = None, at: Position | None = None
+    ) -> LoadedSaga:
+        """Fold a saga's stream (up to ``at`` if given); SagaNotFound if absent or not visible."""
+        records = self.store.read_stream(saga_stream(saga_id))
+        if at is not None:
+            records = [r for r in records if r.position <= at]
+        return self.fold_records(saga_id, records, tenant=tenant)
+
+    def fold_records(
+        self, saga_id: str, records: Sequence[RecordedEvent], *, tenant: str | None = None
+    ) -> LoadedSaga:
+        """Fold already-read records of one saga stream into a LoadedSaga."""
+        if not records:
+            raise SagaNotFound(f"no saga {saga_id!r}")
+        events = [self._decode(r) for r in records]
+        started = events[0]
+        if not isinstance(started, SagaStarted):
+            raise CorruptSagaStream(f"saga {saga_id!r} does not start with SagaStarted")
+        if tenant is not None and started.tenant != tenant:
+            # Another tenant's saga is indistinguishable from a missing one.
+            raise SagaNotFound(f"no saga {saga_id!r}")
+        definition = self.definitions.by_hash(started.definition_hash)
+        state = SagaState.initial(definition)
+        for event in events:
+            state = evolve(state, event)
+        return LoadedSaga(saga_id, definition, state, tuple(events), tuple(records))
+
+    def append(
+        self,
+        saga_id: str,
+        tenant: str,
+        events: Sequence[SagaEvent],
+        expected_version: ExpectedVersion,
+        *,
+        conn: psycopg.Connection[Any] | None = None,
+        actor: str | None = None,
+    ) -> AppendResult:
+        """Append saga events with tenant (and actor) metadata at ``expected_version``."""
+        metadata: dict[str, Any] = {"tenant": tenant}
+        if actor:
+            metadata["actor"] = actor
+        new = [self.registry.to_new_event(e, metadata=metadata) for e in events]
+        return self.store.append(saga_stream(saga_id), new, expected_version, conn=conn)
+
+    def _decode(self, record: RecordedEvent) -> SagaEvent:
+        try:
+            event = self.registry.decode(record)
+        except EventStoreError as exc:
+            raise CorruptSagaStream(f"{record.stream_id}@{record.stream_version}: {exc}") from exc
+        if not isinstance(event, SagaEvent):
+            raise CorruptSagaStream(
+                f"{record.stream_id}@{record.stream_version} is not a saga event"
+            )
+        return event

@@ -1,0 +1,73 @@
+"""``sagafleet worker`` and ``sagafleet sweeper``: the long-running processes of the fleet."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from sagafleet.exit_codes import ExitCode
+from sagafleet.fleetcli import build_fleet
+from sagafleet.settings import Settings
+from workers.celery_app import QUEUE_COMMANDS, QUEUE_STEPS
+from workers.observability import init_sentry
+from workers.sweeper import Sweeper
+
+
+def register(sub: Any) -> None:
+    """Add the ``worker`` and ``sweeper`` subcommands."""
+    worker = sub.add_parser("worker", help="run a Celery worker of the fleet")
+    worker.add_argument("--concurrency", type=int, default=1,
+                        help="tasks at once (1: solo pool; more: a thread pool)")
+    worker.add_argument("--queues", default=f"{QUEUE_STEPS},{QUEUE_COMMANDS}",
+                        help="comma-separated queues to consume")
+    worker.add_argument("--loglevel", default="WARNING")
+    worker.set_defaults(handler=run_worker)
+
+    sweeper = sub.add_parser("sweeper", help="re-enqueue due work the log knows about")
+    sweeper.add_argument("--interval", type=float, default=None,
+                         help="seconds between sweeps (default SAGAFLEET_SWEEP_INTERVAL_SECONDS)")
+    sweeper.add_argument("--once", action="store_true", help="sweep once and exit")
+    sweeper.add_argument("--json", action="store_true", help="with --once: print the report")
+    sweeper.set_defaults(handler=run_sweeper)
+
+
+def run_worker(args: argparse.Namespace, settings: Settings) -> int:
+    """Consume step and saga commands until stopped (SIGTERM: warm shutdown)."""
+    if args.concurrency < 1:
+        raise SystemExit("sagafleet worker: --concurrency must be at least 1")
+    logging.basicConfig(level=args.loglevel.upper())
+    fleet = build_fleet(settings)
+    init_sentry(settings.sentry_dsn, component="worker")
+    fleet.register_builtin_definitions()
+    pool = "solo" if args.concurrency == 1 else "threads"
+    try:
+        fleet.celery.worker_main([
+            "worker", f"--pool={pool}", f"--concurrency={args.concurrency}",
+            f"--queues={args.queues}", f"--loglevel={args.loglevel}",
+            "--without-heartbeat", "--without-mingle", "--without-gossip",
+            f"--hostname=sagafleet-{fleet.config.worker_id}",
+        ])
+    finally:
+        fleet.close()
+    return ExitCode.OK
+
+
+def run_sweeper(args: argparse.Namespace, settings: Settings) -> int:
+    """Sweep forever (or once with --once)."""
+    from sagafleet.output import emit
+
+    logging.basicConfig(level=logging.INFO)
+    fleet = build_fleet(settings)
+    init_sentry(settings.sentry_dsn, component="sweeper")
+    sweeper = Sweeper(fleet)
+    try:
+        if args.once:
+            report = sweeper.sweep()
+            emit(report.__dict__, as_json=args.json,
+                 text=lambda d: ", ".join(f"{k}={v}" for k, v in d.items()))
+            return ExitCode.OK
+        sweeper.run_forever(args.interval or settings.sweep_interval_seconds)
+    finally:
+        fleet.close()
+    return ExitCode.OK

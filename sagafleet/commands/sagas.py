@@ -1,0 +1,143 @@
+"""``sagafleet start|status|approve|deny|cancel``: the saga commands for agents and operators."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from saga_core.contracts import StepKind
+from sagafleet.exit_codes import ExitCode
+from sagafleet.fleetcli import build_fleet
+from sagafleet.output import emit, emit_error
+from sagafleet.settings import Settings
+from workers.views import SagaView
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tenant", default=None, help="act for this tenant (SAGAFLEET_TENANT)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def register(sub: Any) -> None:
+    """Add the saga subcommands."""
+    start = sub.add_parser("start", help="start a saga (idempotent by --key)")
+    start.add_argument("definition", help="definition name, e.g. trip")
+    start.add_argument("--input", required=True, help="the input as a JSON object")
+    start.add_argument("--key", default=None, help="idempotency key: a retry returns the same saga")
+    start.add_argument("--version", type=int, default=None, help="definition version (latest)")
+    start.add_argument("--as", dest="actor", default="cli", help="who starts it")
+    start.add_argument("--reason", default="", help="why (recorded on SagaStarted)")
+    _common(start)
+    start.set_defaults(handler=run_start)
+
+    status = sub.add_parser("status", help="current state and steps of a saga")
+    status.add_argument("saga_id")
+    _common(status)
+    status.set_defaults(handler=run_status)
+
+    for name, helptext in (("approve", "approve a pending step"), ("deny", "deny a pending step")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("saga_id")
+        p.add_argument("step")
+        p.add_argument("--as", dest="actor", required=True, help="the approver's identity")
+        p.add_argument("--compensation", action="store_true",
+                       help="the request is for the step's compensation")
+        if name == "approve":
+            p.add_argument("--action-hash", default=None,
+                           help="the action hash shown in the request (default: the pending one)")
+        else:
+            p.add_argument("--reason", required=True)
+        _common(p)
+        p.set_defaults(handler=run_approve if name == "approve" else run_deny)
+
+    cancel = sub.add_parser("cancel", help="cancel a saga: compensate what can be compensated")
+    cancel.add_argument("saga_id")
+    cancel.add_argument("--as", dest="actor", required=True)
+    cancel.add_argument("--reason", default="")
+    _common(cancel)
+    cancel.set_defaults(handler=run_cancel)
+
+
+def _client(args: argparse.Namespace, settings: Settings):  # type: ignore[no-untyped-def]
+    fleet = build_fleet(settings)
+    fleet.register_builtin_definitions()
+    return fleet, fleet.client(tenant=args.tenant or settings.tenant,
+                               actor=getattr(args, "actor", "cli"))
+
+
+def _show(view: SagaView, as_json: bool) -> None:
+    def text(d: dict[str, Any]) -> str:
+        lines = [f"saga {d['saga_id']}  {d['status']}  ({d['definition']} "
+                 f"v{d['definition_version']}, tenant {d['tenant']})"]
+        for s in d["steps"]:
+            lines.append(f"  {s['step_id']:<18} {s['kind']:<13} {s['status']:<18} "
+                         f"attempt {s['attempt']}")
+        for p in d["pending_approvals"]:
+            lines.append(f"  awaiting approval: {p['step_id']} ({p['kind']}) "
+                         f"hash {p['action_hash'][:16]}… until {p['expires_at']}")
+        if d["escalation"]:
+            lines.append(f"  MANUAL INTERVENTION: {d['escalation']['reason']}")
+        return "\n".join(lines)
+
+    emit(view.model_dump(mode="json"), as_json=as_json, text=text)
+
+
+def run_start(args: argparse.Namespace, settings: Settings) -> int:
+    """Start a saga from a JSON input."""
+    try:
+        data = json.loads(args.input)
+    except json.JSONDecodeError as exc:
+        emit_error(f"--input is not JSON: {exc}", as_json=args.json, kind="InvalidInput")
+        return ExitCode.INVALID_INPUT
+    fleet, client = _client(args, settings)
+    try:
+        started = client.start(args.definition, data, key=args.key, version=args.version,
+                               reason=args.reason)
+    finally:
+        fleet.close()
+    _show(started, args.json)
+    return ExitCode.OK
+
+
+def run_status(args: argparse.Namespace, settings: Settings) -> int:
+    """Show a saga."""
+    fleet, client = _client(args, settings)
+    try:
+        _show(client.status(args.saga_id), args.json)
+    finally:
+        fleet.close()
+    return ExitCode.OK
+
+
+def run_approve(args: argparse.Namespace, settings: Settings) -> int:
+    """Approve a pending request."""
+    fleet, client = _client(args, settings)
+    kind = StepKind.COMPENSATION if args.compensation else StepKind.FORWARD
+    try:
+        _show(client.approve(args.saga_id, args.step, kind=kind, action_hash=args.action_hash),
+              args.json)
+    finally:
+        fleet.close()
+    return ExitCode.OK
+
+
+def run_deny(args: argparse.Namespace, settings: Settings) -> int:
+    """Deny a pending request."""
+    fleet, client = _client(args, settings)
+    kind = StepKind.COMPENSATION if args.compensation else StepKind.FORWARD
+    try:
+        _show(client.deny(args.saga_id, args.step, reason=args.reason, kind=kind), args.json)
+    finally:
+        fleet.close()
+    return ExitCode.OK
+
+
+def run_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    """Request cancellation."""
+    fleet, client = _client(args, settings)
+    try:
+        _show(client.cancel(args.saga_id, reason=args.reason), args.json)
+    finally:
+        fleet.close()
+    return ExitCode.OK

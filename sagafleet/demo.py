@@ -1,0 +1,270 @@
+"""The demo: a real fleet (worker processes, a sweeper) running trip sagas against the
+sandbox providers with injected faults, with this process playing the operator.
+
+It proves its own claims from the outside: terminal states come from the log, duplicate
+effects and the business invariant from the providers' ledgers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from events.sagas import LoadedSaga
+from saga_core import SagaDefinition
+from saga_core.contracts import SagaStatus, StepKind
+from saga_core.errors import SagaError
+from saga_core.events import (
+    ApprovalDenied,
+    ApprovalGranted,
+    ApprovalRequested,
+    ReconciliationResult,
+    StepSucceeded,
+)
+from saga_core.examples import trip_definition
+from workers.fleet import Fleet
+from workers.sandbox import FaultInjector, ledger_for_saga, ledger_totals
+
+DEMO_DEFINITION = "trip_demo"
+OPERATOR = "demo-operator"
+APPROVAL_TTL_S = 6.0
+
+
+def demo_definition() -> SagaDefinition:
+    """The trip saga with approval requests short-lived enough to watch one expire."""
+    trip = trip_definition()
+    short = {"request_ttl_s": APPROVAL_TTL_S, "grant_ttl_s": 60.0}
+    steps = [
+        step.model_copy(update={"approval": step.approval.model_copy(update=short)})
+        if step.approval is not None else step
+        for step in trip.steps
+    ]
+    return trip.model_copy(update={"name": DEMO_DEFINITION, "steps": steps})
+
+
+def _fraction(*parts: object) -> float:
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def trip_input(index: int, seed: int) -> dict[str, Any]:
+    """A plausible trip; about one in five costs more than the approval limit."""
+    expensive = _fraction(seed, "expensive", index) < 0.2
+    return {
+        "customer_email": f"traveller{index}@example.com",
+        "flight_id": f"FL{100 + index % 40}",
+        "hotel_id": f"HT{200 + index % 25}",
+        "nights": 1 + index % 5,
+        "amount": 150_000 + index if expensive else 40_000 + 10 * index,
+        "currency": "EUR",
+        "card_token": f"tok_visa_{seed}_{index:04d}",
+    }
+
+
+@dataclass
+class DemoOptions:
+    """The demo's knobs."""
+
+    sagas: int = 20
+    workers: int = 2
+    fault_rate: float = 0.1
+    seed: int = 7
+    timeout_s: float = 240.0
+    lease_s: float = 8.0
+    queue_wait_s: float = 3.0
+
+
+@dataclass
+class Operator:
+    """Plays the human: approves most requests, denies some, lets the first one expire."""
+
+    seed: int
+    expired_one: str | None = None
+    answered: Counter[str] = field(default_factory=Counter)
+
+    def review(self, fleet: Fleet, loaded: LoadedSaga) -> None:
+        """Answer this saga's open approval requests."""
+        client = fleet.client(tenant=loaded.tenant, actor=OPERATOR)
+        for run in [*loaded.state.forward.values(), *loaded.state.compensation.values()]:
+            approval = run.approval
+            if approval is None or approval.status != "requested":
+                continue
+            if run.status.value != "awaiting_approval":
+                continue
+            if self.expired_one is None:
+                self.expired_one = loaded.saga_id  # never answered: it expires, then is re-asked
+            if self.expired_one == loaded.saga_id and fleet.clock() < approval.expires_at:
+                continue
+            try:
+                if _fraction(self.seed, "deny", loaded.saga_id, run.step_id) < 0.25:
+                    client.deny(loaded.saga_id, run.step_id, kind=run.kind,
+                                reason="amount above the customer's stated budget")
+                    self.answered["denied"] += 1
+                else:
+                    client.approve(loaded.saga_id, run.step_id, kind=run.kind,
+                                   action_hash=approval.action_hash)
+                    self.answered["approved"] += 1
+            except SagaError:
+                pass  # expired or changed meanwhile: the next look sees the new request
+
+
+class FleetProcesses:
+    """The worker and sweeper processes of the demo, started and stopped together."""
+
+    def __init__(self, env: dict[str, str], workers: int, log_dir: Path) -> None:
+        self.env = env
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.log_dir = log_dir
+        log_dir.mkdir(parents=True, exist_ok=True)
+        for index in range(workers):
+            self._spawn(f"worker-{index}", ["worker"])
+        self._spawn("sweeper", ["sweeper"])
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        log = (self.log_dir / f"{name}.log").open("wb")
+        self.procs.append(subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            [sys.executable, "-m", "sagafleet", *args], env=self.env,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        ))
+
+    def stop(self) -> None:
+        """Warm shutdown (SIGTERM), then SIGKILL whatever is still there after 10 s."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in self.procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _progress(done: int, total: int, started: float, stream: Any) -> None:
+    width = 30
+    filled = int(width * done / max(total, 1))
+    stream.write(f"\r  [{'#' * filled}{'.' * (width - filled)}] {done}/{total} settled"
+                 f"  {time.monotonic() - started:5.1f}s")
+    stream.flush()
+
+
+def run(fleet: Fleet, env: dict[str, str], options: DemoOptions, log_dir: Path) -> dict[str, Any]:
+    """Run the demo on an already-migrated fleet; return the summary document."""
+    client = fleet.client(actor="demo-agent")
+    client.register_definition(demo_definition())
+    faults = FaultInjector(fleet.sandbox_pool)
+    faults.clear()
+    if options.fault_rate > 0:
+        faults.configure_mix(options.fault_rate, options.seed)
+    processes = FleetProcesses(env, options.workers, log_dir)
+    operator = Operator(options.seed)
+    started = time.monotonic()
+    try:
+        saga_ids = [
+            client.start(DEMO_DEFINITION, trip_input(i, options.seed),
+                         key=f"demo-{options.seed}-{started}-{i}",
+                         reason="customer asked the agent to book a trip").saga_id
+            for i in range(options.sagas)
+        ]
+        settled: dict[str, LoadedSaga] = {}
+        while len(settled) < len(saga_ids) and time.monotonic() - started < options.timeout_s:
+            for saga_id in saga_ids:
+                if saga_id in settled:
+                    continue
+                loaded = fleet.repo.load(saga_id)
+                status = loaded.state.status
+                if status.is_terminal or status is SagaStatus.MANUAL_INTERVENTION:
+                    settled[saga_id] = loaded
+                else:
+                    operator.review(fleet, loaded)
+            _progress(len(settled), len(saga_ids), started, sys.stderr)
+            time.sleep(0.2)
+        elapsed = time.monotonic() - started
+        sys.stderr.write("\n")
+    finally:
+        processes.stop()
+    finals = {sid: fleet.repo.load(sid) for sid in saga_ids}
+    return summarize(fleet, finals, operator, elapsed, faults.hit_counts())
+
+
+def summarize(
+    fleet: Fleet,
+    finals: dict[str, LoadedSaga],
+    operator: Operator,
+    elapsed: float,
+    fault_hits: dict[str, int],
+) -> dict[str, Any]:
+    """The demo's summary: states from the log, effects from the providers' ledgers."""
+    states: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
+    violations: list[str] = []
+    manual: list[dict[str, Any]] = []
+    non_terminal = 0
+    for saga_id, loaded in finals.items():
+        status = loaded.state.status
+        states[str(status)] += 1
+        if not status.is_terminal and status is not SagaStatus.MANUAL_INTERVENTION:
+            non_terminal += 1
+        if status is SagaStatus.MANUAL_INTERVENTION and loaded.state.escalation is not None:
+            manual.append({"saga_id": saga_id, "reason": loaded.state.escalation.reason})
+        for event in loaded.events:
+            if isinstance(event, StepSucceeded) and event.kind is StepKind.COMPENSATION:
+                counts["compensations"] += 1
+            elif isinstance(event, ReconciliationResult):
+                counts[f"reconciliations_{event.result}"] += 1
+            elif isinstance(event, ApprovalRequested):
+                counts["approvals_requested"] += 1
+            elif isinstance(event, ApprovalGranted):
+                counts["approvals_granted"] += 1
+            elif isinstance(event, ApprovalDenied):
+                counts["approvals_denied"] += 1
+        ledger = ledger_for_saga(fleet.sandbox_pool, saga_id)
+        if status is SagaStatus.COMPLETED and not ledger.is_complete_trip:
+            violations.append(f"{saga_id}: COMPLETED but the ledgers show no complete trip")
+        if status is SagaStatus.COMPENSATED and not ledger.is_unwound:
+            violations.append(f"{saga_id}: COMPENSATED but holds or a net charge remain")
+    totals = ledger_totals(fleet.sandbox_pool)
+    duplicates = [d for d in totals.duplicate_effects if d.saga_id in finals]
+    return {
+        "sagas": len(finals),
+        "terminal_states": dict(sorted(states.items())),
+        "non_terminal": non_terminal,
+        "manual_intervention": manual,
+        "duplicate_effects": len(duplicates),
+        "duplicate_effect_details": [str(d) for d in duplicates],
+        "invariant_violations": violations,
+        "compensations": counts["compensations"],
+        "reconciliations": {k.removeprefix("reconciliations_"): v
+                            for k, v in counts.items() if k.startswith("reconciliations_")},
+        "approvals": {
+            "requested": counts["approvals_requested"],
+            "granted": counts["approvals_granted"],
+            "denied": counts["approvals_denied"],
+            "left_to_expire": operator.expired_one,
+        },
+        "faults_injected": dict(sorted(fault_hits.items())),
+        "elapsed_s": round(elapsed, 2),
+        "sagas_per_s": round(len(finals) / elapsed, 2) if elapsed > 0 else None,
+    }
+
+
+def child_env(database_url: str, broker_url: str, options: DemoOptions) -> dict[str, str]:
+    """Environment for the demo's processes: the resolved endpoints and short timings."""
+    env = dict(os.environ)
+    env.update({
+        "SAGAFLEET_DATABASE_URL": database_url,
+        "SAGAFLEET_BROKER_URL": broker_url,
+        "SAGAFLEET_LEASE_SECONDS": str(options.lease_s),
+        "SAGAFLEET_QUEUE_WAIT_SECONDS": str(options.queue_wait_s),
+        "SAGAFLEET_SWEEP_INTERVAL_SECONDS": "1",
+    })
+    return env

@@ -1,0 +1,26 @@
+"""Building a Fleet from Settings for the commands that need one."""
+
+from __future__ import annotations
+
+from sagafleet import runtime
+from sagafleet.migrate import migrate_all
+from sagafleet.settings import Settings
+from workers.fleet import Fleet, FleetConfig
+
+
+def build_fleet(settings: Settings, *, worker_id: str | None = None, migrate: bool = True) -> Fleet:
+    """A fleet on the configured (or embedded) servers, schema migrated, trip registered."""
+    ends = runtime.endpoints(settings, need_broker=True)
+    assert ends.broker_url is not None
+    if migrate:
+        migrate_all(ends.database_url)
+    extra = {"worker_id": worker_id} if worker_id else {}
+    fleet = Fleet(FleetConfig(
+        database_url=ends.database_url,
+        broker_url=ends.broker_url,
+        lease_s=settings.lease_seconds,
+        queue_wait_s=settings.queue_wait_seconds,
+        tool_latency_s=settings.tool_latency_seconds,
+        **extra,
+    ))
+    return fleet

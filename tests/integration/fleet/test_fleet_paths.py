@@ -1,0 +1,218 @@
+"""The fleet end to end: real worker processes on real PostgreSQL and Redis.
+
+Each scenario asserts the business invariant from the providers' ledgers and the journal
+history, not only the state label.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from fleet_support import TRIP_INPUT, redis_client
+
+from saga_core.contracts import SagaStatus, StepKind
+from saga_core.events import (
+    ApprovalRequested,
+    ReconciliationResult,
+    StepStarted,
+    StepSucceeded,
+)
+from workers.messages import StepCommand
+from workers.sandbox import ledger_for_saga
+
+
+def _events(fleet, saga_id):
+    return list(fleet.repo.load(saga_id).events)
+
+
+def test_happy_path_completes_with_one_trip_and_one_charge(fleet, workers, wait_settled):
+    # given one worker process
+    workers.start(1)
+    # when an agent starts a trip
+    saga = fleet.client().start("trip", TRIP_INPUT, key="happy")
+    # then it completes, and the ledgers hold exactly one trip and one net charge
+    assert wait_settled(saga.saga_id) is SagaStatus.COMPLETED
+    ledger = ledger_for_saga(fleet.sandbox_pool, saga.saga_id)
+    assert ledger.is_complete_trip and not ledger.duplicates
+    assert ledger.net_charge == TRIP_INPUT["amount"] and ledger.itineraries_sent == 1
+    # and every step recorded intent before its result
+    events = _events(fleet, saga.saga_id)
+    for step in ("hold_flight", "hold_hotel", "capture_payment", "send_itinerary"):
+        started = [i for i, e in enumerate(events)
+                   if isinstance(e, StepStarted) and e.step_id == step]
+        done = [i for i, e in enumerate(events)
+                if isinstance(e, StepSucceeded) and e.step_id == step]
+        assert started and done and started[0] < done[0]
+
+
+def test_same_key_returns_same_saga_other_input_is_refused(fleet):
+    client = fleet.client()
+    first = client.start("trip", TRIP_INPUT, key="k-1")
+    again = client.start("trip", TRIP_INPUT, key="k-1")
+    assert again.saga_id == first.saga_id and first.created and not again.created
+    import pytest
+
+    from workers.client import IdempotencyConflict
+    with pytest.raises(IdempotencyConflict, match="k-1"):
+        client.start("trip", {**TRIP_INPUT, "nights": 3}, key="k-1")
+
+
+def test_rejection_at_the_pivot_compensates_in_dependency_order(fleet, workers, wait_settled):
+    # given an itinerary that the email provider will reject (the pivot fails)
+    workers.start(1)
+    saga = fleet.client().start(
+        "trip", {**TRIP_INPUT, "customer_email": "ada@bounce.invalid"}, key="reject")
+    # then the saga is compensated and the ledgers show no holds and no net charge
+    assert wait_settled(saga.saga_id) is SagaStatus.COMPENSATED
+    ledger = ledger_for_saga(fleet.sandbox_pool, saga.saga_id)
+    assert ledger.is_unwound and ledger.net_charge == 0 and ledger.captured == TRIP_INPUT["amount"]
+    # and the payment was refunded before the holds it depends on were released
+    order = [e.step_id for e in _events(fleet, saga.saga_id)
+             if isinstance(e, StepSucceeded) and e.kind is StepKind.COMPENSATION]
+    assert order[0] == "capture_payment"
+    assert set(order) == {"capture_payment", "hold_flight", "hold_hotel"}
+
+
+def test_response_lost_after_commit_is_reconciled_as_found(fleet, faults, workers, wait_settled):
+    # given the flight provider commits the hold and then loses the response, once
+    faults.add("flights", "hold", "commit_then_timeout", count=1)
+    workers.start(1)
+    saga = fleet.client().start("trip", TRIP_INPUT, key="lost-response")
+    assert wait_settled(saga.saga_id) is SagaStatus.COMPLETED
+    # then the lookup by key found the hold: one hold, never a second one
+    results = [e.result for e in _events(fleet, saga.saga_id)
+               if isinstance(e, ReconciliationResult)]
+    assert results == ["found"]
+    ledger = ledger_for_saga(fleet.sandbox_pool, saga.saga_id)
+    assert ledger.flight_holds == 1 and ledger.is_complete_trip
+
+
+def test_timeout_before_dispatch_is_reconciled_absent_then_retried(
+    fleet, faults, workers, wait_settled
+):
+    # given the request never reached the provider, but the caller saw a timeout
+    faults.add("hotels", "hold", "timeout_before_dispatch", count=1)
+    workers.start(1)
+    saga = fleet.client().start("trip", TRIP_INPUT, key="absent")
+    assert wait_settled(saga.saga_id) is SagaStatus.COMPLETED
+    # then reconciliation confirmed absence and the retry used the same key
+    events = _events(fleet, saga.saga_id)
+    assert [e.result for e in events if isinstance(e, ReconciliationResult)] == ["absent"]
+    keys = {e.operation_key for e in events
+            if isinstance(e, StepStarted) and e.step_id == "hold_hotel"}
+    assert len(keys) == 1
+    assert ledger_for_saga(fleet.sandbox_pool, saga.saga_id).hotel_holds == 1
+
+
+def test_approval_granted_then_completed(fleet, workers, wait_settled):
+    workers.start(1)
+    client = fleet.client()
+    saga = client.start("trip", {**TRIP_INPUT, "amount": 250_000}, key="approve")
+    # the capture waits for a human
+    wait_settled(saga.saga_id, until=lambda s: bool(
+        client.status(saga.saga_id).pending_approvals))
+    assert ledger_for_saga(fleet.sandbox_pool, saga.saga_id).captures == 0
+    client.as_actor("alice").approve(saga.saga_id, "capture_payment")
+    # a second click is a no-op
+    client.as_actor("alice").approve(saga.saga_id, "capture_payment")
+    assert wait_settled(saga.saga_id) is SagaStatus.COMPLETED
+    assert ledger_for_saga(fleet.sandbox_pool, saga.saga_id).captures == 1
+
+
+def test_approval_denied_compensates_the_holds(fleet, workers, wait_settled):
+    workers.start(1)
+    client = fleet.client()
+    saga = client.start("trip", {**TRIP_INPUT, "amount": 250_000}, key="deny")
+    wait_settled(saga.saga_id, until=lambda s: bool(
+        client.status(saga.saga_id).pending_approvals))
+    client.as_actor("bob").deny(saga.saga_id, "capture_payment", reason="too expensive")
+    assert wait_settled(saga.saga_id) is SagaStatus.COMPENSATED
+    ledger = ledger_for_saga(fleet.sandbox_pool, saga.saga_id)
+    assert ledger.captures == 0 and ledger.is_unwound
+
+
+def test_duplicate_message_has_no_second_effect(fleet, wait_settled, workers):
+    # given a saga whose first step command is delivered twice before any worker runs
+    saga = fleet.client().start("trip", TRIP_INPUT, key="dup")
+    command = StepCommand(saga_id=saga.saga_id, step_id="hold_flight",
+                          kind=StepKind.FORWARD, attempt=1)
+    fleet.publisher.publish([command, command])
+    workers.start(2)
+    assert wait_settled(saga.saga_id) is SagaStatus.COMPLETED
+    ledger = ledger_for_saga(fleet.sandbox_pool, saga.saga_id)
+    assert ledger.flight_holds == 1 and not ledger.duplicates
+    claims = [e for e in _events(fleet, saga.saga_id)
+              if isinstance(e, StepStarted) and e.step_id == "hold_flight"]
+    assert len(claims) == 1
+
+
+def test_two_executors_racing_one_step_claim_it_once(fleet):
+    # given a scheduled step and two executors (threads) handling the same command at once
+    saga = fleet.client().start("trip", TRIP_INPUT, key="race")
+    command = StepCommand(saga_id=saga.saga_id, step_id="hold_hotel",
+                          kind=StepKind.FORWARD, attempt=1)
+    barrier = threading.Barrier(2)
+    outcomes = []
+
+    def race():
+        barrier.wait()
+        outcomes.append(fleet.executor.handle(command, publish=False).verdict)
+
+    threads = [threading.Thread(target=race) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # then exactly one executed and the other saw the claim and dropped the message
+    assert sorted(outcomes) == ["dropped", "executed"]
+    assert ledger_for_saga(fleet.sandbox_pool, saga.saga_id).hotel_holds == 1
+
+
+def test_worker_killed_mid_step_loses_no_saga_and_duplicates_nothing(
+    fleet, workers, wait_settled
+):
+    # given a slow provider and a worker that dies (SIGKILL) while calling it
+    (victim,) = workers.start(1, tool_latency_s=2.0, lease_s=3.0)
+    saga = fleet.client().start("trip", TRIP_INPUT, key="sigkill")
+    deadline = time.monotonic() + 30
+    while not any(isinstance(e, StepStarted) for e in _events(fleet, saga.saga_id)):
+        assert time.monotonic() < deadline, "no step was ever claimed"
+        time.sleep(0.05)
+    victim.kill()
+    victim.wait()
+    # when a fresh worker joins and the sweeper notices the expired lease
+    workers.start(1, tool_latency_s=0.0)
+    # then the saga finishes with exactly one trip
+    assert wait_settled(saga.saga_id, timeout=90) is SagaStatus.COMPLETED
+    ledger = ledger_for_saga(fleet.sandbox_pool, saga.saga_id)
+    assert ledger.is_complete_trip and not ledger.duplicates
+
+
+def test_redis_flushed_mid_run_loses_no_saga(fleet, broker, workers, wait_settled):
+    # given sagas whose step commands are queued but no worker runs yet
+    sagas = [fleet.client().start("trip", TRIP_INPUT, key=f"flush-{i}") for i in range(3)]
+    # when Redis loses every message
+    redis_client(broker).flushdb()
+    workers.start(1)
+    # then the sweeper re-enqueues from the log and every saga completes once
+    for saga in sagas:
+        assert wait_settled(saga.saga_id) is SagaStatus.COMPLETED
+        assert ledger_for_saga(fleet.sandbox_pool, saga.saga_id).is_complete_trip
+
+
+def test_approval_left_to_expire_is_asked_again(fleet, workers, wait_settled):
+    from datetime import timedelta
+
+    workers.start(1)
+    client = fleet.client()
+    saga = client.start("trip", {**TRIP_INPUT, "amount": 250_000}, key="expire")
+    wait_settled(saga.saga_id, until=lambda s: bool(
+        client.status(saga.saga_id).pending_approvals))
+    # when the clock passes the request's expiry, the sweeper records a fresh request
+    real_clock = fleet.clock
+    fleet.clock = lambda: real_clock() + timedelta(hours=2)
+    fleet.orchestrator.clock = fleet.clock
+    fleet.orchestrator.advance(saga.saga_id)
+    requests = [e for e in _events(fleet, saga.saga_id) if isinstance(e, ApprovalRequested)]
+    assert len(requests) == 2 and requests[1].expires_at > requests[0].expires_at

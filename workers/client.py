@@ -1,0 +1,223 @@
+"""``SagaClient``: how agents and operators start, watch, approve and cancel sagas.
+
+Every command is recorded as events with the actor; starting is idempotent by key (the
+saga id is derived from tenant and key, so a retry lands on the same stream), and a
+tenant can never see or touch another tenant's saga.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from events import ConcurrencyError
+from events.definitions import DefinitionStore
+from events.sagas import LoadedSaga, SagaNotFound
+from saga_core import (
+    SagaDefinition,
+    check_approval,
+    validate_plan,
+)
+from saga_core.catalogue import ToolCatalogue
+from saga_core.contracts import StepKind
+from saga_core.errors import ApprovalNotPending, SagaError
+from saga_core.events import (
+    ApprovalDenied,
+    CancelRequested,
+    OperatorAction,
+    SagaEvent,
+    SagaStarted,
+)
+from saga_core.inputs import validate_input
+from saga_core.keys import payload_hash
+from saga_core.plans import AgentPlan
+from saga_core.state import SagaState
+from saga_core.validation import validate_definition
+from workers.orchestrator import Orchestrator
+from workers.views import SagaView, view_of
+
+# Saga ids for idempotency keys: uuid5 over (tenant, key) in sagafleet's own namespace.
+_KEY_NAMESPACE = uuid.UUID("5a6af1ee-7000-4000-8000-000000000001")
+MAX_KEY_LENGTH = 200
+
+
+class IdempotencyConflict(SagaError):
+    """The idempotency key already started a saga with other input or another definition."""
+
+
+class Started(SagaView):
+    """The started (or, for a repeated key, the existing) saga, and whether it was new."""
+
+    created: bool = False
+
+
+class SagaClient:
+    """The command side for agents and operators, bound to one tenant and actor."""
+
+    def __init__(
+        self,
+        orchestrator: Orchestrator,
+        definitions: DefinitionStore,
+        catalogue: ToolCatalogue,
+        *,
+        tenant: str = "default",
+        actor: str = "agent",
+    ) -> None:
+        self.orchestrator = orchestrator
+        self.definitions = definitions
+        self.catalogue = catalogue
+        self.tenant = tenant
+        self.actor = actor
+
+    def as_actor(self, actor: str, tenant: str | None = None) -> SagaClient:
+        """The same client acting as someone else (or for another tenant)."""
+        return SagaClient(self.orchestrator, self.definitions, self.catalogue,
+                          tenant=tenant or self.tenant, actor=actor)
+
+    # -- definitions ----------------------------------------------------------------------
+
+    def register_definition(self, definition: SagaDefinition | dict[str, Any]) -> str:
+        """Validate a definition against the tool catalogue and store it; return its hash."""
+        if not isinstance(definition, SagaDefinition):
+            definition = SagaDefinition.model_validate(definition)
+        validated = validate_definition(definition, self.catalogue)
+        return self.definitions.register(validated, registered_by=self.actor)
+
+    def submit_plan(
+        self, plan: AgentPlan | dict[str, Any], *, name: str = "agent_plan", version: int = 1
+    ) -> SagaDefinition:
+        """Validate an agent's plan into an ad-hoc definition and register it."""
+        if not isinstance(plan, AgentPlan):
+            plan = AgentPlan.model_validate(plan)
+        definition = validate_plan(plan, self.catalogue, name=name, version=version)
+        self.definitions.register(definition, registered_by=self.actor)
+        return definition
+
+    # -- sagas ------------------------------------------------------------------------------
+
+    def start(
+        self,
+        definition: str,
+        input: dict[str, Any],
+        *,
+        key: str | None = None,
+        version: int | None = None,
+        reason: str = "",
+    ) -> Started:
+        """Start a saga; with ``key``, the same key and input return the same saga."""
+        if key is not None and not (0 < len(key) <= MAX_KEY_LENGTH):
+            raise IdempotencyConflict(f"idempotency key must be 1..{MAX_KEY_LENGTH} characters")
+        spec = self.definitions.get(definition, version)
+        normalized = validate_input(spec, input)
+        saga_id = (
+            str(uuid.uuid5(_KEY_NAMESPACE, f"{self.tenant}\x00{key}")) if key else str(uuid.uuid4())
+        )
+        started = SagaStarted(
+            at=self.orchestrator.clock(),
+            saga_id=saga_id,
+            tenant=self.tenant,
+            definition_name=spec.name,
+            definition_version=spec.version,
+            definition_hash=spec.content_hash(),
+            input=normalized,
+            input_hash=payload_hash(normalized),
+            idempotency_key=key,
+            actor=self.actor,
+            reason=reason,
+            retry_budget=spec.retry_budget,
+        )
+        fresh = LoadedSaga(saga_id, spec, SagaState.initial(spec), (), ())
+        try:
+            # Version 0: the stream must not exist yet, so a repeated key cannot start twice.
+            self.orchestrator.commit(fresh, [started], actor=self.actor)
+        except ConcurrencyError:
+            existing = self.orchestrator.repo.load(saga_id)
+            first = existing.events[0]
+            assert isinstance(first, SagaStarted)
+            same = (first.input_hash, first.definition_hash) == (
+                started.input_hash, started.definition_hash)
+            if not same:
+                raise IdempotencyConflict(
+                    f"key {key!r} already started saga {saga_id} with other input or definition"
+                ) from None
+            return Started(**view_of(existing).model_dump(), created=False)
+        loaded = self.orchestrator.repo.load(saga_id)
+        return Started(**view_of(loaded).model_dump(), created=True)
+
+    def status(self, saga_id: str) -> SagaView:
+        """The saga's current state and steps, folded from the log."""
+        return view_of(self._load(saga_id))
+
+    def approve(
+        self, saga_id: str, step_id: str, *, kind: StepKind = StepKind.FORWARD,
+        action_hash: str | None = None,
+    ) -> SagaView:
+        """Approve the pending request (bound to its action hash); a second click is a no-op."""
+
+        def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
+            wanted = action_hash or _pending_hash(loaded, step_id, kind)
+            grant = check_approval(loaded.state, step_id, kind, wanted, self.actor,
+                                   self.orchestrator.clock())
+            return None if grant is None else [grant]
+
+        self._load(saga_id)
+        self.orchestrator.record_with_retry(saga_id, build, actor=self.actor)
+        return self.status(saga_id)
+
+    def deny(
+        self, saga_id: str, step_id: str, *, reason: str, kind: StepKind = StepKind.FORWARD
+    ) -> SagaView:
+        """Deny the pending request; before the pivot this starts compensation."""
+
+        def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
+            run = loaded.state.run(step_id, kind)
+            if run.approval is not None and run.approval.status == "denied":
+                return None
+            return [ApprovalDenied(at=self.orchestrator.clock(), step_id=step_id, kind=kind,
+                                   action_hash=_pending_hash(loaded, step_id, kind),
+                                   approver=self.actor, reason=reason)]
+
+        self._load(saga_id)
+        self.orchestrator.record_with_retry(saga_id, build, actor=self.actor)
+        return self.status(saga_id)
+
+    def cancel(self, saga_id: str, *, reason: str = "") -> SagaView:
+        """Ask to cancel: compensate what can be compensated (before the pivot)."""
+
+        def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
+            if loaded.state.cancel_requested or loaded.state.finished is not None:
+                return None
+            return [CancelRequested(at=self.orchestrator.clock(), actor=self.actor,
+                                    reason=reason)]
+
+        self._load(saga_id)
+        self.orchestrator.record_with_retry(saga_id, build, actor=self.actor)
+        return self.status(saga_id)
+
+    def resolve(
+        self, saga_id: str, action: str, *, step_id: str | None = None,
+        kind: StepKind = StepKind.FORWARD, reason: str, evidence: dict[str, Any] | None = None,
+    ) -> SagaView:
+        """Record a typed operator action resolving a manual intervention."""
+
+        def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
+            return [OperatorAction(at=self.orchestrator.clock(), action=action,  # type: ignore[arg-type]
+                                   step_id=step_id, kind=kind, actor=self.actor, reason=reason,
+                                   evidence=evidence or {})]
+
+        self._load(saga_id)
+        self.orchestrator.record_with_retry(saga_id, build, actor=self.actor)
+        return self.status(saga_id)
+
+    def _load(self, saga_id: str) -> LoadedSaga:
+        if not isinstance(saga_id, str) or not 0 < len(saga_id) <= 64:
+            raise SagaNotFound(f"no saga {saga_id!r}")
+        return self.orchestrator.repo.load(saga_id, tenant=self.tenant)
+
+
+def _pending_hash(loaded: LoadedSaga, step_id: str, kind: StepKind) -> str:
+    run = loaded.state.run(step_id, kind)
+    if run.approval is None:
+        raise ApprovalNotPending(step_id, str(kind), "no approval was requested")
+    return run.approval.action_hash
+

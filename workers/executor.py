@@ -1,0 +1,224 @@
+"""Executing one step command: claim by stream version, call the tool, record the result.
+
+The order is the contract (DESIGN.md, execution rules 1-3 and 9):
+
+1. fold the saga and check the claim; append ``StepStarted`` (key, request hash, lease)
+   at the expected version — intent is committed before any effect;
+2. call the tool with the stable operation key;
+3. append the result (``StepSucceeded`` with the receipt, ``StepFailed`` with its class,
+   or ``StepOutcomeUnknown``) together with whatever decide schedules next, then publish.
+
+A command for an operation awaiting reconciliation runs ``lookup(key)`` instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal
+
+from events import ConcurrencyError
+from events.sagas import LoadedSaga, SagaNotFound
+from saga_core import check_claim, resolve_command
+from saga_core.contracts import ErrorClass, Receipt
+from saga_core.errors import EventRejected, TemplateError
+from saga_core.events import (
+    ReconciliationResult,
+    SagaEvent,
+    StepFailed,
+    StepOutcomeUnknown,
+    StepStarted,
+    StepSucceeded,
+)
+from saga_core.state import IN_DOUBT, RunStatus
+from workers.messages import StepCommand
+from workers.observability import step_scope
+from workers.orchestrator import MAX_RACES, Committed, Orchestrator, RaceLost
+from workers.tools import Absent, ToolError, ToolRegistry, Unknown
+
+log = logging.getLogger(__name__)
+
+Verdict = Literal["executed", "reconciled", "dropped"]
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What handling one command did, for logs, tests and the demo's counters."""
+
+    command: StepCommand
+    verdict: Verdict
+    reason: str
+    committed: Committed | None = None
+
+    @property
+    def follow_ups(self) -> tuple[StepCommand, ...]:
+        """Commands the result scheduled (already published unless run inline)."""
+        return self.committed.commands if self.committed else ()
+
+
+class StepExecutor:
+    """Runs step commands for one worker identity."""
+
+    def __init__(
+        self,
+        orchestrator: Orchestrator,
+        tools: ToolRegistry,
+        *,
+        worker_id: str,
+        lease: timedelta,
+    ) -> None:
+        self.orchestrator = orchestrator
+        self.tools = tools
+        self.worker_id = worker_id
+        self.lease = lease
+
+    def handle(self, command: StepCommand, *, publish: bool = True) -> StepOutcome:
+        """Handle one wake-up: claim and execute, reconcile, or drop a stale duplicate."""
+        for _ in range(MAX_RACES):
+            try:
+                loaded = self.orchestrator.repo.load(command.saga_id)
+            except SagaNotFound:
+                return StepOutcome(command, "dropped", "unknown saga")
+            try:
+                run = loaded.state.run(command.step_id, command.kind)
+            except EventRejected:
+                return StepOutcome(command, "dropped", "unknown step")
+            if run.status is RunStatus.RECONCILING and run.attempt == command.attempt:
+                return self._reconcile(command, loaded, publish=publish)
+            now = self.orchestrator.clock()
+            verdict = check_claim(
+                loaded.state, command.step_id, command.kind, command.attempt, now
+            )
+            if not verdict:
+                return StepOutcome(command, "dropped", verdict.reason)
+            try:
+                resolved = resolve_command(loaded.state, command.step_id, command.kind)
+            except TemplateError as exc:
+                # The definition was validated, so this means a receipt lacks a field the
+                # tool promised: a permanent, definite failure (nothing was dispatched).
+                return self._record_unclaimed_failure(command, str(exc), publish=publish)
+            started = StepStarted(
+                at=now,
+                step_id=command.step_id,
+                kind=command.kind,
+                attempt=command.attempt,
+                operation_key=resolved.operation_key,
+                request_hash=resolved.request_hash,
+                worker_id=self.worker_id,
+                lease_expires_at=now + self.lease,
+            )
+            try:
+                self.orchestrator.repo.append(
+                    command.saga_id, loaded.tenant, [started], loaded.version
+                )
+            except ConcurrencyError:
+                continue  # someone else wrote first: re-read and re-decide
+            # The saga id travels with every call as context (providers tag their records
+            # with it); the precondition goes along so the provider can refuse a changed target.
+            args = {"saga_id": command.saga_id, **resolved.args, **resolved.precondition}
+            result = self._call_tool(command, resolved.tool, resolved.version, args,
+                                     resolved.operation_key)
+            committed = self._record(command, result, publish=publish)
+            return StepOutcome(command, "executed", type(result).__name__, committed)
+        raise RaceLost(f"saga {command.saga_id}: lost {MAX_RACES} claim races in a row")
+
+    def _call_tool(
+        self, command: StepCommand, tool_name: str, version: int, args: dict[str, object], key: str
+    ) -> SagaEvent:
+        now = self.orchestrator.clock
+        common = {"step_id": command.step_id, "kind": command.kind,
+                  "attempt": command.attempt, "operation_key": key}
+        with step_scope(command.saga_id, command.step_id, command.kind.value, tool_name):
+            try:
+                tool = self.tools.get(tool_name, version)
+            except Exception as exc:  # noqa: BLE001 - any lookup failure is permanent here
+                return StepFailed(at=now(), error_class=ErrorClass.PERMANENT,
+                                  message=f"tool not available: {exc}", **common)
+            try:
+                receipt = tool.execute(args, key)
+            except ToolError as exc:
+                if exc.error_class is ErrorClass.AMBIGUOUS:
+                    return StepOutcomeUnknown(at=now(), reason="timeout", detail=str(exc),
+                                              **common)
+                return StepFailed(at=now(), error_class=exc.error_class, message=str(exc),
+                                  **common)
+            except Exception as exc:  # noqa: BLE001
+                # An adapter bug after dispatch: we cannot know whether the effect happened.
+                log.exception("tool %s@%s crashed", tool_name, version)
+                return StepOutcomeUnknown(at=now(), reason="crash",
+                                          detail=f"{type(exc).__name__}: {exc}", **common)
+        return StepSucceeded(at=now(), receipt=receipt, via="execute", **common)
+
+    def _record(
+        self, command: StepCommand, result: SagaEvent, *, publish: bool
+    ) -> Committed | None:
+        """Append the observed result unless the log already settled this attempt."""
+
+        def build(loaded: LoadedSaga) -> Sequence[SagaEvent] | None:
+            run = loaded.state.run(command.step_id, command.kind)
+            if run.attempt != command.attempt:
+                return None  # a later attempt exists; this observation is superseded
+            if isinstance(result, StepSucceeded) and run.status in IN_DOUBT:
+                # A receipt is a fact, even from a worker whose lease expired meanwhile.
+                return [result]
+            if run.status is RunStatus.STARTED and run.worker_id == self.worker_id:
+                return [result]
+            log.info("dropping %s for %s: the log moved on (%s)", type(result).__name__,
+                     command, run.status)
+            return None
+
+        return self.orchestrator.record_with_retry(command.saga_id, build, publish=publish)
+
+    def _reconcile(self, command: StepCommand, loaded: LoadedSaga, *, publish: bool) -> StepOutcome:
+        run = loaded.state.run(command.step_id, command.kind)
+        now = self.orchestrator.clock()
+        if run.not_before is not None and now < run.not_before:
+            return StepOutcome(command, "dropped", f"lookup not due before {run.not_before}")
+        tool_name, version = loaded.definition.tool_for(command.step_id, command.kind)
+        with step_scope(command.saga_id, command.step_id, command.kind.value, tool_name):
+            try:
+                found = self.tools.get(tool_name, version).lookup(run.operation_key)
+            except Exception as exc:  # noqa: BLE001 - a failing lookup proves nothing
+                found = Unknown(reason=f"lookup failed: {type(exc).__name__}: {exc}")
+        result = ReconciliationResult(
+            at=self.orchestrator.clock(),
+            step_id=command.step_id,
+            kind=command.kind,
+            attempt=command.attempt,
+            operation_key=run.operation_key,
+            result=_lookup_result(found),
+            receipt=found if isinstance(found, Receipt) else None,
+            detail="" if isinstance(found, Receipt) else found.reason,
+        )
+
+        def build(current: LoadedSaga) -> Sequence[SagaEvent] | None:
+            now_run = current.state.run(command.step_id, command.kind)
+            if now_run.status is not RunStatus.RECONCILING or now_run.attempt != command.attempt:
+                return None  # another worker reconciled it already
+            return [result]
+
+        committed = self.orchestrator.record_with_retry(command.saga_id, build, publish=publish)
+        return StepOutcome(command, "reconciled", result.result, committed)
+
+    def _record_unclaimed_failure(
+        self, command: StepCommand, message: str, *, publish: bool
+    ) -> StepOutcome:
+        def build(loaded: LoadedSaga) -> Sequence[SagaEvent] | None:
+            run = loaded.state.run(command.step_id, command.kind)
+            if run.status is not RunStatus.SCHEDULED or run.attempt != command.attempt:
+                return None
+            return [StepFailed(at=self.orchestrator.clock(), step_id=command.step_id,
+                               kind=command.kind, attempt=command.attempt,
+                               operation_key=run.operation_key,
+                               error_class=ErrorClass.PERMANENT, message=message)]
+
+        committed = self.orchestrator.record_with_retry(command.saga_id, build, publish=publish)
+        return StepOutcome(command, "executed", "StepFailed", committed)
+
+
+def _lookup_result(found: Receipt | Absent | Unknown) -> Literal["found", "absent", "unknown"]:
+    if isinstance(found, Receipt):
+        return "found"
+    return "absent" if isinstance(found, Absent) else "unknown"

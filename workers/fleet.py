@@ -1,0 +1,141 @@
+"""The fleet's composition: one explicit object holding the store, tools, broker and roles.
+
+Built once per process from :class:`FleetConfig` (no globals, no import-time side effects);
+connection pools are opened lazily per process, so a forked or threaded worker is safe.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import cached_property
+
+from psycopg_pool import ConnectionPool
+
+from events import EventStore
+from events.definitions import DefinitionStore
+from events.sagas import SagaRepository, saga_registry
+from saga_core.catalogue import ToolCatalogue
+from saga_core.errors import SagaError
+from saga_core.examples import trip_definition, trip_tool_catalogue
+from workers.celery_app import BrokerSettings, create_celery_app
+from workers.client import SagaClient
+from workers.executor import StepExecutor
+from workers.orchestrator import Clock, Orchestrator, utc_now
+from workers.publisher import CeleryPublisher
+from workers.sandbox import build_trip_sandbox
+from workers.sandbox._db import open_pool
+from workers.tools import ToolRegistry
+
+
+class FleetMisconfigured(SagaError):
+    """The tool catalogue and the registered implementations disagree."""
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """What a fleet process needs: endpoints, timing, and the sandbox's knobs."""
+
+    database_url: str
+    broker_url: str
+    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    lease_s: float = 30.0
+    queue_wait_s: float = 10.0
+    tool_latency_s: float = 0.0
+    pool_size: int = 8
+    inline_steps: int = 8  # steps a worker may run in turn without a broker round trip
+
+
+class Fleet:
+    """Store, definitions, tools, Celery app and the orchestrating roles of one process."""
+
+    def __init__(
+        self,
+        config: FleetConfig,
+        *,
+        tools: ToolRegistry | None = None,
+        catalogue: ToolCatalogue | None = None,
+        clock: Clock = utc_now,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.catalogue = catalogue or trip_tool_catalogue()
+        self._tools = tools
+
+    @cached_property
+    def store(self) -> EventStore:
+        """The event store, with saga event types registered (pool opened on first use)."""
+        return EventStore.connect(
+            self.config.database_url, pool_size=self.config.pool_size,
+            registry=saga_registry(), notify=True,
+        )
+
+    @cached_property
+    def sandbox_pool(self) -> ConnectionPool:
+        """Connections for the sandbox providers (their own schemas, same server)."""
+        return open_pool(self.config.database_url, max_size=self.config.pool_size)
+
+    @cached_property
+    def tools(self) -> ToolRegistry:
+        """The allowlisted tools: the given registry, or the trip sandbox providers."""
+        registry = self._tools or build_trip_sandbox(
+            self.sandbox_pool, latency_s=self.config.tool_latency_s
+        ).registry
+        missing = [f"{s.name}@{s.version}" for s in self.catalogue.tools
+                   if not registry.has(s.name, s.version)]
+        if missing:
+            raise FleetMisconfigured(f"catalogue tools without an implementation: {missing}")
+        return registry
+
+    @cached_property
+    def definitions(self) -> DefinitionStore:
+        """Saga definitions by (name, version, hash)."""
+        return DefinitionStore(self.store)
+
+    @cached_property
+    def repo(self) -> SagaRepository:
+        """Loads sagas from the log and appends their events."""
+        return SagaRepository(self.store, self.definitions)
+
+    @cached_property
+    def celery(self):  # type: ignore[no-untyped-def]
+        """The Celery app with the fleet's tasks bound to this fleet."""
+        from workers.tasks import bind_tasks
+
+        app = create_celery_app(BrokerSettings(broker_url=self.config.broker_url))
+        bind_tasks(app, self)
+        return app
+
+    @cached_property
+    def publisher(self) -> CeleryPublisher:
+        """Publishes step commands after commits."""
+        return CeleryPublisher(self.celery)
+
+    @cached_property
+    def orchestrator(self) -> Orchestrator:
+        """Decide-and-record for one saga at a time."""
+        return Orchestrator(self.repo, self.publisher, self.clock)
+
+    @cached_property
+    def executor(self) -> StepExecutor:
+        """Claims and runs step commands as this worker."""
+        return StepExecutor(self.orchestrator, self.tools, worker_id=self.config.worker_id,
+                            lease=timedelta(seconds=self.config.lease_s))
+
+    def client(self, *, tenant: str = "default", actor: str = "agent") -> SagaClient:
+        """A SagaClient acting for ``tenant`` as ``actor``."""
+        return SagaClient(self.orchestrator, self.definitions, self.catalogue,
+                          tenant=tenant, actor=actor)
+
+    def register_builtin_definitions(self) -> list[str]:
+        """Register the shipped trip definition (idempotent); return the hashes."""
+        return [self.client(actor="sagafleet").register_definition(trip_definition())]
+
+    def close(self) -> None:
+        """Close pools this fleet opened."""
+        for name in ("store", "sandbox_pool"):
+            resource = self.__dict__.pop(name, None)
+            if resource is not None:
+                resource.close()

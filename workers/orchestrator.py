@@ -1,0 +1,146 @@
+"""The orchestrator's write side: fold a saga, let saga_core decide, append, then publish.
+
+Every change goes through :meth:`Orchestrator.commit`: the events are appended at the
+stream version they were decided on (optimistic concurrency), and only after the commit
+are the resulting step commands published. A lost race re-reads and re-decides.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from events import ConcurrencyError
+from events.sagas import LoadedSaga, SagaRepository
+from saga_core import decide, evolve
+from saga_core.events import (
+    ReconciliationScheduled,
+    SagaEvent,
+    StepScheduled,
+)
+from saga_core.state import SagaState
+from workers.messages import StepCommand
+from workers.publisher import Publisher
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+MAX_DECISIONS_PER_COMMIT = 64
+MAX_RACES = 20
+
+
+def utc_now() -> datetime:
+    """The fleet's clock: aware UTC (saga_core never reads one itself)."""
+    return datetime.now(UTC)
+
+
+class RaceLost(RuntimeError):
+    """Too many concurrent writers on one saga in a row; the sweeper will come back to it."""
+
+
+def settle(state: SagaState, now: datetime) -> tuple[list[SagaEvent], SagaState]:
+    """Ask decide until it has nothing new, folding each decision's event in between."""
+    recorded: list[SagaEvent] = []
+    for _ in range(MAX_DECISIONS_PER_COMMIT):
+        decisions = decide(state, now)
+        if not decisions:
+            return recorded, state
+        for decision in decisions:
+            event = decision.to_event(at=now)
+            state = evolve(state, event)
+            recorded.append(event)
+    raise RuntimeError(f"saga {state.saga_id}: decide did not settle; this is a bug in saga_core")
+
+
+def commands_due(events: Sequence[SagaEvent], saga_id: str, now: datetime) -> list[StepCommand]:
+    """The step commands to publish for newly recorded events: due schedules and lookups."""
+    commands: list[StepCommand] = []
+    for event in events:
+        if isinstance(event, StepScheduled | ReconciliationScheduled) and event.not_before <= now:
+            commands.append(
+                StepCommand(
+                    saga_id=saga_id, step_id=event.step_id, kind=event.kind, attempt=event.attempt
+                )
+            )
+    return commands
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What one commit appended and which commands it published."""
+
+    saga_id: str
+    events: tuple[SagaEvent, ...]
+    state: SagaState
+    commands: tuple[StepCommand, ...]
+
+
+class Orchestrator:
+    """Decides and records for one saga at a time; shared by workers, client and sweeper."""
+
+    def __init__(self, repo: SagaRepository, publisher: Publisher, clock: Clock = utc_now) -> None:
+        self.repo = repo
+        self.publisher = publisher
+        self.clock = clock
+
+    def commit(
+        self,
+        loaded: LoadedSaga,
+        events: Sequence[SagaEvent],
+        *,
+        actor: str | None = None,
+        publish: bool = True,
+    ) -> Committed:
+        """Append ``events`` plus whatever decide then schedules, at the loaded version.
+
+        Raises ConcurrencyError when another writer got there first; callers re-read.
+        """
+        now = self.clock()
+        state = loaded.state
+        for event in events:
+            state = evolve(state, event)
+        decided, state = settle(state, now)
+        recorded = [*events, *decided]
+        if recorded:
+            self.repo.append(loaded.saga_id, loaded.tenant, recorded, loaded.version, actor=actor)
+        commands = commands_due(recorded, loaded.saga_id, now)
+        if publish and commands:
+            self.publisher.publish(commands)
+        return Committed(loaded.saga_id, tuple(recorded), state, tuple(commands))
+
+    def advance(self, saga_id: str) -> Committed:
+        """Record whatever decide says is due for this saga now (sweeper, after an answer)."""
+        for _ in range(MAX_RACES):
+            loaded = self.repo.load(saga_id)
+            try:
+                return self.commit(loaded, [])
+            except ConcurrencyError:
+                continue
+        raise RaceLost(f"saga {saga_id}: lost {MAX_RACES} races in a row")
+
+    def record_with_retry(
+        self,
+        saga_id: str,
+        build: Callable[[LoadedSaga], Sequence[SagaEvent] | None],
+        *,
+        actor: str | None = None,
+        publish: bool = True,
+    ) -> Committed | None:
+        """Re-read, rebuild and append until no other writer interferes.
+
+        ``build`` gets the freshly loaded saga and returns the events to record, or None
+        when, given the current log, there is nothing to record any more.
+        """
+        for _ in range(MAX_RACES):
+            loaded = self.repo.load(saga_id)
+            events = build(loaded)
+            if events is None:
+                return None
+            try:
+                return self.commit(loaded, events, actor=actor, publish=publish)
+            except ConcurrencyError:
+                continue
+        raise RaceLost(f"saga {saga_id}: lost {MAX_RACES} races in a row")
+

@@ -1,0 +1,152 @@
+"""The sweeper: finds in the log what is due and not in flight, and re-enqueues it.
+
+Redis is lossy by design; this is what makes that harmless. It keeps ``fleet.active_sagas``
+(a rebuildable projection of SagaStarted/SagaFinished, checkpointed in the same
+transaction), folds each active saga, and for each item of ``saga_core.due_work``:
+
+* a schedule or lookup overdue by more than the expected queue wait → re-publish;
+* an expired lease, an expired approval, or anything else decide wants → record it.
+
+Every re-enqueue is counted in ``fleet.redeliveries`` (retry amplification). Several
+copies may run: an advisory lock lets one sweep at a time, the others stand by.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from events import SubscriptionBusy
+from events.sagas import SagaNotFound, saga_id_of
+from saga_core import due_work
+from saga_core.errors import SagaError
+from workers.fleet import Fleet
+from workers.messages import StepCommand
+
+log = logging.getLogger(__name__)
+
+TRACKER = "fleet.active_sagas"
+SWEEP_LOCK = 0x5A6A_0001
+
+
+@dataclass
+class SweepReport:
+    """What one pass found and did."""
+
+    tracked: int = 0
+    active: int = 0
+    republished: int = 0
+    advanced: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class Sweeper:
+    """Re-enqueues due work from the log; safe to run as several copies."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.queue_wait = timedelta(seconds=fleet.config.queue_wait_s)
+        self._subscription = fleet.store.subscription(TRACKER)
+
+    def track(self, limit: int = 1000) -> int:
+        """Fold new SagaStarted/SagaFinished events into ``fleet.active_sagas``."""
+        seen = 0
+        while True:
+            try:
+                with self._subscription.next_batch(limit) as batch:
+                    for event in batch.events:
+                        saga_id = saga_id_of(event.stream_id)
+                        if saga_id is None:
+                            continue
+                        if event.type == "SagaStarted":
+                            batch.connection.execute(
+                                "INSERT INTO fleet.active_sagas (saga_id, tenant, started_at)"
+                                " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                                (saga_id, event.data.get("tenant", ""), event.recorded_at),
+                            )
+                        elif event.type == "SagaFinished":
+                            batch.connection.execute(
+                                "DELETE FROM fleet.active_sagas WHERE saga_id = %s", (saga_id,)
+                            )
+                    count = len(batch.events)
+            except SubscriptionBusy:
+                return seen
+            seen += count
+            if count < limit:
+                return seen
+
+    def sweep(self) -> SweepReport:
+        """One pass: track new sagas, then re-enqueue or record what is due."""
+        report = SweepReport()
+        with self.fleet.store.connection() as lock_conn:
+            got = lock_conn.execute("SELECT pg_try_advisory_lock(%s)", (SWEEP_LOCK,)).fetchone()
+            if not got or not got[0]:
+                return report  # another sweeper is at work
+            try:
+                report.tracked = self.track()
+                for saga_id in self._active_ids():
+                    report.active += 1
+                    self._sweep_saga(saga_id, report)
+            finally:
+                lock_conn.execute("SELECT pg_advisory_unlock(%s)", (SWEEP_LOCK,))
+        return report
+
+    def _active_ids(self) -> list[str]:
+        with self.fleet.store.connection() as conn:
+            rows = conn.execute(
+                "SELECT saga_id FROM fleet.active_sagas ORDER BY started_at"
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def _sweep_saga(self, saga_id: str, report: SweepReport) -> None:
+        try:
+            loaded = self.fleet.repo.load(saga_id)
+        except SagaNotFound:
+            return
+        except SagaError as exc:
+            report.errors.append(f"{saga_id}: {exc}")
+            return
+        now = self.fleet.clock()
+        items = due_work(loaded.state, now, self.queue_wait)
+        republish: list[StepCommand] = []
+        needs_decision = False
+        for item in items:
+            if item.action in ("execute", "reconcile") and item.step_id and item.kind:
+                republish.append(StepCommand(saga_id=saga_id, step_id=item.step_id,
+                                             kind=item.kind, attempt=item.attempt))
+            else:
+                needs_decision = True
+            self._count(saga_id, item.step_id, item.kind.value if item.kind else None,
+                        item.attempt, item.action)
+        if needs_decision:
+            try:
+                self.fleet.orchestrator.advance(saga_id)
+                report.advanced += 1
+            except SagaError as exc:
+                report.errors.append(f"{saga_id}: {exc}")
+        if republish:
+            report.republished += self.fleet.publisher.publish(republish)
+
+    def _count(
+        self, saga_id: str, step_id: str | None, kind: str | None, attempt: int, action: str
+    ) -> None:
+        with self.fleet.store.connection() as conn:
+            conn.execute(
+                "INSERT INTO fleet.redeliveries (saga_id, step_id, kind, attempt, action)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                (saga_id, step_id, kind, attempt, action),
+            )
+
+    def run_forever(self, interval_s: float, *, stop_after: float | None = None) -> None:
+        """Sweep every ``interval_s`` seconds (woken early by new events)."""
+        deadline = None if stop_after is None else time.monotonic() + stop_after
+        while deadline is None or time.monotonic() < deadline:
+            try:
+                report = self.sweep()
+                if report.republished or report.advanced or report.errors:
+                    log.info("sweep: %s", report)
+            except SagaError as exc:
+                log.error("sweep failed (will retry): %s", exc)
+            time.sleep(interval_s)

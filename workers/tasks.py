@@ -1,0 +1,136 @@
+"""The fleet's Celery tasks and their documented names.
+
+``sagafleet.step`` is internal: ``[saga_id, step_id, kind, attempt]``. The
+``sagafleet.commands.*`` tasks let an agent in any language with a Celery client enqueue
+saga commands with JSON arguments, without importing sagafleet:
+
+* ``sagafleet.commands.start_saga(definition, input, key, tenant, actor, reason)``
+* ``sagafleet.commands.cancel_saga(saga_id, tenant, actor, reason)``
+* ``sagafleet.commands.submit_plan(plan, tenant, actor, name)``
+
+Malformed messages and rejected commands are dead-lettered (kept in ``fleet.dead_letters``
+with the reason), never retried and never allowed to crash the worker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from celery import Celery
+
+from saga_core.errors import SagaError
+from workers.celery_app import STEP_TASK
+from workers.messages import MalformedMessage, StepCommand
+
+if TYPE_CHECKING:
+    from workers.fleet import Fleet
+
+log = logging.getLogger(__name__)
+
+START_SAGA = "sagafleet.commands.start_saga"
+CANCEL_SAGA = "sagafleet.commands.cancel_saga"
+SUBMIT_PLAN = "sagafleet.commands.submit_plan"
+
+
+def dead_letter(fleet: Fleet, task: str, body: Any, reason: str) -> None:
+    """Keep a rejected message (truncated) for an operator; never raise from here."""
+    try:
+        text = json.dumps(body, default=str)[:4000]
+    except (TypeError, ValueError):
+        text = repr(body)[:4000]
+    log.warning("dead-lettered %s: %s", task, reason)
+    try:
+        with fleet.store.connection() as conn:
+            conn.execute(
+                "INSERT INTO fleet.dead_letters (task, body, reason) VALUES (%s, %s, %s)",
+                (task, text, reason[:2000]),
+            )
+    except SagaError as exc:
+        log.error("could not dead-letter %s: %s", task, exc)
+
+
+def run_step(fleet: Fleet, args: Any, kwargs: Any) -> None:
+    """Handle a step command, then run due follow-ups of the same saga inline."""
+    try:
+        command = StepCommand.parse(args, kwargs)
+    except MalformedMessage as exc:
+        dead_letter(fleet, STEP_TASK, {"args": args, "kwargs": kwargs}, str(exc))
+        return
+    budget = fleet.config.inline_steps
+    pending = [command]
+    while pending:
+        current = pending.pop(0)
+        try:
+            outcome = fleet.executor.handle(current, publish=False)
+        except SagaError as exc:
+            # The log is unchanged or consistent; the sweeper will come back to this saga.
+            log.error("step %s failed to run: %s", current, exc)
+            continue
+        follow_ups = list(outcome.follow_ups)
+        if follow_ups and budget > 0:
+            budget -= 1
+            pending.append(follow_ups.pop(0))
+        if follow_ups:
+            fleet.publisher.publish(follow_ups)
+
+
+def bind_tasks(app: Celery, fleet: Fleet) -> None:
+    """Register the fleet's tasks on ``app``, closing over ``fleet`` (no global state)."""
+
+    @app.task(name=STEP_TASK, acks_late=True, ignore_result=True)
+    def step(*args: Any, **kwargs: Any) -> None:
+        run_step(fleet, list(args), kwargs)
+
+    @app.task(name=START_SAGA, ignore_result=True)
+    def start_saga(*args: Any, **kwargs: Any) -> None:
+        _command(fleet, START_SAGA, args, kwargs, _start)
+
+    @app.task(name=CANCEL_SAGA, ignore_result=True)
+    def cancel_saga(*args: Any, **kwargs: Any) -> None:
+        _command(fleet, CANCEL_SAGA, args, kwargs, _cancel)
+
+    @app.task(name=SUBMIT_PLAN, ignore_result=True)
+    def submit_plan(*args: Any, **kwargs: Any) -> None:
+        _command(fleet, SUBMIT_PLAN, args, kwargs, _plan)
+
+
+def _command(fleet: Fleet, name: str, args: Any, kwargs: Any, action: Any) -> None:
+    try:
+        if args:
+            raise MalformedMessage("saga commands take keyword arguments only")
+        if not isinstance(kwargs, dict):
+            raise MalformedMessage("keyword arguments must be a JSON object")
+        action(fleet, dict(kwargs))
+    except (SagaError, TypeError, ValueError, KeyError) as exc:
+        dead_letter(fleet, name, {"args": args, "kwargs": kwargs}, f"{type(exc).__name__}: {exc}")
+
+
+def _client(fleet: Fleet, kw: dict[str, Any]):  # type: ignore[no-untyped-def]
+    tenant, actor = kw.pop("tenant", "default"), kw.pop("actor", "agent")
+    if not isinstance(tenant, str) or not isinstance(actor, str):
+        raise MalformedMessage("tenant and actor must be strings")
+    return fleet.client(tenant=tenant, actor=actor)
+
+
+def _start(fleet: Fleet, kw: dict[str, Any]) -> None:
+    client = _client(fleet, kw)
+    client.start(kw.pop("definition"), kw.pop("input"), key=kw.pop("key", None),
+                 reason=kw.pop("reason", ""), **_no_more(kw))
+
+
+def _cancel(fleet: Fleet, kw: dict[str, Any]) -> None:
+    client = _client(fleet, kw)
+    client.cancel(kw.pop("saga_id"), reason=kw.pop("reason", ""), **_no_more(kw))
+
+
+def _plan(fleet: Fleet, kw: dict[str, Any]) -> None:
+    client = _client(fleet, kw)
+    client.submit_plan(kw.pop("plan"), name=kw.pop("name", "agent_plan"), **_no_more(kw))
+
+
+def _no_more(kw: dict[str, Any]) -> dict[str, Any]:
+    if kw:
+        raise MalformedMessage(f"unexpected arguments: {sorted(kw)}")
+    return {}
