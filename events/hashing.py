@@ -24,7 +24,7 @@ _CANONICAL = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )
 
-json_string: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+json_string: Callable[[str], str] = json.encoder.encode_basestring
 """JSON string literal of a str, exactly as canonical_json writes it (fast path)."""
 
 

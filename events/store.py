@@ -10,11 +10,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
-from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 from pydantic import BaseModel
 
-from events._pg import translated_errors
+from events._pg import configure_connection, translated_errors
+from events.appending import run_append
 from events.errors import ConcurrencyError, EventIdConflict, InvalidEvent, UnregisteredEventModel
 from events.hashing import canonical_json
 from events.migrate import apply_migrations
@@ -36,11 +36,6 @@ if TYPE_CHECKING:
 
 MIGRATIONS_NAMESPACE: Final = "events"
 """The namespace under which the event store's own migration files are recorded."""
-
-_APPEND = """
-SELECT stream_version, global_position, transaction_id, recorded_at, prev_hash, event_hash
-  FROM eventstore.append_events(%s, %s, %s::text::jsonb, %s)
-"""
 
 
 @dataclass(frozen=True)
@@ -100,6 +95,7 @@ class EventStore:
             max_size=pool_size,
             timeout=timeout,
             kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout))},
+            configure=configure_connection,
             open=True,
             name="eventstore",
         )
@@ -162,36 +158,32 @@ class EventStore:
         attempt succeeded, so idempotency wins over the version check.
         """
         prepared = prepare_events(stream_id, self._new_events(events), self._max_event_bytes)
-        expected = _expected_code(expected_version)
-        params = _append_params(stream_id, expected, prepared, self._notify)
         if conn is not None:
-            return self._append_on(conn, prepared, params, expected_version, savepoint=True)
+            return self._append_on(conn, stream_id, prepared, expected_version, savepoint=True)
         with translated_errors(), self._pool.connection() as own:
-            return self._append_on(own, prepared, params, expected_version, savepoint=False)
+            return self._append_on(own, stream_id, prepared, expected_version, savepoint=False)
 
     def _append_on(
         self,
         conn: psycopg.Connection[Any],
+        stream_id: str,
         prepared: list[PreparedEvent],
-        params: tuple[object, ...],
         expected_version: ExpectedVersion,
         *,
         savepoint: bool,
     ) -> AppendResult:
-        stream_id = str(params[0])
+        expected = _expected_code(expected_version)
         try:
             # The caller's transaction, or the implicit one of an autocommit statement.
             with translated_errors(stream_id, expected_version):
-                if savepoint:
-                    rows = _execute_in_savepoint(conn, params)
-                else:
-                    rows = conn.execute(_APPEND, params).fetchall()
+                rows = run_append(
+                    conn, stream_id, expected, prepared, self._notify, savepoint=savepoint
+                )
         except (ConcurrencyError, EventIdConflict):
             original = _original_append(conn, stream_id, prepared)
             if original is None:
                 raise
             return original
-        rows.sort(key=lambda row: row[0])
         recorded = tuple(
             RecordedEvent(
                 stream_id=stream_id,
@@ -202,7 +194,7 @@ class EventStore:
                 data=event.data,
                 metadata=event.metadata,
                 recorded_at=recorded_at,
-                position=Position(int(xid), position),
+                position=Position(xid, position),
                 event_hash=event_hash,
                 prev_hash=prev_hash,
                 tenant_id=event.tenant_id,
@@ -275,29 +267,6 @@ class EventStore:
         return Subscription(self, name)
 
 
-def _execute_in_savepoint(
-    conn: psycopg.Connection[Any], params: tuple[object, ...]
-) -> list[tuple[Any, ...]]:
-    """Run the append in the caller's transaction without ending it, one round trip.
-
-    A savepoint (not ``conn.transaction()``, which would commit an idle non-autocommit
-    connection's implicit transaction) lets a conflict roll back just the append, so the
-    caller's transaction stays usable and the idempotency lookup can run on it.
-    """
-    if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
-        return conn.execute(_APPEND, params).fetchall()  # its own one-statement transaction
-    try:
-        with conn.pipeline():
-            conn.execute("SAVEPOINT eventstore_append")
-            cursor = conn.execute(_APPEND, params)
-            conn.execute("RELEASE SAVEPOINT eventstore_append")
-        return cursor.fetchall()
-    except psycopg.Error:
-        if conn.info.transaction_status == TransactionStatus.INERROR:
-            conn.execute("ROLLBACK TO SAVEPOINT eventstore_append")
-        raise
-
-
 def _expected_code(expected: ExpectedVersion) -> int:
     # -1 = any, 0 = no stream, n = exactly n (the SQL function's convention).
     if expected is ANY:
@@ -307,14 +276,6 @@ def _expected_code(expected: ExpectedVersion) -> int:
     if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
         raise InvalidEvent(f"expected_version must be ANY, NO_STREAM or an int >= 0: {expected!r}")
     return expected
-
-
-def _append_params(
-    stream_id: str, expected: int, prepared: list[PreparedEvent], notify: bool
-) -> tuple[object, ...]:
-    # One JSON document instead of eight arrays: psycopg's per-element array dumping
-    # costs more client CPU than the whole server-side append.
-    return (stream_id, expected, "[" + ",".join(e.wire_json for e in prepared) + "]", notify)
 
 
 def _original_append(

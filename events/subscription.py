@@ -8,6 +8,7 @@ consumer per name holds a session advisory lock; NOTIFY only wakes, polling is t
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
 
-from events._pg import translated_errors
+from events._pg import configure_connection, translated_errors
 from events.errors import CheckpointConflict, SubscriptionBusy
 from events.model import Position, RecordedEvent
 from events.prepare import MAX_STREAM_ID_LENGTH, check_name
@@ -113,6 +114,7 @@ class Subscription:
         if self._conn is None or self._conn.closed:
             with translated_errors():
                 self._conn = psycopg.connect(self._store.conninfo, autocommit=True)
+                configure_connection(self._conn)
                 self._conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
             self._owner = False
         return self._conn
@@ -189,7 +191,12 @@ class Subscription:
     def close(self) -> None:
         """Release the lock and the dedicated connection."""
         if self._conn is not None and not self._conn.closed:
-            self._conn.close()  # closing the session releases the advisory lock
+            if self._owner and not self._conn.broken:
+                # Unlock explicitly: the server notices a closed session only a moment
+                # later, and a waiting copy should take over at once.
+                with contextlib.suppress(psycopg.Error):
+                    self._conn.execute("SELECT pg_advisory_unlock(%s)", (self._lock_key,))
+            self._conn.close()
         self._conn = None
         self._owner = False
 
