@@ -15,6 +15,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from saga_core.events import (
     StepSucceeded,
 )
 from saga_core.examples import trip_definition
+from saga_core.state import RunStatus
 from workers.fleet import Fleet
 from workers.sandbox import FaultInjector, ledger_for_saga, ledger_totals
 
@@ -84,10 +86,11 @@ class DemoOptions:
 
 @dataclass
 class Operator:
-    """Plays the human: approves most requests, denies some, lets the first one expire."""
+    """Plays the human: lets the first request expire (it is asked again), then approves
+    three of every four requests and denies the fourth, always as ``demo-operator``."""
 
-    seed: int
     expired_one: str | None = None
+    expired_request: datetime | None = None
     answered: Counter[str] = field(default_factory=Counter)
 
     def review(self, fleet: Fleet, loaded: LoadedSaga) -> None:
@@ -95,16 +98,16 @@ class Operator:
         client = fleet.client(tenant=loaded.tenant, actor=OPERATOR)
         for run in [*loaded.state.forward.values(), *loaded.state.compensation.values()]:
             approval = run.approval
-            if approval is None or approval.status != "requested":
+            if approval is None or run.status is not RunStatus.AWAITING_APPROVAL:
                 continue
-            if run.status.value != "awaiting_approval":
+            if approval.status != "requested":
                 continue
             if self.expired_one is None:
-                self.expired_one = loaded.saga_id  # never answered: it expires, then is re-asked
-            if self.expired_one == loaded.saga_id and fleet.clock() < approval.expires_at:
-                continue
+                self.expired_one, self.expired_request = loaded.saga_id, approval.requested_at
+            if self.expired_one == loaded.saga_id and approval.requested_at == self.expired_request:
+                continue  # never answered: it expires and decide asks again
             try:
-                if _fraction(self.seed, "deny", loaded.saga_id, run.step_id) < 0.25:
+                if sum(self.answered.values()) % 4 == 1:
                     client.deny(loaded.saga_id, run.step_id, kind=run.kind,
                                 reason="amount above the customer's stated budget")
                     self.answered["denied"] += 1
@@ -149,12 +152,37 @@ class FleetProcesses:
                 proc.wait()
 
 
-def _progress(done: int, total: int, started: float, stream: Any) -> None:
-    width = 30
-    filled = int(width * done / max(total, 1))
-    stream.write(f"\r  [{'#' * filled}{'.' * (width - filled)}] {done}/{total} settled"
-                 f"  {time.monotonic() - started:5.1f}s")
-    stream.flush()
+class Progress:
+    """A progress bar on a terminal; a line now and then anywhere else."""
+
+    def __init__(self, total: int, stream: Any) -> None:
+        self.total, self.stream = total, stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.started = time.monotonic()
+        self.last: tuple[int, int] = (-1, -1)
+
+    def show(self, done: int) -> None:
+        """Redraw when something changed (terminal) or every ten seconds (log)."""
+        elapsed = time.monotonic() - self.started
+        if self.tty:
+            if (done, int(elapsed)) == self.last:
+                return
+            self.last = (done, int(elapsed))
+            width = 30
+            filled = int(width * done / max(self.total, 1))
+            self.stream.write(f"\r  [{'#' * filled}{'.' * (width - filled)}] "
+                              f"{done}/{self.total} settled  {elapsed:5.0f}s")
+        else:
+            if (done, int(elapsed) // 10) == self.last:
+                return
+            self.last = (done, int(elapsed) // 10)
+            self.stream.write(f"  {done}/{self.total} settled after {elapsed:.0f}s\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End the bar's line."""
+        if self.tty:
+            self.stream.write("\n")
 
 
 def run(fleet: Fleet, env: dict[str, str], options: DemoOptions, log_dir: Path) -> dict[str, Any]:
@@ -166,7 +194,8 @@ def run(fleet: Fleet, env: dict[str, str], options: DemoOptions, log_dir: Path) 
     if options.fault_rate > 0:
         faults.configure_mix(options.fault_rate, options.seed)
     processes = FleetProcesses(env, options.workers, log_dir)
-    operator = Operator(options.seed)
+    operator = Operator()
+    progress = Progress(options.sagas, sys.stderr)
     started = time.monotonic()
     try:
         saga_ids = [
@@ -186,10 +215,10 @@ def run(fleet: Fleet, env: dict[str, str], options: DemoOptions, log_dir: Path) 
                     settled[saga_id] = loaded
                 else:
                     operator.review(fleet, loaded)
-            _progress(len(settled), len(saga_ids), started, sys.stderr)
+            progress.show(len(settled))
             time.sleep(0.2)
         elapsed = time.monotonic() - started
-        sys.stderr.write("\n")
+        progress.close()
     finally:
         processes.stop()
     finals = {sid: fleet.repo.load(sid) for sid in saga_ids}
