@@ -8,8 +8,8 @@ from typing import Any
 from saga_core import (
     Decision,
     ErrorClass,
-    ReconciliationResult,
     Receipt,
+    ReconciliationResult,
     SagaDefinition,
     SagaEvent,
     SagaStarted,
@@ -51,9 +51,7 @@ RECEIPTS: dict[str, Receipt] = {
     "hold_hotel": Receipt(
         resource_id="HH-1", version=1, fields={"hotel_id": "H-9", "nights": 2, "price": 15000}
     ),
-    "capture_payment": Receipt(
-        resource_id="CP-1", fields={"amount": 45000, "currency": "EUR"}
-    ),
+    "capture_payment": Receipt(resource_id="CP-1", fields={"amount": 45000, "currency": "EUR"}),
     "send_itinerary": Receipt(
         resource_id="EM-1", fields={"to": "ada@example.com", "message_id": "m1"}
     ),

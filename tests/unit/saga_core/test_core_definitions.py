@@ -50,7 +50,9 @@ def test_input_schema_marks_the_card_token_secret_and_requires_every_field() -> 
     assert set(schema["required"]) == set(trip_input())
     assert schema["properties"]["card_token"]["writeOnly"] is True
     assert schema["properties"]["nights"] == {
-        "type": "integer", "description": "Nights at the hotel.", "minimum": 1,
+        "type": "integer",
+        "description": "Nights at the hotel.",
+        "minimum": 1,
     }
     json.dumps(schema)  # serializable for an agent's tool-calling
 
@@ -75,19 +77,44 @@ def test_validate_input_lists_every_bad_field() -> None:
 def _broken_definition() -> SagaDefinition:
     s = Semantics
     steps = [
-        StepDefinition(id="a", tool="flights.hold", semantics=s.COMPENSABLE, depends_on=["c"],
-                       args={"flight_id": "${input.nope}", "passenger_email": "x"}),
-        StepDefinition(id="b", tool="hotels.hold", version=9, semantics=s.COMPENSABLE,
-                       depends_on=["a", "ghost"],
-                       compensation=CompensationCommand(tool="hotels.release",
-                                                        args={"hold_id": "${receipt.resource_id}"})),
-        StepDefinition(id="c", tool="email.send_itinerary", semantics=s.IRREVERSIBLE,
-                       depends_on=["b"], retry=RetryPolicy(max_attempts=3),
-                       args={"to": "${steps.d.receipt.seat}", "flight_hold": "x", "seat": 1,
-                             "hotel_hold": "${steps.a.receipt.wingspan}", "nights": 1,
-                             "payment": "p"}),
-        StepDefinition(id="d", tool="flights.hold", semantics=s.COMPENSABLE,
-                       args={"flight_id": "f", "passenger_email": "${broken"}),
+        StepDefinition(
+            id="a",
+            tool="flights.hold",
+            semantics=s.COMPENSABLE,
+            depends_on=["c"],
+            args={"flight_id": "${input.nope}", "passenger_email": "x"},
+        ),
+        StepDefinition(
+            id="b",
+            tool="hotels.hold",
+            version=9,
+            semantics=s.COMPENSABLE,
+            depends_on=["a", "ghost"],
+            compensation=CompensationCommand(
+                tool="hotels.release", args={"hold_id": "${receipt.resource_id}"}
+            ),
+        ),
+        StepDefinition(
+            id="c",
+            tool="email.send_itinerary",
+            semantics=s.IRREVERSIBLE,
+            depends_on=["b"],
+            retry=RetryPolicy(max_attempts=3),
+            args={
+                "to": "${steps.d.receipt.seat}",
+                "flight_hold": "x",
+                "seat": 1,
+                "hotel_hold": "${steps.a.receipt.wingspan}",
+                "nights": 1,
+                "payment": "p",
+            },
+        ),
+        StepDefinition(
+            id="d",
+            tool="flights.hold",
+            semantics=s.COMPENSABLE,
+            args={"flight_id": "f", "passenger_email": "${broken"},
+        ),
         StepDefinition(id="d", tool="flights.hold", semantics=s.READ_ONLY),
     ]
     return SagaDefinition(name="broken", version=1, steps=steps)
@@ -121,12 +148,25 @@ def test_pivot_rules_parallel_step_and_non_retryable_step_after_pivot() -> None:
     data["tools"] = []
     # a flight hold that runs after the pivot is neither retryable-by-semantics nor... it dedupes,
     # so make it a non-deduping irreversible email instead, and add a parallel step.
-    data["steps"].append({"id": "late_mail", "tool": "email.send_correction", "semantics": "irreversible",
-                          "depends_on": ["send_itinerary"], "args": {"to": "x", "original_message": "y"},
-                          "compensation": None})
-    data["steps"].append({"id": "side", "tool": "flights.hold", "semantics": "compensable",
-                          "args": {"flight_id": "f", "passenger_email": "e"},
-                          "compensation": {"tool": "flights.release", "args": {"hold_id": "h"}}})
+    data["steps"].append(
+        {
+            "id": "late_mail",
+            "tool": "email.send_correction",
+            "semantics": "irreversible",
+            "depends_on": ["send_itinerary"],
+            "args": {"to": "x", "original_message": "y"},
+            "compensation": None,
+        }
+    )
+    data["steps"].append(
+        {
+            "id": "side",
+            "tool": "flights.hold",
+            "semantics": "compensable",
+            "args": {"flight_id": "f", "passenger_email": "e"},
+            "compensation": {"tool": "flights.release", "args": {"hold_id": "h"}},
+        }
+    )
     with pytest.raises(DefinitionError) as err:
         validate_definition(SagaDefinition.model_validate(data), trip_tool_catalogue())
     found = {(p.where, p.rule) for p in err.value.problems}
@@ -143,13 +183,22 @@ def test_templates_keep_types_when_whole_and_interpolate_when_embedded() -> None
         own_receipt=Receipt(resource_id="OWN"),
     )
     template = {
-        "n": "${input.n}", "deep": "${input.o.k}", "v": "${steps.a.receipt.version}",
-        "text": "n=${input.n} o=${input.o} id=${saga.id}", "lit": "$${input.n}",
-        "list": ["${receipt.resource_id}", 3, None], "seat": "${steps.a.receipt.seat}",
+        "n": "${input.n}",
+        "deep": "${input.o.k}",
+        "v": "${steps.a.receipt.version}",
+        "text": "n=${input.n} o=${input.o} id=${saga.id}",
+        "lit": "$${input.n}",
+        "list": ["${receipt.resource_id}", 3, None],
+        "seat": "${steps.a.receipt.seat}",
     }
     assert resolve_template(template, ctx) == {
-        "n": 2, "deep": [1], "v": 7, "text": 'n=2 o={"k":[1]} id=s1', "lit": "${input.n}",
-        "list": ["OWN", 3, None], "seat": "1A",
+        "n": 2,
+        "deep": [1],
+        "v": 7,
+        "text": 'n=2 o={"k":[1]} id=s1',
+        "lit": "${input.n}",
+        "list": ["OWN", 3, None],
+        "seat": "1A",
     }
     for bad in ("${input.missing}", "${steps.b.receipt.x}", "${unknown.x}", "${input.n"):
         with pytest.raises(TemplateError):
@@ -157,12 +206,23 @@ def test_templates_keep_types_when_whole_and_interpolate_when_embedded() -> None
 
 
 def test_plan_takes_semantics_and_compensation_from_the_catalogue() -> None:
-    plan = AgentPlan(actions=[
-        PlannedAction(tool="flights.hold", id="fl", args={"flight_id": "LH1", "passenger_email": "a@b"}),
-        PlannedAction(tool="payments.capture", id="pay",
-                      args={"amount": 100, "currency": "EUR", "card_token": "t",
-                            "reference": "${steps.fl.receipt.resource_id}"}),
-    ])
+    plan = AgentPlan(
+        actions=[
+            PlannedAction(
+                tool="flights.hold", id="fl", args={"flight_id": "LH1", "passenger_email": "a@b"}
+            ),
+            PlannedAction(
+                tool="payments.capture",
+                id="pay",
+                args={
+                    "amount": 100,
+                    "currency": "EUR",
+                    "card_token": "t",
+                    "reference": "${steps.fl.receipt.resource_id}",
+                },
+            ),
+        ]
+    )
     definition = validate_plan(plan, trip_tool_catalogue())
     fl, pay = definition.steps
     assert pay.depends_on == ["fl"]
@@ -173,21 +233,44 @@ def test_plan_takes_semantics_and_compensation_from_the_catalogue() -> None:
 
 
 def test_plan_rejections_list_every_reason() -> None:
-    mail = PlannedAction(tool="email.send_itinerary",
-                         args={"to": "a", "flight_hold": "f", "seat": 1, "hotel_hold": "h",
-                               "nights": "two", "payment": "p"})
+    mail = PlannedAction(
+        tool="email.send_itinerary",
+        args={
+            "to": "a",
+            "flight_hold": "f",
+            "seat": 1,
+            "hotel_hold": "h",
+            "nights": "two",
+            "payment": "p",
+        },
+    )
     dup = PlannedAction(tool="flights.hold", args={"flight_id": "LH1", "passenger_email": "a"})
-    plan = AgentPlan(actions=[
-        mail,
-        PlannedAction(tool="rm.rf", args={}),
-        PlannedAction(tool="hotels.hold", args={"hotel_id": "h", "nights": 1, "guest_email": "${steps.zz.receipt.x}"}),
-        dup,
-        dup,
-    ])
+    plan = AgentPlan(
+        actions=[
+            mail,
+            PlannedAction(tool="rm.rf", args={}),
+            PlannedAction(
+                tool="hotels.hold",
+                args={"hotel_id": "h", "nights": 1, "guest_email": "${steps.zz.receipt.x}"},
+            ),
+            dup,
+            dup,
+        ]
+    )
     with pytest.raises(PlanRejected) as err:
-        validate_plan(plan, trip_tool_catalogue(), allowlist={("flights.hold", 1), ("email.send_itinerary", 1), ("hotels.hold", 1)})
+        validate_plan(
+            plan,
+            trip_tool_catalogue(),
+            allowlist={("flights.hold", 1), ("email.send_itinerary", 1), ("hotels.hold", 1)},
+        )
     rules = {p.rule for p in err.value.problems}
-    assert {"wrong_argument_type", "duplicate_action", "not_allowlisted", "unknown_tool",
-            "irreversible_not_last", "unknown_step_ref"} <= rules
+    assert {
+        "wrong_argument_type",
+        "duplicate_action",
+        "not_allowlisted",
+        "unknown_tool",
+        "irreversible_not_last",
+        "unknown_step_ref",
+    } <= rules
     with pytest.raises(PlanRejected, match="empty_plan"):
         validate_plan(AgentPlan(actions=[]), trip_tool_catalogue())

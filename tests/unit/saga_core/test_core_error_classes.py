@@ -107,16 +107,24 @@ def _post_pivot_definition() -> SagaDefinition:
     )
     steps = [
         StepDefinition(
-            id="hold", tool="hold", semantics=Semantics.COMPENSABLE,
+            id="hold",
+            tool="hold",
+            semantics=Semantics.COMPENSABLE,
             compensation=CompensationCommand(tool="release"),
         ),
         StepDefinition(
-            id="commit", tool="commit", semantics=Semantics.IRREVERSIBLE, pivot=True,
+            id="commit",
+            tool="commit",
+            semantics=Semantics.IRREVERSIBLE,
+            pivot=True,
             depends_on=["hold"],
         ),
         StepDefinition(
-            id="fulfil", tool="fulfil", semantics=Semantics.IDEMPOTENT_BY_KEY,
-            depends_on=["commit"], retry=RetryPolicy(max_attempts=2, max_delay_s=5),
+            id="fulfil",
+            tool="fulfil",
+            semantics=Semantics.IDEMPOTENT_BY_KEY,
+            depends_on=["commit"],
+            retry=RetryPolicy(max_attempts=2, max_delay_s=5),
         ),
     ]
     return validate_definition(SagaDefinition(name="pp", version=1, steps=steps), catalogue)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from core_harness import C, F, RECEIPTS, Saga, kinds, trip_input
+from core_harness import RECEIPTS, C, F, Saga, kinds, trip_input
 
 from saga_core import (
     AcceptReconciledReceipt,
@@ -157,7 +157,9 @@ def test_replanned_action_maps_to_the_same_operation_key() -> None:
     catalogue = trip_tool_catalogue()
     hold = PlannedAction(tool="flights.hold", args={"flight_id": "LH1", "passenger_email": "a@b"})
     plan_a = AgentPlan(actions=[hold])
-    other = PlannedAction(tool="hotels.hold", args={"hotel_id": "H", "nights": 1, "guest_email": "a@b"})
+    other = PlannedAction(
+        tool="hotels.hold", args={"hotel_id": "H", "nights": 1, "guest_email": "a@b"}
+    )
     plan_b = AgentPlan(actions=[other, hold.model_copy()])  # replanned: new position
     step_a = validate_plan(plan_a, catalogue).steps[0]
     step_b = validate_plan(plan_b, catalogue).steps[1]
@@ -214,7 +216,11 @@ def test_target_changed_escalates_then_operator_resolves(action: str, final: Sag
     assert saga.record() == []
     saga.append(
         OperatorAction(
-            at=saga.now, action=action, step_id="hold_flight", kind=C, actor="op",  # type: ignore[arg-type]
+            at=saga.now,
+            action=action,
+            step_id="hold_flight",
+            kind=C,
+            actor="op",  # type: ignore[arg-type]
             evidence={"ticket": "OPS-1"},
         )
     )
@@ -226,8 +232,13 @@ def test_target_changed_escalates_then_operator_resolves(action: str, final: Sag
 def _announce_catalogue() -> ToolCatalogue:
     return ToolCatalogue(
         tools=[
-            ToolSpec(name="hold", semantics=Semantics.COMPENSABLE, dedupes_by_key=True,
-                     commit_horizon_s=10, receipt_fields=["x"]),
+            ToolSpec(
+                name="hold",
+                semantics=Semantics.COMPENSABLE,
+                dedupes_by_key=True,
+                commit_horizon_s=10,
+                receipt_fields=["x"],
+            ),
             ToolSpec(name="release", semantics=Semantics.IDEMPOTENT_BY_KEY, dedupes_by_key=True),
             ToolSpec(name="notify", semantics=Semantics.IRREVERSIBLE, receipt_fields=["to"]),
             ToolSpec(name="correct", semantics=Semantics.IRREVERSIBLE),
@@ -240,17 +251,27 @@ def _announce_definition() -> SagaDefinition:
     """hold -> {notify (irreversible, last, correction), book (parallel, can be rejected)}."""
     release = CompensationCommand(tool="release", args={"id": "${receipt.resource_id}"})
     steps = [
-        StepDefinition(id="hold", tool="hold", semantics=Semantics.COMPENSABLE, compensation=release),
         StepDefinition(
-            id="notify", tool="notify", semantics=Semantics.IRREVERSIBLE, depends_on=["hold"],
+            id="hold", tool="hold", semantics=Semantics.COMPENSABLE, compensation=release
+        ),
+        StepDefinition(
+            id="notify",
+            tool="notify",
+            semantics=Semantics.IRREVERSIBLE,
+            depends_on=["hold"],
             compensation=CompensationCommand(tool="correct", args={"to": "${receipt.to}"}),
         ),
         StepDefinition(
-            id="book", tool="book", semantics=Semantics.COMPENSABLE, depends_on=["hold"],
+            id="book",
+            tool="book",
+            semantics=Semantics.COMPENSABLE,
+            depends_on=["hold"],
             compensation=release,
         ),
     ]
-    return validate_definition(SagaDefinition(name="announce", version=1, steps=steps), _announce_catalogue())
+    return validate_definition(
+        SagaDefinition(name="announce", version=1, steps=steps), _announce_catalogue()
+    )
 
 
 def test_irreversible_effect_gets_a_correction_and_partial_compensation() -> None:
@@ -287,7 +308,9 @@ def test_auth_expired_during_compensation_pauses_for_renewed_approval() -> None:
     saga.append(grant)
     (resume,) = saga.record()
     assert resume == ScheduleCompensation("hold_flight", 2, saga.now, "approved")
-    assert saga.claim("hold_flight", C).operation_key == operation_key("saga-1", "hold_flight", C, 1)
+    assert saga.claim("hold_flight", C).operation_key == operation_key(
+        "saga-1", "hold_flight", C, 1
+    )
     saga.succeed("hold_flight", C)
     saga.record()
     assert saga.state.status is SagaStatus.COMPENSATED

@@ -59,7 +59,7 @@ ANY = [S.READ_ONLY, S.IDEMPOTENT, S.IDEMPOTENT_BY_KEY, S.COMPENSABLE, S.OFFSETTA
 @st.composite
 def definitions(draw: st.DrawFn) -> SagaDefinition:
     """A random valid definition: a DAG before an optional pivot, a retryable tail after it."""
-    n_before = draw(st.integers(1, 5))
+    n_before = draw(st.integers(1, 6))
     has_pivot = draw(st.booleans())
     n_after = draw(st.integers(0, 2)) if has_pivot else 0
     tools: list[ToolSpec] = []
@@ -85,16 +85,31 @@ def definitions(draw: st.DrawFn) -> SagaDefinition:
             compensation = CompensationCommand(
                 tool=f"c{i}",
                 args={"id": "${receipt.resource_id}"},
-                retry=RetryPolicy(max_attempts=draw(st.integers(1, 3)), max_delay_s=5,
-                                  max_reconciliations=draw(st.integers(1, 3))),
+                retry=RetryPolicy(
+                    max_attempts=draw(st.integers(1, 3)),
+                    max_delay_s=5,
+                    max_reconciliations=draw(st.integers(1, 3)),
+                ),
             )
-        approval = ApprovalPolicy(required=True, request_ttl_s=60) if draw(st.booleans()) and draw(st.booleans()) else None
+        approval = (
+            ApprovalPolicy(required=True, request_ttl_s=60)
+            if draw(st.booleans()) and draw(st.booleans())
+            else None
+        )
         steps.append(
             StepDefinition(
-                id=sid, tool=f"t{i}", semantics=semantics, depends_on=deps, pivot=pivot,
-                compensation=compensation, approval=approval,
-                retry=RetryPolicy(max_attempts=draw(st.integers(1, 3)), max_delay_s=5,
-                                  max_reconciliations=draw(st.integers(1, 3))),
+                id=sid,
+                tool=f"t{i}",
+                semantics=semantics,
+                depends_on=deps,
+                pivot=pivot,
+                compensation=compensation,
+                approval=approval,
+                retry=RetryPolicy(
+                    max_attempts=draw(st.integers(1, 3)),
+                    max_delay_s=5,
+                    max_reconciliations=draw(st.integers(1, 3)),
+                ),
             )
         )
 
@@ -102,7 +117,9 @@ def definitions(draw: st.DrawFn) -> SagaDefinition:
     has_dependents: set[str] = set()
     deps_of: dict[str, list[str]] = {}
     for i in range(n_before):
-        deps = sorted(draw(st.sets(st.sampled_from(before)))) if before else []
+        deps = sorted(draw(st.sets(st.sampled_from(before), max_size=2))) if before else []
+        if before and draw(st.booleans()):  # deepen: chains make compensation order matter
+            deps = sorted({*deps, before[-1]})
         deps_of[f"s{i}"] = deps
         has_dependents.update(deps)
         before.append(f"s{i}")
@@ -141,9 +158,14 @@ class Driver:
         self.state = SagaState.initial(self.definition)
         self.append(
             SagaStarted(
-                at=self.now, saga_id="p1", definition_name="random", definition_version=1,
-                definition_hash=self.definition.content_hash(), input={},
-                input_hash=payload_hash({}), retry_budget=self.definition.retry_budget,
+                at=self.now,
+                saga_id="p1",
+                definition_name="random",
+                definition_version=1,
+                definition_hash=self.definition.content_hash(),
+                input={},
+                input_hash=payload_hash({}),
+                retry_budget=self.definition.retry_budget,
             )
         )
 
@@ -212,13 +234,26 @@ class Driver:
         if choice == "cancel":
             self.append(CancelRequested(at=self.now, actor="op"))
         elif choice == "resume" or escalation.step_id is None:
-            self.append(OperatorAction(at=self.now, action="resume", actor="op",
-                                       step_id=escalation.step_id,
-                                       kind=escalation.kind or F))
+            self.append(
+                OperatorAction(
+                    at=self.now,
+                    action="resume",
+                    actor="op",
+                    step_id=escalation.step_id,
+                    kind=escalation.kind or F,
+                )
+            )
         else:
-            self.append(OperatorAction(at=self.now, action=choice, actor="op",
-                                       step_id=escalation.step_id, kind=escalation.kind or F,
-                                       receipt=Receipt(resource_id="op")))
+            self.append(
+                OperatorAction(
+                    at=self.now,
+                    action=choice,
+                    actor="op",
+                    step_id=escalation.step_id,
+                    kind=escalation.kind or F,
+                    receipt=Receipt(resource_id="op"),
+                )
+            )
 
     # -- environment -----------------------------------------------------------------------
     def act(self) -> bool:
@@ -238,16 +273,38 @@ class Driver:
         if not options:
             return False
         what, run = self.data.draw(st.sampled_from(options))
-        key = dict(step_id=run.step_id, kind=run.kind, attempt=run.attempt,
-                   operation_key=run.operation_key)
+        key = dict(
+            step_id=run.step_id, kind=run.kind, attempt=run.attempt, operation_key=run.operation_key
+        )
         if what == "claim":
             self.now = max(self.now, run.not_before or self.now)
             cmd = resolve_command(self.state, run.step_id, run.kind)
-            self.append(StepStarted(at=self.now, worker_id="w", request_hash=cmd.request_hash,
-                                    lease_expires_at=self.now + timedelta(seconds=30), **key))
+            self.append(
+                StepStarted(
+                    at=self.now,
+                    worker_id="w",
+                    request_hash=cmd.request_hash,
+                    lease_expires_at=self.now + timedelta(seconds=30),
+                    **key,
+                )
+            )
         elif what == "started":
-            outcome = self.data.draw(st.sampled_from(
-                ["ok", "ok", "transient", "reject", "unknown", "lease", "permanent", "auth"]))
+            outcome = self.data.draw(
+                st.sampled_from(
+                    [
+                        "ok",
+                        "ok",
+                        "ok",
+                        "transient",
+                        "reject",
+                        "unknown",
+                        "unknown",
+                        "lease",
+                        "permanent",
+                        "auth",
+                    ]
+                )
+            )
             self.now += timedelta(seconds=1)
             if outcome == "ok":
                 self.append(StepSucceeded(at=self.now, receipt=Receipt(resource_id="r"), **key))
@@ -256,8 +313,12 @@ class Driver:
             elif outcome == "lease":
                 self.now = max(self.now, run.lease_expires_at or self.now)
             else:
-                error = {"transient": ErrorClass.TRANSIENT, "reject": ErrorClass.BUSINESS_REJECTION,
-                         "permanent": ErrorClass.PERMANENT, "auth": ErrorClass.AUTH_EXPIRED}[outcome]
+                error = {
+                    "transient": ErrorClass.TRANSIENT,
+                    "reject": ErrorClass.BUSINESS_REJECTION,
+                    "permanent": ErrorClass.PERMANENT,
+                    "auth": ErrorClass.AUTH_EXPIRED,
+                }[outcome]
                 self.append(StepFailed(at=self.now, error_class=error, **key))
         elif what == "reconciling":
             self.now = max(self.now, run.not_before or self.now)
@@ -272,22 +333,35 @@ class Driver:
                 self.now = max(self.now, approval.expires_at, approval.grant_expires_at or self.now)
             elif answer == "grant" and self.now >= approval.expires_at:
                 with pytest.raises(ApprovalExpired):  # too late: decide will ask again
-                    check_approval(self.state, run.step_id, run.kind, approval.action_hash,
-                                   "alice", self.now)
+                    check_approval(
+                        self.state, run.step_id, run.kind, approval.action_hash, "alice", self.now
+                    )
             elif answer == "grant":
-                grant = check_approval(self.state, run.step_id, run.kind, approval.action_hash,
-                                       "alice", self.now)
+                grant = check_approval(
+                    self.state, run.step_id, run.kind, approval.action_hash, "alice", self.now
+                )
                 assert grant is not None
                 self.append(grant)
             else:
-                self.append(ApprovalDenied(at=self.now, step_id=run.step_id, kind=run.kind,
-                                           action_hash=approval.action_hash, approver="bob"))
+                self.append(
+                    ApprovalDenied(
+                        at=self.now,
+                        step_id=run.step_id,
+                        kind=run.kind,
+                        action_hash=approval.action_hash,
+                        approver="bob",
+                    )
+                )
         return True
 
 
 def _sig(decision: Decision) -> tuple[Any, ...]:
-    return (type(decision).__name__, getattr(decision, "step_id", None),
-            getattr(decision, "kind", None), getattr(decision, "attempt", None))
+    return (
+        type(decision).__name__,
+        getattr(decision, "step_id", None),
+        getattr(decision, "kind", None),
+        getattr(decision, "attempt", None),
+    )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -323,27 +397,48 @@ def test_random_sagas_keep_every_invariant_and_end_or_escalate(
 def test_happy_path_completes_every_random_definition(definition: SagaDefinition) -> None:
     state = fold(definition, [])
     events: list[SagaEvent] = [
-        SagaStarted(at=T0, saga_id="h", definition_name="random", definition_version=1,
-                    definition_hash=definition.content_hash(), input={},
-                    input_hash=payload_hash({}), retry_budget=0)
+        SagaStarted(
+            at=T0,
+            saga_id="h",
+            definition_name="random",
+            definition_version=1,
+            definition_hash=definition.content_hash(),
+            input={},
+            input_hash=payload_hash({}),
+            retry_budget=0,
+        )
     ]
     state = fold(definition, events)
     for _ in range(100):
         for decision in decide(state, T0):
             state = evolve(state, decision.to_event(at=T0))
-        pending = [r for r in state.forward.values() if r.status in ("scheduled", "awaiting_approval")]
+        pending = [
+            r for r in state.forward.values() if r.status in ("scheduled", "awaiting_approval")
+        ]
         if not pending:
             break
         for run in pending:
-            key = dict(step_id=run.step_id, kind=F, attempt=max(run.attempt, 1),
-                       operation_key=run.operation_key)
+            key = dict(
+                step_id=run.step_id,
+                kind=F,
+                attempt=max(run.attempt, 1),
+                operation_key=run.operation_key,
+            )
             if run.status == "awaiting_approval":
                 assert run.approval is not None
                 grant = check_approval(state, run.step_id, F, run.approval.action_hash, "a", T0)
                 assert grant is not None
                 state = evolve(state, grant)
                 continue
-            state = evolve(state, StepStarted(at=T0, worker_id="w", request_hash="h",
-                                              lease_expires_at=T0 + timedelta(seconds=9), **key))
+            state = evolve(
+                state,
+                StepStarted(
+                    at=T0,
+                    worker_id="w",
+                    request_hash="h",
+                    lease_expires_at=T0 + timedelta(seconds=9),
+                    **key,
+                ),
+            )
             state = evolve(state, StepSucceeded(at=T0, receipt=Receipt(resource_id="r"), **key))
     assert state.status is SagaStatus.COMPLETED

@@ -38,10 +38,22 @@ def test_every_event_type_is_registered_versioned_and_round_trips() -> None:
     saga = _started_flight()
     saga.succeed("hold_flight")
     assert set(SAGA_EVENT_TYPES) >= {
-        "SagaStarted", "StepScheduled", "StepStarted", "StepSucceeded", "StepFailed",
-        "StepOutcomeUnknown", "ReconciliationScheduled", "ReconciliationResult",
-        "ApprovalRequested", "ApprovalGranted", "ApprovalDenied", "CompensationStarted",
-        "CancelRequested", "ManualInterventionRequired", "OperatorAction", "SagaFinished",
+        "SagaStarted",
+        "StepScheduled",
+        "StepStarted",
+        "StepSucceeded",
+        "StepFailed",
+        "StepOutcomeUnknown",
+        "ReconciliationScheduled",
+        "ReconciliationResult",
+        "ApprovalRequested",
+        "ApprovalGranted",
+        "ApprovalDenied",
+        "CompensationStarted",
+        "CancelRequested",
+        "ManualInterventionRequired",
+        "OperatorAction",
+        "SagaFinished",
     }
     for cls in SAGA_EVENT_TYPES.values():
         assert cls.schema_version == 1 and SAGA_EVENT_TYPES[cls.event_type] is cls
@@ -76,7 +88,10 @@ def test_fold_refuses_a_different_definition_and_events_after_finish() -> None:
     other = SagaDefinition.model_validate({**trip_definition().model_dump(), "version": 2})
     with pytest.raises(DefinitionMismatchError):
         fold(other, saga.events)
-    finished: list[SagaEvent] = [*saga.events, SagaFinished(at=saga.now, state=SagaStatus.COMPLETED)]
+    finished: list[SagaEvent] = [
+        *saga.events,
+        SagaFinished(at=saga.now, state=SagaStatus.COMPLETED),
+    ]
     with pytest.raises(EventRejected):
         fold(trip_definition(), [*finished, CancelRequested(at=saga.now, actor="op")])
 
@@ -117,7 +132,8 @@ def test_due_work_lists_only_overdue_work_for_the_sweeper() -> None:
     assert due_work(saga.state, saga.now + timedelta(seconds=5), wait) == []  # queue wait normal
     overdue = due_work(saga.state, saga.now + timedelta(seconds=11), wait)
     assert [(d.step_id, d.action) for d in overdue] == [
-        ("hold_flight", "execute"), ("hold_hotel", "execute"),
+        ("hold_flight", "execute"),
+        ("hold_hotel", "execute"),
     ]
     saga.claim("hold_flight")
     saga.claim("hold_hotel")

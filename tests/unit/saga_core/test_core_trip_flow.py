@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
-from core_harness import C, F, Saga, kinds, trip_input
+from core_harness import RECEIPTS, C, F, Saga, kinds, trip_input
 
 from saga_core import (
     ApprovalAltered,
@@ -111,7 +113,10 @@ def test_payment_above_limit_waits_for_an_approval_bound_to_the_action() -> None
     assert grant is not None
     saga.append(grant)
     # a second identical click is a no-op
-    assert check_approval(saga.state, "capture_payment", F, request.action_hash, "bob", saga.now) is None
+    assert (
+        check_approval(saga.state, "capture_payment", F, request.action_hash, "bob", saga.now)
+        is None
+    )
     assert saga.record() == [ScheduleStep("capture_payment", 1, saga.now, "approved")]
     with pytest.raises(ApprovalNotPending):
         check_approval(saga.state, "hold_hotel", F, request.action_hash, "bob", saga.now)
@@ -133,8 +138,12 @@ def test_denied_approval_before_pivot_is_a_business_rejection() -> None:
     (request,) = saga.record()
     saga.append(
         ApprovalDenied(
-            at=saga.now, step_id="capture_payment", kind=F,
-            action_hash=request.action_hash, approver="bob", reason="too expensive",
+            at=saga.now,
+            step_id="capture_payment",
+            kind=F,
+            action_hash=request.action_hash,
+            approver="bob",
+            reason="too expensive",
         )
     )
     with pytest.raises(ApprovalReplayed):
@@ -187,3 +196,49 @@ def test_cancel_while_pivot_in_flight_waits_for_its_outcome(trip: Saga) -> None:
     assert trip.record() == []  # no compensation while the point of no return is unknown
     trip.succeed("send_itinerary")
     assert trip.record()[0].state is SagaStatus.COMPLETED  # type: ignore[attr-defined]
+
+
+def _payment_in_doubt_then_cancel() -> Saga:
+    saga = Saga(trip_definition(), trip_input())
+    saga.record()
+    saga.run_ok("hold_flight")
+    saga.run_ok("hold_hotel")
+    saga.record()
+    saga.claim("capture_payment")
+    saga.unknown("capture_payment")
+    saga.append(CancelRequested(at=saga.now, actor="op"))
+    assert kinds(saga.record()) == ["BeginCompensation"]
+    return saga
+
+
+def test_compensation_waits_while_a_dependent_is_in_doubt_then_refunds_first() -> None:
+    saga = _payment_in_doubt_then_cancel()
+    # the holds are not released while the payment might have been captured
+    assert kinds(saga.record()) == ["Reconcile"]
+    saga.lookup("capture_payment", "found", receipt=RECEIPTS["capture_payment"])
+    saga.record()  # accept the found receipt
+    assert [d.step_id for d in saga.record()] == ["capture_payment"]  # type: ignore[attr-defined]
+    assert resolve_arguments(saga.state, "capture_payment", C) == {
+        "capture_id": "CP-1",
+        "amount": 45000,
+        "currency": "EUR",
+    }
+    saga.run_ok("capture_payment", C)
+    assert [d.step_id for d in saga.record()] == ["hold_flight", "hold_hotel"]  # type: ignore[attr-defined]
+
+
+def test_compensation_trusts_absence_only_after_the_commit_horizon() -> None:
+    saga = _payment_in_doubt_then_cancel()
+    unknown_at = saga.now
+    saga.record()
+    saga.lookup("capture_payment", "absent")
+    (wait,) = saga.record()
+    assert wait.not_before == unknown_at + timedelta(seconds=60)  # type: ignore[attr-defined]
+    assert saga.state.run("hold_flight", C).status == "pending"
+    saga.now = wait.not_before  # type: ignore[attr-defined]
+    saga.lookup("capture_payment", "absent")
+    assert kinds(saga.record()) == ["ScheduleCompensation", "ScheduleCompensation"]
+    saga.run_ok("hold_flight", C)
+    saga.run_ok("hold_hotel", C)
+    (finish,) = saga.record()
+    assert finish.state is SagaStatus.COMPENSATED  # type: ignore[attr-defined]
