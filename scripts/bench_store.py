@@ -28,7 +28,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from events import EventStore, NewEvent
+from events import EventStore, NewEvent, Position
 from events.hashing import chain_hash, hash_body
 from events.model import GENESIS_HASH
 
@@ -210,6 +210,10 @@ def run(url: str, quick: bool, ops: int) -> dict[str, Any]:
     ):
         store.migrate()
         raw.execute(RAW_TABLE.encode())
+        results["server"] = " ".join(
+            f"{name}={raw.execute(f'SHOW {name}').fetchone()[0]}"  # type: ignore[index]
+            for name in ("server_version", "fsync", "synchronous_commit", "shared_buffers")
+        )
         fill(raw, 10_000)
 
         single = interleaved({"store": Appender(store, "one"), "raw": RawInserter(raw, "one")}, ops)
@@ -262,8 +266,9 @@ def paging(store: EventStore, raw: psycopg.Connection[Any]) -> dict[str, float]:
                 raw.cursor(binary=True)
                 .execute(
                     "SELECT stream_id, stream_version, event_id, event_type, schema_version, data,"
-                    " metadata, recorded_at, transaction_id::text::bigint, global_position, event_hash,"
-                    " prev_hash, tenant_id FROM eventstore.events WHERE global_position > %s"
+                    " metadata, recorded_at, transaction_id::text::bigint, global_position,"
+                    " event_hash, prev_hash, tenant_id FROM eventstore.events"
+                    " WHERE global_position > %s"
                     " ORDER BY global_position LIMIT 1000",
                     (last,),
                 )
@@ -279,7 +284,7 @@ def paging(store: EventStore, raw: psycopg.Connection[Any]) -> dict[str, float]:
 def growth(
     store: EventStore, raw: psycopg.Connection[Any], sizes: list[int], ops: int
 ) -> dict[str, Any]:
-    """Append and read_stream latency (median ms) at each log size."""
+    """Append, read_stream and tail read_all latency (median ms) at each log size."""
     probe = "probe-stream"
     if store.stream_version(probe) == 0:
         store.append(probe, [NewEvent("Probe", PAYLOAD) for _ in range(20)], 0)
@@ -287,18 +292,36 @@ def growth(
     for size in sizes:
         fill(raw, size)
         appender = Appender(store, f"growth-{size}")
-        table[str(size)] = {
-            "append_ms": median_ms(timed(appender, ops)),
-            "read_stream20_ms": median_ms(
-                timed(lambda: store.read_stream(probe, to_version=20), ops)
-            ),
-        }
+        head = store.read_all(after=None, limit=1)  # warm the plan cache
+        tail = _position_before_tail(raw, 100)
+        medians = interleaved(
+            {
+                "append_ms": appender,
+                "read_stream20_ms": lambda: store.read_stream(probe, to_version=20),
+                "read_all_tail100_ms": lambda: store.read_all(after=tail, limit=100),  # noqa: B023
+            },
+            ops,
+        )
+        assert head, "the log is empty"
+        table[str(size)] = medians
     first, last = table[str(sizes[0])], table[str(sizes[-1])]
     return {
         "by_size": table,
         "append_growth": last["append_ms"] / first["append_ms"],
         "read_stream_growth": last["read_stream20_ms"] / first["read_stream20_ms"],
+        "read_all_tail_growth": last["read_all_tail100_ms"] / first["read_all_tail100_ms"],
     }
+
+
+def _position_before_tail(raw: psycopg.Connection[Any], events: int) -> Position:
+    """A cursor ``events`` events before the head of the log (a subscriber keeping up)."""
+    row = raw.execute(
+        "SELECT transaction_id::text::bigint, global_position FROM eventstore.events"
+        " ORDER BY transaction_id DESC, global_position DESC OFFSET %s LIMIT 1",
+        (events,),
+    ).fetchone()
+    assert row is not None
+    return Position(int(row[0]), int(row[1]))
 
 
 @contextmanager
@@ -341,30 +364,31 @@ def report(results: dict[str, Any]) -> None:
         figures = results[key]
         return f"{a} {figures[a]:.3f} ms | {b} {figures[b]:.3f} ms"
 
-    print(
-        f"single-event append (median): {pair('single_append_ms')} | ratio {results['single_append_ratio']:.2f}"
+    ratios = (
+        ("single-event append (median):", "single_append_ms", "single_append_ratio"),
+        ("100-event append (median):   ", "batch100_append_ms", "batch100_append_ratio"),
+        ("read_all 1000-event page:    ", "read_all_page1000_ms", "read_all_ratio"),
     )
-    print(
-        f"100-event append (median):    {pair('batch100_append_ms')} | ratio {results['batch100_append_ratio']:.2f}"
-    )
-    print(
-        f"read_all 1000-event page:     {pair('read_all_page1000_ms')} | ratio {results['read_all_ratio']:.2f}"
-    )
-    print(
-        f"NOTIFY, single append:        {pair('notify_single_append_ms', 'notify_on', 'notify_off')}"
-    )
+    for label, key, ratio in ratios:
+        print(f"{label} {pair(key)} | ratio {results[ratio]:.2f}")
+    notify = pair("notify_single_append_ms", "notify_on", "notify_off")
+    print(f"NOTIFY, single append:        {notify}")
     conc = results["notify_concurrent_8x_appends_per_s"]
-    print(
-        f"NOTIFY, 8 writers:            on {conc['notify_on']:.0f}/s | off {conc['notify_off']:.0f}/s"
-    )
+    on, off = conc["notify_on"], conc["notify_off"]
+    print(f"NOTIFY, 8 writers:            on {on:.0f}/s | off {off:.0f}/s")
     grown = results["growth"]
     for size, figures in grown["by_size"].items():
         print(
-            f"log {int(size):>9,} events:     append {figures['append_ms']:.3f} ms | read_stream(20) {figures['read_stream20_ms']:.3f} ms"
+            f"log {int(size):>9,} events:     append {figures['append_ms']:.3f} ms"
+            f" | read_stream(20) {figures['read_stream20_ms']:.3f} ms"
+            f" | read_all tail page(100) {figures['read_all_tail100_ms']:.3f} ms"
         )
     print(
-        f"growth first->last size:      append {grown['append_growth']:.2f}x | read_stream {grown['read_stream_growth']:.2f}x"
+        f"growth first->last size:      append {grown['append_growth']:.2f}x"
+        f" | read_stream {grown['read_stream_growth']:.2f}x"
+        f" | read_all tail {grown['read_all_tail_growth']:.2f}x"
     )
+    print(f"server: {results['server']}")
 
 
 def main() -> None:
