@@ -78,7 +78,7 @@ def _cycles(definition: SagaDefinition) -> list[list[str]]:
     colour: dict[str, int] = {}
     found: list[list[str]] = []
 
-    def visit(node: str, path: list[str]) -> None:
+    def _visit(node: str, path: list[str]) -> None:
         colour[node] = 1
         path.append(node)
         for dep in edges.get(node, []):
@@ -87,13 +87,13 @@ def _cycles(definition: SagaDefinition) -> list[list[str]]:
             if colour.get(dep) == 1:
                 found.append(path[path.index(dep) :])
             elif dep not in colour:
-                visit(dep, path)
+                _visit(dep, path)
         path.pop()
         colour[node] = 2
 
     for step_id in edges:
         if step_id not in colour:
-            visit(step_id, [])
+            _visit(step_id, [])
     return found
 
 
