@@ -1,4 +1,18 @@
-"""The PostgreSQL event store: append with optimistic concurrency, read, subscribe."""
+"""The PostgreSQL event store: append with optimistic concurrency, read, subscribe.
+
+Decisions worth knowing:
+
+* Idempotency wins over the version check: re-appending events whose ids are stored
+  returns the first attempt's result (``duplicate=True``) even when the expected version is
+  stale by now, because the first attempt is exactly what moved the stream. The lookup only
+  runs when an append fails and the caller supplied event ids, so the happy path pays
+  nothing. Same id with other content, or a batch mixing stored and new ids, is
+  :class:`EventIdConflict`.
+* ``NO_STREAM`` means "version 0": there is no stream deletion, so no empty stream exists.
+* Appends inside a caller's transaction run in a savepoint: a conflict leaves that
+  transaction usable. The head lock is then the first xid-assigning statement of the
+  *append*, not necessarily of the caller's transaction; consumers keep the version gate.
+"""
 
 from __future__ import annotations
 

@@ -100,3 +100,17 @@ def test_an_xid_inversion_is_caught_by_the_stream_version_gate(store: EventStore
         if verdict is GateVerdict.APPLY:
             applied.append(event.stream_version)
     assert applied == [1, 2]
+
+
+def test_read_all_walks_the_cursor_index_without_sorting(store: EventStore) -> None:
+    # given a log (the planner is told sorting is off-limits, so only an index can order it)
+    store.append("s", [NewEvent("E", {"n": n}) for n in range(50)])
+    from events.reading import _READ_ALL
+
+    with store.connection() as conn, conn.transaction():
+        conn.execute("SET LOCAL enable_sort = off")
+        conn.execute("SET LOCAL enable_bitmapscan = off")
+        # when the gap-safe page query is planned
+        plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + _READ_ALL, ("0", 0, 100)))
+    # then it is an ordered walk of (transaction_id, global_position), not a scan-and-sort
+    assert "events_transaction_position_idx" in plan and "Sort" not in plan
