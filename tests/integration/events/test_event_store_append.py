@@ -309,3 +309,26 @@ def test_an_unreachable_database_is_store_unavailable() -> None:
         # when appending, then the failure is typed
         with pytest.raises(StoreUnavailable):
             store.append("s", [NewEvent("A", {})])
+
+
+def test_a_key_value_conninfo_works_like_a_url(fresh_database: str) -> None:
+    # given the same database as key=value conninfo
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    conninfo = make_conninfo("", **conninfo_to_dict(fresh_database))
+    assert "://" not in conninfo
+    # when a store is opened on it, then it migrates and appends
+    with EventStore.connect(conninfo) as store:
+        store.migrate()
+        assert store.append("s", [NewEvent("A", {})]).version == 1
+
+
+def test_a_conflict_in_a_unit_of_work_rolls_back_everything(store: EventStore) -> None:
+    # given a stream at version 1
+    store.append("s", [NewEvent("A", {})])
+    # when a unit of work appends elsewhere, then conflicts, and lets the error escape
+    with pytest.raises(ConcurrencyError), store.transaction() as uow:
+        uow.append("other", [NewEvent("B", {})], expected_version=NO_STREAM)
+        uow.append("s", [NewEvent("C", {})], expected_version=0)
+    # then neither append is visible
+    assert store.stream_version("other") == 0 and store.stream_version("s") == 1
