@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sagafleet.commands import db, demo, fleet, sagas
+from sagafleet.commands import db, demo, fleet, mcp_cmd, sagas
 from sagafleet.errors import exit_code_for
 
-REGISTRARS = [demo.register, db.register, fleet.register, sagas.register]
+REGISTRARS = [demo.register, db.register, fleet.register, sagas.register, mcp_cmd.register]
 
 __all__ = ["REGISTRARS", "exit_code_for"]

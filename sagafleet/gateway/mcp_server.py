@@ -1,0 +1,133 @@
+"""The MCP server: sagafleet's saga operations as tools, over stdio or streamable HTTP.
+
+Built explicitly from a :class:`GatewayService` and a :class:`BindingPolicy` (no globals).
+Every tool binds its call to a tenant and actor first, and answers with one JSON document:
+the result, or a structured error (``isError``) naming each field and rule. Approving is
+not a tool: approvals come from people through the operator commands.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field
+
+from saga_core.errors import SagaError
+from sagafleet.gateway.binding import BindingPolicy, CallerBinding
+from sagafleet.gateway.errors import tool_error
+from sagafleet.gateway.service import GatewayService
+
+log = logging.getLogger(__name__)
+
+INSTRUCTIONS = (
+    "sagafleet runs multi-step, side-effecting workflows (sagas) under a deterministic "
+    "orchestrator. Call list_sagas to see what can be started and what each step does; "
+    "start_saga with an idempotency key (retrying with the same key is always safe); follow "
+    "it with saga_status. To run your own sequence of allowlisted tools, propose_plan first. "
+    "Approvals are given by people, never by agents."
+)
+
+SagaId = Annotated[str, Field(description="the saga id returned by start_saga")]
+Reason = Annotated[str, Field(description="why, in a sentence; recorded in the saga's log")]
+
+
+def _reply(report: dict[str, Any], *, error: bool = False) -> CallToolResult:
+    text = json.dumps(report, ensure_ascii=False, sort_keys=True, default=str)
+    return CallToolResult(content=[TextContent(type="text", text=text)],
+                          structured_content=report, is_error=error)
+
+
+class _Tools:
+    """The tool functions, bound to one service and binding policy."""
+
+    def __init__(self, service: GatewayService, policy: BindingPolicy) -> None:
+        self.service = service
+        self.policy = policy
+
+    def _call(self, ctx: Context, operation: Callable[[CallerBinding], dict[str, Any]],
+              ) -> CallToolResult:
+        try:
+            who = self.policy.bind(_headers(ctx))
+            return _reply(operation(who))
+        except SagaError as exc:
+            return _reply(tool_error(exc), error=True)
+        except Exception as exc:
+            # Never a traceback to the agent; the server log keeps it.
+            log.exception("tool call failed")
+            return _reply(tool_error(exc), error=True)
+
+    def list_sagas(self, ctx: Context) -> CallToolResult:
+        """The saga definitions you can start: description, each step's semantics (compensable,
+        pivot, approval) and the JSON Schema of the input."""
+        return self._call(ctx, self.service.list_sagas)
+
+    def start_saga(
+        self,
+        definition: Annotated[str, Field(description="definition name from list_sagas")],
+        input: Annotated[dict[str, Any], Field(description="the input, matching the "
+                                               "definition's input_schema")],
+        idempotency_key: Annotated[str, Field(description="your key for this request; a retry "
+                                              "with the same key returns the same saga")],
+        reason: Reason,
+        ctx: Context,
+    ) -> CallToolResult:
+        """Start a saga (validated against its input schema); says what will happen and what
+        may need a human."""
+        return self._call(ctx, lambda who: self.service.start_saga(
+            who, definition, input, idempotency_key, reason))
+
+    def propose_plan(
+        self,
+        steps: Annotated[list[dict[str, Any]], Field(description=(
+            "ordered actions: {tool, version?, args, id?, depends_on?}; semantics and "
+            "compensations come from the tool catalogue, not from you"))],
+        ctx: Context,
+        goal: Annotated[str, Field(description="what the plan is for")] = "",
+    ) -> CallToolResult:
+        """Validate a plan of allowlisted tool calls; returns every problem at once, or the
+        definition name to start it with start_saga."""
+        return self._call(ctx, lambda who: self.service.propose_plan(who, steps, goal))
+
+    def saga_status(self, saga_id: SagaId, ctx: Context) -> CallToolResult:
+        """A saga's state, steps, receipts and what it is waiting for."""
+        return self._call(ctx, lambda who: self.service.saga_status(who, saga_id))
+
+    def saga_audit(self, saga_id: SagaId, ctx: Context) -> CallToolResult:
+        """A saga's timeline of events from the log, with who recorded each (secrets hidden)."""
+        return self._call(ctx, lambda who: self.service.saga_audit(who, saga_id))
+
+    def cancel_saga(self, saga_id: SagaId, reason: Reason, ctx: Context) -> CallToolResult:
+        """Ask to cancel a saga: what can still be undone is compensated (never past the
+        pivot)."""
+        return self._call(ctx, lambda who: self.service.cancel_saga(who, saga_id, reason))
+
+
+def _headers(ctx: Context) -> dict[str, str] | None:
+    """The HTTP headers of the current request (None on stdio)."""
+    try:
+        headers = ctx.headers
+    except ValueError:  # outside a request (direct in-process calls)
+        return None
+    return dict(headers.items()) if headers is not None else None
+
+
+def build_mcp_server(service: GatewayService, policy: BindingPolicy) -> MCPServer:
+    """An MCP server exposing the gateway's tools, every call bound by ``policy``."""
+    server: MCPServer = MCPServer("sagafleet", instructions=INSTRUCTIONS, log_level="WARNING")
+    tools = _Tools(service, policy)
+    read_only = ToolAnnotations(read_only_hint=True, idempotent_hint=True)
+    server.add_tool(tools.list_sagas, name="list_sagas", annotations=read_only)
+    server.add_tool(tools.start_saga, name="start_saga",
+                    annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False))
+    server.add_tool(tools.propose_plan, name="propose_plan",
+                    annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False))
+    server.add_tool(tools.saga_status, name="saga_status", annotations=read_only)
+    server.add_tool(tools.saga_audit, name="saga_audit", annotations=read_only)
+    server.add_tool(tools.cancel_saga, name="cancel_saga",
+                    annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=True))
+    return server

@@ -1,0 +1,142 @@
+"""The agent gateway's operations, independent of transport: each call bound to tenant and actor.
+
+The MCP server and the function-calling router both call these methods; they return
+JSON-ready dicts or raise typed :class:`~saga_core.errors.SagaError` subclasses, which the
+transports turn into structured tool errors. Approving is deliberately absent: approvals
+come from people through the operator commands.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from saga_core.definition import SagaDefinition
+from saga_core.errors import PlanRejected, Problem
+from saga_core.keys import payload_hash
+from saga_core.plans import AgentPlan
+from sagafleet.gateway.binding import CallerBinding
+from sagafleet.gateway.describe import describe_definition, outlook, step_semantics
+from sagafleet.gateway.errors import ArgumentsRejected, problems_of
+from sagafleet.gateway.readable import audit_timeline, compact_status
+from workers.client import MAX_KEY_LENGTH, SagaClient
+from workers.fleet import Fleet
+
+# Definitions registered from agent plans; kept out of list_sagas (they are per request,
+# and one tenant's plan is no business of another tenant).
+PLAN_PREFIX = "agent-plan-"
+MAX_REASON = 2000
+
+
+class GatewayService:
+    """list_sagas, start_saga, propose_plan, saga_status, saga_audit and cancel_saga."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+
+    def _client(self, who: CallerBinding) -> SagaClient:
+        return self.fleet.client(tenant=who.tenant, actor=who.actor)
+
+    def registered_definitions(self) -> list[SagaDefinition]:
+        """The latest version of each registered definition, agent plans left out."""
+        names = sorted({r.name for r in self.fleet.definitions.list()
+                        if not r.name.startswith(PLAN_PREFIX)})
+        return [self.fleet.definitions.get(name) for name in names]
+
+    def list_sagas(self, who: CallerBinding) -> dict[str, Any]:
+        """The registered definitions (latest version of each), with semantics and input schema."""
+        return {"tenant": who.tenant,
+                "definitions": [describe_definition(d) for d in self.registered_definitions()]}
+
+    def start_saga(
+        self, who: CallerBinding, definition: str, input: dict[str, Any],
+        idempotency_key: str, reason: str, *, version: int | None = None,
+    ) -> dict[str, Any]:
+        """Validate the input and start the saga; the same key returns the same saga."""
+        problems = _text_problems("idempotency_key", idempotency_key, MAX_KEY_LENGTH)
+        problems += _text_problems("reason", reason, MAX_REASON)
+        if not isinstance(definition, str) or not definition:
+            problems.append(Problem("definition", "wrong_type", "a definition name is required"))
+        if problems:
+            raise ArgumentsRejected("start_saga", problems)
+        spec = self.fleet.definitions.get(definition, version)
+        started = self._client(who).start(spec.name, input, key=idempotency_key,
+                                          version=spec.version, reason=reason)
+        loaded = self.fleet.repo.load(started.saga_id, tenant=who.tenant)
+        reply = {
+            "saga_id": started.saga_id,
+            "created": started.created,
+            "status": compact_status(started, loaded),
+            "what_will_happen": outlook(spec, input),
+            "next": "call saga_status with this saga_id to follow it",
+        }
+        if not started.created:
+            reply["note"] = ("this idempotency key already started this saga with the same "
+                             "input: nothing new was started")
+        return reply
+
+    def propose_plan(
+        self, who: CallerBinding, steps: list[dict[str, Any]], goal: str = ""
+    ) -> dict[str, Any]:
+        """Validate an agent's plan against the catalogue; name the definition to start it."""
+        try:
+            plan = AgentPlan.model_validate({"goal": goal, "actions": steps})
+        except ValidationError as exc:
+            raise PlanRejected(_plan_shape_problems(exc)) from None
+        # Named by the plan's content: the same plan always gets the same definition, and a
+        # different plan can never collide with an existing (name, version).
+        name = f"{PLAN_PREFIX}{payload_hash(plan.model_dump(mode='json'))[:16]}"
+        definition = self._client(who).submit_plan(plan, name=name, version=1)
+        return {
+            "accepted": True,
+            "definition": definition.name,
+            "version": definition.version,
+            "definition_hash": definition.content_hash(),
+            "steps": [step_semantics(step) for step in definition.steps],
+            "start_with": {"tool": "start_saga",
+                           "arguments": {"definition": definition.name, "input": {}}},
+        }
+
+    def saga_status(self, who: CallerBinding, saga_id: str) -> dict[str, Any]:
+        """The saga's state, steps, receipts and what is pending."""
+        client = self._client(who)
+        view = client.status(saga_id)
+        return compact_status(view, self.fleet.repo.load(saga_id, tenant=who.tenant))
+
+    def saga_audit(self, who: CallerBinding, saga_id: str) -> dict[str, Any]:
+        """The saga's timeline of events from the log, with actors."""
+        self._client(who).status(saga_id)  # the client's own id and tenant checks
+        return audit_timeline(self.fleet.repo.load(saga_id, tenant=who.tenant))
+
+    def cancel_saga(self, who: CallerBinding, saga_id: str, reason: str) -> dict[str, Any]:
+        """Ask to cancel: what can still be compensated is compensated."""
+        problems = _text_problems("reason", reason, MAX_REASON)
+        if problems:
+            raise ArgumentsRejected("cancel_saga", problems)
+        view = self._client(who).cancel(saga_id, reason=reason)
+        return compact_status(view, self.fleet.repo.load(saga_id, tenant=who.tenant))
+
+
+def _text_problems(name: str, value: object, longest: int) -> list[Problem]:
+    """Why ``value`` is not a usable non-blank text of at most ``longest`` characters."""
+    if not isinstance(value, str):
+        return [Problem(name, "wrong_type", f"expected string, got {type(value).__name__}")]
+    if not value.strip():
+        return [Problem(name, "missing", "must not be blank")]
+    if len(value) > longest:
+        return [Problem(name, "too_long", f"length must be <= {longest}")]
+    return []
+
+
+def _plan_shape_problems(error: ValidationError) -> list[Problem]:
+    """Plan-model errors named as ``steps[i].field`` so the agent can find each one."""
+    problems = []
+    for problem in problems_of(error):
+        where = problem.where
+        if where.startswith("actions."):
+            index, _, rest = where.removeprefix("actions.").partition(".")
+            where = f"steps[{index}]" + (f".{rest}" if rest else "")
+        problems.append(Problem(where, problem.rule, problem.message))
+    return problems
+
