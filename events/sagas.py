@@ -71,6 +71,14 @@ class LoadedSaga:
         """The tenant the saga belongs to."""
         return self.state.tenant
 
+    def extended(self, events: Sequence[SagaEvent], appended: AppendResult) -> LoadedSaga:
+        """This saga after ``events`` were appended (as ``appended``), without re-reading."""
+        state = self.state
+        for event in events:
+            state = evolve(state, event)
+        return LoadedSaga(self.saga_id, self.definition, state, (*self.events, *events),
+                          (*self.records, *appended.events))
+
 
 class SagaRepository:
     """Load sagas from the log and append their events (with tenant metadata)."""

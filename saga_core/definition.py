@@ -179,6 +179,11 @@ class SagaDefinition(BaseModel):
 
     def content_hash(self) -> str:
         """sha256 of the canonical JSON of the whole definition: its stable identity."""
+        return self._content_hash
+
+    @cached_property
+    def _content_hash(self) -> str:
+        # A definition is frozen, so its hash is computed once: folding checks it per saga.
         return payload_hash(self.model_dump(mode="json"))
 
     def to_json(self) -> str:

@@ -129,7 +129,7 @@ class SagaClient:
         fresh = LoadedSaga(saga_id, spec, SagaState.initial(spec), (), ())
         try:
             # Version 0: the stream must not exist yet, so a repeated key cannot start twice.
-            self.orchestrator.commit(fresh, [started], actor=self.actor)
+            committed = self.orchestrator.commit(fresh, [started], actor=self.actor)
         except ConcurrencyError:
             existing = self.orchestrator.repo.load(saga_id)
             first = existing.events[0]
@@ -141,8 +141,7 @@ class SagaClient:
                     f"key {key!r} already started saga {saga_id} with other input or definition"
                 ) from None
             return Started(**view_of(existing).model_dump(), created=False)
-        loaded = self.orchestrator.repo.load(saga_id)
-        return Started(**view_of(loaded).model_dump(), created=True)
+        return Started(**view_of(committed.loaded).model_dump(), created=True)
 
     def status(self, saga_id: str) -> SagaView:
         """The saga's current state and steps, folded from the log."""

@@ -16,12 +16,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Literal
 
 from events import ConcurrencyError
 from events.sagas import LoadedSaga, SagaNotFound
-from saga_core import check_claim, resolve_command
+from saga_core import ResolvedCommand, check_claim, resolve_command
 from saga_core.contracts import ErrorClass, Receipt
 from saga_core.errors import EventRejected, TemplateError
 from saga_core.events import (
@@ -32,7 +32,7 @@ from saga_core.events import (
     StepStarted,
     StepSucceeded,
 )
-from saga_core.state import IN_DOUBT, RunStatus
+from saga_core.state import IN_DOUBT, RunStatus, SagaState
 from workers.messages import StepCommand
 from workers.observability import step_scope
 from workers.orchestrator import MAX_RACES, Committed, Orchestrator, RaceLost
@@ -74,13 +74,27 @@ class StepExecutor:
         self.worker_id = worker_id
         self.lease = lease
 
-    def handle(self, command: StepCommand, *, publish: bool = True) -> StepOutcome:
-        """Handle one wake-up: claim and execute, reconcile, or drop a stale duplicate."""
+    def handle(
+        self,
+        command: StepCommand,
+        *,
+        publish: bool = True,
+        known: LoadedSaga | None = None,
+        claim_next: bool = False,
+    ) -> StepOutcome:
+        """Handle one wake-up: claim and execute, reconcile, or drop a stale duplicate.
+
+        ``known`` is the saga as the caller last committed it; a stale one only costs a lost
+        race and a re-read. With ``claim_next`` the result's commit also claims the saga's
+        next due step for this worker (``outcome.committed.claimed``): run it with
+        :meth:`run_claimed`.
+        """
         for _ in range(MAX_RACES):
             try:
-                loaded = self.orchestrator.repo.load(command.saga_id)
+                loaded = known or self.orchestrator.repo.load(command.saga_id)
             except SagaNotFound:
                 return StepOutcome(command, "dropped", "unknown saga")
+            known = None
             try:
                 run = loaded.state.run(command.step_id, command.kind)
             except EventRejected:
@@ -88,41 +102,78 @@ class StepExecutor:
             if run.status is RunStatus.RECONCILING and run.attempt == command.attempt:
                 return self._reconcile(command, loaded, publish=publish)
             now = self.orchestrator.clock()
-            verdict = check_claim(
-                loaded.state, command.step_id, command.kind, command.attempt, now
-            )
-            if not verdict:
-                return StepOutcome(command, "dropped", verdict.reason)
             try:
-                resolved = resolve_command(loaded.state, command.step_id, command.kind)
+                claim = self._claim(loaded.state, command, now)
             except TemplateError as exc:
                 # The definition was validated, so this means a receipt lacks a field the
                 # tool promised: a permanent, definite failure (nothing was dispatched).
                 return self._record_unclaimed_failure(command, str(exc), publish=publish)
-            started = StepStarted(
-                at=now,
-                step_id=command.step_id,
-                kind=command.kind,
-                attempt=command.attempt,
-                operation_key=resolved.operation_key,
-                request_hash=resolved.request_hash,
-                worker_id=self.worker_id,
-                lease_expires_at=now + self.lease,
-            )
+            if isinstance(claim, str):
+                return StepOutcome(command, "dropped", claim)
+            started, resolved = claim
             try:
-                self.orchestrator.repo.append(
+                appended = self.orchestrator.repo.append(
                     command.saga_id, loaded.tenant, [started], loaded.version
                 )
             except ConcurrencyError:
                 continue  # someone else wrote first: re-read and re-decide
-            # The saga id travels with every call as context (providers tag their records
-            # with it); the precondition goes along so the provider can refuse a changed target.
-            args = {"saga_id": command.saga_id, **resolved.args, **resolved.precondition}
-            result = self._call_tool(command, resolved.tool, resolved.version, args,
-                                     resolved.operation_key)
-            committed = self._record(command, result, publish=publish)
-            return StepOutcome(command, "executed", type(result).__name__, committed)
+            claimed = loaded.extended([started], appended)
+            return self._execute(command, resolved, claimed, publish=publish,
+                                 claim_next=claim_next)
         raise RaceLost(f"saga {command.saga_id}: lost {MAX_RACES} claim races in a row")
+
+    def run_claimed(
+        self, command: StepCommand, loaded: LoadedSaga, *, publish: bool = True,
+        claim_next: bool = False,
+    ) -> StepOutcome:
+        """Execute a step this worker claimed in its previous commit (see ``claim_next``)."""
+        resolved = resolve_command(loaded.state, command.step_id, command.kind)
+        return self._execute(command, resolved, loaded, publish=publish, claim_next=claim_next)
+
+    def _claim(
+        self, state: SagaState, command: StepCommand, now: datetime
+    ) -> tuple[StepStarted, ResolvedCommand] | str:
+        """The StepStarted that claims ``command`` now, or why it cannot be claimed."""
+        verdict = check_claim(state, command.step_id, command.kind, command.attempt, now)
+        if not verdict:
+            return verdict.reason
+        resolved = resolve_command(state, command.step_id, command.kind)
+        started = StepStarted(
+            at=now,
+            step_id=command.step_id,
+            kind=command.kind,
+            attempt=command.attempt,
+            operation_key=resolved.operation_key,
+            request_hash=resolved.request_hash,
+            worker_id=self.worker_id,
+            lease_expires_at=now + self.lease,
+        )
+        return started, resolved
+
+    def _claim_next(
+        self, state: SagaState, now: datetime, commands: list[StepCommand]
+    ) -> tuple[StepCommand, SagaEvent] | None:
+        for candidate in commands:
+            try:
+                claim = self._claim(state, candidate, now)
+            except TemplateError:
+                continue  # left to the normal path, which records the failure
+            if not isinstance(claim, str):
+                return candidate, claim[0]
+        return None
+
+    def _execute(
+        self, command: StepCommand, resolved: ResolvedCommand, claimed: LoadedSaga, *,
+        publish: bool, claim_next: bool,
+    ) -> StepOutcome:
+        # The saga id travels with every call as context (providers tag their records with
+        # it); the precondition goes along so the provider can refuse a changed target.
+        args = {"saga_id": command.saga_id, **resolved.args, **resolved.precondition}
+        result = self._call_tool(command, resolved.tool, resolved.version, args,
+                                 resolved.operation_key)
+        committed = self._record(command, result, publish=publish, known=claimed,
+                                 claim_next=claim_next)
+        return StepOutcome(command, "executed", type(result).__name__, committed)
 
     def _call_tool(
         self, command: StepCommand, tool_name: str, version: int, args: dict[str, object], key: str
@@ -152,7 +203,8 @@ class StepExecutor:
         return StepSucceeded(at=now(), receipt=receipt, via="execute", **common)
 
     def _record(
-        self, command: StepCommand, result: SagaEvent, *, publish: bool
+        self, command: StepCommand, result: SagaEvent, *, publish: bool, known: LoadedSaga,
+        claim_next: bool = False,
     ) -> Committed | None:
         """Append the observed result unless the log already settled this attempt."""
 
@@ -169,7 +221,10 @@ class StepExecutor:
                      command, run.status)
             return None
 
-        return self.orchestrator.record_with_retry(command.saga_id, build, publish=publish)
+        return self.orchestrator.record_with_retry(
+            command.saga_id, build, publish=publish, known=known,
+            claim_next=self._claim_next if claim_next else None,
+        )
 
     def _reconcile(self, command: StepCommand, loaded: LoadedSaga, *, publish: bool) -> StepOutcome:
         run = loaded.state.run(command.step_id, command.kind)
@@ -199,7 +254,9 @@ class StepExecutor:
                 return None  # another worker reconciled it already
             return [result]
 
-        committed = self.orchestrator.record_with_retry(command.saga_id, build, publish=publish)
+        committed = self.orchestrator.record_with_retry(
+            command.saga_id, build, publish=publish, known=loaded
+        )
         return StepOutcome(command, "reconciled", result.result, committed)
 
     def _record_unclaimed_failure(

@@ -27,6 +27,11 @@ from workers.publisher import Publisher
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
+#: Given the state after a commit's decisions, ``now`` and the due commands: the command to
+#: claim in the same commit and its StepStarted event, or None.
+ClaimNext = Callable[
+    [SagaState, datetime, list[StepCommand]], "tuple[StepCommand, SagaEvent] | None"
+]
 MAX_DECISIONS_PER_COMMIT = 64
 MAX_RACES = 20
 
@@ -73,8 +78,14 @@ class Committed:
 
     saga_id: str
     events: tuple[SagaEvent, ...]
-    state: SagaState
+    loaded: LoadedSaga
     commands: tuple[StepCommand, ...]
+    claimed: StepCommand | None = None  # claimed in this same commit by the committer
+
+    @property
+    def state(self) -> SagaState:
+        """The saga's state after the commit."""
+        return self.loaded.state
 
 
 class Orchestrator:
@@ -92,9 +103,13 @@ class Orchestrator:
         *,
         actor: str | None = None,
         publish: bool = True,
+        claim_next: ClaimNext | None = None,
     ) -> Committed:
         """Append ``events`` plus whatever decide then schedules, at the loaded version.
 
+        With ``claim_next``, the committer may claim one of the newly due commands in the
+        same transaction (its StepStarted rides along), so a worker continuing with the
+        next step of a saga saves a commit; that command is not published.
         Raises ConcurrencyError when another writer got there first; callers re-read.
         """
         now = self.clock()
@@ -103,12 +118,24 @@ class Orchestrator:
             state = evolve(state, event)
         decided, state = settle(state, now)
         recorded = [*events, *decided]
-        if recorded:
-            self.repo.append(loaded.saga_id, loaded.tenant, recorded, loaded.version, actor=actor)
         commands = commands_due(recorded, loaded.saga_id, now)
+        claimed: StepCommand | None = None
+        if claim_next is not None:
+            picked = claim_next(state, now, commands)
+            if picked is not None:
+                claimed, started = picked
+                state = evolve(state, started)
+                recorded.append(started)
+                commands.remove(claimed)
+        after = loaded
+        if recorded:
+            appended = self.repo.append(
+                loaded.saga_id, loaded.tenant, recorded, loaded.version, actor=actor
+            )
+            after = loaded.extended(recorded, appended)
         if publish and commands:
             self.publisher.publish(commands)
-        return Committed(loaded.saga_id, tuple(recorded), state, tuple(commands))
+        return Committed(loaded.saga_id, tuple(recorded), after, tuple(commands), claimed)
 
     def advance(self, saga_id: str) -> Committed:
         """Record whatever decide says is due for this saga now (sweeper, after an answer)."""
@@ -127,19 +154,24 @@ class Orchestrator:
         *,
         actor: str | None = None,
         publish: bool = True,
+        known: LoadedSaga | None = None,
+        claim_next: ClaimNext | None = None,
     ) -> Committed | None:
         """Re-read, rebuild and append until no other writer interferes.
 
         ``build`` gets the freshly loaded saga and returns the events to record, or None
-        when, given the current log, there is nothing to record any more.
+        when, given the current log, there is nothing to record any more. ``known`` is a
+        state the caller already holds: it is tried first, saving a read when no one raced.
         """
         for _ in range(MAX_RACES):
-            loaded = self.repo.load(saga_id)
+            loaded = known or self.repo.load(saga_id)
+            known = None
             events = build(loaded)
             if events is None:
                 return None
             try:
-                return self.commit(loaded, events, actor=actor, publish=publish)
+                return self.commit(loaded, events, actor=actor, publish=publish,
+                                   claim_next=claim_next)
             except ConcurrencyError:
                 continue
         raise RaceLost(f"saga {saga_id}: lost {MAX_RACES} races in a row")

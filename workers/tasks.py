@@ -59,21 +59,24 @@ def run_step(fleet: Fleet, args: Any, kwargs: Any) -> None:
         dead_letter(fleet, STEP_TASK, {"args": args, "kwargs": kwargs}, str(exc))
         return
     budget = fleet.config.inline_steps
-    pending = [command]
-    while pending:
-        current = pending.pop(0)
-        try:
-            outcome = fleet.executor.handle(current, publish=False)
-        except SagaError as exc:
-            # The log is unchanged or consistent; the sweeper will come back to this saga.
-            log.error("step %s failed to run: %s", current, exc)
-            continue
-        follow_ups = list(outcome.follow_ups)
-        if follow_ups and budget > 0:
+    try:
+        outcome = fleet.executor.handle(command, publish=False, claim_next=budget > 0)
+        while True:
+            committed = outcome.committed
+            if committed is not None and committed.commands:
+                # Independent steps go to the broker so other workers run them in parallel.
+                fleet.publisher.publish(committed.commands)
+            if committed is None or committed.claimed is None:
+                return
+            # The next step of this saga was claimed in the same commit: run it here,
+            # without a broker round trip (correctness never depends on this shortcut).
             budget -= 1
-            pending.append(follow_ups.pop(0))
-        if follow_ups:
-            fleet.publisher.publish(follow_ups)
+            outcome = fleet.executor.run_claimed(
+                committed.claimed, committed.loaded, publish=False, claim_next=budget > 0
+            )
+    except SagaError as exc:
+        # The log is consistent; an unfinished claim expires and the sweeper reconciles it.
+        log.error("step %s failed to run: %s", command, exc)
 
 
 def bind_tasks(app: Celery, fleet: Fleet) -> None:

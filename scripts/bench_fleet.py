@@ -1,0 +1,193 @@
+"""Benchmark: trip sagas per second on the real fleet vs a raw Celery chain, same run.
+
+Baseline: a chain of 4 no-op Celery tasks (each enqueues the next) with the fleet's own
+Celery settings, on the same broker and the same number of solo worker processes.
+Fleet: trip sagas (4 steps, no faults, zero-latency sandbox providers, amounts below the
+approval limit) started by a client and run to COMPLETED by ``sagafleet worker`` processes.
+Throughput is counted from the first enqueue to the last completion; medians of --runs.
+
+    python scripts/bench_fleet.py                      # 2 workers, 300 sagas, 3 runs
+    python scripts/bench_fleet.py --workers 1 2 4      # scaling
+    python scripts/bench_fleet.py --memory 10000       # worker RSS over 10,000 sagas
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from celery_chain_baseline import redis_client, run_baseline  # noqa: E402
+
+from sagafleet import embedded  # noqa: E402
+from sagafleet.migrate import migrate_all  # noqa: E402
+from workers.fleet import Fleet, FleetConfig  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TRIP = {
+    "customer_email": "bench@example.com", "flight_id": "FL1", "hotel_id": "HT1", "nights": 1,
+    "amount": 10_000, "currency": "EUR", "card_token": "tok_bench_4242",
+}
+
+
+def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """Start a child process with its output in ``log``."""
+    return subprocess.Popen(  # noqa: S603
+        [sys.executable, *args], env=env, cwd=ROOT, stdout=log.open("wb"),
+        stderr=subprocess.STDOUT, start_new_session=True,
+    )
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Warm-stop every process, kill stragglers."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def rss_kib(pid: int) -> int:
+    """Resident set size of a process in KiB (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def finished_count(conn: psycopg.Connection) -> int:
+    """How many sagas have finished, read from the log."""
+    row = conn.execute(
+        "SELECT count(*) FROM eventstore.events WHERE event_type = 'SagaFinished'"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def wait_ready(broker: str, expected_workers: int, timeout: float = 60) -> None:
+    """Wait until the workers are consuming (each shows up as a broker client)."""
+    client = redis_client(broker)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(client.client_list()) > expected_workers:
+            time.sleep(1.0)
+            return
+        time.sleep(0.2)
+
+
+def baseline(broker: str, workers: int, chains: int, env: dict[str, str], logs: Path) -> float:
+    """Chains per second of the raw Celery baseline with ``workers`` solo workers."""
+    redis_client(broker).flushdb()
+    procs = [spawn([str(ROOT / "scripts/celery_chain_baseline.py"), "worker", broker], env,
+                   logs / f"baseline-{i}.log") for i in range(workers)]
+    try:
+        wait_ready(broker, workers)
+        return run_baseline(broker, chains)
+    finally:
+        stop(procs)
+
+
+def fleet_run(
+    database: str, broker: str, workers: int, sagas: int, env: dict[str, str], logs: Path,
+    *, sample_rss: bool = False,
+) -> tuple[float, list[tuple[int, int]]]:
+    """Trip sagas per second with ``workers`` fleet workers; optional RSS samples."""
+    redis_client(broker).flushdb()
+    child = {**env, "SAGAFLEET_DATABASE_URL": database, "SAGAFLEET_BROKER_URL": broker}
+    procs = [spawn(["-m", "sagafleet", "worker"], child, logs / f"fleet-{i}.log")
+             for i in range(workers)]
+    fleet = Fleet(FleetConfig(database_url=database, broker_url=broker))
+    samples: list[tuple[int, int]] = []
+    try:
+        fleet.register_builtin_definitions()
+        client = fleet.client(actor="bench")
+        wait_ready(broker, workers)
+        with psycopg.connect(database, autocommit=True) as conn:
+            before = finished_count(conn)
+            started = time.perf_counter()
+            for index in range(sagas):
+                client.start("trip", TRIP, key=f"bench-{started}-{index}")
+            next_sample = 0
+            while (done := finished_count(conn) - before) < sagas:
+                if sample_rss and done >= next_sample:
+                    samples.append((done, rss_kib(procs[0].pid)))
+                    next_sample += max(1, sagas // 10)
+                if time.perf_counter() - started > 1800:
+                    raise TimeoutError(f"only {done} of {sagas} sagas finished")
+                time.sleep(0.02)
+            elapsed = time.perf_counter() - started
+            if sample_rss:
+                samples.append((sagas, rss_kib(procs[0].pid)))
+        return sagas / elapsed, samples
+    finally:
+        fleet.close()
+        stop(procs)
+
+
+def fresh_database(server_url: str) -> str:
+    """Create a new database on the server and migrate it; return its URL."""
+    name = f"bench_fleet_{os.getpid()}_{int(time.time())}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    params = psycopg.conninfo.conninfo_to_dict(server_url)
+    params["dbname"] = name
+    url = psycopg.conninfo.make_conninfo("", **params)
+    migrate_all(url)
+    return url
+
+
+def main() -> None:
+    """Run the benchmark and print medians and ratios."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--database-url", help="PostgreSQL server (default: embedded)")
+    parser.add_argument("--broker-url", help="Redis broker (default: embedded)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[2])
+    parser.add_argument("--sagas", type=int, default=300)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--memory", type=int, default=0,
+                        help="also run this many sagas on one worker and sample its RSS")
+    args = parser.parse_args()
+
+    home = Path(tempfile.mkdtemp(prefix="sfb-", dir="/tmp"))
+    logs = home / "logs"
+    logs.mkdir()
+    server = args.database_url or embedded.start_postgres(home).url
+    broker = args.broker_url or embedded.start_redis(home).url
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        print(f"broker {broker}; {args.sagas} sagas / chains per run; median of {args.runs}")
+        print(f"{'workers':>7} {'baseline chains/s':>18} {'fleet sagas/s':>14} {'ratio':>6}")
+        for workers in args.workers:
+            base = [baseline(broker, workers, args.sagas, env, logs) for _ in range(args.runs)]
+            database = fresh_database(server)
+            ours = [fleet_run(database, broker, workers, args.sagas, env, logs)[0]
+                    for _ in range(args.runs)]
+            b, f = statistics.median(base), statistics.median(ours)
+            print(f"{workers:>7} {b:>18.1f} {f:>14.1f} {f / b:>6.2f}", flush=True)
+        if args.memory:
+            database = fresh_database(server)
+            _, samples = fleet_run(database, broker, 1, args.memory, env, logs, sample_rss=True)
+            print(f"worker RSS over {args.memory} sagas (KiB): "
+                  + ", ".join(f"{n}:{kib}" for n, kib in samples))
+            first, last = samples[1][1] if len(samples) > 1 else samples[0][1], samples[-1][1]
+            print(f"RSS growth after warm-up: {last - first} KiB ({last / first:.2f}x)")
+    finally:
+        if not args.database_url or not args.broker_url:
+            embedded.stop_embedded(home)
+
+
+if __name__ == "__main__":
+    main()
