@@ -5,6 +5,7 @@ from __future__ import annotations
 from importlib.resources import files
 
 from events import EventStore, apply_migrations
+from projections.context import migrate as projections_migrate
 from workers import sandbox
 
 
@@ -18,4 +19,5 @@ def migrate_all(url: str) -> list[str]:
         for name in apply_migrations(url, "fleet", files("workers").joinpath("migrations"))
     )
     applied.extend(f"sandbox/{name}" for name in sandbox.migrate(url))
+    applied.extend(f"projections/{name}" for name in projections_migrate(url))
     return applied

@@ -1,0 +1,53 @@
+"""What every projection needs: the event store (saga registry) and the definitions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib.resources import files
+from types import TracebackType
+from typing import Any
+
+import psycopg
+
+from events import EventStore, apply_migrations
+from events.definitions import DefinitionStore
+from events.sagas import saga_registry
+
+
+def migrate(url: str) -> list[str]:
+    """Apply the projections' SQL migrations (idempotent); return those newly applied."""
+    return apply_migrations(url, "projections", files("projections").joinpath("migrations"))
+
+
+@dataclass
+class ProjectionContext:
+    """One explicit object per process: the store to read from, definitions to fold with."""
+
+    store: EventStore
+    definitions: DefinitionStore
+
+    @classmethod
+    def connect(cls, url: str, *, pool_size: int = 4) -> ProjectionContext:
+        """Open a store with the saga registry on ``url`` (no DDL; see :func:`migrate`)."""
+        store = EventStore.connect(url, pool_size=pool_size, registry=saga_registry())
+        return cls(store, DefinitionStore(store))
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled autocommit connection for read-model queries."""
+        with self.store.connection() as conn:
+            yield conn
+
+    def close(self) -> None:
+        """Close the store's pool."""
+        self.store.close()
+
+    def __enter__(self) -> ProjectionContext:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,188 @@
+"""The pure per-saga accumulator every read model is derived from.
+
+``SagaState`` (saga_core's fold) says where a saga stands; a :class:`SagaRecord` adds what
+the read models need beyond it, counted from the events themselves: attempts, successes
+and distinct receipts per operation key (duplicate effects), ambiguous outcomes,
+reconciliation results, latencies, the evidence of the latest escalation and approval
+requests. The runner and ``verify`` use the same functions, so "the read model equals a
+fresh fold of the log" is checked against exactly one definition of the fold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from events.sagas import CorruptSagaStream
+from projections.masking import secret_values
+from saga_core import evolve
+from saga_core.contracts import ErrorClass, StepKind
+from saga_core.definition import SagaDefinition
+from saga_core.events import (
+    ApprovalRequested,
+    CompensationStarted,
+    Evidence,
+    ManualInterventionRequired,
+    ReconciliationResult,
+    SagaEvent,
+    SagaFinished,
+    SagaStarted,
+    StepEvent,
+    StepFailed,
+    StepOutcomeUnknown,
+    StepStarted,
+    StepSucceeded,
+)
+from saga_core.keys import canonical_json
+from saga_core.state import SagaState
+
+RunKey = tuple[str, StepKind]
+"""(step id, kind): one operation of a saga."""
+
+
+@dataclass(frozen=True)
+class OperationTally:
+    """Counters of one operation, taken from its events (not from the folded state)."""
+
+    starts: int = 0
+    successes: int = 0
+    receipts: frozenset[str] = frozenset()
+    failures: int = 0
+    ambiguous: int = 0
+    reconciliations_found: int = 0
+    reconciliations_absent: int = 0
+    reconciliations_unknown: int = 0
+    first_started_at: datetime | None = None
+    succeeded_at: datetime | None = None
+    started_without_approval: bool = False
+
+
+@dataclass(frozen=True)
+class SagaRecord:
+    """A saga's folded state plus the counters and evidence the read models show."""
+
+    saga_id: str
+    definition: SagaDefinition
+    state: SagaState
+    stream_version: int
+    started_at: datetime
+    updated_at: datetime
+    secrets: tuple[str, ...] = ()
+    finished_at: datetime | None = None
+    compensation_started_at: datetime | None = None
+    escalations: int = 0
+    escalation_evidence: Evidence | None = None
+    approval_evidence: Mapping[RunKey, Evidence] = field(default_factory=dict)
+    tallies: Mapping[RunKey, OperationTally] = field(default_factory=dict)
+    last_error: str = ""
+    last_error_class: str | None = None
+
+
+def start_record(definition: SagaDefinition, event: SagaStarted, stream_version: int) -> SagaRecord:
+    """The record of a saga that has just started."""
+    state = evolve(SagaState.initial(definition), event)
+    return SagaRecord(
+        saga_id=event.saga_id,
+        definition=definition,
+        state=state,
+        stream_version=stream_version,
+        started_at=event.at,
+        updated_at=event.at,
+        secrets=secret_values(definition, event.input),
+    )
+
+
+def _needed_approval(record: SagaRecord, event: StepStarted) -> bool:
+    """Whether this start ran although an approval was asked for (or required) and not given."""
+    run = record.state.run(event.step_id, event.kind)
+    if run.approval is not None:
+        return run.approval.status != "granted"
+    policy = record.definition.approval_policy(event.step_id, event.kind)
+    return policy is not None and policy.required
+
+
+def _tally(record: SagaRecord, event: StepEvent) -> OperationTally:
+    tally = record.tallies.get((event.step_id, event.kind), OperationTally())
+    match event:
+        case StepStarted():
+            return replace(
+                tally,
+                starts=tally.starts + 1,
+                first_started_at=tally.first_started_at or event.at,
+                started_without_approval=tally.started_without_approval
+                or _needed_approval(record, event),
+            )
+        case StepSucceeded():
+            receipt = canonical_json(event.receipt.model_dump(mode="json"))
+            return replace(
+                tally,
+                successes=tally.successes + 1,
+                receipts=tally.receipts | {receipt},
+                succeeded_at=tally.succeeded_at or event.at,
+            )
+        case StepFailed() if event.error_class is ErrorClass.AMBIGUOUS:
+            return replace(tally, ambiguous=tally.ambiguous + 1)
+        case StepFailed():
+            return replace(tally, failures=tally.failures + 1)
+        case StepOutcomeUnknown():
+            return replace(tally, ambiguous=tally.ambiguous + 1)
+        case ReconciliationResult(result="found"):
+            return replace(tally, reconciliations_found=tally.reconciliations_found + 1)
+        case ReconciliationResult(result="absent"):
+            return replace(tally, reconciliations_absent=tally.reconciliations_absent + 1)
+        case ReconciliationResult():
+            return replace(tally, reconciliations_unknown=tally.reconciliations_unknown + 1)
+    return tally
+
+
+def evolve_record(record: SagaRecord, event: SagaEvent, stream_version: int) -> SagaRecord:
+    """Fold one more event (at ``stream_version``) into the record; pure."""
+    changes: dict[str, object] = {}
+    if isinstance(event, StepEvent):
+        # Counted against the state *before* the event (an approval's status at start).
+        changes["tallies"] = {**record.tallies, (event.step_id, event.kind): _tally(record, event)}
+    match event:
+        case StepFailed():
+            changes["last_error"] = f"{event.step_id} ({event.kind}): {event.message}".rstrip(": ")
+            changes["last_error_class"] = str(event.error_class)
+        case StepOutcomeUnknown():
+            changes["last_error"] = (
+                f"{event.step_id} ({event.kind}): outcome unknown, {event.reason}"
+            )
+            changes["last_error_class"] = str(ErrorClass.AMBIGUOUS)
+        case ApprovalRequested():
+            key = (event.step_id, event.kind)
+            changes["approval_evidence"] = {**record.approval_evidence, key: event.evidence}
+        case ManualInterventionRequired():
+            changes["escalations"] = record.escalations + 1
+            changes["escalation_evidence"] = event.evidence
+        case CompensationStarted():
+            changes["compensation_started_at"] = record.compensation_started_at or event.at
+        case SagaFinished():
+            changes["finished_at"] = event.at
+    state = evolve(record.state, event)
+    return replace(
+        record,
+        state=state,
+        stream_version=stream_version,
+        updated_at=event.at,
+        **changes,  # type: ignore[arg-type]
+    )
+
+
+def replay(
+    definition: SagaDefinition, events: Iterable[tuple[SagaEvent, int]]
+) -> SagaRecord | None:
+    """Fold (event, stream version) pairs from the first into a record; None if empty."""
+    record: SagaRecord | None = None
+    for event, version in events:
+        if record is None:
+            if not isinstance(event, SagaStarted):
+                raise CorruptSagaStream(
+                    f"a saga stream must start with SagaStarted, not {event.event_type}"
+                )
+            record = start_record(definition, event, version)
+        else:
+            record = evolve_record(record, event, version)
+    return record

@@ -1,0 +1,36 @@
+"""Fixtures for projections on a real PostgreSQL: migrated database, context, repository."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from events.definitions import DefinitionStore
+from events.sagas import SagaRepository
+from projections.context import ProjectionContext
+from saga_core import trip_definition
+from sagafleet.migrate import migrate_all
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def database(fresh_database: str) -> str:
+    """A fresh database with every room's migrations applied."""
+    migrate_all(fresh_database)
+    return fresh_database
+
+
+@pytest.fixture
+def ctx(database: str) -> Iterator[ProjectionContext]:
+    """A projection context with the trip definition registered."""
+    with ProjectionContext.connect(database, pool_size=6) as opened:
+        opened.definitions.register(trip_definition())
+        yield opened
+
+
+@pytest.fixture
+def repo(ctx: ProjectionContext) -> SagaRepository:
+    """Appends saga events straight into the log."""
+    return SagaRepository(ctx.store, DefinitionStore(ctx.store))
