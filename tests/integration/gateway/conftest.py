@@ -1,0 +1,99 @@
+"""Fixtures of the gateway tests: a migrated database, a flushed Redis, a real worker process,
+and the ``sagafleet mcp`` server spawned as a separate process (stdio or HTTP)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from sagafleet.migrate import migrate_all
+from workers.fleet import Fleet, FleetConfig
+
+def _redis(url: str) -> redis.Redis:
+    if url.startswith("redis+socket://"):
+        return redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"))
+    return redis.Redis.from_url(url)
+
+
+@pytest.fixture
+def database(fresh_database: str) -> str:
+    """A fresh database with every room's migrations applied."""
+    migrate_all(fresh_database)
+    return fresh_database
+
+
+@pytest.fixture
+def broker(broker_url: str) -> Iterator[str]:
+    """The test broker, emptied before and after the test."""
+    client = _redis(broker_url)
+    client.flushdb()
+    yield broker_url
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def fleet(database: str, broker: str) -> Iterator[Fleet]:
+    """A fleet object in the test process (to read the log and sweep), trip registered."""
+    fleet = Fleet(FleetConfig(database_url=database, broker_url=broker, lease_s=3.0,
+                              queue_wait_s=1.0, worker_id="gateway-test"))
+    fleet.register_builtin_definitions()
+    yield fleet
+    fleet.close()
+
+
+@pytest.fixture
+def server_env(database: str, broker: str, tmp_path: Path) -> dict[str, str]:
+    """Environment of a spawned sagafleet process on the test's database and broker."""
+    env = dict(os.environ)
+    env.update({
+        "SAGAFLEET_DATABASE_URL": database,
+        "SAGAFLEET_BROKER_URL": broker,
+        "SAGAFLEET_HOME": str(tmp_path / "home"),
+        "SAGAFLEET_LEASE_SECONDS": "3",
+        "SAGAFLEET_QUEUE_WAIT_SECONDS": "1",
+    })
+    env.pop("SAGAFLEET_TENANT", None)
+    return env
+
+
+class Processes:
+    """Real sagafleet processes (workers, HTTP servers), stopped at the end of the test."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+        self.env, self.log_dir = env, log_dir
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, *args: str) -> subprocess.Popen[bytes]:
+        log = (self.log_dir / f"{args[0]}-{len(self.procs)}.log").open("wb")
+        proc = subprocess.Popen(  # noqa: S603
+            [sys.executable, "-m", "sagafleet", *args], env=self.env,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def processes(server_env: dict[str, str], tmp_path: Path) -> Iterator[Processes]:
+    """Start ``sagafleet`` processes with ``processes.start(*args)``; all stopped afterwards."""
+    running = Processes(server_env, tmp_path)
+    yield running
+    running.stop()

@@ -1,0 +1,51 @@
+"""Shared data and helpers of the gateway tests (imported by file name: tests are not a package)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from typing import Any
+
+from mcp import ClientSession
+
+TRIP_INPUT = {
+    "customer_email": "ada@example.com",
+    "flight_id": "FL123",
+    "hotel_id": "HT456",
+    "nights": 2,
+    "amount": 42_000,
+    "currency": "EUR",
+    "card_token": "tok_visa_4242_secret",
+}
+
+
+async def call(session: ClientSession, tool: str, **arguments: Any) -> tuple[bool, dict[str, Any]]:
+    """(is_error, the one JSON document) of a tool call."""
+    result = await session.call_tool(tool, arguments)
+    text = result.content[0].text  # type: ignore[union-attr]
+    document = json.loads(text)
+    assert result.structured_content in (None, document)
+    return bool(result.is_error), document
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """Wait until a spawned server accepts connections on ``port``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"nothing listens on port {port}")
