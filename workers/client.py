@@ -109,9 +109,7 @@ class SagaClient:
             raise IdempotencyConflict(f"idempotency key must be 1..{MAX_KEY_LENGTH} characters")
         spec = self.definitions.get(definition, version)
         normalized = validate_input(spec, input)
-        saga_id = (
-            str(uuid.uuid5(_KEY_NAMESPACE, f"{self.tenant}\x00{key}")) if key else str(uuid.uuid4())
-        )
+        saga_id = self._id_for_key(key) if key else str(uuid.uuid4())
         started = SagaStarted(
             at=self.orchestrator.clock(),
             saga_id=saga_id,
@@ -142,6 +140,17 @@ class SagaClient:
                 ) from None
             return Started(**view_of(existing).model_dump(), created=False)
         return Started(**view_of(committed.loaded).model_dump(), created=True)
+
+    def find(self, key: str) -> SagaView | None:
+        """The saga this tenant started with idempotency ``key``, or None."""
+        try:
+            return view_of(self._load(self._id_for_key(key)))
+        except SagaNotFound:
+            return None
+
+    def _id_for_key(self, key: str) -> str:
+        # The key decides the stream: a retry, from any process, lands on the same saga.
+        return str(uuid.uuid5(_KEY_NAMESPACE, f"{self.tenant}\x00{key}"))
 
     def status(self, saga_id: str) -> SagaView:
         """The saga's current state and steps, folded from the log."""

@@ -1,0 +1,80 @@
+"""The console command: --json documents, named exit codes, typed errors (no tracebacks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sagafleet.migrate import migrate_all
+
+TRIP = {"customer_email": "ada@example.com", "flight_id": "FL1", "hotel_id": "HT1",
+        "nights": 2, "amount": 250_000, "currency": "EUR", "card_token": "tok_visa_4242"}
+
+
+@pytest.fixture
+def run(fresh_database, broker_url):
+    migrate_all(fresh_database)
+    env = {**os.environ, "SAGAFLEET_DATABASE_URL": fresh_database,
+           "SAGAFLEET_BROKER_URL": broker_url}
+
+    def invoke(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "sagafleet", *args], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    return invoke
+
+
+def test_start_status_and_idempotent_retry_as_json(run):
+    first = run("start", "trip", "--input", json.dumps(TRIP), "--key", "cli-1", "--json")
+    assert first.returncode == 0, first.stderr
+    doc = json.loads(first.stdout)
+    assert doc["created"] and doc["status"] == "RUNNING" and doc["definition"] == "trip"
+    again = json.loads(run("start", "trip", "--input", json.dumps(TRIP), "--key", "cli-1",
+                           "--json").stdout)
+    assert again["saga_id"] == doc["saga_id"] and not again["created"]
+    status = run("status", doc["saga_id"], "--json")
+    assert status.returncode == 0 and json.loads(status.stdout)["saga_id"] == doc["saga_id"]
+    # the secret card token never shows up in what the command prints
+    assert "tok_visa_4242" not in first.stdout + status.stdout
+
+
+def test_bad_input_is_a_typed_error_naming_every_field(run):
+    bad = {**TRIP, "nights": "two", "currency": 5}
+    del bad["flight_id"]
+    result = run("start", "trip", "--input", json.dumps(bad), "--json")
+    assert result.returncode == 3
+    doc = json.loads(result.stdout)
+    assert doc["error"] == "InputValidationError"
+    for field in ("input.nights", "input.currency", "input.flight_id"):
+        assert field in doc["message"]
+    assert "Traceback" not in result.stderr
+
+
+def test_input_that_is_not_json_and_unknown_sagas_have_named_exit_codes(run):
+    assert run("start", "trip", "--input", "{nope").returncode == 3
+    missing = run("status", "00000000-0000-0000-0000-000000000000", "--json")
+    assert missing.returncode == 4 and json.loads(missing.stdout)["error"] == "SagaNotFound"
+    other = run("start", "trip", "--input", json.dumps(TRIP), "--key", "k", "--tenant", "a",
+                "--json")
+    saga_id = json.loads(other.stdout)["saga_id"]
+    # another tenant cannot see it
+    assert run("status", saga_id, "--tenant", "b").returncode == 4
+
+
+def test_approval_from_the_command_line(run):
+    doc = json.loads(run("start", "trip", "--input", json.dumps(TRIP), "--key", "ap",
+                         "--json").stdout)
+    result = run("approve", doc["saga_id"], "capture_payment", "--as", "alice", "--json")
+    # nothing is pending yet (no worker ran the holds): a typed, named refusal
+    assert result.returncode == 5
+    assert json.loads(result.stdout)["error"] == "ApprovalNotPending"
+
+
+def test_help_documents_exit_codes(run):
+    result = run("--help")
+    assert result.returncode == 0 and "exit codes:" in result.stdout
+    assert "invalid-input" in result.stdout and "not-found" in result.stdout

@@ -1,0 +1,71 @@
+"""Agents enqueue saga commands as plain Celery tasks, without importing sagafleet."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+from celery import Celery
+
+from saga_core.contracts import SagaStatus
+from fleet_support import TRIP_INPUT
+
+
+def _bare_celery(broker: str) -> Celery:
+    # What an agent process in any language does: name the task, send JSON arguments.
+    app = Celery("agent", broker=broker, set_as_current=False)
+    app.conf.update(task_serializer="json", accept_content=["json"])
+    return app
+
+
+def _dead_letters(database: str) -> list[tuple[str, str]]:
+    with psycopg.connect(database) as conn:
+        return conn.execute("SELECT task, reason FROM fleet.dead_letters ORDER BY id").fetchall()
+
+
+def test_start_saga_task_by_name_runs_a_saga(fleet, database, broker, workers, wait_settled):
+    # given a worker and an agent with nothing but a Celery client
+    workers.start(1)
+    agent = _bare_celery(broker)
+    # when it enqueues sagafleet.commands.start_saga with JSON keyword arguments
+    agent.send_task(
+        "sagafleet.commands.start_saga", queue="sagafleet.commands",
+        kwargs={"definition": "trip", "input": TRIP_INPUT, "key": "agent-1",
+                "tenant": "acme", "actor": "travel-agent", "reason": "user asked for a trip"},
+    )
+    # then a saga with that key exists for that tenant and completes
+    client = fleet.client(tenant="acme")
+    deadline = time.monotonic() + 30
+    while (saga := client.find("agent-1")) is None:
+        assert time.monotonic() < deadline, "the start_saga task never ran"
+        time.sleep(0.2)
+    assert fleet.client(tenant="other").find("agent-1") is None  # keys are per tenant
+    assert wait_settled(saga.saga_id) is SagaStatus.COMPLETED
+    started = fleet.repo.load(saga.saga_id).events[0]
+    assert started.actor == "travel-agent" and started.reason == "user asked for a trip"
+
+
+def test_malformed_messages_are_dead_lettered_and_the_fleet_keeps_going(
+    fleet, database, broker, workers, wait_settled
+):
+    workers.start(1)
+    agent = _bare_celery(broker)
+    # given garbage on both queues
+    agent.send_task("sagafleet.step", args=["not", "enough"], queue="sagafleet.steps")
+    agent.send_task("sagafleet.step", args=["x", "y", "forward", "one"], queue="sagafleet.steps")
+    agent.send_task("sagafleet.commands.start_saga", queue="sagafleet.commands",
+                    kwargs={"definition": "trip", "input": {"nights": "many"}})
+    agent.send_task("sagafleet.commands.start_saga", queue="sagafleet.commands",
+                    kwargs={"definition": "no-such-saga", "input": {}})
+    # when a valid saga follows
+    saga = fleet.client().start("trip", TRIP_INPUT, key="after-garbage")
+    # then it still completes, and every bad message was kept with its reason
+    assert wait_settled(saga.saga_id) is SagaStatus.COMPLETED
+    deadline = time.monotonic() + 10
+    while len(_dead_letters(database)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    letters = _dead_letters(database)
+    assert len(letters) == 4
+    reasons = " ".join(reason for _, reason in letters)
+    assert "expected [saga_id" in reasons and "attempt must be an integer" in reasons
+    assert "input.nights" in reasons and "no-such-saga" in reasons
