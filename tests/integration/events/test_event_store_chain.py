@@ -116,3 +116,23 @@ def test_awkward_json_values_keep_their_hash(store: EventStore, value: object) -
     store.append("v", [NewEvent("V", {"x": value, "nested": [value, {"y": value}]})])
     # then the recomputed hash still matches the chained one
     assert verify_chain(store, "v").ok
+
+
+@pytest.mark.parametrize(
+    ("stream_id", "event_type"),
+    [
+        ('quo"te\\slash', 'Ty"pe\\'),
+        ("tab\tnew\nline\x01", "ctl\x1f\x7f"),
+        ("ünï 😀 \u2028", "Tÿpe"),
+    ],
+)
+def test_awkward_stream_ids_and_types_hash_alike_in_sql_and_python(
+    store: EventStore, stream_id: str, event_type: str
+) -> None:
+    # given a stream id and type that need JSON escaping
+    # when events go through both append paths (new stream: function; then the fast path)
+    store.append(stream_id, [NewEvent(event_type, {"k": '"\\'}), NewEvent(event_type, {})])
+    store.append(stream_id, [NewEvent(event_type, {"n": 1})], expected_version=2)
+    # then Python recomputes every hash the database chained
+    report = verify_chain(store, stream_id)
+    assert report.ok and report.events_checked == 3

@@ -6,9 +6,9 @@ import time
 
 import psycopg
 from celery import Celery
+from fleet_support import TRIP_INPUT
 
 from saga_core.contracts import SagaStatus
-from fleet_support import TRIP_INPUT
 
 
 def _bare_celery(broker: str) -> Celery:

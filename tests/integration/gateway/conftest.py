@@ -16,6 +16,7 @@ import redis
 from sagafleet.migrate import migrate_all
 from workers.fleet import Fleet, FleetConfig
 
+
 def _redis(url: str) -> redis.Redis:
     if url.startswith("redis+socket://"):
         return redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"))
