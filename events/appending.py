@@ -15,12 +15,14 @@ from typing import Any, Final
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from events.hashing import json_string
 from events.prepare import PreparedEvent
 
 _FUNCTION: Final = """
 SELECT stream_version, global_position, transaction_id::bigint, recorded_at, prev_hash,
        event_hash
-  FROM eventstore.append_events(%(stream)s, %(expected)s, %(events)s::text::jsonb, %(notify)s)
+  FROM eventstore.append_events(%(stream)s, %(stream_json)s, %(expected)s,
+                                %(events)s::text::json, %(notify)s)
 """
 
 _ONE_EVENT: Final = """
@@ -29,10 +31,17 @@ WITH head AS (
      WHERE stream_id = %(stream)s AND (%(expected)s < 0 OR version = %(expected)s)
        FOR UPDATE
 ), chained AS (
+    -- The same hash body as eventstore.append_events and events.hashing.hash_body.
     SELECT version + 1 AS version, last_hash AS prev_hash,
-           encode(sha256(convert_to(
-               last_hash || %(prefix)s || (version + 1)::text || %(suffix)s, 'UTF8')), 'hex')
-               AS event_hash
+           encode(sha256(convert_to(last_hash
+               || '{{"data":' || %(data)s::text
+               || ',"event_id":"' || %(id)s::text
+               || '","metadata":' || %(meta)s::text
+               || ',"schema_version":' || %(sv)s::text
+               || ',"stream_id":' || %(stream_json)s::text
+               || ',"stream_version":' || (version + 1)::text
+               || ',"type":' || %(type_json)s::text || '}}',
+               'UTF8')), 'hex') AS event_hash
       FROM head
 ), bump AS (
     UPDATE eventstore.streams s
@@ -43,8 +52,8 @@ WITH head AS (
 )
 INSERT INTO eventstore.events AS e (stream_id, stream_version, event_id, event_type,
     schema_version, data, metadata, tenant_id, prev_hash, event_hash)
-SELECT %(stream)s, c.version, %(id)s, %(type)s, %(sv)s, %(data)s::jsonb, %(meta)s::jsonb,
-       %(tenant)s, c.prev_hash, c.event_hash
+SELECT %(stream)s, c.version, %(id)s, %(type)s, %(sv)s, %(data)s::text::jsonb,
+       %(meta)s::text::jsonb, %(tenant)s, c.prev_hash, c.event_hash
   FROM chained c
 RETURNING e.stream_version, e.global_position, e.transaction_id::text::bigint,
           e.recorded_at, e.prev_hash, e.event_hash
@@ -95,11 +104,11 @@ def _statements(
             _ONE_EVENT_NOTIFY if notify else _ONE_EVENT_QUIET,
             {
                 "stream": stream_id,
+                "stream_json": json_string(stream_id),
                 "expected": expected,
-                "prefix": event.hash_prefix,
-                "suffix": event.hash_suffix,
                 "id": event.event_id,
                 "type": event.type,
+                "type_json": event.type_json,
                 "sv": event.schema_version,
                 "data": event.data_json,
                 "meta": event.metadata_json,
@@ -111,7 +120,13 @@ def _statements(
     # One JSON document instead of per-field arrays: psycopg's per-element array dumping
     # costs more client CPU than the whole server-side append.
     document = "[" + ",".join(event.wire_json for event in prepared) + "]"
-    params = {"stream": stream_id, "expected": expected, "events": document, "notify": notify}
+    params = {
+        "stream": stream_id,
+        "stream_json": json_string(stream_id),
+        "expected": expected,
+        "events": document,
+        "notify": notify,
+    }
     return conn.execute(_FUNCTION, params).fetchall()
 
 

@@ -28,6 +28,22 @@ json_string: Callable[[str], str] = json.encoder.encode_basestring
 """JSON string literal of a str, exactly as canonical_json writes it (fast path)."""
 
 
+sorted_json: Callable[[Any], str] = _CANONICAL.encode
+"""Key-sorted, space-free JSON of any value, without canonicalising numbers."""
+
+
+def contains_float(value: Any) -> bool:
+    """Whether a loaded JSON value holds a float anywhere (canonical form may differ)."""
+    kind = type(value)
+    if kind is float:
+        return True
+    if kind is dict:
+        return any(contains_float(item) for item in value.values())
+    if kind is list:
+        return any(contains_float(item) for item in value)
+    return False
+
+
 def canonical_json(value: Any) -> str:
     """Key-sorted, space-free JSON of an already-normalised value, stable across jsonb."""
     return _CANONICAL.encode(_canonical_numbers(value))
@@ -47,56 +63,6 @@ def _canonical_numbers(value: Any) -> Any:
     if isinstance(value, list):
         return [_canonical_numbers(v) for v in value]
     return value
-
-
-def hash_template(
-    *,
-    stream_id: str,
-    event_id: str,
-    event_type: str,
-    schema_version: int,
-    data: Any,
-    metadata: Any,
-) -> tuple[str, str]:
-    """The canonical hash body split around the stream_version, which only the DB knows.
-
-    ``prefix + str(stream_version) + suffix`` equals :func:`hash_body`; the append function
-    chains ``sha256(prev_hash + body)`` under the stream-head lock.
-    """
-    return hash_template_from_canonical(
-        stream_id=stream_id,
-        event_id=event_id,
-        event_type=event_type,
-        schema_version=schema_version,
-        data_canonical=canonical_json(data),
-        metadata_canonical=canonical_json(metadata),
-    )
-
-
-def hash_template_from_canonical(
-    *,
-    stream_id: str,
-    event_id: str,
-    event_type: str,
-    schema_version: int,
-    data_canonical: str,
-    metadata_canonical: str,
-) -> tuple[str, str]:
-    """:func:`hash_template` from already-canonical data/metadata text (no re-encoding).
-
-    Keys in the canonical body sort as data, event_id, metadata, schema_version,
-    stream_id, stream_version, type; the version sits between the two halves.
-    """
-    prefix = (
-        '{"data":' + data_canonical
-        + ',"event_id":' + json_string(event_id)
-        + ',"metadata":' + metadata_canonical
-        + ',"schema_version":' + str(int(schema_version))
-        + ',"stream_id":' + json_string(stream_id)
-        + ',"stream_version":'
-    )  # fmt: skip
-    suffix = ',"type":' + json_string(event_type) + "}"
-    return prefix, suffix
 
 
 def hash_body(

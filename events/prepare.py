@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from events.errors import InvalidEvent
-from events.hashing import canonical_json, hash_template_from_canonical, json_string
+from events.hashing import canonical_json, contains_float, json_string, sorted_json
 from events.model import NewEvent
 
 MAX_STREAM_ID_LENGTH: Final = 200
@@ -24,7 +24,7 @@ DEFAULT_MAX_EVENT_BYTES: Final = 1024 * 1024
 
 @dataclass(frozen=True)
 class PreparedEvent:
-    """A validated event: normalised JSON (as it will load back), its text, its hash parts."""
+    """A validated event: normalised JSON (as it will load back) and its canonical text."""
 
     event_id: uuid.UUID
     type: str
@@ -34,9 +34,8 @@ class PreparedEvent:
     data_json: str
     metadata_json: str
     wire_json: str
+    type_json: str
     tenant_id: str | None
-    hash_prefix: str
-    hash_suffix: str
     id_was_given: bool
 
 
@@ -64,13 +63,20 @@ def _normalised_json(what: str, value: object) -> tuple[dict[str, Any], str]:
     if not value:
         return {}, "{}"
     try:
-        text = _PLAIN.encode(value)
+        try:
+            text, sorted_input = sorted_json(value), True
+        except TypeError:  # keys of mixed types cannot be sorted; plain may still work
+            text, sorted_input = _PLAIN.encode(value), False
         text.encode("utf-8")
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise InvalidEvent(f"{what} is not JSON-serialisable: {exc}") from None
     # Round-tripping through json gives keys as strings and tuples as lists, like jsonb will.
     loaded: dict[str, Any] = json.loads(text)
-    canonical = canonical_json(loaded)
+    # Fast path: plain str-keyed data without floats is already canonical as encoded.
+    if sorted_input and not contains_float(loaded) and loaded == value:
+        canonical = text
+    else:
+        canonical = canonical_json(loaded)
     if "\\u0000" in canonical:  # cheap filter; the walk decides (a "\\u0000" text is fine)
         _reject_nul(what, loaded)
     return loaded, canonical
@@ -141,21 +147,13 @@ def _prepare_one(stream_id: str, index: int, event: NewEvent, limit: int) -> Pre
             f"{where} ({event_type}) is {size} bytes serialized; the limit is {limit}"
         )
     tenant = metadata.get("tenant")
-    prefix, suffix = hash_template_from_canonical(
-        stream_id=stream_id,
-        event_id=str(event_id),
-        event_type=event_type,
-        schema_version=schema_version,
-        data_canonical=data_json,
-        metadata_canonical=metadata_json,
-    )
     tenant_id = tenant if isinstance(tenant, str) else None
-    # The one document eventstore.append_events unpacks (data travels as canonical JSON).
+    type_json = json_string(event_type)
+    # The element eventstore.append_events unpacks; it hashes data/meta as sent, verbatim.
     wire = (
-        f'{{"id":"{event_id}","type":{json_string(event_type)},"sv":{schema_version},'
+        f'{{"id":"{event_id}","type":{type_json},"sv":{schema_version},'
         f'"data":{data_json},"meta":{metadata_json},'
-        f'"tenant":{"null" if tenant_id is None else json_string(tenant_id)},'
-        f'"prefix":{json_string(prefix)},"suffix":{json_string(suffix)}}}'
+        f'"tenant":{"null" if tenant_id is None else json_string(tenant_id)}}}'
     )
     return PreparedEvent(
         event_id=event_id,
@@ -166,8 +164,7 @@ def _prepare_one(stream_id: str, index: int, event: NewEvent, limit: int) -> Pre
         data_json=data_json,
         metadata_json=metadata_json,
         wire_json=wire,
+        type_json=type_json,
         tenant_id=tenant_id,
-        hash_prefix=prefix,
-        hash_suffix=suffix,
         id_was_given=given,
     )

@@ -59,18 +59,21 @@ CREATE TABLE eventstore.checkpoints (
 );
 
 -- Append a batch to one stream in a single statement (one round trip, as cheap as a raw
--- INSERT). p_events is a JSON array of {id, type, sv, data, meta, tenant, prefix, suffix}:
--- one parameter keeps client-side encoding cheap. The client supplies each event's
--- canonical hash body split around its stream_version (only known here, under the head
--- lock) and this function chains sha256(prev_hash || body) from the stream's last hash.
+-- INSERT). p_events is a JSON array of {id, type, sv, data, meta, tenant} whose data and
+-- meta are canonical JSON text (sorted keys, no spaces). It is typed json, not jsonb, on
+-- purpose: json keeps the text verbatim, so each event's hash body is assembled here from
+-- the exact bytes the client canonicalised, and sha256(prev_hash || body) is chained from
+-- the stream's last hash under the head lock (the client cannot know the versions).
+-- p_stream_json is the stream id as a JSON string literal, as the client encodes it.
 -- p_expected: -1 = any version, 0 = stream must not exist, n = current version must be n.
 -- A wrong version raises SQLSTATE SF409 with the actual version as DETAIL; nothing is
 -- written. A duplicate event id raises unique_violation on events_event_id_key.
 CREATE FUNCTION eventstore.append_events(
-    p_stream_id text,
-    p_expected  bigint,
-    p_events    jsonb,
-    p_notify    boolean
+    p_stream_id   text,
+    p_stream_json text,
+    p_expected    bigint,
+    p_events      json,
+    p_notify      boolean
 ) RETURNS TABLE (
     stream_version  bigint,
     global_position bigint,
@@ -84,7 +87,8 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_version bigint;
     v_hash    text;
-    v_count   integer := jsonb_array_length(p_events);
+    v_events  json[];
+    v_event   json;
     v_prevs   text[] := '{}';
     v_hashes  text[] := '{}';
 BEGIN
@@ -108,17 +112,27 @@ BEGIN
             DETAIL = v_version::text;
     END IF;
 
-    FOR i IN 1 .. v_count LOOP
+    -- Split the array once (json -> n would rescan the whole text for every event).
+    SELECT array_agg(u.e ORDER BY u.ord) INTO v_events
+      FROM json_array_elements(p_events) WITH ORDINALITY AS u(e, ord);
+    FOR i IN 1 .. cardinality(v_events) LOOP
+        v_event := v_events[i];
         v_prevs := v_prevs || v_hash;
-        v_hash := encode(sha256(convert_to(
-            v_hash || (p_events -> (i - 1) ->> 'prefix') || (v_version + i)::text
-                   || (p_events -> (i - 1) ->> 'suffix'),
+        -- Keys in canonical (sorted) order; must equal events.hashing.hash_body.
+        v_hash := encode(sha256(convert_to(v_hash
+            || '{"data":' || (v_event -> 'data')::text
+            || ',"event_id":' || (v_event -> 'id')::text
+            || ',"metadata":' || (v_event -> 'meta')::text
+            || ',"schema_version":' || (v_event ->> 'sv')
+            || ',"stream_id":' || p_stream_json
+            || ',"stream_version":' || (v_version + i)::text
+            || ',"type":' || (v_event -> 'type')::text || '}',
             'UTF8')), 'hex');
         v_hashes := v_hashes || v_hash;
     END LOOP;
 
     UPDATE eventstore.streams
-       SET version = v_version + v_count, last_hash = v_hash, updated_at = now()
+       SET version = v_version + cardinality(v_events), last_hash = v_hash, updated_at = now()
      WHERE stream_id = p_stream_id;
 
     IF p_notify THEN
@@ -130,9 +144,9 @@ BEGIN
     INSERT INTO eventstore.events AS e (stream_id, stream_version, event_id, event_type,
         schema_version, data, metadata, tenant_id, prev_hash, event_hash)
     SELECT p_stream_id, v_version + u.ord, (u.e ->> 'id')::uuid, u.e ->> 'type',
-           (u.e ->> 'sv')::integer, u.e -> 'data', u.e -> 'meta', u.e ->> 'tenant',
-           v_prevs[u.ord], v_hashes[u.ord]
-      FROM jsonb_array_elements(p_events) WITH ORDINALITY AS u(e, ord)
+           (u.e ->> 'sv')::integer, (u.e -> 'data')::jsonb, (u.e -> 'meta')::jsonb,
+           u.e ->> 'tenant', v_prevs[u.ord], v_hashes[u.ord]
+      FROM unnest(v_events) WITH ORDINALITY AS u(e, ord)
     RETURNING e.stream_version, e.global_position, e.transaction_id::text, e.recorded_at,
               e.prev_hash, e.event_hash;
 END

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from events.hashing import canonical_json, chain_hash, hash_body, hash_template
+from events.hashing import canonical_json, chain_hash, hash_body, json_string
 
 texts = st.text(st.characters(blacklist_categories=["Cs"]), max_size=10)
 scalars = (
@@ -31,23 +31,23 @@ values = st.recursive(
     data=st.dictionaries(texts, values, max_size=4),
     metadata=st.dictionaries(texts, values, max_size=2),
 )
-def test_template_plus_version_is_the_canonical_body(
+def test_the_body_the_database_assembles_is_the_canonical_body(
     stream_id: str, event_type: str, version: int, schema: int, data: dict, metadata: dict
 ) -> None:
-    # given an event's parts, when the DB splices the version into the template
-    prefix, suffix = hash_template(
-        stream_id=stream_id,
-        event_id="e",
-        event_type=event_type,
-        schema_version=schema,
-        data=data,
-        metadata=metadata,
-    )
+    # given an event's parts as the client sends them (canonical texts, JSON literals)
+    event_id = "0b6f0a52-8c4b-4f59-9d3c-2f1f7f0c1a11"
+    # when they are concatenated the way eventstore.append_events does it
+    assembled = (
+        '{"data":' + canonical_json(data) + ',"event_id":' + json_string(event_id)
+        + ',"metadata":' + canonical_json(metadata) + ',"schema_version":' + str(schema)
+        + ',"stream_id":' + json_string(stream_id) + ',"stream_version":' + str(version)
+        + ',"type":' + json_string(event_type) + "}"
+    )  # fmt: skip
     # then it is exactly the canonical body Python hashes when verifying
-    assert prefix + str(version) + suffix == hash_body(
+    assert assembled == hash_body(
         stream_id=stream_id,
         stream_version=version,
-        event_id="e",
+        event_id=event_id,
         event_type=event_type,
         schema_version=schema,
         data=data,

@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from events import InvalidEvent, NewEvent
+from events.hashing import canonical_json
 from events.prepare import prepare_events
 
 
@@ -19,6 +20,15 @@ def test_a_valid_event_is_normalised_as_jsonb_will_return_it() -> None:
     assert prepared.data == {"t": [1, 2], "3": "x"}
     assert isinstance(prepared.event_id, uuid.UUID) and not prepared.id_was_given
     assert prepared.tenant_id == "acme"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [{"b": 1, "a": 2}, {"t": (1, 2)}, {3: "x", 10: "y"}, {"f": 1.0, "g": 1e16}, {"n": {"z": 0.5}}],
+)
+def test_the_text_sent_is_the_canonical_form_of_what_loads_back(data: dict) -> None:
+    (prepared,) = prepare_events("s", [NewEvent("A", data)], 1024)
+    assert prepared.data_json == canonical_json(prepared.data)
 
 
 @pytest.mark.parametrize(
