@@ -104,7 +104,7 @@ def outlook(definition: SagaDefinition, data: dict[str, Any]) -> dict[str, Any]:
     """What starting ``definition`` with ``data`` will do, and what may need a human."""
     plan = []
     for step in definition.steps:
-        after = f" after {', '.join(step.depends_on)}" if step.depends_on else " first"
+        after = f" after {', '.join(step.depends_on)}" if step.depends_on else " at the start"
         plan.append(f"{step.id}: {step.tool} ({step.semantics.value}){after}")
     human = [note for step in definition.steps if (note := _approval_outlook(step, data))]
     pivot = definition.pivot

@@ -18,6 +18,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from saga_core.errors import SagaError
+from saga_core.plans import PlannedAction
 from sagafleet.gateway.binding import BindingPolicy, CallerBinding
 from sagafleet.gateway.errors import tool_error
 from sagafleet.gateway.service import GatewayService
@@ -83,9 +84,12 @@ class _Tools:
 
     def propose_plan(
         self,
-        steps: Annotated[list[dict[str, Any]], Field(description=(
-            "ordered actions: {tool, version?, args, id?, depends_on?}; semantics and "
-            "compensations come from the tool catalogue, not from you"))],
+        steps: Annotated[list[dict[str, Any]], Field(
+            description="ordered actions; semantics and compensations come from the tool "
+            "catalogue, not from you; without depends_on an action follows the previous one",
+            # Advertised precisely, accepted loosely: the gateway validates each action itself
+            # so that every problem comes back at once, with its field and rule.
+            json_schema_extra={"items": PlannedAction.model_json_schema()})],
         ctx: Context,
         goal: Annotated[str, Field(description="what the plan is for")] = "",
     ) -> CallToolResult:
@@ -121,13 +125,15 @@ def build_mcp_server(service: GatewayService, policy: BindingPolicy) -> MCPServe
     server: MCPServer = MCPServer("sagafleet", instructions=INSTRUCTIONS, log_level="WARNING")
     tools = _Tools(service, policy)
     read_only = ToolAnnotations(read_only_hint=True, idempotent_hint=True)
-    server.add_tool(tools.list_sagas, name="list_sagas", annotations=read_only)
-    server.add_tool(tools.start_saga, name="start_saga",
-                    annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False))
-    server.add_tool(tools.propose_plan, name="propose_plan",
-                    annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False))
-    server.add_tool(tools.saga_status, name="saga_status", annotations=read_only)
-    server.add_tool(tools.saga_audit, name="saga_audit", annotations=read_only)
-    server.add_tool(tools.cancel_saga, name="cancel_saga",
-                    annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=True))
+    writes = ToolAnnotations(idempotent_hint=True, destructive_hint=False)
+    for fn, hints in (
+        (tools.list_sagas, read_only),
+        (tools.start_saga, writes),
+        (tools.propose_plan, writes),
+        (tools.saga_status, read_only),
+        (tools.saga_audit, read_only),
+        (tools.cancel_saga, ToolAnnotations(idempotent_hint=True, destructive_hint=True)),
+    ):
+        description = " ".join((fn.__doc__ or "").split())
+        server.add_tool(fn, name=fn.__name__, description=description, annotations=hints)
     return server

@@ -15,6 +15,7 @@ from saga_core.events import SagaStarted
 from workers.views import SagaView
 
 REDACTED = "[secret]"
+_EMPTY: tuple[Any, ...] = (None, "", False, [], {})
 _MIN_SECRET = 4  # shorter values would scrub ordinary text
 # Event fields an LLM does not need to follow a saga (hashes, keys, leases).
 _NOISE = frozenset({
@@ -138,7 +139,7 @@ def audit_timeline(loaded: LoadedSaga) -> dict[str, Any]:
         if isinstance(evidence, dict):
             data["evidence"] = {k: evidence[k] for k in ("intended_action", "reason")
                                 if evidence.get(k)}
-        entry.update({k: v for k, v in data.items() if k not in _NOISE and v not in (None, "")})
+        entry.update({k: v for k, v in data.items() if k not in _NOISE and v not in _EMPTY})
         timeline.append(entry)
     chain = verify_chain(list(loaded.records), saga_stream(loaded.saga_id))
     report = {

@@ -1,0 +1,33 @@
+"""A framework without MCP runs the exported functions through the same gateway."""
+
+from __future__ import annotations
+
+from gateway_support import TRIP_INPUT
+
+from sagafleet.gateway import CallerBinding, FunctionRouter, GatewayService
+
+
+def test_exported_start_function_starts_once_and_rejects_field_by_field(fleet):
+    # given the router over a real fleet, acting for acme
+    router = FunctionRouter(GatewayService(fleet))
+    who = CallerBinding("acme", "fc-bot")
+    args = {"input": TRIP_INPUT, "idempotency_key": "fc-1", "reason": "function calling"}
+    # when the model calls start_trip twice with the same key
+    first = router.call(who, "start_trip", args)
+    again = router.call(who, "start_trip", args)
+    # then one saga is started
+    assert first["created"] and not again["created"] and first["saga_id"] == again["saga_id"]
+    # when it forgets a field, mistypes another, and omits the reason
+    bad = {"input": {**TRIP_INPUT, "nights": "2"} | {"currency": None}, "idempotency_key": "x"}
+    rejected = router.call(who, "start_trip", bad)
+    # then it gets a structured rejection naming the missing argument
+    assert rejected["error"] == "ArgumentsRejected"
+    assert "reason" in rejected["problems"][0]["message"]
+    rejected = router.call(who, "start_trip", bad | {"reason": "again"})
+    assert {(p["where"], p["rule"]) for p in rejected["problems"]} == {
+        ("input.nights", "wrong_type"), ("input.currency", "wrong_type")}
+    # and an unknown function is named as such
+    assert router.call(who, "approve", {})["problems"][0]["rule"] == "unknown_function"
+    # and another tenant cannot read the saga through the router either
+    other = router.call(CallerBinding("beta", "x"), "saga_status", {"saga_id": first["saga_id"]})
+    assert other["error"] == "SagaNotFound"
