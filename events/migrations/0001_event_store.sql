@@ -62,8 +62,9 @@ CREATE TABLE eventstore.checkpoints (
 -- INSERT). p_events is a JSON array of {id, type, sv, data, meta, tenant} whose data and
 -- meta are canonical JSON text (sorted keys, no spaces). It is typed json, not jsonb, on
 -- purpose: json keeps the text verbatim, so each event's hash body is assembled here from
--- the exact bytes the client canonicalised, and sha256(prev_hash || body) is chained from
--- the stream's last hash under the head lock (the client cannot know the versions).
+-- the exact bytes the client canonicalised (json_to_recordset parses it in one pass), and
+-- sha256(prev_hash || body) is chained from the stream's last hash under the head lock
+-- (the client cannot know the versions).
 -- p_stream_json is the stream id as a JSON string literal, as the client encodes it.
 -- p_expected: -1 = any version, 0 = stream must not exist, n = current version must be n.
 -- A wrong version raises SQLSTATE SF409 with the actual version as DETAIL; nothing is
@@ -87,8 +88,8 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_version bigint;
     v_hash    text;
-    v_events  json[];
-    v_event   json;
+    v_heads   text[];
+    v_tails   text[];
     v_prevs   text[] := '{}';
     v_hashes  text[] := '{}';
 BEGIN
@@ -112,27 +113,26 @@ BEGIN
             DETAIL = v_version::text;
     END IF;
 
-    -- Split the array once (json -> n would rescan the whole text for every event).
-    SELECT array_agg(u.e ORDER BY u.ord) INTO v_events
-      FROM json_array_elements(p_events) WITH ORDINALITY AS u(e, ord);
-    FOR i IN 1 .. cardinality(v_events) LOOP
-        v_event := v_events[i];
+    -- Each hash body in canonical key order (must equal events.hashing.hash_body), split
+    -- around the stream_version. json (not jsonb) columns keep the client's text verbatim.
+    SELECT array_agg('{"data":' || x.data::text || ',"event_id":"' || x.id::text
+                     || '","metadata":' || x.meta::text || ',"schema_version":' || x.sv::text
+                     || ',"stream_id":' || p_stream_json || ',"stream_version":'
+                     ORDER BY x.ord),
+           array_agg(',"type":' || x.type::text || '}' ORDER BY x.ord)
+      INTO v_heads, v_tails
+      FROM ROWS FROM (json_to_recordset(p_events)
+                      AS (id uuid, type json, sv integer, data json, meta json))
+           WITH ORDINALITY AS x(id, type, sv, data, meta, ord);
+    FOR i IN 1 .. cardinality(v_heads) LOOP
         v_prevs := v_prevs || v_hash;
-        -- Keys in canonical (sorted) order; must equal events.hashing.hash_body.
-        v_hash := encode(sha256(convert_to(v_hash
-            || '{"data":' || (v_event -> 'data')::text
-            || ',"event_id":' || (v_event -> 'id')::text
-            || ',"metadata":' || (v_event -> 'meta')::text
-            || ',"schema_version":' || (v_event ->> 'sv')
-            || ',"stream_id":' || p_stream_json
-            || ',"stream_version":' || (v_version + i)::text
-            || ',"type":' || (v_event -> 'type')::text || '}',
-            'UTF8')), 'hex');
+        v_hash := encode(sha256(convert_to(
+            v_hash || v_heads[i] || (v_version + i)::text || v_tails[i], 'UTF8')), 'hex');
         v_hashes := v_hashes || v_hash;
     END LOOP;
 
     UPDATE eventstore.streams
-       SET version = v_version + cardinality(v_events), last_hash = v_hash, updated_at = now()
+       SET version = v_version + cardinality(v_heads), last_hash = v_hash, updated_at = now()
      WHERE stream_id = p_stream_id;
 
     IF p_notify THEN
@@ -143,10 +143,11 @@ BEGIN
     RETURN QUERY
     INSERT INTO eventstore.events AS e (stream_id, stream_version, event_id, event_type,
         schema_version, data, metadata, tenant_id, prev_hash, event_hash)
-    SELECT p_stream_id, v_version + u.ord, (u.e ->> 'id')::uuid, u.e ->> 'type',
-           (u.e ->> 'sv')::integer, (u.e -> 'data')::jsonb, (u.e -> 'meta')::jsonb,
-           u.e ->> 'tenant', v_prevs[u.ord], v_hashes[u.ord]
-      FROM unnest(v_events) WITH ORDINALITY AS u(e, ord)
+    SELECT p_stream_id, v_version + x.ord, x.id, x.type, x.sv, x.data, x.meta, x.tenant,
+           v_prevs[x.ord], v_hashes[x.ord]
+      FROM ROWS FROM (json_to_recordset(p_events)
+                      AS (id uuid, type text, sv integer, data jsonb, meta jsonb, tenant text))
+           WITH ORDINALITY AS x(id, type, sv, data, meta, tenant, ord)
     RETURNING e.stream_version, e.global_position, e.transaction_id::text, e.recorded_at,
               e.prev_hash, e.event_hash;
 END
