@@ -1,1 +1,69 @@
-"""projections"""
+"""Read models of the saga log: the runner, operator queue, metrics, audit, verify, rebuild."""
+
+from projections.alerts import Alert, AlertThresholds, business_alerts
+from projections.audit import AuditReport, TimelineEntry, audit, parse_position
+from projections.context import ProjectionContext, migrate
+from projections.errors import (
+    NothingToResolve,
+    ProjectionError,
+    RebuildConflict,
+    UnknownProjection,
+)
+from projections.metrics import (
+    DefinitionMetrics,
+    Metrics,
+    OperationMetrics,
+    ToolMetrics,
+    collect_metrics,
+)
+from projections.projector import Projector
+from projections.prometheus import MetricsServer
+from projections.queue import OPERATOR_ACTIONS, is_repeated_action, operator_queue
+from projections.rebuild import RebuildProgress, RebuildReport, rebuild
+from projections.rows import QueueRow, SagaRows, StepRunRow, SummaryRow
+from projections.runner import BatchReport, ProjectionRunner
+from projections.status import ProjectionStatus, TableSetStatus, projection_status
+from projections.tables import PROJECTIONS
+from projections.verify import Difference, VerifyReport, verify
+
+__all__ = [
+    "OPERATOR_ACTIONS",
+    "PROJECTIONS",
+    "Alert",
+    "AlertThresholds",
+    "AuditReport",
+    "BatchReport",
+    "DefinitionMetrics",
+    "Difference",
+    "Metrics",
+    "MetricsServer",
+    "NothingToResolve",
+    "OperationMetrics",
+    "ProjectionContext",
+    "ProjectionError",
+    "ProjectionRunner",
+    "ProjectionStatus",
+    "Projector",
+    "QueueRow",
+    "RebuildConflict",
+    "RebuildProgress",
+    "RebuildReport",
+    "SagaRows",
+    "StepRunRow",
+    "SummaryRow",
+    "TableSetStatus",
+    "TimelineEntry",
+    "ToolMetrics",
+    "UnknownProjection",
+    "VerifyReport",
+    "audit",
+    "business_alerts",
+    "collect_metrics",
+    "is_repeated_action",
+    "migrate",
+    "operator_queue",
+    "parse_position",
+    "projection_status",
+    "rebuild",
+    "verify",
+]

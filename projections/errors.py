@@ -13,10 +13,6 @@ class UnknownProjection(ProjectionError):
     """No projection with that name (or no table set with that version) exists."""
 
 
-class ProjectionSwitched(ProjectionError):
-    """The table set this runner writes is no longer the active one; rebind and go on."""
-
-
 class NothingToResolve(ProjectionError):
     """An operator action was asked for a saga that is not waiting for an operator."""
 

@@ -217,9 +217,7 @@ def _queue(record: SagaRecord) -> tuple[QueueRow, ...]:
                 reason=mask(escalation.reason, record.secrets),
                 action_hash=None,
                 scope=None,
-                evidence=mask(evidence.model_dump(mode="json"), record.secrets)
-                if evidence
-                else {},
+                evidence=mask(evidence.model_dump(mode="json"), record.secrets) if evidence else {},
                 deadline=deadline,
                 requested_at=escalation.at,
                 **common,
@@ -240,9 +238,7 @@ def _queue(record: SagaRecord) -> tuple[QueueRow, ...]:
                 reason=mask(evidence.reason, record.secrets) if evidence else approval.scope,
                 action_hash=approval.action_hash,
                 scope=approval.scope,
-                evidence=mask(evidence.model_dump(mode="json"), record.secrets)
-                if evidence
-                else {},
+                evidence=mask(evidence.model_dump(mode="json"), record.secrets) if evidence else {},
                 deadline=(evidence.deadline if evidence else None) or approval.expires_at,
                 requested_at=approval.requested_at,
                 **common,

@@ -1,0 +1,145 @@
+"""Business-risk alerts, read from the active read model against the database clock.
+
+The alerts name what is at risk, not what errored: money captured with no confirmed
+reservation, a compensation that keeps failing, an irreversible action that ran without
+its approval, ambiguous outcomes nobody has resolved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg import sql
+
+from projections.context import ProjectionContext
+from projections.tables import active_version, table
+
+_UNCONFIRMED_CAPTURE = """
+SELECT r.saga_id, s.definition_name, r.step_id, r.succeeded_at, s.state
+  FROM {steps} r JOIN {summary} s USING (saga_id)
+ WHERE r.kind = 'forward' AND r.semantics = 'offsettable'
+   AND r.status IN ('succeeded', 'forced')
+   AND s.state NOT IN ('COMPLETED', 'COMPENSATED', 'COMMITTED_WITH_REPAIR')
+   AND r.succeeded_at < now() - make_interval(secs => %(capture_s)s)
+   AND NOT EXISTS (SELECT 1 FROM {steps} c
+                    WHERE c.saga_id = r.saga_id AND c.step_id = r.step_id
+                      AND c.kind = 'compensation' AND c.status IN ('succeeded', 'forced'))
+ ORDER BY r.succeeded_at
+"""
+
+_FAILING_COMPENSATION = """
+SELECT r.saga_id, s.definition_name, r.step_id, r.changed_at, r.failures + r.ambiguous
+  FROM {steps} r JOIN {summary} s USING (saga_id)
+ WHERE r.kind = 'compensation' AND r.failures + r.ambiguous >= %(failures)s
+   AND r.status NOT IN ('succeeded', 'forced', 'skipped')
+ ORDER BY r.changed_at
+"""
+
+_UNAPPROVED = """
+SELECT r.saga_id, s.definition_name, r.step_id, r.first_started_at, r.semantics
+  FROM {steps} r JOIN {summary} s USING (saga_id)
+ WHERE r.started_without_approval
+ ORDER BY r.first_started_at
+"""
+
+_AMBIGUOUS = """
+SELECT r.saga_id, s.definition_name, r.step_id, r.changed_at, r.kind
+  FROM {steps} r JOIN {summary} s USING (saga_id)
+ WHERE r.status IN ('unknown', 'reconciling', 'found', 'absent')
+ ORDER BY r.changed_at
+"""
+
+
+@dataclass(frozen=True)
+class AlertThresholds:
+    """When a risk becomes an alert."""
+
+    unconfirmed_capture_s: float = 900.0
+    compensation_failures: int = 3
+    unresolved_ambiguous: int = 5
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One business risk: what, how bad, which saga and step, since when."""
+
+    kind: str
+    severity: str
+    message: str
+    saga_id: str | None = None
+    definition: str | None = None
+    step_id: str | None = None
+    since: datetime | None = None
+
+
+def business_alerts(
+    ctx: ProjectionContext,
+    thresholds: AlertThresholds | None = None,
+    name: str = "sagas",
+) -> list[Alert]:
+    """Every business-risk alert the active read model shows right now."""
+    limits = thresholds or AlertThresholds()
+    params = {
+        "capture_s": limits.unconfirmed_capture_s,
+        "failures": limits.compensation_failures,
+    }
+    alerts: list[Alert] = []
+    with ctx.connection() as conn, conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        version = active_version(conn, name)
+        names = {"steps": table("step_runs", version), "summary": table("saga_summary", version)}
+
+        def rows(template: str) -> list[tuple[Any, ...]]:
+            return conn.execute(sql.SQL(template).format(**names), params).fetchall()
+
+        for saga_id, definition, step, since, state in rows(_UNCONFIRMED_CAPTURE):
+            alerts.append(
+                Alert(
+                    "captured_without_confirmation",
+                    "critical",
+                    f"{step} captured money but the saga is {state} and nothing offset it",
+                    str(saga_id),
+                    str(definition),
+                    str(step),
+                    since,
+                )
+            )
+        for saga_id, definition, step, since, failures in rows(_FAILING_COMPENSATION):
+            alerts.append(
+                Alert(
+                    "compensation_failing",
+                    "critical",
+                    f"compensation of {step} failed {failures} times",
+                    str(saga_id),
+                    str(definition),
+                    str(step),
+                    since,
+                )
+            )
+        for saga_id, definition, step, since, semantics in rows(_UNAPPROVED):
+            severity = "critical" if semantics == "irreversible" else "warning"
+            alerts.append(
+                Alert(
+                    "executed_before_approval",
+                    severity,
+                    f"{semantics} step {step} started without a granted approval",
+                    str(saga_id),
+                    str(definition),
+                    str(step),
+                    since,
+                )
+            )
+        ambiguous = rows(_AMBIGUOUS)
+    if len(ambiguous) >= limits.unresolved_ambiguous:
+        oldest = ambiguous[0]
+        alerts.append(
+            Alert(
+                "unresolved_ambiguous_outcomes",
+                "warning",
+                f"{len(ambiguous)} operations have an unresolved ambiguous outcome",
+                since=oldest[3],
+            )
+        )
+    return alerts

@@ -1,0 +1,191 @@
+"""Verification: every read-model row equals a fresh fold of the log; every chain is intact.
+
+A row reflects its saga up to the ``stream_version`` it records, so each saga is folded
+afresh up to that version and compared column by column; a projector that is merely
+behind the head is reported as lagging, not as a difference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from events import Position, RecordedEvent, verify_chain
+from events.sagas import CorruptSagaStream, saga_id_of
+from projections.context import ProjectionContext
+from projections.record import replay
+from projections.rows import SagaRows, rows_of
+from projections.store import StoredRows, read_rows
+from projections.tables import active_version, subscription_name
+from saga_core.errors import SagaError
+from saga_core.events import SagaEvent
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One way the read model and the log disagree, for one saga."""
+
+    saga_id: str
+    table: str
+    key: str
+    problem: str
+    column: str | None = None
+    expected: Any = None
+    actual: Any = None
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What verify checked and every difference it found."""
+
+    projection: str
+    version: int
+    streams_checked: int
+    sagas_checked: int
+    broken_chains: int
+    lagging: list[str] = field(default_factory=list)
+    differences: list[Difference] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No difference and no broken chain."""
+        return not self.differences
+
+
+def _compare_row(
+    saga_id: str, table: str, key: str, expected: object, actual: object
+) -> list[Difference]:
+    if expected is None or actual is None:
+        if expected is actual:
+            return []
+        problem = "missing from the read model" if actual is None else "not in the log"
+        return [Difference(saga_id, table, key, problem)]
+    return [
+        Difference(
+            saga_id,
+            table,
+            key,
+            "differs",
+            f.name,
+            getattr(expected, f.name),
+            getattr(actual, f.name),
+        )
+        for f in fields(expected)  # type: ignore[arg-type]
+        if getattr(expected, f.name) != getattr(actual, f.name)
+    ]
+
+
+def compare_rows(saga_id: str, expected: SagaRows | None, stored: StoredRows) -> list[Difference]:
+    """Every difference between the rows a fold gives and the rows stored for one saga."""
+    found = _compare_row(
+        saga_id, "saga_summary", saga_id, expected.summary if expected else None, stored.summary
+    )
+    want_steps = {(s.step_id, s.kind): s for s in expected.steps} if expected else {}
+    have_steps = {(s.step_id, s.kind): s for s in stored.steps}
+    for key in sorted(want_steps.keys() | have_steps.keys()):
+        found += _compare_row(
+            saga_id, "step_runs", "/".join(key), want_steps.get(key), have_steps.get(key)
+        )
+    want_queue = {(q.entry, q.step_id, q.kind): q for q in expected.queue} if expected else {}
+    have_queue = {(q.entry, q.step_id, q.kind): q for q in stored.queue}
+    for entry in sorted(want_queue.keys() | have_queue.keys()):
+        found += _compare_row(
+            saga_id,
+            "operator_queue",
+            "/".join(entry),
+            want_queue.get(entry),
+            have_queue.get(entry),
+        )
+    return found
+
+
+def _expected_rows(
+    ctx: ProjectionContext, records: list[RecordedEvent], upto: int
+) -> SagaRows | None:
+    assert ctx.store.registry is not None
+    pairs: list[tuple[SagaEvent, int]] = []
+    for recorded in records[:upto]:
+        event = ctx.store.registry.decode(recorded)
+        if not isinstance(event, SagaEvent):
+            raise CorruptSagaStream(
+                f"{recorded.stream_id}@{recorded.stream_version}: not a saga event"
+            )
+        pairs.append((event, recorded.stream_version))
+    if not pairs:
+        return None
+    first = pairs[0][0]
+    definition = ctx.definitions.by_hash(getattr(first, "definition_hash", ""))
+    record = replay(definition, pairs)
+    return rows_of(record) if record is not None else None
+
+
+def verify(ctx: ProjectionContext, name: str = "sagas") -> VerifyReport:
+    """Fold every saga afresh, compare with the active read model, check every chain."""
+    with ctx.connection() as conn:
+        version = active_version(conn, name)
+        streams = [r[0] for r in conn.execute("SELECT stream_id FROM eventstore.streams")]
+        stored = read_rows(conn, version)
+    checkpoint = _checkpoint(ctx, name, version)
+    differences: list[Difference] = []
+    lagging: list[str] = []
+    broken = 0
+    sagas = 0
+    for stream_id in sorted(streams):
+        records = ctx.store.read_stream(stream_id)
+        chain = verify_chain(records, stream_id)
+        head = ctx.store.stream_head(stream_id)
+        if chain.ok and head is not None and head != (len(records), chain.head_hash):
+            chain_problem: str | None = "stream head does not match the last event"
+        else:
+            chain_problem = chain.first_break.reason if chain.first_break else None
+        saga_id = saga_id_of(stream_id)
+        if chain_problem is not None:
+            broken += 1
+            at = chain.first_break.stream_version if chain.first_break else len(records)
+            differences.append(
+                Difference(
+                    saga_id or stream_id,
+                    "eventstore.events",
+                    f"{stream_id}@{at}",
+                    f"hash chain broken: {chain_problem}",
+                )
+            )
+        if saga_id is None:
+            continue
+        sagas += 1
+        rows = stored.pop(saga_id, StoredRows(None, (), ()))
+        upto = rows.summary.stream_version if rows.summary else len(records)
+        if rows.summary is None and (checkpoint is None or records[0].position > checkpoint):
+            lagging.append(saga_id)  # not reached by the projector yet
+            continue
+        if upto > len(records):
+            differences.append(
+                Difference(
+                    saga_id,
+                    "saga_summary",
+                    saga_id,
+                    "ahead of the log",
+                    "stream_version",
+                    len(records),
+                    upto,
+                )
+            )
+            continue
+        if upto < len(records):
+            lagging.append(saga_id)
+        try:
+            expected = _expected_rows(ctx, records, upto)
+        except SagaError as exc:
+            differences.append(
+                Difference(saga_id, "eventstore.events", stream_id, f"the log does not fold: {exc}")
+            )
+            continue
+        differences += compare_rows(saga_id, expected, rows)
+    for saga_id, rows in sorted(stored.items()):
+        differences += compare_rows(saga_id, None, rows)
+    return VerifyReport(name, version, len(streams), sagas, broken, lagging, differences)
+
+
+def _checkpoint(ctx: ProjectionContext, name: str, version: int) -> Position | None:
+    with ctx.store.subscription(subscription_name(name, version)) as sub:
+        return sub.checkpoint()
