@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from sagafleet.commands import db, demo, fleet, mcp_cmd, sagas
+from sagafleet.commands import db, demo, fleet, mcp_cmd, projections_cmd, sagas
 from sagafleet.errors import exit_code_for
 
-REGISTRARS = [demo.register, db.register, fleet.register, sagas.register, mcp_cmd.register]
+REGISTRARS = [demo.register, db.register, fleet.register, sagas.register, mcp_cmd.register,
+              projections_cmd.register]
 
 __all__ = ["REGISTRARS", "exit_code_for"]
