@@ -35,13 +35,17 @@ sorted_json: Callable[[Any], str] = _CANONICAL.encode
 def contains_float(value: Any) -> bool:
     """Whether a loaded JSON value holds a float anywhere (canonical form may differ)."""
     kind = type(value)
-    if kind is float:
-        return True
     if kind is dict:
-        return any(contains_float(item) for item in value.values())
+        for item in value.values():
+            if type(item) is float or (type(item) in (dict, list) and contains_float(item)):
+                return True
+        return False
     if kind is list:
-        return any(contains_float(item) for item in value)
-    return False
+        for item in value:
+            if type(item) is float or (type(item) in (dict, list) and contains_float(item)):
+                return True
+        return False
+    return kind is float
 
 
 def canonical_json(value: Any) -> str:

@@ -67,7 +67,8 @@ def _normalised_json(what: str, value: object) -> tuple[dict[str, Any], str]:
             text, sorted_input = sorted_json(value), True
         except TypeError:  # keys of mixed types cannot be sorted; plain may still work
             text, sorted_input = _PLAIN.encode(value), False
-        text.encode("utf-8")
+        if not text.isascii():
+            text.encode("utf-8")  # lone surrogates cannot be stored
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise InvalidEvent(f"{what} is not JSON-serialisable: {exc}") from None
     # Round-tripping through json gives keys as strings and tuples as lists, like jsonb will.
@@ -80,6 +81,10 @@ def _normalised_json(what: str, value: object) -> tuple[dict[str, Any], str]:
     if "\\u0000" in canonical:  # cheap filter; the walk decides (a "\\u0000" text is fine)
         _reject_nul(what, loaded)
     return loaded, canonical
+
+
+def _utf8_length(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
 def _reject_nul(what: str, value: Any) -> None:
@@ -141,7 +146,7 @@ def _prepare_one(stream_id: str, index: int, event: NewEvent, limit: int) -> Pre
     metadata, metadata_json = _normalised_json(
         f"{where} ({event_type}) metadata", event.metadata or {}
     )
-    size = len(data_json.encode("utf-8")) + len(metadata_json.encode("utf-8"))
+    size = _utf8_length(data_json) + _utf8_length(metadata_json)
     if size > limit:
         raise InvalidEvent(
             f"{where} ({event_type}) is {size} bytes serialized; the limit is {limit}"

@@ -98,7 +98,6 @@ class RawInserter:
     def __init__(self, conn: psycopg.Connection[Any], prefix: str, streams: int = 64) -> None:
         self.conn, self.versions = conn, {f"{prefix}-{n}": 0 for n in range(streams)}
         self.names, self.turn = list(self.versions), 0
-        self.payload = json.dumps(PAYLOAD)
         self.statements = {
             count: f"INSERT INTO bench_raw ({RAW_COLUMNS}) VALUES " + ",".join([RAW_ROW] * count)
             for count in (1, 100)
@@ -111,7 +110,8 @@ class RawInserter:
         self.versions[stream] = first + count
         params: list[object] = []
         for version in range(first + 1, first + count + 1):
-            params += [stream, version, uuid.uuid4(), self.payload]
+            # Serialise per row, as an application writing events must (not a cached text).
+            params += [stream, version, uuid.uuid4(), json.dumps(PAYLOAD)]
         self.conn.execute(self.statements[count], params)
 
 
