@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sagafleet import runtime
 from sagafleet.migrate import migrate_all
 from sagafleet.settings import Settings
@@ -14,13 +16,13 @@ def build_fleet(settings: Settings, *, worker_id: str | None = None, migrate: bo
     assert ends.broker_url is not None
     if migrate:
         migrate_all(ends.database_url)
-    extra = {"worker_id": worker_id} if worker_id else {}
-    fleet = Fleet(FleetConfig(
+    config = FleetConfig(
         database_url=ends.database_url,
         broker_url=ends.broker_url,
         lease_s=settings.lease_seconds,
         queue_wait_s=settings.queue_wait_seconds,
         tool_latency_s=settings.tool_latency_seconds,
-        **extra,
-    ))
-    return fleet
+    )
+    if worker_id:
+        config = replace(config, worker_id=worker_id)
+    return Fleet(config)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from pydantic import ValidationError
+
 from events import ConcurrencyError
 from events.definitions import DefinitionStore
 from events.sagas import LoadedSaga, SagaNotFound
@@ -20,7 +22,13 @@ from saga_core import (
 )
 from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import StepKind
-from saga_core.errors import ApprovalNotPending, SagaError
+from saga_core.errors import (
+    ApprovalNotPending,
+    DefinitionError,
+    PlanRejected,
+    Problem,
+    SagaError,
+)
 from saga_core.events import (
     ApprovalDenied,
     CancelRequested,
@@ -43,6 +51,10 @@ MAX_KEY_LENGTH = 200
 
 class IdempotencyConflict(SagaError):
     """The idempotency key already started a saga with other input or another definition."""
+
+
+class InvalidRequest(SagaError):
+    """A client call's argument is malformed (not the saga input); the message names it."""
 
 
 class Started(SagaView):
@@ -79,7 +91,15 @@ class SagaClient:
     def register_definition(self, definition: SagaDefinition | dict[str, Any]) -> str:
         """Validate a definition against the tool catalogue and store it; return its hash."""
         if not isinstance(definition, SagaDefinition):
-            definition = SagaDefinition.model_validate(definition)
+            try:
+                definition = SagaDefinition.model_validate(definition)
+            except ValidationError as exc:
+                name = definition.get("name", "?") if isinstance(definition, dict) else "?"
+                raise DefinitionError(str(name), [
+                    Problem(".".join(str(p) for p in err["loc"]) or "definition", "malformed",
+                            err["msg"])
+                    for err in exc.errors()
+                ]) from None
         validated = validate_definition(definition, self.catalogue)
         return self.definitions.register(validated, registered_by=self.actor)
 
@@ -88,7 +108,14 @@ class SagaClient:
     ) -> SagaDefinition:
         """Validate an agent's plan into an ad-hoc definition and register it."""
         if not isinstance(plan, AgentPlan):
-            plan = AgentPlan.model_validate(plan)
+            try:
+                plan = AgentPlan.model_validate(plan)
+            except ValidationError as exc:
+                raise PlanRejected([
+                    Problem("plan." + ".".join(str(p) for p in err["loc"]), "malformed",
+                            err["msg"])
+                    for err in exc.errors()
+                ]) from None
         definition = validate_plan(plan, self.catalogue, name=name, version=version)
         self.definitions.register(definition, registered_by=self.actor)
         return definition
@@ -105,8 +132,9 @@ class SagaClient:
         reason: str = "",
     ) -> Started:
         """Start a saga; with ``key``, the same key and input return the same saga."""
-        if key is not None and not (0 < len(key) <= MAX_KEY_LENGTH):
-            raise IdempotencyConflict(f"idempotency key must be 1..{MAX_KEY_LENGTH} characters")
+        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= MAX_KEY_LENGTH):
+            raise InvalidRequest(f"idempotency key must be a string of 1..{MAX_KEY_LENGTH} "
+                                 "characters")
         spec = self.definitions.get(definition, version)
         normalized = validate_input(spec, input)
         saga_id = self._id_for_key(key) if key else str(uuid.uuid4())
@@ -209,7 +237,7 @@ class SagaClient:
         """Record a typed operator action resolving a manual intervention."""
 
         def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
-            return [OperatorAction(at=self.orchestrator.clock(), action=action,  # type: ignore[arg-type]
+            return [OperatorAction(at=self.orchestrator.clock(), action=action,
                                    step_id=step_id, kind=kind, actor=self.actor, reason=reason,
                                    evidence=evidence or {})]
 

@@ -82,21 +82,22 @@ def run_step(fleet: Fleet, args: Any, kwargs: Any) -> None:
 def bind_tasks(app: Celery, fleet: Fleet) -> None:
     """Register the fleet's tasks on ``app``, closing over ``fleet`` (no global state)."""
 
-    @app.task(name=STEP_TASK, acks_late=True, ignore_result=True)
     def step(*args: Any, **kwargs: Any) -> None:
         run_step(fleet, list(args), kwargs)
 
-    @app.task(name=START_SAGA, ignore_result=True)
     def start_saga(*args: Any, **kwargs: Any) -> None:
         _command(fleet, START_SAGA, args, kwargs, _start)
 
-    @app.task(name=CANCEL_SAGA, ignore_result=True)
     def cancel_saga(*args: Any, **kwargs: Any) -> None:
         _command(fleet, CANCEL_SAGA, args, kwargs, _cancel)
 
-    @app.task(name=SUBMIT_PLAN, ignore_result=True)
     def submit_plan(*args: Any, **kwargs: Any) -> None:
         _command(fleet, SUBMIT_PLAN, args, kwargs, _plan)
+
+    app.task(name=STEP_TASK, acks_late=True, ignore_result=True)(step)
+    for name, fn in ((START_SAGA, start_saga), (CANCEL_SAGA, cancel_saga),
+                     (SUBMIT_PLAN, submit_plan)):
+        app.task(name=name, ignore_result=True)(fn)
 
 
 def _command(fleet: Fleet, name: str, args: Any, kwargs: Any, action: Any) -> None:
