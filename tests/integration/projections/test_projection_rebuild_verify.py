@@ -1,0 +1,99 @@
+"""Rebuild while writing, and verify catching hand-edited rows and events."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from projection_support import TripScript
+
+from events.sagas import SagaRepository
+from projections import ProjectionContext, ProjectionRunner, rebuild, verify
+from projections.store import read_rows
+from sagafleet.cli import main
+from sagafleet.exit_codes import ExitCode
+
+pytestmark = pytest.mark.integration
+
+
+def test_rebuild_while_writing_switches_to_a_complete_new_table_set(
+    ctx: ProjectionContext, repo: SagaRepository
+) -> None:
+    # given a live projector's table set holding some sagas
+    for _ in range(5):
+        TripScript().completed().write(repo)
+    live = ProjectionRunner(ctx, batch_size=50)
+    live.catch_up()
+
+    # when sagas keep being written while a rebuild runs
+    stop = threading.Event()
+    written: list[str] = []
+
+    def writer() -> None:
+        while not stop.is_set() and len(written) < 200:
+            script = TripScript().compensated()
+            script.write(repo, chunk=4)
+            written.append(script.saga_id)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    progress = []
+    try:
+        report = rebuild(ctx, batch_size=20, progress=progress.append, progress_every_s=0)
+    finally:
+        stop.set()
+        thread.join()
+
+    # then the new set became active in the rebuild's last transaction and v1 is gone
+    assert (report.old_version, report.new_version) == (1, 2)
+    assert progress and progress[-1].version == 2
+    with ctx.connection() as conn:
+        assert conn.execute("SELECT to_regclass('projections.saga_summary_v1')").fetchone() == (
+            None,
+        )
+    # and the live runner follows the switch and catches up on the new set
+    live.catch_up()
+    live.catch_up()
+    with ctx.connection() as conn:
+        rows = read_rows(conn, 2)
+    assert set(written) <= set(rows)
+    assert len(rows) == 5 + len(written)
+    assert verify(ctx).ok
+
+
+def test_verify_catches_a_hand_edited_row_and_a_hand_edited_event(
+    ctx: ProjectionContext, repo: SagaRepository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a projected log that verifies
+    edited_row = TripScript().completed()
+    edited_event = TripScript().compensated()
+    for script in (edited_row, edited_event):
+        script.write(repo)
+    ProjectionRunner(ctx).catch_up()
+    assert verify(ctx).ok
+
+    # when someone edits a read-model row and an event by hand
+    with ctx.connection() as conn:
+        conn.execute(
+            "UPDATE projections.saga_summary_v1 SET state = 'COMPENSATED' WHERE saga_id = %s",
+            (edited_row.saga_id,),
+        )
+        conn.execute(
+            "UPDATE eventstore.events SET data = jsonb_set(data, '{message}', '\"fine\"')"
+            " WHERE stream_id = %s AND event_type = 'StepFailed'",
+            (f"saga-{edited_event.saga_id}",),
+        )
+
+    # then verify reports each difference by saga
+    report = verify(ctx)
+    assert not report.ok
+    by_saga = {(d.saga_id, d.table, d.column) for d in report.differences}
+    assert (edited_row.saga_id, "saga_summary", "state") in by_saga
+    assert report.broken_chains == 1
+    assert any(
+        d.saga_id == edited_event.saga_id and "hash chain" in d.problem
+        for d in report.differences
+    )
+    # and the command exits with VERIFY_FAILED
+    monkeypatch.setenv("SAGAFLEET_DATABASE_URL", ctx.store.conninfo)
+    assert main(["verify", "--json"]) == ExitCode.VERIFY_FAILED
