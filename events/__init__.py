@@ -29,6 +29,7 @@ from events.model import (
     Position,
     RecordedEvent,
     StreamState,
+    new_event_id,
 )
 from events.prepare import DEFAULT_MAX_EVENT_BYTES, MAX_STREAM_ID_LENGTH, MAX_TYPE_LENGTH
 from events.registry import EventRegistry, EventSchema, Upcaster
@@ -74,6 +75,7 @@ __all__ = [
     "UnregisteredEventModel",
     "Upcaster",
     "apply_migrations",
+    "new_event_id",
     "stream_version_gate",
     "verify_chain",
 ]

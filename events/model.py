@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import enum
+import os
+import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,6 +36,20 @@ GENESIS_HASH: Final = "0" * 64
 """The predecessor hash of every stream's first event."""
 
 
+def new_event_id() -> UUID:
+    """A fresh time-ordered UUID (version 7: 48-bit Unix milliseconds, then 74 random bits).
+
+    Random (version 4) ids scatter inserts over the whole event_id index; on a large log
+    every append then dirties a cold leaf page (a full-page image in the WAL after each
+    checkpoint). Time-ordered ids append at the index's right edge instead.
+    """
+    value = (time.time_ns() // 1_000_000 & (1 << 48) - 1) << 80
+    value |= int.from_bytes(os.urandom(10), "big")
+    value = value & ~(0xF << 76) | 0x7 << 76  # version 7
+    value = value & ~(0x3 << 62) | 0x2 << 62  # RFC 4122 variant
+    return uuid.UUID(int=value)
+
+
 @dataclass(frozen=True, order=True)
 class Position:
     """An opaque, comparable place in the global log: (writer's xid, insert order)."""
@@ -52,7 +69,7 @@ class Position:
 
 @dataclass(frozen=True)
 class NewEvent:
-    """An event to append; the store validates it and assigns a uuid4 id when none is given."""
+    """An event to append; the store validates it and assigns a UUIDv7 id when none is given."""
 
     type: str
     data: Mapping[str, Any]

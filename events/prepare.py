@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from events.errors import InvalidEvent
 from events.hashing import canonical_json, contains_float, json_string, sorted_json
-from events.model import NewEvent
+from events.model import NewEvent, new_event_id
 
 MAX_STREAM_ID_LENGTH: Final = 200
 """Longest stream id accepted, in characters."""
@@ -103,7 +103,7 @@ def _reject_nul(what: str, value: Any) -> None:
 
 def _event_id(value: uuid.UUID | str | None) -> tuple[uuid.UUID, bool]:
     if value is None:
-        return uuid.uuid4(), False
+        return new_event_id(), False
     if isinstance(value, uuid.UUID):
         return value, True
     try:

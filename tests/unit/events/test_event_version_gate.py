@@ -44,3 +44,15 @@ def test_gate(last: int, version: int, verdict: GateVerdict) -> None:
 def test_positions_order_by_transaction_then_position() -> None:
     assert Position(1, 9) < Position(2, 1) < Position(2, 2)
     assert Position.parse(str(Position(7, 3))) == Position(7, 3)
+
+
+def test_generated_event_ids_are_version_7_and_time_ordered() -> None:
+    import time
+
+    from events import new_event_id
+
+    first = new_event_id()
+    time.sleep(0.002)
+    second = new_event_id()
+    assert first.version == 7 and first.variant == "specified in RFC 4122"
+    assert first < second  # a later millisecond sorts later (index right edge)
