@@ -42,6 +42,7 @@ from saga_core.plans import AgentPlan
 from saga_core.state import SagaState
 from saga_core.validation import validate_definition
 from workers.orchestrator import Orchestrator
+from workers.secrets import SecretVault, split_secrets
 from workers.views import SagaView, view_of
 
 # Saga ids for idempotency keys: uuid5 over (tenant, key) in sagafleet's own namespace.
@@ -80,6 +81,7 @@ class SagaClient:
         self.catalogue = catalogue
         self.tenant = tenant
         self.actor = actor
+        self.vault = SecretVault(orchestrator.repo.store)
 
     def as_actor(self, actor: str, tenant: str | None = None) -> SagaClient:
         """The same client acting as someone else (or for another tenant)."""
@@ -137,6 +139,7 @@ class SagaClient:
                                  "characters")
         spec = self.definitions.get(definition, version)
         normalized = validate_input(spec, input)
+        public, secrets = split_secrets(spec, normalized)
         saga_id = self._id_for_key(key) if key else str(uuid.uuid4())
         started = SagaStarted(
             at=self.orchestrator.clock(),
@@ -145,7 +148,7 @@ class SagaClient:
             definition_name=spec.name,
             definition_version=spec.version,
             definition_hash=spec.content_hash(),
-            input=normalized,
+            input=public,
             input_hash=payload_hash(normalized),
             idempotency_key=key,
             actor=self.actor,
@@ -153,6 +156,9 @@ class SagaClient:
             retry_budget=spec.retry_budget,
         )
         fresh = LoadedSaga(saga_id, spec, SagaState.initial(spec), (), ())
+        # Secrets go to the vault before the saga exists, first write wins: a conflicting
+        # replay of the key can never overwrite the original saga's values.
+        self.vault.keep(saga_id, secrets)
         try:
             # Version 0: the stream must not exist yet, so a repeated key cannot start twice.
             committed = self.orchestrator.commit(fresh, [started], actor=self.actor)

@@ -36,6 +36,7 @@ from saga_core.state import IN_DOUBT, RunStatus, SagaState
 from workers.messages import StepCommand
 from workers.observability import step_scope
 from workers.orchestrator import MAX_RACES, Committed, Orchestrator, RaceLost
+from workers.secrets import SecretUnavailable, SecretVault
 from workers.tools import Absent, ToolError, ToolRegistry, Unknown
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ class StepExecutor:
         self.tools = tools
         self.worker_id = worker_id
         self.lease = lease
+        self.vault = SecretVault(orchestrator.repo.store)
 
     def handle(
         self,
@@ -169,8 +171,16 @@ class StepExecutor:
         # The saga id travels with every call as context (providers tag their records with
         # it); the precondition goes along so the provider can refuse a changed target.
         args = {"saga_id": command.saga_id, **resolved.args, **resolved.precondition}
-        result = self._call_tool(command, resolved.tool, resolved.version, args,
-                                 resolved.operation_key)
+        try:
+            args = self.vault.reveal(command.saga_id, args)
+        except SecretUnavailable as exc:
+            result: SagaEvent = StepFailed(
+                at=self.orchestrator.clock(), step_id=command.step_id, kind=command.kind,
+                attempt=command.attempt, operation_key=resolved.operation_key,
+                error_class=ErrorClass.PERMANENT, message=str(exc))
+        else:
+            result = self._call_tool(command, resolved.tool, resolved.version, args,
+                                     resolved.operation_key)
         committed = self._record(command, result, publish=publish, known=claimed,
                                  claim_next=claim_next)
         return StepOutcome(command, "executed", type(result).__name__, committed)

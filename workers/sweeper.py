@@ -24,6 +24,7 @@ from saga_core import due_work
 from saga_core.errors import SagaError
 from workers.fleet import Fleet
 from workers.messages import StepCommand
+from workers.secrets import SecretVault
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class Sweeper:
         self.fleet = fleet
         self.queue_wait = timedelta(seconds=fleet.config.queue_wait_s)
         self._subscription = fleet.store.subscription(TRACKER)
+        self.vault = SecretVault(fleet.store)
 
     def track(self, limit: int = 1000) -> int:
         """Fold new SagaStarted/SagaFinished events into ``fleet.active_sagas``."""
@@ -70,6 +72,8 @@ class Sweeper:
                             batch.connection.execute(
                                 "DELETE FROM fleet.active_sagas WHERE saga_id = %s", (saga_id,)
                             )
+                            # Nothing runs after the end: its secret inputs are no longer needed.
+                            self.vault.purge(saga_id, batch.connection)
                     count = len(batch.events)
             except SubscriptionBusy:
                 return seen

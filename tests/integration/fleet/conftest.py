@@ -106,9 +106,14 @@ Settled = Callable[..., SagaStatus]
 
 
 @pytest.fixture
-def wait_settled(fleet: Fleet) -> Settled:
+def sweeper(fleet: Fleet) -> Sweeper:
+    """The test's sweeper (one per test: it holds the tracking subscription)."""
+    return Sweeper(fleet)
+
+
+@pytest.fixture
+def wait_settled(fleet: Fleet, sweeper: Sweeper) -> Settled:
     """Wait (sweeping, as a sweeper process would) until a saga is terminal or paused."""
-    sweeper = Sweeper(fleet)
 
     def wait(saga_id: str, *, timeout: float = 60.0, sweep: bool = True,
              until: Callable[[SagaStatus], bool] | None = None) -> SagaStatus:
