@@ -11,8 +11,9 @@ fresh fold of the log" is checked against exactly one definition of the fold.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, TypeVar
 
 from events.sagas import CorruptSagaStream
 from projections.masking import secret_values
@@ -38,6 +39,17 @@ from saga_core.keys import canonical_json
 from saga_core.state import SagaState
 
 RunKey = tuple[str, StepKind]
+
+_T = TypeVar("_T")
+
+
+def _with(obj: _T, **changes: Any) -> _T:
+    """``dataclasses.replace`` for these frozen, slot-less records, without its per-call
+    introspection (the rebuild folds millions of events; replace was its largest cost)."""
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__)
+    new.__dict__.update(changes)
+    return new
 """(step id, kind): one operation of a saga."""
 
 
@@ -69,6 +81,7 @@ class SagaRecord:
     started_at: datetime
     updated_at: datetime
     secrets: tuple[str, ...] = ()
+    definition_hash: str = ""
     finished_at: datetime | None = None
     compensation_started_at: datetime | None = None
     escalations: int = 0
@@ -90,6 +103,7 @@ def start_record(definition: SagaDefinition, event: SagaStarted, stream_version:
         started_at=event.at,
         updated_at=event.at,
         secrets=secret_values(definition, event.input),
+        definition_hash=event.definition_hash,
     )
 
 
@@ -106,7 +120,7 @@ def _tally(record: SagaRecord, event: StepEvent) -> OperationTally:
     tally = record.tallies.get((event.step_id, event.kind), OperationTally())
     match event:
         case StepStarted():
-            return replace(
+            return _with(
                 tally,
                 starts=tally.starts + 1,
                 first_started_at=tally.first_started_at or event.at,
@@ -115,24 +129,24 @@ def _tally(record: SagaRecord, event: StepEvent) -> OperationTally:
             )
         case StepSucceeded():
             receipt = canonical_json(event.receipt.model_dump(mode="json"))
-            return replace(
+            return _with(
                 tally,
                 successes=tally.successes + 1,
                 receipts=tally.receipts | {receipt},
                 succeeded_at=tally.succeeded_at or event.at,
             )
         case StepFailed() if event.error_class is ErrorClass.AMBIGUOUS:
-            return replace(tally, ambiguous=tally.ambiguous + 1)
+            return _with(tally, ambiguous=tally.ambiguous + 1)
         case StepFailed():
-            return replace(tally, failures=tally.failures + 1)
+            return _with(tally, failures=tally.failures + 1)
         case StepOutcomeUnknown():
-            return replace(tally, ambiguous=tally.ambiguous + 1)
+            return _with(tally, ambiguous=tally.ambiguous + 1)
         case ReconciliationResult(result="found"):
-            return replace(tally, reconciliations_found=tally.reconciliations_found + 1)
+            return _with(tally, reconciliations_found=tally.reconciliations_found + 1)
         case ReconciliationResult(result="absent"):
-            return replace(tally, reconciliations_absent=tally.reconciliations_absent + 1)
+            return _with(tally, reconciliations_absent=tally.reconciliations_absent + 1)
         case ReconciliationResult():
-            return replace(tally, reconciliations_unknown=tally.reconciliations_unknown + 1)
+            return _with(tally, reconciliations_unknown=tally.reconciliations_unknown + 1)
     return tally
 
 
@@ -162,12 +176,12 @@ def evolve_record(record: SagaRecord, event: SagaEvent, stream_version: int) -> 
         case SagaFinished():
             changes["finished_at"] = event.at
     state = evolve(record.state, event)
-    return replace(
+    return _with(
         record,
         state=state,
         stream_version=stream_version,
         updated_at=event.at,
-        **changes,  # type: ignore[arg-type]
+        **changes,
     )
 
 

@@ -142,7 +142,7 @@ def _summary(record: SagaRecord) -> SummaryRow:
         tenant=state.tenant,
         definition_name=record.definition.name,
         definition_version=record.definition.version,
-        definition_hash=record.definition.content_hash(),
+        definition_hash=record.definition_hash,
         state=str(state.status),
         phase=state.phase,
         started_at=record.started_at,
