@@ -19,8 +19,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from events.definitions import DefinitionConflict
 from events.sagas import LoadedSaga
 from saga_core import SagaDefinition
+from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.errors import SagaError
 from saga_core.events import (
@@ -30,8 +32,9 @@ from saga_core.events import (
     ReconciliationResult,
     StepSucceeded,
 )
-from saga_core.examples import trip_definition
+from saga_core.examples import trip_definition, trip_tool_catalogue
 from saga_core.state import RunStatus
+from workers.client import SagaClient
 from workers.fleet import Fleet
 from workers.sandbox import FaultInjector, ledger_for_saga, ledger_totals
 
@@ -50,6 +53,33 @@ def demo_definition() -> SagaDefinition:
         for step in trip.steps
     ]
     return trip.model_copy(update={"name": DEMO_DEFINITION, "steps": steps})
+
+
+# The sandbox providers make a late request visible within a couple of seconds (their
+# slow_visibility fault), so their real commit horizon is short; the shipped catalogue keeps
+# the cautious production figures (up to 120 s), which would make the demo wait minutes.
+SANDBOX_COMMIT_HORIZON_S = 5.0
+
+
+def demo_catalogue() -> ToolCatalogue:
+    """The trip tools with commit horizons that match the sandbox providers."""
+    return ToolCatalogue(tools=[
+        spec.model_copy(update={"commit_horizon_s": SANDBOX_COMMIT_HORIZON_S})
+        for spec in trip_tool_catalogue().tools
+    ])
+
+
+def register_demo_definition(client: SagaClient) -> int:
+    """Register the demo definition; an older sagafleet's demo keeps its version, we take
+    the next free one (a registered name and version never changes its content)."""
+    definition = demo_definition()
+    for version in range(1, 1000):
+        try:
+            client.register_definition(definition.model_copy(update={"version": version}))
+            return version
+        except DefinitionConflict:
+            continue
+    raise DefinitionConflict("no free version of the demo definition below 1000")
 
 
 def _fraction(*parts: object) -> float:
@@ -120,7 +150,7 @@ class Operator:
 
 
 class FleetProcesses:
-    """The worker and sweeper processes of the demo, started and stopped together."""
+    """The worker, sweeper and projector processes of the demo, started and stopped together."""
 
     def __init__(self, env: dict[str, str], workers: int, log_dir: Path) -> None:
         self.env = env
@@ -130,6 +160,7 @@ class FleetProcesses:
         for index in range(workers):
             self._spawn(f"worker-{index}", ["worker"])
         self._spawn("sweeper", ["sweeper"])
+        self._spawn("projector", ["projector"])
 
     def _spawn(self, name: str, args: list[str]) -> None:
         log = (self.log_dir / f"{name}.log").open("wb")
@@ -188,7 +219,7 @@ class Progress:
 def run(fleet: Fleet, env: dict[str, str], options: DemoOptions, log_dir: Path) -> dict[str, Any]:
     """Run the demo on an already-migrated fleet; return the summary document."""
     client = fleet.client(actor="demo-agent")
-    client.register_definition(demo_definition())
+    version = register_demo_definition(client)
     faults = FaultInjector(fleet.sandbox_pool)
     faults.clear()
     if options.fault_rate > 0:
@@ -199,7 +230,7 @@ def run(fleet: Fleet, env: dict[str, str], options: DemoOptions, log_dir: Path) 
     started = time.monotonic()
     try:
         saga_ids = [
-            client.start(DEMO_DEFINITION, trip_input(i, options.seed),
+            client.start(DEMO_DEFINITION, trip_input(i, options.seed), version=version,
                          key=f"demo-{options.seed}-{started}-{i}",
                          reason="customer asked the agent to book a trip").saga_id
             for i in range(options.sagas)

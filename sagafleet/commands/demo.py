@@ -66,7 +66,8 @@ def run_demo(args: argparse.Namespace, settings: Settings) -> int:
     assert ends.broker_url is not None
     migrate_all(ends.database_url)
     fleet = Fleet(FleetConfig(database_url=ends.database_url, broker_url=ends.broker_url,
-                              lease_s=options.lease_s, queue_wait_s=options.queue_wait_s))
+                              lease_s=options.lease_s, queue_wait_s=options.queue_wait_s),
+                  catalogue=demo.demo_catalogue())
     try:
         summary = demo.run(fleet, demo.child_env(ends.database_url, ends.broker_url, options),
                            options, settings.home / "demo-logs")
