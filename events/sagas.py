@@ -76,8 +76,13 @@ class LoadedSaga:
         state = self.state
         for event in events:
             state = evolve(state, event)
-        return LoadedSaga(self.saga_id, self.definition, state, (*self.events, *events),
-                          (*self.records, *appended.events))
+        return LoadedSaga(
+            self.saga_id,
+            self.definition,
+            state,
+            (*self.events, *events),
+            (*self.records, *appended.events),
+        )
 
 
 class SagaRepository:
