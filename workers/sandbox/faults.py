@@ -310,10 +310,10 @@ class FaultInjector:
         key: str,
     ) -> ArmedFaults:
         """Load the rules matching one call (one query; nothing fires yet)."""
-        with conn.transaction():
-            cur = conn.cursor(row_factory=class_row(FaultRule))
-            rules = cur.execute(
-                _MATCHING_RULES,
-                {"provider": provider, "operation": operation, "saga_id": saga_id, "key": key},
-            ).fetchall()
+        # A single statement: on an autocommit connection it needs no explicit transaction.
+        cur = conn.cursor(row_factory=class_row(FaultRule))
+        rules = cur.execute(
+            _MATCHING_RULES,
+            {"provider": provider, "operation": operation, "saga_id": saga_id, "key": key},
+        ).fetchall()
         return ArmedFaults(provider, operation, saga_id, key, rules)

@@ -254,13 +254,13 @@ class SandboxProvider:
         )
 
     def _stored(self, conn: psycopg.Connection[Any], key: str) -> str | None:
-        with conn.transaction():
-            row = conn.execute(
-                sql.SQL("SELECT operation FROM {} WHERE key = %s").format(
-                    self._table("idempotency_keys")
-                ),
-                (key,),
-            ).fetchone()
+        # One statement on an autocommit connection: no explicit transaction round trips.
+        row = conn.execute(
+            sql.SQL("SELECT operation FROM {} WHERE key = %s").format(
+                self._table("idempotency_keys")
+            ),
+            (key,),
+        ).fetchone()
         return None if row is None else str(row[0])
 
     def _commit(
@@ -322,14 +322,13 @@ class SandboxProvider:
     def _lookup(
         self, conn: psycopg.Connection[Any], key: str, operation: str
     ) -> StoredRequest | None:
-        with conn.transaction():
-            row = conn.execute(
-                sql.SQL(
-                    "SELECT operation, saga_id, response, visible_at <= now()"
-                    " FROM {} WHERE key = %s"
-                ).format(self._table("idempotency_keys")),
-                (key,),
-            ).fetchone()
+        row = conn.execute(
+            sql.SQL(
+                "SELECT operation, saga_id, response, visible_at <= now()"
+                " FROM {} WHERE key = %s"
+            ).format(self._table("idempotency_keys")),
+            (key,),
+        ).fetchone()
         saga_id = None if row is None else row[1]
         armed = self.faults.arm(conn, self.name, operation, saga_id, key)
         if armed.fire(conn, Boundary.LOOKUP_UNAVAILABLE):
