@@ -129,8 +129,10 @@ class Orchestrator:
                 commands.remove(claimed)
         after = loaded
         if recorded:
+            # The folded state's tenant: a saga's first commit carries its own SagaStarted.
             appended = self.repo.append(
-                loaded.saga_id, loaded.tenant, recorded, loaded.version, actor=actor
+                loaded.saga_id, state.tenant or loaded.tenant, recorded, loaded.version,
+                actor=actor,
             )
             after = loaded.extended(recorded, appended)
         if publish and commands:
