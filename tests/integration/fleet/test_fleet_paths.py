@@ -14,6 +14,7 @@ from fleet_support import TRIP_INPUT, redis_client
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.events import (
     ApprovalRequested,
+    CancelRequested,
     ReconciliationResult,
     StepStarted,
     StepSucceeded,
@@ -216,3 +217,21 @@ def test_approval_left_to_expire_is_asked_again(fleet, workers, wait_settled):
     fleet.orchestrator.advance(saga.saga_id)
     requests = [e for e in _events(fleet, saga.saga_id) if isinstance(e, ApprovalRequested)]
     assert len(requests) == 2 and requests[1].expires_at > requests[0].expires_at
+
+
+def test_cancel_while_waiting_for_approval_releases_the_holds(fleet, workers, wait_settled):
+    # given a trip whose capture waits for a human, both holds already taken
+    workers.start(1)
+    client = fleet.client()
+    saga = client.start("trip", {**TRIP_INPUT, "amount": 250_000}, key="cancel")
+    wait_settled(saga.saga_id, until=lambda s: bool(
+        client.status(saga.saga_id).pending_approvals))
+    # when an operator cancels it (a second cancel is a no-op)
+    client.as_actor("carol").cancel(saga.saga_id, reason="customer changed plans")
+    client.as_actor("carol").cancel(saga.saga_id, reason="customer changed plans")
+    # then what was done is compensated and nothing was charged
+    assert wait_settled(saga.saga_id) is SagaStatus.COMPENSATED
+    ledger = ledger_for_saga(fleet.sandbox_pool, saga.saga_id)
+    assert ledger.is_unwound and ledger.captures == 0
+    cancels = [e for e in _events(fleet, saga.saga_id) if isinstance(e, CancelRequested)]
+    assert len(cancels) == 1 and cancels[0].actor == "carol"
