@@ -243,6 +243,9 @@ class SagaClient:
         """Record a typed operator action resolving a manual intervention."""
 
         def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
+            if loaded.state.escalation is None:
+                # Nothing waits for a human (any more): a second click records nothing.
+                return None
             return [OperatorAction(at=self.orchestrator.clock(), action=action,
                                    step_id=step_id, kind=kind, actor=self.actor, reason=reason,
                                    evidence=evidence or {})]
