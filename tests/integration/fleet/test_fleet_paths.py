@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
-from fleet_support import TRIP_INPUT, redis_client
+from fleet_harness import TRIP_INPUT, redis_client
 
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.events import (

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import psycopg
-from fleet_support import TRIP_INPUT, redis_client
+from fleet_harness import TRIP_INPUT, redis_client
 from psycopg import sql
 
 from saga_core.contracts import SagaStatus

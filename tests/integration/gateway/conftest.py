@@ -11,43 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
-
-from sagafleet.migrate import migrate_all
-from workers.fleet import Fleet, FleetConfig
-
-
-def _redis(url: str) -> redis.Redis:
-    if url.startswith("redis+socket://"):
-        return redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"))
-    return redis.Redis.from_url(url)
-
-
-@pytest.fixture
-def database(fresh_database: str) -> str:
-    """A fresh database with every room's migrations applied."""
-    migrate_all(fresh_database)
-    return fresh_database
-
-
-@pytest.fixture
-def broker(broker_url: str) -> Iterator[str]:
-    """The test broker, emptied before and after the test."""
-    client = _redis(broker_url)
-    client.flushdb()
-    yield broker_url
-    client.flushdb()
-    client.close()
-
-
-@pytest.fixture
-def fleet(database: str, broker: str) -> Iterator[Fleet]:
-    """A fleet object in the test process (to read the log and sweep), trip registered."""
-    fleet = Fleet(FleetConfig(database_url=database, broker_url=broker, lease_s=3.0,
-                              queue_wait_s=1.0, worker_id="gateway-test"))
-    fleet.register_builtin_definitions()
-    yield fleet
-    fleet.close()
 
 
 @pytest.fixture

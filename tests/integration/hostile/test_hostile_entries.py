@@ -14,10 +14,10 @@ import uuid
 
 import psycopg
 from celery import Celery
+from fleet_harness import TRIP_INPUT, settle, worker_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kombu import Connection, Exchange, Producer
-from reliability_harness import TRIP_INPUT, settle, worker_env
 
 from saga_core.contracts import SagaStatus
 from saga_core.errors import SagaError

@@ -13,7 +13,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 from celery import Celery
-from reliability_harness import (
+from fleet_harness import (
     BOUNCING_INPUT,
     TRIP_INPUT,
     AfterCommitFreeze,

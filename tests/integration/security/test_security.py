@@ -14,8 +14,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from fleet_harness import TRIP_INPUT, events_of, settle, shifted_fleet, worker_env
 from kombu import Connection, Exchange, Producer
-from reliability_harness import TRIP_INPUT, events_of, settle, shifted_fleet, worker_env
 
 from events.sagas import SagaNotFound
 from saga_core.contracts import SagaStatus
