@@ -8,10 +8,10 @@ records facts.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from saga_core.contracts import ErrorClass, Receipt, SagaStatus, StepKind
 from saga_core.definition import SagaDefinition
@@ -37,6 +37,24 @@ from saga_core.events import (
     StepSucceeded,
 )
 from saga_core.keys import operation_key
+
+_Record = TypeVar("_Record")
+
+
+def replace(record: _Record, **changes: Any) -> _Record:
+    """``dataclasses.replace`` for the frozen, slot-less, validator-free records below.
+
+    A fold replaces several records per event; skipping the frozen ``__init__`` (one
+    ``object.__setattr__`` per field) makes folding several times faster. Unknown field
+    names are still refused, as ``dataclasses.replace`` would.
+    """
+    unknown = changes.keys() - record.__dataclass_fields__.keys()  # type: ignore[attr-defined]
+    if unknown:
+        raise TypeError(f"{type(record).__name__} has no field(s) {sorted(unknown)}")
+    clone = object.__new__(type(record))
+    clone.__dict__.update(record.__dict__)
+    clone.__dict__.update(changes)
+    return clone
 
 
 class RunStatus(StrEnum):
