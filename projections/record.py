@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from events.sagas import CorruptSagaStream
 from projections.masking import secret_values
@@ -36,21 +36,15 @@ from saga_core.events import (
     StepSucceeded,
 )
 from saga_core.keys import canonical_json
-from saga_core.state import SagaState
+from saga_core.state import SagaState, replace
 
 RunKey = tuple[str, StepKind]
 
 _T = TypeVar("_T")
 
 
-def _with(obj: _T, **changes: Any) -> _T:
-    """``dataclasses.replace`` for these frozen, slot-less records, without its per-call
-    introspection (the rebuild folds millions of events; replace was its largest cost)."""
-    new = object.__new__(type(obj))
-    new.__dict__.update(obj.__dict__)
-    new.__dict__.update(changes)
-    return new
-"""(step id, kind): one operation of a saga."""
+# saga_core's cheap replace for frozen, slot-less records (a rebuild folds millions of events).
+_with = replace
 
 
 @dataclass(frozen=True)
