@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar
 
 from events.sagas import CorruptSagaStream
 from projections.masking import secret_values
@@ -39,8 +38,6 @@ from saga_core.keys import canonical_json
 from saga_core.state import SagaState, replace
 
 RunKey = tuple[str, StepKind]
-
-_T = TypeVar("_T")
 
 
 # saga_core's cheap replace for frozen, slot-less records (a rebuild folds millions of events).
