@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -88,7 +89,8 @@ def main() -> int:
     args = parser.parse_args()
     total = 100_000 if args.quick else 1_000_000
     steps = 10
-    server = args.database_url or embedded.start_postgres(Path(".sagafleet-bench")).url
+    home = Path(tempfile.mkdtemp(prefix="sfp-", dir="/tmp"))  # short: unix socket paths
+    server = args.database_url or embedded.start_postgres(home).url
     url = fresh_database(server)
     migrate_all(url)
     ctx = ProjectionContext.connect(url, pool_size=10)
@@ -130,6 +132,8 @@ def main() -> int:
     ctx.close()
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{conninfo_to_dict(url)["dbname"]}" WITH (FORCE)')
+    if not args.database_url:
+        embedded.stop_embedded(home)
     return 0
 
 
