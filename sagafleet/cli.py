@@ -7,6 +7,7 @@ Each subcommand parses its arguments, builds the objects it needs from the one
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable, Sequence
 
@@ -46,6 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console command; returns a named exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # The embedded PostgreSQL's manager narrates every start at INFO; our users need none of it.
+    logging.getLogger("pgserver").setLevel(logging.WARNING)
     as_json = bool(getattr(args, "json", False))
     handler: Callable[[argparse.Namespace, Settings], int] = args.handler
     try:
