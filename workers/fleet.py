@@ -6,6 +6,7 @@ connection pools are opened lazily per process, so a forked or threaded worker i
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from functools import cached_property
 from psycopg_pool import ConnectionPool
 
 from events import EventStore
-from events.definitions import DefinitionStore
+from events.definitions import DefinitionConflict, DefinitionStore
 from events.sagas import SagaRepository, saga_registry
 from saga_core.catalogue import ToolCatalogue
 from saga_core.errors import SagaError
@@ -28,6 +29,9 @@ from workers.publisher import CeleryPublisher
 from workers.sandbox import build_trip_sandbox
 from workers.sandbox._db import open_pool
 from workers.tools import ToolRegistry
+
+
+log = logging.getLogger(__name__)
 
 
 class FleetMisconfigured(SagaError):
@@ -130,8 +134,17 @@ class Fleet:
                           tenant=tenant, actor=actor)
 
     def register_builtin_definitions(self) -> list[str]:
-        """Register the shipped trip definition (idempotent); return the hashes."""
-        return [self.client(actor="sagafleet").register_definition(trip_definition())]
+        """Register the shipped trip definition (idempotent); return the hashes registered.
+
+        A stored ``trip`` of the same version with other content (a changed example without
+        a version bump) is kept, with a warning: running sagas need their stored definition,
+        and a worker must not refuse to start over an example.
+        """
+        try:
+            return [self.client(actor="sagafleet").register_definition(trip_definition())]
+        except DefinitionConflict as exc:
+            log.warning("built-in definition not registered: %s", exc)
+            return []
 
     def close(self) -> None:
         """Close pools this fleet opened."""
