@@ -30,7 +30,6 @@ from workers.sandbox import build_trip_sandbox
 from workers.sandbox._db import open_pool
 from workers.tools import ToolRegistry
 
-
 log = logging.getLogger(__name__)
 
 
