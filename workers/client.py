@@ -156,12 +156,14 @@ class SagaClient:
             retry_budget=spec.retry_budget,
         )
         fresh = LoadedSaga(saga_id, spec, SagaState.initial(spec), (), ())
-        # Secrets go to the vault before the saga exists, first write wins: a conflicting
-        # replay of the key can never overwrite the original saga's values.
-        self.vault.keep(saga_id, secrets)
         try:
-            # Version 0: the stream must not exist yet, so a repeated key cannot start twice.
-            committed = self.orchestrator.commit(fresh, [started], actor=self.actor)
+            # One transaction: the secrets and the saga's first events commit together, and
+            # version 0 (the stream must not exist) keeps a repeated key from starting twice.
+            with self.orchestrator.repo.store.transaction() as uow:
+                self.vault.keep(saga_id, secrets, uow.connection)
+                committed = self.orchestrator.commit(
+                    fresh, [started], actor=self.actor, publish=False, conn=uow.connection
+                )
         except ConcurrencyError:
             existing = self.orchestrator.repo.load(saga_id)
             first = existing.events[0]
@@ -173,6 +175,7 @@ class SagaClient:
                     f"key {key!r} already started saga {saga_id} with other input or definition"
                 ) from None
             return Started(**view_of(existing).model_dump(), created=False)
+        self.orchestrator.publisher.publish(committed.commands)
         return Started(**view_of(committed.loaded).model_dump(), created=True)
 
     def find(self, key: str) -> SagaView | None:

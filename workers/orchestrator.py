@@ -11,6 +11,9 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
 
 from events import ConcurrencyError
 from events.sagas import LoadedSaga, SagaRepository
@@ -104,14 +107,20 @@ class Orchestrator:
         actor: str | None = None,
         publish: bool = True,
         claim_next: ClaimNext | None = None,
+        conn: psycopg.Connection[Any] | None = None,
     ) -> Committed:
         """Append ``events`` plus whatever decide then schedules, at the loaded version.
+
+        With ``conn`` the append joins the caller's transaction; the caller publishes
+        ``Committed.commands`` after its commit (``publish`` must then be False).
 
         With ``claim_next``, the committer may claim one of the newly due commands in the
         same transaction (its StepStarted rides along), so a worker continuing with the
         next step of a saga saves a commit; that command is not published.
         Raises ConcurrencyError when another writer got there first; callers re-read.
         """
+        if conn is not None and publish:
+            raise ValueError("publish after the caller's commit, not inside its transaction")
         now = self.clock()
         state = loaded.state
         for event in events:
@@ -132,7 +141,7 @@ class Orchestrator:
             # The folded state's tenant: a saga's first commit carries its own SagaStarted.
             appended = self.repo.append(
                 loaded.saga_id, state.tenant or loaded.tenant, recorded, loaded.version,
-                actor=actor,
+                actor=actor, conn=conn,
             )
             after = loaded.extended(recorded, appended)
         if publish and commands:

@@ -51,17 +51,17 @@ class SecretVault:
     def __init__(self, store: EventStore) -> None:
         self._store = store
 
-    def keep(self, saga_id: str, secrets: Mapping[str, Any]) -> None:
-        """Store values for a saga; the first write wins, so a replayed start changes nothing."""
+    def keep(self, saga_id: str, secrets: Mapping[str, Any], conn: Any) -> None:
+        """Store values for a saga in the caller's transaction (the one that starts it);
+        the first write wins, so a replayed start changes nothing."""
         if not secrets:
             return
-        with self._store.connection() as conn:
-            with conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO fleet.secrets (saga_id, name, value) VALUES (%s, %s, %s::jsonb)"
-                    " ON CONFLICT (saga_id, name) DO NOTHING",
-                    [(saga_id, name, json.dumps(value)) for name, value in secrets.items()],
-                )
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO fleet.secrets (saga_id, name, value) VALUES (%s, %s, %s::jsonb)"
+                " ON CONFLICT (saga_id, name) DO NOTHING",
+                [(saga_id, name, json.dumps(value)) for name, value in secrets.items()],
+            )
 
     def reveal(self, saga_id: str, args: Any) -> Any:
         """``args`` with every placeholder replaced by its value (one query, only if needed)."""
