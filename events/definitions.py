@@ -81,18 +81,25 @@ class DefinitionStore:
         return definition
 
     def get(self, name: str, version: int | None = None) -> SagaDefinition:
-        """The definition ``name`` at ``version`` (the highest version when omitted)."""
+        """The definition ``name`` at ``version`` (the highest version when omitted).
+
+        Only the hash is read here; the body is loaded (and validated) once per hash.
+        """
+        params: tuple[Any, ...]
         if version is None:
-            body = self._fetch_body(
+            where, params, what = (
                 "name = %s ORDER BY version DESC LIMIT 1", (name,), f"name {name!r}"
             )
         else:
-            body = self._fetch_body(
+            where, params, what = (
                 "name = %s AND version = %s", (name, version), f"{name!r} version {version}"
             )
-        definition = SagaDefinition.model_validate(body)
-        self._by_hash.setdefault(definition.content_hash(), definition)
-        return definition
+        query = "SELECT hash FROM eventstore.definitions WHERE " + where  # noqa: S608 - fixed text
+        with translated_errors(), self._store.connection() as conn:
+            row = conn.execute(query, params).fetchone()
+        if row is None:
+            raise DefinitionNotFound(f"no saga definition with {what}")
+        return self.by_hash(str(row[0]))
 
     def list(self) -> list[DefinitionRecord]:
         """Every registered definition, by name and version."""
