@@ -117,13 +117,20 @@ def fleet_run(
         with psycopg.connect(database, autocommit=True) as conn:
             before = finished_count(conn)
             started = time.perf_counter()
+            step = max(1, sagas // 10)
+            next_sample = 0
             for index in range(sagas):
                 client.start("trip", TRIP, key=f"bench-{started}-{index}")
-            next_sample = 0
+                if sample_rss and index % step == 0:
+                    # Sample while enqueueing too: workers run sagas from the first start on.
+                    done = finished_count(conn) - before
+                    if done >= next_sample:
+                        samples.append((done, rss_kib(procs[0].pid)))
+                        next_sample = done + step
             while (done := finished_count(conn) - before) < sagas:
                 if sample_rss and done >= next_sample:
                     samples.append((done, rss_kib(procs[0].pid)))
-                    next_sample += max(1, sagas // 10)
+                    next_sample = done + step
                 if time.perf_counter() - started > 1800:
                     raise TimeoutError(f"only {done} of {sagas} sagas finished")
                 time.sleep(0.02)
