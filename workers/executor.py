@@ -17,7 +17,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from events import ConcurrencyError
 from events.sagas import LoadedSaga, SagaNotFound
@@ -36,7 +36,7 @@ from saga_core.state import IN_DOUBT, RunStatus, SagaState
 from workers.messages import StepCommand
 from workers.observability import step_scope
 from workers.orchestrator import MAX_RACES, Committed, Orchestrator, RaceLost
-from workers.secrets import SecretUnavailable, SecretVault
+from workers.secrets import SecretUnavailable, SecretVault, scrub
 from workers.tools import Absent, ToolError, ToolRegistry, Unknown
 
 log = logging.getLogger(__name__)
@@ -172,22 +172,31 @@ class StepExecutor:
         # it); the precondition goes along so the provider can refuse a changed target.
         args = {"saga_id": command.saga_id, **resolved.args, **resolved.precondition}
         try:
-            args = self.vault.reveal(command.saga_id, args)
+            args, revealed = self.vault.reveal(command.saga_id, args)
         except SecretUnavailable as exc:
             result: SagaEvent = StepFailed(
                 at=self.orchestrator.clock(), step_id=command.step_id, kind=command.kind,
                 attempt=command.attempt, operation_key=resolved.operation_key,
                 error_class=ErrorClass.PERMANENT, message=str(exc))
         else:
-            result = self._call_tool(command, resolved.tool, resolved.version, args,
-                                     resolved.operation_key)
+            result = self._call_tool(command, resolved, args, revealed)
+            if revealed and isinstance(result, StepFailed | StepOutcomeUnknown):
+                # Error text goes into the log: never with a secret an adapter echoed.
+                if isinstance(result, StepFailed):
+                    result = result.model_copy(
+                        update={"message": scrub(result.message, revealed)})
+                else:
+                    result = result.model_copy(
+                        update={"detail": scrub(result.detail, revealed)})
         committed = self._record(command, result, publish=publish, known=claimed,
                                  claim_next=claim_next)
         return StepOutcome(command, "executed", type(result).__name__, committed)
 
     def _call_tool(
-        self, command: StepCommand, tool_name: str, version: int, args: dict[str, object], key: str
+        self, command: StepCommand, resolved: ResolvedCommand, args: dict[str, object],
+        secrets: dict[str, Any],
     ) -> SagaEvent:
+        tool_name, version, key = resolved.tool, resolved.version, resolved.operation_key
         now = self.orchestrator.clock
         common = {"step_id": command.step_id, "kind": command.kind,
                   "attempt": command.attempt, "operation_key": key}
@@ -207,9 +216,10 @@ class StepExecutor:
                                   **common)
             except Exception as exc:  # noqa: BLE001
                 # An adapter bug after dispatch: we cannot know whether the effect happened.
-                log.exception("tool %s@%s crashed", tool_name, version)
-                return StepOutcomeUnknown(at=now(), reason="crash",
-                                          detail=f"{type(exc).__name__}: {exc}", **common)
+                # No traceback in the log: its text may echo revealed secret arguments.
+                detail = scrub(f"{type(exc).__name__}: {exc}", secrets)
+                log.error("tool %s@%s crashed: %s", tool_name, version, detail)
+                return StepOutcomeUnknown(at=now(), reason="crash", detail=detail, **common)
         return StepSucceeded(at=now(), receipt=receipt, via="execute", **common)
 
     def _record(

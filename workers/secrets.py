@@ -63,11 +63,12 @@ class SecretVault:
                 [(saga_id, name, json.dumps(value)) for name, value in secrets.items()],
             )
 
-    def reveal(self, saga_id: str, args: Any) -> Any:
-        """``args`` with every placeholder replaced by its value (one query, only if needed)."""
+    def reveal(self, saga_id: str, args: Any) -> tuple[Any, dict[str, Any]]:
+        """``args`` with every placeholder replaced by its value (one query, only if needed),
+        and the revealed values by name."""
         names = _placeholders(args)
         if not names:
-            return args
+            return args, {}
         with self._store.connection() as conn:
             rows = conn.execute(
                 "SELECT name, value FROM fleet.secrets WHERE saga_id = %s AND name = ANY(%s)",
@@ -77,7 +78,7 @@ class SecretVault:
         missing = names - values.keys()
         if missing:
             raise SecretUnavailable(f"saga {saga_id}: secret input {sorted(missing)} is gone")
-        return _substitute(args, values)
+        return _substitute(args, values), values
 
     def purge(self, saga_id: str, conn: Any = None) -> None:
         """Forget a finished saga's secrets (optionally on the caller's connection)."""
@@ -86,6 +87,28 @@ class SecretVault:
             return
         with self._store.connection() as own:
             own.execute("DELETE FROM fleet.secrets WHERE saga_id = %s", (saga_id,))
+
+
+def scrub(text: str, args: Any) -> str:
+    """``text`` with the string values of revealed secrets in ``args`` masked.
+
+    Tool errors end up in the log (a failure's message, an unknown outcome's detail); an
+    adapter that echoes its arguments must not carry a secret there.
+    """
+    for value in _strings(args):
+        if len(value) >= 4 and value in text:
+            text = text.replace(value, "[secret]")
+    return text
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
 
 
 def _is_placeholder(value: Any) -> bool:
