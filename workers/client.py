@@ -8,7 +8,7 @@ tenant can never see or touch another tenant's saga.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
@@ -33,6 +33,7 @@ from saga_core.events import (
     ApprovalDenied,
     CancelRequested,
     OperatorAction,
+    OperatorActionName,
     SagaEvent,
     SagaStarted,
 )
@@ -244,6 +245,11 @@ class SagaClient:
         kind: StepKind = StepKind.FORWARD, reason: str, evidence: dict[str, Any] | None = None,
     ) -> SagaView:
         """Record a typed operator action resolving a manual intervention."""
+        allowed = get_args(OperatorActionName)
+        if action not in allowed:
+            raise InvalidRequest(f"operator action {action!r} is not one of {list(allowed)}")
+        if step_id is not None and not self._load(saga_id).definition.has_step(step_id):
+            raise InvalidRequest(f"saga {saga_id} has no step {step_id!r}")
 
         def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
             if loaded.state.escalation is None:

@@ -235,3 +235,20 @@ def test_cancel_while_waiting_for_approval_releases_the_holds(fleet, workers, wa
     assert ledger.is_unwound and ledger.captures == 0
     cancels = [e for e in _events(fleet, saga.saga_id) if isinstance(e, CancelRequested)]
     assert len(cancels) == 1 and cancels[0].actor == "carol"
+
+
+def test_operator_actions_are_typed_before_anything_is_recorded(fleet):
+    import pytest
+
+    from workers.client import InvalidRequest
+
+    saga = fleet.client().start("trip", TRIP_INPUT, key="typed-resolve")
+    operator = fleet.client().as_actor("dana")
+    before = fleet.repo.load(saga.saga_id).version
+    with pytest.raises(InvalidRequest, match="delete_everything"):
+        operator.resolve(saga.saga_id, "delete_everything", reason="oops")
+    with pytest.raises(InvalidRequest, match="no_such_step"):
+        operator.resolve(saga.saga_id, "skip", step_id="no_such_step", reason="oops")
+    # nothing waits for a human yet, so even a valid action records nothing
+    operator.resolve(saga.saga_id, "skip", step_id="hold_flight", reason="not needed")
+    assert fleet.repo.load(saga.saga_id).version == before
