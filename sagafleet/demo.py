@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from saga_core.events import (
 )
 from saga_core.examples import trip_definition, trip_tool_catalogue
 from saga_core.state import RunStatus
+from sagafleet.processes import spawn_sagafleet, stop_processes
 from workers.client import SagaClient
 from workers.fleet import Fleet
 from workers.sandbox import FaultInjector, ledger_for_saga, ledger_totals
@@ -163,24 +163,11 @@ class FleetProcesses:
         self._spawn("projector", ["projector"])
 
     def _spawn(self, name: str, args: list[str]) -> None:
-        log = (self.log_dir / f"{name}.log").open("wb")
-        self.procs.append(subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            [sys.executable, "-m", "sagafleet", *args], env=self.env,
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        ))
+        self.procs.append(spawn_sagafleet(args, self.env, self.log_dir / f"{name}.log"))
 
     def stop(self) -> None:
         """Warm shutdown (SIGTERM), then SIGKILL whatever is still there after 10 s."""
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for proc in self.procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(self.procs)
 
 
 class Progress:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from celery_chain_baseline import redis_client, run_baseline  # noqa: E402
 
 from sagafleet import embedded  # noqa: E402
 from sagafleet.migrate import migrate_all  # noqa: E402
+from sagafleet.processes import spawn_sagafleet, stop_processes  # noqa: E402
 from workers.fleet import Fleet, FleetConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,27 +37,6 @@ TRIP = {
     "customer_email": "bench@example.com", "flight_id": "FL1", "hotel_id": "HT1", "nights": 1,
     "amount": 10_000, "currency": "EUR", "card_token": "tok_bench_4242",
 }
-
-
-def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """Start a child process with its output in ``log``."""
-    return subprocess.Popen(  # noqa: S603
-        [sys.executable, *args], env=env, cwd=ROOT, stdout=log.open("wb"),
-        stderr=subprocess.STDOUT, start_new_session=True,
-    )
-
-
-def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    """Warm-stop every process, kill stragglers."""
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def rss_kib(pid: int) -> int:
@@ -90,13 +69,18 @@ def wait_ready(broker: str, expected_workers: int, timeout: float = 60) -> None:
 def baseline(broker: str, workers: int, chains: int, env: dict[str, str], logs: Path) -> float:
     """Chains per second of the raw Celery baseline with ``workers`` solo workers."""
     redis_client(broker).flushdb()
-    procs = [spawn([str(ROOT / "scripts/celery_chain_baseline.py"), "worker", broker], env,
-                   logs / f"baseline-{i}.log") for i in range(workers)]
+    procs = [
+        subprocess.Popen(  # noqa: S603 - our own interpreter and script
+            [sys.executable, str(ROOT / "scripts/celery_chain_baseline.py"), "worker", broker],
+            env=env, cwd=ROOT, stdout=(logs / f"baseline-{i}.log").open("wb"),
+            stderr=subprocess.STDOUT, start_new_session=True)
+        for i in range(workers)
+    ]
     try:
         wait_ready(broker, workers)
         return run_baseline(broker, chains)
     finally:
-        stop(procs)
+        stop_processes(procs, grace_s=15)
 
 
 def fleet_run(
@@ -106,7 +90,7 @@ def fleet_run(
     """Trip sagas per second with ``workers`` fleet workers; optional RSS samples."""
     redis_client(broker).flushdb()
     child = {**env, "SAGAFLEET_DATABASE_URL": database, "SAGAFLEET_BROKER_URL": broker}
-    procs = [spawn(["-m", "sagafleet", "worker"], child, logs / f"fleet-{i}.log")
+    procs = [spawn_sagafleet(["worker"], child, logs / f"fleet-{i}.log")
              for i in range(workers)]
     fleet = Fleet(FleetConfig(database_url=database, broker_url=broker))
     samples: list[tuple[int, int]] = []
@@ -140,7 +124,7 @@ def fleet_run(
         return sagas / elapsed, samples
     finally:
         fleet.close()
-        stop(procs)
+        stop_processes(procs, grace_s=15)
 
 
 def fresh_database(server_url: str) -> str:

@@ -51,6 +51,7 @@ from saga_core.events import ManualInterventionRequired
 from sagafleet import embedded
 from sagafleet.demo import DEMO_DEFINITION, Operator, demo_definition, trip_input
 from sagafleet.migrate import migrate_all
+from sagafleet.processes import spawn_sagafleet, stop_processes
 from workers.fleet import Fleet, FleetConfig
 from workers.sandbox import FaultInjector, ledger_for_saga, ledger_totals
 
@@ -82,10 +83,7 @@ class Fleetprocs:
     def spawn(self, role: str) -> subprocess.Popen[bytes]:
         """Start one ``sagafleet worker`` or ``sagafleet sweeper``."""
         self.spawned += 1
-        log = (self.log_dir / f"{role}-{self.spawned}.log").open("wb")
-        proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            [sys.executable, "-m", "sagafleet", role], env=self.env,
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = spawn_sagafleet([role], self.env, self.log_dir / f"{role}-{self.spawned}.log")
         if role == "worker":
             self.workers.append(proc)
         else:
@@ -105,18 +103,7 @@ class Fleetprocs:
 
     def stop(self) -> None:
         """Warm shutdown, then SIGKILL what is left; resume anything stopped first."""
-        procs = [p for p in [*self.workers, self.sweeper] if p is not None]
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for proc in procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes([p for p in [*self.workers, self.sweeper] if p is not None], grace_s=15)
 
 
 class ChaosRun:

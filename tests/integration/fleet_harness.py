@@ -14,9 +14,7 @@ on that row; the test sees the committed effect, SIGKILLs the worker, and lets g
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -34,6 +32,7 @@ from saga_core import due_work
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.events import SagaEvent, StepStarted
 from sagafleet.migrate import migrate_all
+from sagafleet.processes import spawn_sagafleet, stop_processes
 from workers.fleet import Fleet, FleetConfig
 from workers.messages import StepCommand
 from workers.orchestrator import utc_now
@@ -129,10 +128,7 @@ class WorkerProcesses:
                          lease_s=lease_s)
         started = []
         for _ in range(count):
-            log = (self.log_dir / f"worker-{len(self.procs)}.log").open("wb")
-            proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-                [sys.executable, "-m", "sagafleet", "worker"], env=env,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = spawn_sagafleet(["worker"], env, self.log_dir / f"worker-{len(self.procs)}.log")
             self.procs.append(proc)
             started.append(proc)
         return started
@@ -147,15 +143,7 @@ class WorkerProcesses:
 
     def stop(self) -> None:
         """Warm shutdown, then SIGKILL whatever is left."""
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(self.procs)
 
 
 def build_fleet(database: str, broker: str, worker_id: str = "test-process") -> Fleet:

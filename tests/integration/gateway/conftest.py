@@ -4,13 +4,13 @@ and the ``sagafleet mcp`` server spawned as a separate process (stdio or HTTP)."
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from sagafleet.processes import spawn_sagafleet, stop_processes
 
 
 @pytest.fixture
@@ -36,23 +36,12 @@ class Processes:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, *args: str) -> subprocess.Popen[bytes]:
-        log = (self.log_dir / f"{args[0]}-{len(self.procs)}.log").open("wb")
-        proc = subprocess.Popen(  # noqa: S603
-            [sys.executable, "-m", "sagafleet", *args], env=self.env,
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = spawn_sagafleet(args, self.env, self.log_dir / f"{args[0]}-{len(self.procs)}.log")
         self.procs.append(proc)
         return proc
 
     def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(self.procs)
 
 
 @pytest.fixture
