@@ -25,11 +25,12 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from celery_chain_baseline import redis_client, run_baseline  # noqa: E402
+from celery_chain_baseline import run_baseline  # noqa: E402
 
 from sagafleet import embedded  # noqa: E402
 from sagafleet.migrate import migrate_all  # noqa: E402
 from sagafleet.processes import spawn_sagafleet, stop_processes  # noqa: E402
+from workers.celery_app import broker_redis  # noqa: E402
 from workers.fleet import Fleet, FleetConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,7 +58,7 @@ def finished_count(conn: psycopg.Connection) -> int:
 
 def wait_ready(broker: str, expected_workers: int, timeout: float = 60) -> None:
     """Wait until the workers are consuming (each shows up as a broker client)."""
-    client = redis_client(broker)
+    client = broker_redis(broker)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if len(client.client_list()) > expected_workers:
@@ -68,7 +69,7 @@ def wait_ready(broker: str, expected_workers: int, timeout: float = 60) -> None:
 
 def baseline(broker: str, workers: int, chains: int, env: dict[str, str], logs: Path) -> float:
     """Chains per second of the raw Celery baseline with ``workers`` solo workers."""
-    redis_client(broker).flushdb()
+    broker_redis(broker).flushdb()
     procs = [
         subprocess.Popen(  # noqa: S603 - our own interpreter and script
             [sys.executable, str(ROOT / "scripts/celery_chain_baseline.py"), "worker", broker],
@@ -88,7 +89,7 @@ def fleet_run(
     *, sample_rss: bool = False,
 ) -> tuple[float, list[tuple[int, int]]]:
     """Trip sagas per second with ``workers`` fleet workers; optional RSS samples."""
-    redis_client(broker).flushdb()
+    broker_redis(broker).flushdb()
     child = {**env, "SAGAFLEET_DATABASE_URL": database, "SAGAFLEET_BROKER_URL": broker}
     procs = [spawn_sagafleet(["worker"], child, logs / f"fleet-{i}.log")
              for i in range(workers)]

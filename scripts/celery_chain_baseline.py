@@ -11,26 +11,18 @@ import sys
 import time
 import uuid
 
-import redis
 from celery import Celery
 
-from workers.celery_app import BrokerSettings, create_celery_app
+from workers.celery_app import BrokerSettings, broker_redis, create_celery_app
 
 CHAIN_LENGTH = 4
 COUNTER = "bench:chains_done"
 
 
-def redis_client(broker_url: str) -> redis.Redis:
-    """A plain Redis client for the broker URL (TCP or unix socket)."""
-    if broker_url.startswith("redis+socket://"):
-        return redis.Redis(unix_socket_path=broker_url[len("redis+socket://"):])
-    return redis.Redis.from_url(broker_url)
-
-
 def build_app(broker_url: str) -> Celery:
     """The baseline app: the fleet's own safety settings, one no-op task that chains."""
     app = create_celery_app(BrokerSettings(broker_url=broker_url), name="bench-baseline")
-    counter = redis_client(broker_url)
+    counter = broker_redis(broker_url)
 
     @app.task(name="bench.noop_step")
     def noop_step(chain_id: str, index: int) -> None:
@@ -45,7 +37,7 @@ def build_app(broker_url: str) -> Celery:
 def run_baseline(broker_url: str, chains: int, timeout_s: float = 600.0) -> float:
     """Enqueue ``chains`` chains on running baseline workers; return chains per second."""
     app = build_app(broker_url)
-    counter = redis_client(broker_url)
+    counter = broker_redis(broker_url)
     counter.set(COUNTER, 0)
     started = time.perf_counter()
     with app.producer_or_acquire() as producer:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import redis
 from celery import Celery
 
 STEP_TASK = "sagafleet.step"
@@ -24,6 +25,14 @@ class BrokerSettings:
     broker_url: str
     visibility_timeout_s: float = 600.0
     step_time_limit_s: float = 300.0
+
+
+def broker_redis(broker_url: str) -> redis.Redis:
+    """A plain Redis client on a broker URL, including kombu's ``redis+socket://`` form
+    (for inspection, flushing in tests, and counters in benchmarks)."""
+    if broker_url.startswith("redis+socket://"):
+        return redis.Redis(unix_socket_path=broker_url.removeprefix("redis+socket://"))
+    return redis.Redis.from_url(broker_url)
 
 
 def create_celery_app(settings: BrokerSettings, *, name: str = "sagafleet") -> Celery:

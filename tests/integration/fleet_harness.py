@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import redis
 from psycopg import sql
 
 from events.sagas import LoadedSaga
@@ -33,6 +32,7 @@ from saga_core.contracts import SagaStatus, StepKind
 from saga_core.events import SagaEvent, StepStarted
 from sagafleet.migrate import migrate_all
 from sagafleet.processes import spawn_sagafleet, stop_processes
+from workers.celery_app import broker_redis
 from workers.fleet import Fleet, FleetConfig
 from workers.messages import StepCommand
 from workers.orchestrator import utc_now
@@ -66,11 +66,8 @@ TRIP_TOOLS: dict[tuple[str, StepKind], tuple[str, str]] = {
 }
 
 
-def redis_client(broker_url: str) -> redis.Redis:
-    """A plain client on the broker (TCP or unix socket)."""
-    if broker_url.startswith("redis+socket://"):
-        return redis.Redis(unix_socket_path=broker_url.removeprefix("redis+socket://"))
-    return redis.Redis.from_url(broker_url)
+# Tests import it from here under their own name.
+redis_client = broker_redis
 
 
 def with_dbname(url: str, dbname: str) -> str:

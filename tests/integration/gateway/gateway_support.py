@@ -8,17 +8,11 @@ import subprocess
 import time
 from typing import Any
 
+from fleet_harness import TRIP_INPUT as FLEET_TRIP_INPUT
 from mcp import ClientSession
 
-TRIP_INPUT = {
-    "customer_email": "ada@example.com",
-    "flight_id": "FL123",
-    "hotel_id": "HT456",
-    "nights": 2,
-    "amount": 42_000,
-    "currency": "EUR",
-    "card_token": "tok_visa_4242_secret",
-}
+# The trip input of every fleet test, with a token easy to search for in outputs.
+TRIP_INPUT = {**FLEET_TRIP_INPUT, "card_token": "tok_visa_4242_secret"}
 
 
 async def call(session: ClientSession, tool: str, **arguments: Any) -> tuple[bool, dict[str, Any]]:
