@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from typing import Any
 
 from saga_core.contracts import StepKind
@@ -11,6 +12,7 @@ from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import build_fleet
 from sagafleet.output import emit, emit_error
 from sagafleet.settings import Settings
+from workers.client import SagaClient
 from workers.views import SagaView
 
 
@@ -59,11 +61,24 @@ def register(sub: Any) -> None:
     cancel.set_defaults(handler=run_cancel)
 
 
-def _client(args: argparse.Namespace, settings: Settings):  # type: ignore[no-untyped-def]
+def _act(
+    args: argparse.Namespace, settings: Settings, action: Callable[[SagaClient], SagaView]
+) -> int:
+    """Run one client action for the command's tenant and actor, and show the saga after it."""
     fleet = build_fleet(settings)
-    fleet.register_builtin_definitions()
-    return fleet, fleet.client(tenant=args.tenant or settings.tenant,
-                               actor=getattr(args, "actor", "cli"))
+    try:
+        fleet.register_builtin_definitions()
+        client = fleet.client(tenant=args.tenant or settings.tenant,
+                              actor=getattr(args, "actor", "cli"))
+        view = action(client)
+    finally:
+        fleet.close()
+    _show(view, args.json)
+    return ExitCode.OK
+
+
+def _kind(args: argparse.Namespace) -> StepKind:
+    return StepKind.COMPENSATION if args.compensation else StepKind.FORWARD
 
 
 def _show(view: SagaView, as_json: bool) -> None:
@@ -90,54 +105,27 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
     except json.JSONDecodeError as exc:
         emit_error(f"--input is not JSON: {exc}", as_json=args.json, kind="InvalidInput")
         return ExitCode.INVALID_INPUT
-    fleet, client = _client(args, settings)
-    try:
-        started = client.start(args.definition, data, key=args.key, version=args.version,
-                               reason=args.reason)
-    finally:
-        fleet.close()
-    _show(started, args.json)
-    return ExitCode.OK
+    return _act(args, settings, lambda client: client.start(
+        args.definition, data, key=args.key, version=args.version, reason=args.reason))
 
 
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
     """Show a saga."""
-    fleet, client = _client(args, settings)
-    try:
-        _show(client.status(args.saga_id), args.json)
-    finally:
-        fleet.close()
-    return ExitCode.OK
+    return _act(args, settings, lambda client: client.status(args.saga_id))
 
 
 def run_approve(args: argparse.Namespace, settings: Settings) -> int:
     """Approve a pending request."""
-    fleet, client = _client(args, settings)
-    kind = StepKind.COMPENSATION if args.compensation else StepKind.FORWARD
-    try:
-        _show(client.approve(args.saga_id, args.step, kind=kind, action_hash=args.action_hash),
-              args.json)
-    finally:
-        fleet.close()
-    return ExitCode.OK
+    return _act(args, settings, lambda client: client.approve(
+        args.saga_id, args.step, kind=_kind(args), action_hash=args.action_hash))
 
 
 def run_deny(args: argparse.Namespace, settings: Settings) -> int:
     """Deny a pending request."""
-    fleet, client = _client(args, settings)
-    kind = StepKind.COMPENSATION if args.compensation else StepKind.FORWARD
-    try:
-        _show(client.deny(args.saga_id, args.step, reason=args.reason, kind=kind), args.json)
-    finally:
-        fleet.close()
-    return ExitCode.OK
+    return _act(args, settings, lambda client: client.deny(
+        args.saga_id, args.step, reason=args.reason, kind=_kind(args)))
 
 
 def run_cancel(args: argparse.Namespace, settings: Settings) -> int:
     """Request cancellation."""
-    fleet, client = _client(args, settings)
-    try:
-        _show(client.cancel(args.saga_id, reason=args.reason), args.json)
-    finally:
-        fleet.close()
-    return ExitCode.OK
+    return _act(args, settings, lambda client: client.cancel(args.saga_id, reason=args.reason))
