@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from saga_core.catalogue import ToolSpec
 from saga_core.contracts import EFFECT_FREE_SEMANTICS, Semantics, StepKind
-from saga_core.keys import payload_hash
+from saga_core.keys import JsonArgs, payload_hash
 
 _NAME = r"^[a-z][a-z0-9_.\-]*$"
 _STEP_ID = r"^[a-z][a-z0-9_]*$"
@@ -76,10 +76,10 @@ class CompensationCommand(BaseModel):
 
     tool: str = Field(min_length=1)
     version: int = Field(default=1, ge=1)
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: JsonArgs = Field(default_factory=dict)
     # Resolved like args and handed to the tool, which raises PreconditionFailed when the
     # target changed since the forward step (e.g. {"expect_version": "${receipt.version}"}).
-    precondition: dict[str, Any] = Field(default_factory=dict)
+    precondition: JsonArgs = Field(default_factory=dict)
     retry: RetryPolicy | None = None
     approval: ApprovalPolicy | None = None
     operation_version: int = Field(default=1, ge=1)
@@ -95,7 +95,7 @@ class StepDefinition(BaseModel):
     tool: str = Field(min_length=1)
     version: int = Field(default=1, ge=1)
     semantics: Semantics
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: JsonArgs = Field(default_factory=dict)
     depends_on: list[str] = Field(default_factory=list)
     pivot: bool = False
     compensation: CompensationCommand | None = None

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, NewType
+import math
+from collections.abc import Callable
+from typing import Annotated, Any, Final, NewType
 
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel
 
 from saga_core.contracts import StepKind
 from saga_core.errors import KeyReuseError
@@ -18,8 +20,26 @@ from saga_core.errors import KeyReuseError
 OperationKey = NewType("OperationKey", str)
 
 
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+
+# Built once: json.dumps(**options) constructs an encoder on every call.
+_CANONICAL: Final = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+_json_string: Final[Callable[[str], str]] = json.encoder.encode_basestring
+
+
 def to_jsonable(obj: Any) -> Any:
     """Turn pydantic models (also nested in dicts/lists) into plain JSON values."""
+    kind = type(obj)
+    # Exact-type checks first: isinstance against BaseModel (an ABC) is slow, and folds
+    # and hashes run this on every event.
+    if kind in _SCALARS:
+        return obj
+    if kind is dict:
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if kind is list or kind is tuple:
+        return [to_jsonable(v) for v in obj]
     if isinstance(obj, BaseModel):
         return obj.model_dump(mode="json")
     if isinstance(obj, dict):
@@ -29,15 +49,28 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
+def _finite_json(value: dict[str, Any]) -> dict[str, Any]:
+    """Refuse NaN and infinities anywhere in the value: JSON has no such numbers, so they
+    could be neither hashed canonically nor stored."""
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is float and not math.isfinite(item):
+            raise ValueError(f"{item} is not a JSON number (NaN and infinities are refused)")
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return value
+
+
+JsonArgs = Annotated[dict[str, Any], AfterValidator(_finite_json)]
+"""A JSON object of arguments (finite numbers only), as definitions and plans carry them."""
+
+
 def canonical_json(obj: Any) -> str:
     """Serialize ``obj`` the one way every process agrees on (NaN is refused, not guessed)."""
-    return json.dumps(
-        to_jsonable(obj),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-    )
+    return _CANONICAL.encode(to_jsonable(obj))
 
 
 def sha256_hex(text: str) -> str:
@@ -55,7 +88,15 @@ def operation_key(
 ) -> OperationKey:
     """The stable key of one logical effect: same across attempts, workers and replans."""
     # Deliberately no attempt number and no randomness: a retry must look like the same call.
-    return OperationKey(payload_hash([saga_id, step_id, str(kind), operation_version]))
+    # The canonical JSON of [saga_id, step_id, kind, version], written out directly: every
+    # fold derives these keys, so it is worth skipping the generic encoder.
+    if type(operation_version) is not int:
+        return OperationKey(payload_hash([saga_id, step_id, str(kind), operation_version]))
+    text = (
+        f"[{_json_string(saga_id)},{_json_string(step_id)},{_json_string(str(kind))},"
+        f"{operation_version}]"
+    )
+    return OperationKey(sha256_hex(text))
 
 
 def action_hash(saga_id: str, step_id: str, kind: StepKind, args: dict[str, Any]) -> str:

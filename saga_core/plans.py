@@ -19,7 +19,7 @@ from saga_core.catalogue import ArgSpec, ToolCatalogue
 from saga_core.contracts import Semantics
 from saga_core.definition import CompensationCommand, InputField, SagaDefinition, StepDefinition
 from saga_core.errors import DefinitionError, PlanRejected, Problem
-from saga_core.keys import payload_hash
+from saga_core.keys import JsonArgs, payload_hash
 from saga_core.templates import references
 from saga_core.validation import definition_problems, validate_definition
 
@@ -31,7 +31,7 @@ class PlannedAction(BaseModel):
 
     tool: str = Field(min_length=1)
     version: int = Field(default=1, ge=1)
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: JsonArgs = Field(default_factory=dict)
     id: str | None = None
     # None: depend on the previous action (plans are sequential unless they say otherwise).
     depends_on: list[str] | None = None

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from core_harness import trip_input
+from pydantic import ValidationError
 
 from saga_core import (
     AgentPlan,
@@ -274,3 +275,18 @@ def test_plan_rejections_list_every_reason() -> None:
     } <= rules
     with pytest.raises(PlanRejected, match="empty_plan"):
         validate_plan(AgentPlan(actions=[]), trip_tool_catalogue())
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+def test_non_finite_numbers_in_plans_and_definitions_are_refused_by_name(bad: float) -> None:
+    # Found by the hostile-plan property test: inf once crashed the plan's hash with a bare
+    # ValueError. JSON has no such numbers, so the models refuse them, naming the field.
+    with pytest.raises(ValidationError, match="not a JSON number"):
+        AgentPlan.model_validate(
+            {"actions": [{"tool": "email.send_correction", "args": {"x": [bad]}}]}
+        )
+    step = {"id": "s", "tool": "flights.hold", "semantics": "read_only", "args": {"a": {"b": bad}}}
+    with pytest.raises(ValidationError, match=r"steps\.0\.args"):
+        SagaDefinition.model_validate({"name": "n", "version": 1, "steps": [step]})
+    with pytest.raises(ValidationError, match="precondition"):
+        CompensationCommand(tool="t", precondition={"expect_version": bad})
