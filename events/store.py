@@ -27,7 +27,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 from pydantic import BaseModel
 
-from events._pg import configure_connection, translated_errors
+from events._pg import configure_connection, recorded_event_row, translated_errors
 from events.appending import run_append
 from events.errors import ConcurrencyError, EventIdConflict, InvalidEvent, UnregisteredEventModel
 from events.hashing import canonical_json
@@ -199,19 +199,20 @@ class EventStore:
                 raise
             return original
         recorded = tuple(
-            RecordedEvent(
-                stream_id=stream_id,
-                stream_version=version,
-                event_id=event.event_id,
-                type=event.type,
-                schema_version=event.schema_version,
-                data=event.data,
-                metadata=event.metadata,
-                recorded_at=recorded_at,
-                position=Position(xid, position),
-                event_hash=event_hash,
-                prev_hash=prev_hash,
-                tenant_id=event.tenant_id,
+            recorded_event_row(
+                stream_id,
+                version,
+                event.event_id,
+                event.type,
+                event.schema_version,
+                event.data,
+                event.metadata,
+                recorded_at,
+                xid,
+                position,
+                event_hash,
+                prev_hash,
+                event.tenant_id,
             )
             for event, (version, position, xid, recorded_at, prev_hash, event_hash) in zip(
                 prepared, rows, strict=True

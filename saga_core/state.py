@@ -48,12 +48,15 @@ def replace(record: _Record, **changes: Any) -> _Record:
     ``object.__setattr__`` per field) makes folding several times faster. Unknown field
     names are still refused, as ``dataclasses.replace`` would.
     """
-    unknown = changes.keys() - record.__dataclass_fields__.keys()  # type: ignore[attr-defined]
-    if unknown:
-        raise TypeError(f"{type(record).__name__} has no field(s) {sorted(unknown)}")
+    fields = record.__dataclass_fields__  # type: ignore[attr-defined]
+    for name in changes:
+        if name not in fields:
+            unknown = sorted(changes.keys() - fields.keys())
+            raise TypeError(f"{type(record).__name__} has no field(s) {unknown}")
     clone = object.__new__(type(record))
-    clone.__dict__.update(record.__dict__)
-    clone.__dict__.update(changes)
+    attributes = clone.__dict__
+    attributes.update(record.__dict__)
+    attributes.update(changes)
     return clone
 
 
@@ -122,6 +125,11 @@ class StepRun:
     approval: ApprovalState | None = None
     approval_requests: int = 0
     changed_at: datetime | None = None
+
+
+# Templates for new runs: replace() on these skips StepRun's 22-field frozen __init__.
+_PENDING_FORWARD = StepRun("", StepKind.FORWARD, "")
+_PENDING_COMPENSATION = StepRun("", StepKind.COMPENSATION, "")
 
 
 @dataclass(frozen=True)
@@ -209,12 +217,14 @@ def _start(state: SagaState, event: SagaStarted) -> SagaState:
     forward, compensation = {}, {}
     for step in definition.steps:
         key = operation_key(event.saga_id, step.id, StepKind.FORWARD, step.operation_version)
-        forward[step.id] = StepRun(step.id, StepKind.FORWARD, key)
+        forward[step.id] = replace(_PENDING_FORWARD, step_id=step.id, operation_key=key)
         if step.compensation is not None:
             c_key = operation_key(
                 event.saga_id, step.id, StepKind.COMPENSATION, step.compensation.operation_version
             )
-            compensation[step.id] = StepRun(step.id, StepKind.COMPENSATION, c_key)
+            compensation[step.id] = replace(
+                _PENDING_COMPENSATION, step_id=step.id, operation_key=c_key
+            )
     return replace(
         state,
         saga_id=event.saga_id,
