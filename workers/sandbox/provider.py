@@ -187,7 +187,17 @@ class SandboxProvider:
         key: str,
         saga_id: str,
     ) -> ProviderResponse:
-        armed = self.faults.arm(conn, self.name, operation, saga_id, key)
+        # The fault rules and the key's stored operation travel in one round trip.
+        with conn.pipeline():
+            pending = self.faults.send_arm(conn, self.name, operation, saga_id, key)
+            stored = conn.execute(
+                sql.SQL("SELECT operation FROM {} WHERE key = %s").format(
+                    self._table("idempotency_keys")
+                ),
+                (key,),
+            )
+        armed = self.faults.arm_sent(pending)
+        already_stored = stored.fetchone() is not None
         if armed.fire(conn, Boundary.TIMEOUT_BEFORE_DISPATCH):
             raise ProviderTimeout(self.name, operation, key)
         hit = armed.fire(conn, Boundary.FAIL_BEFORE_COMMIT)
@@ -200,7 +210,7 @@ class SandboxProvider:
             )
         digest = request_hash(operation, args)
         delay_s = 0.0
-        if not self.dedupes(operation) or self._stored(conn, key) is None:
+        if not self.dedupes(operation) or not already_stored:
             # Faults that shape a new effect; a replay returns the stored result untouched.
             self._fire_effect_faults(conn, armed, operation, args)
             slow = armed.fire(conn, Boundary.SLOW_VISIBILITY)
@@ -253,16 +263,6 @@ class SandboxProvider:
             f"{self.name} rejected the request: {hit.params.get('code', code)} (injected)",
         )
 
-    def _stored(self, conn: psycopg.Connection[Any], key: str) -> str | None:
-        # One statement on an autocommit connection: no explicit transaction round trips.
-        row = conn.execute(
-            sql.SQL("SELECT operation FROM {} WHERE key = %s").format(
-                self._table("idempotency_keys")
-            ),
-            (key,),
-        ).fetchone()
-        return None if row is None else str(row[0])
-
     def _commit(
         self,
         conn: psycopg.Connection[Any],
@@ -275,7 +275,9 @@ class SandboxProvider:
         delay_s: float,
     ) -> ProviderResponse:
         keys = self._table("idempotency_keys")
-        with conn.transaction():
+        # Pipelined: BEGIN rides with the key claim, and the response update with COMMIT, so
+        # the transaction costs two round trips instead of five.
+        with conn.pipeline(), conn.transaction():
             # Claiming the key first serialises concurrent requests with the same key: the
             # second waits on the unique index, then finds the committed row and replays it.
             claimed = conn.execute(
