@@ -176,25 +176,30 @@ def prepare_events(
 
 
 def _prepare_one(stream_id: str, index: int, event: NewEvent, limit: int) -> PreparedEvent:
-    where = f"event #{index}"
-    event_type = check_name(f"{where} type", event.type, MAX_TYPE_LENGTH)
+    event_type = event.type
+    if type(event_type) is not str or not 0 < len(event_type) <= MAX_TYPE_LENGTH:
+        check_name(f"event #{index} type", event_type, MAX_TYPE_LENGTH)  # raises, naming why
+    elif not event_type.strip() or "\x00" in event_type:
+        check_name(f"event #{index} type", event_type, MAX_TYPE_LENGTH)
     schema_version = event.schema_version
-    if isinstance(schema_version, bool) or not isinstance(schema_version, int):
-        raise InvalidEvent(f"{where} ({event_type}) schema_version must be an int")
-    if not 1 <= schema_version <= 2**31 - 1:
-        raise InvalidEvent(f"{where} ({event_type}) schema_version must be >= 1")
+    if type(schema_version) is not int or not 1 <= schema_version <= 2**31 - 1:
+        _refuse_schema_version(index, event_type, schema_version)
     event_id, given = _event_id(event.event_id)
-    data, data_json = _normalised_json(f"{where} ({event_type}) data", event.data)
-    metadata, metadata_json = _normalised_json(
-        f"{where} ({event_type}) metadata", event.metadata or {}
-    )
+    # Error labels are formatted only on failure: this runs for every appended event.
+    try:
+        data, data_json = _normalised_json("data", event.data)
+        metadata, metadata_json = (
+            _normalised_json("metadata", event.metadata) if event.metadata else ({}, "{}")
+        )
+    except InvalidEvent as exc:
+        raise InvalidEvent(f"event #{index} ({event_type}) {exc}") from None
     size = _utf8_length(data_json) + _utf8_length(metadata_json)
     if size > limit:
         raise InvalidEvent(
-            f"{where} ({event_type}) is {size} bytes serialized; the limit is {limit}"
+            f"event #{index} ({event_type}) is {size} bytes serialized; the limit is {limit}"
         )
     tenant = metadata.get("tenant")
-    tenant_id = tenant if isinstance(tenant, str) else None
+    tenant_id = tenant if type(tenant) is str else None
     type_json = json_string(event_type)
     # The element eventstore.append_events unpacks; it hashes data/meta as sent, verbatim.
     wire = (
@@ -203,15 +208,23 @@ def _prepare_one(stream_id: str, index: int, event: NewEvent, limit: int) -> Pre
         f'"tenant":{"null" if tenant_id is None else json_string(tenant_id)}}}'
     )
     return PreparedEvent(
-        event_id=event_id,
-        type=event_type,
-        schema_version=schema_version,
-        data=data,
-        metadata=metadata,
-        data_json=data_json,
-        metadata_json=metadata_json,
-        wire_json=wire,
-        type_json=type_json,
-        tenant_id=tenant_id,
-        id_was_given=given,
+        event_id,
+        event_type,
+        schema_version,
+        data,
+        metadata,
+        data_json,
+        metadata_json,
+        wire,
+        type_json,
+        tenant_id,
+        given,
     )
+
+
+def _refuse_schema_version(index: int, event_type: str, schema_version: object) -> None:
+    where = f"event #{index} ({event_type})"
+    if isinstance(schema_version, bool) or not isinstance(schema_version, int):
+        raise InvalidEvent(f"{where} schema_version must be an int")
+    if not 1 <= schema_version <= 2**31 - 1:
+        raise InvalidEvent(f"{where} schema_version must be >= 1")
