@@ -61,6 +61,10 @@ class OperationTally:
     started_without_approval: bool = False
 
 
+NO_TALLY = OperationTally()
+"""The tally of an operation no event has touched yet (shared: tallies are immutable)."""
+
+
 @dataclass(frozen=True)
 class SagaRecord:
     """A saga's folded state plus the counters and evidence the read models show."""
@@ -108,7 +112,7 @@ def _needed_approval(record: SagaRecord, event: StepStarted) -> bool:
 
 
 def _tally(record: SagaRecord, event: StepEvent) -> OperationTally:
-    tally = record.tallies.get((event.step_id, event.kind), OperationTally())
+    tally = record.tallies.get((event.step_id, event.kind), NO_TALLY)
     match event:
         case StepStarted():
             return _with(

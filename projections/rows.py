@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from projections.masking import mask
-from projections.record import OperationTally, SagaRecord
+from projections.record import NO_TALLY, SagaRecord
 from saga_core.contracts import StepKind
 from saga_core.state import RunStatus, StepRun
 
@@ -160,7 +160,7 @@ def _summary(record: SagaRecord) -> SummaryRow:
 
 
 def _step_row(record: SagaRecord, run: StepRun) -> StepRunRow:
-    tally = record.tallies.get((run.step_id, run.kind), OperationTally())
+    tally = record.tallies.get((run.step_id, run.kind), NO_TALLY)
     tool, tool_version = record.definition.tool_for(run.step_id, run.kind)
     receipt = run.receipt.model_dump(mode="json") if run.receipt is not None else None
     return StepRunRow(

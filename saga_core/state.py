@@ -246,6 +246,7 @@ def _step(state: SagaState, event: StepEvent) -> SagaState:
         case StepScheduled():
             new = replace(
                 run,
+                changed_at=at,
                 status=RunStatus.SCHEDULED,
                 attempt=event.attempt,
                 scheduled_at=at,
@@ -258,6 +259,7 @@ def _step(state: SagaState, event: StepEvent) -> SagaState:
         case StepStarted():
             new = replace(
                 run,
+                changed_at=at,
                 status=RunStatus.STARTED,
                 attempt=event.attempt,
                 request_hash=run.request_hash or event.request_hash,
@@ -266,21 +268,33 @@ def _step(state: SagaState, event: StepEvent) -> SagaState:
             )
         case StepSucceeded():
             # A receipt is a fact: even a late worker's success is recorded.
-            new = replace(run, status=RunStatus.SUCCEEDED, receipt=event.receipt, via=event.via)
+            new = replace(
+                run,
+                status=RunStatus.SUCCEEDED,
+                receipt=event.receipt,
+                via=event.via,
+                changed_at=at,
+            )
         case StepFailed() if event.error_class is ErrorClass.AMBIGUOUS:
-            new = replace(run, status=RunStatus.UNKNOWN, unknown_at=at, error_class=None)
+            new = replace(
+                run, status=RunStatus.UNKNOWN, unknown_at=at, error_class=None, changed_at=at
+            )
         case StepFailed():
             new = replace(
                 run,
+                changed_at=at,
                 status=RunStatus.FAILED,
                 error_class=event.error_class,
                 error_message=event.message,
             )
         case StepOutcomeUnknown():
-            new = replace(run, status=RunStatus.UNKNOWN, unknown_at=at, reconciliations=0)
+            new = replace(
+                run, status=RunStatus.UNKNOWN, unknown_at=at, reconciliations=0, changed_at=at
+            )
         case ReconciliationScheduled():
             new = replace(
                 run,
+                changed_at=at,
                 status=RunStatus.RECONCILING,
                 not_before=event.not_before,
                 scheduled_at=at,
@@ -294,6 +308,7 @@ def _step(state: SagaState, event: StepEvent) -> SagaState:
             }[event.result]
             new = replace(
                 run,
+                changed_at=at,
                 status=status,
                 lookup_receipt=event.receipt,
                 absent_at=at if event.result == "absent" else run.absent_at,
@@ -302,15 +317,20 @@ def _step(state: SagaState, event: StepEvent) -> SagaState:
             approval = ApprovalState(event.action_hash, event.scope, at, event.expires_at)
             new = replace(
                 run,
+                changed_at=at,
                 status=RunStatus.AWAITING_APPROVAL,
                 approval=approval,
                 approval_requests=run.approval_requests + 1,
             )
         case ApprovalGranted() | ApprovalDenied():
-            new = _answer(run, event)
+            new = replace(_answer(run, event), changed_at=at)
         case _:
             raise EventRejected(f"unhandled step event {event.event_type}")
-    return state.with_run(replace(new, changed_at=at))
+    # One replace of the run (each branch sets changed_at) and one of the state.
+    runs = "forward" if new.kind is StepKind.FORWARD else "compensation"
+    return replace(
+        state, **{runs: {**getattr(state, runs), new.step_id: new}}, version=state.version + 1
+    )
 
 
 def _answer(run: StepRun, event: ApprovalGranted | ApprovalDenied) -> StepRun:
@@ -389,7 +409,7 @@ def evolve(state: SagaState, event: SagaEvent) -> SagaState:
     elif state.finished is not None:
         raise EventRejected(f"{event.event_type} after the saga finished ({state.finished})")
     elif isinstance(event, StepEvent):
-        new = _step(state, event)
+        return _step(state, event)  # bumps the version itself (one replace fewer)
     else:
         new = _saga(state, event)
     return replace(new, version=state.version + 1)
