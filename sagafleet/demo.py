@@ -307,6 +307,8 @@ def summarize(
 def child_env(database_url: str, broker_url: str, options: DemoOptions) -> dict[str, str]:
     """Environment for the demo's processes: the resolved endpoints and short timings."""
     env = dict(os.environ)
+    # The demo runs the trip against the sandbox providers, whatever tools are configured.
+    env.pop("SAGAFLEET_TOOLS", None)
     env.update({
         "SAGAFLEET_DATABASE_URL": database_url,
         "SAGAFLEET_BROKER_URL": broker_url,

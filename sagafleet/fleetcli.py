@@ -8,10 +8,21 @@ from sagafleet import runtime
 from sagafleet.migrate import migrate_all
 from sagafleet.settings import Settings
 from workers.fleet import Fleet, FleetConfig
+from workers.tools import load_tool_set
 
 
-def build_fleet(settings: Settings, *, worker_id: str | None = None, migrate: bool = True) -> Fleet:
-    """A fleet on the configured (or embedded) servers, schema migrated, trip registered."""
+def build_fleet(
+    settings: Settings,
+    *,
+    worker_id: str | None = None,
+    migrate: bool = True,
+    tools: str | None = None,
+) -> Fleet:
+    """A fleet on the configured (or embedded) servers, schema migrated, trip registered.
+
+    ``tools`` (else ``SAGAFLEET_TOOLS``) names the tool set to run instead of the trip
+    sandbox, as ``package.module:attribute``.
+    """
     ends = runtime.endpoints(settings, need_broker=True)
     assert ends.broker_url is not None
     if migrate:
@@ -25,4 +36,8 @@ def build_fleet(settings: Settings, *, worker_id: str | None = None, migrate: bo
     )
     if worker_id:
         config = replace(config, worker_id=worker_id)
-    return Fleet(config)
+    reference = tools or settings.tools
+    if reference is None:
+        return Fleet(config)
+    tool_set = load_tool_set(reference)
+    return Fleet(config, tools=tool_set.registry, catalogue=tool_set.catalogue)

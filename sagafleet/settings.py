@@ -30,6 +30,9 @@ class Settings(BaseModel):
     sweep_interval_seconds: float = Field(default=2.0, gt=0, le=3_600)
     # Added latency of every sandbox provider call (tests and benchmarks of slow tools).
     tool_latency_seconds: float = Field(default=0.0, ge=0, le=600)
+    # The tools a fleet runs: 'package.module:attribute' naming a workers.tools.ToolSet (or a
+    # callable returning one). Unset: the trip sandbox providers.
+    tools: str | None = Field(default=None, pattern=r"^[\w.]+:\w+$")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

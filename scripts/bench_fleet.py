@@ -9,6 +9,12 @@ Throughput is counted from the first enqueue to the last completion; medians of 
     python scripts/bench_fleet.py                      # 2 workers, 300 sagas, 3 runs
     python scripts/bench_fleet.py --workers 1 2 4      # scaling
     python scripts/bench_fleet.py --memory 10000       # worker RSS over 10,000 sagas
+    python scripts/bench_fleet.py --providers memory   # the fleet's own overhead
+
+``--providers sandbox`` (the default) runs the trip against the sandbox providers, whose
+ledgers are PostgreSQL transactions on the same server and cores as the fleet.
+``--providers memory`` swaps in zero-cost in-memory tools (scripts/memory_tools.py) so the
+figure is the fleet's own cost per saga: claims, results, decisions, broker messages.
 """
 
 from __future__ import annotations
@@ -86,11 +92,14 @@ def baseline(broker: str, workers: int, chains: int, env: dict[str, str], logs: 
 
 def fleet_run(
     database: str, broker: str, workers: int, sagas: int, env: dict[str, str], logs: Path,
-    *, sample_rss: bool = False,
+    *, sample_rss: bool = False, providers: str = "sandbox",
 ) -> tuple[float, list[tuple[int, int]]]:
     """Trip sagas per second with ``workers`` fleet workers; optional RSS samples."""
     broker_redis(broker).flushdb()
     child = {**env, "SAGAFLEET_DATABASE_URL": database, "SAGAFLEET_BROKER_URL": broker}
+    if providers == "memory":
+        child["SAGAFLEET_TOOLS"] = "memory_tools:trip_tools"
+        child["PYTHONPATH"] = f"{ROOT}{os.pathsep}{ROOT / 'scripts'}"
     procs = [spawn_sagafleet(["worker"], child, logs / f"fleet-{i}.log")
              for i in range(workers)]
     fleet = Fleet(FleetConfig(database_url=database, broker_url=broker))
@@ -149,6 +158,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[2])
     parser.add_argument("--sagas", type=int, default=300)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--providers", choices=("sandbox", "memory"), default="sandbox",
+                        help="trip tools: sandbox ledgers in PostgreSQL, or zero-cost memory")
     parser.add_argument("--memory", type=int, default=0,
                         help="also run this many sagas on one worker and sample its RSS")
     args = parser.parse_args()
@@ -160,18 +171,21 @@ def main() -> None:
     broker = args.broker_url or embedded.start_redis(home).url
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     try:
-        print(f"broker {broker}; {args.sagas} sagas / chains per run; median of {args.runs}")
+        print(f"broker {broker}; {args.sagas} sagas / chains per run; median of {args.runs};"
+              f" {args.providers} providers")
         print(f"{'workers':>7} {'baseline chains/s':>18} {'fleet sagas/s':>14} {'ratio':>6}")
         for workers in args.workers:
             base = [baseline(broker, workers, args.sagas, env, logs) for _ in range(args.runs)]
             database = fresh_database(server)
-            ours = [fleet_run(database, broker, workers, args.sagas, env, logs)[0]
+            ours = [fleet_run(database, broker, workers, args.sagas, env, logs,
+                              providers=args.providers)[0]
                     for _ in range(args.runs)]
             b, f = statistics.median(base), statistics.median(ours)
             print(f"{workers:>7} {b:>18.1f} {f:>14.1f} {f / b:>6.2f}", flush=True)
         if args.memory:
             database = fresh_database(server)
-            _, samples = fleet_run(database, broker, 1, args.memory, env, logs, sample_rss=True)
+            _, samples = fleet_run(database, broker, 1, args.memory, env, logs, sample_rss=True,
+                                   providers=args.providers)
             print(f"worker RSS over {args.memory} sagas (KiB): "
                   + ", ".join(f"{n}:{kib}" for n, kib in samples))
             first, last = samples[1][1] if len(samples) > 1 else samples[0][1], samples[-1][1]

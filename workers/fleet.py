@@ -139,8 +139,14 @@ class Fleet:
         a version bump) is kept, with a warning: running sagas need their stored definition,
         and a worker must not refuse to start over an example.
         """
+        trip = trip_definition()
+        needed = {(s.tool, s.version) for s in trip.steps} | {
+            (s.compensation.tool, s.compensation.version) for s in trip.steps if s.compensation
+        }
+        if any(self.catalogue.get(name, version) is None for name, version in needed):
+            return []  # a fleet running its own tool set has no use for the example trip
         try:
-            return [self.client(actor="sagafleet").register_definition(trip_definition())]
+            return [self.client(actor="sagafleet").register_definition(trip)]
         except DefinitionConflict as exc:
             log.warning("built-in definition not registered: %s", exc)
             return []

@@ -9,10 +9,12 @@ exceptions are translated into it at the adapter boundary, exactly once.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import ErrorClass, Receipt
 from saga_core.errors import SagaError
 from saga_core.errors import UnknownToolError as CatalogueUnknownToolError
@@ -181,3 +183,41 @@ class ToolRegistry:
 
     def __len__(self) -> int:
         return len(self._tools)
+
+
+@dataclass(frozen=True)
+class ToolSet:
+    """What a fleet runs: the catalogue (what each tool means) and its implementations."""
+
+    catalogue: ToolCatalogue
+    registry: ToolRegistry
+
+
+class ToolSetError(SagaError):
+    """A ``module:attribute`` tool-set reference cannot be loaded; the message says why."""
+
+
+def load_tool_set(reference: str) -> ToolSet:
+    """Import ``package.module:attribute`` and return the :class:`ToolSet` it names.
+
+    The attribute is a ToolSet or a callable returning one (called with no arguments, once
+    per process), so a deployment can plug its own allowlisted tools into ``sagafleet
+    worker`` without a line of sagafleet code changing.
+    """
+    module_name, sep, attribute = reference.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ToolSetError(f"tool set {reference!r} must look like 'package.module:attribute'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ToolSetError(f"tool set {reference!r}: cannot import {module_name}: {exc}") from None
+    try:
+        target = getattr(module, attribute)
+    except AttributeError:
+        raise ToolSetError(f"tool set {reference!r}: {module_name} has no {attribute!r}") from None
+    found = target() if callable(target) and not isinstance(target, ToolSet) else target
+    if not isinstance(found, ToolSet):
+        raise ToolSetError(
+            f"tool set {reference!r} gave a {type(found).__name__}, not a workers.tools.ToolSet"
+        )
+    return found

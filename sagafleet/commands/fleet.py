@@ -22,6 +22,9 @@ def register(sub: Any) -> None:
     worker.add_argument("--queues", default=f"{QUEUE_STEPS},{QUEUE_COMMANDS}",
                         help="comma-separated queues to consume")
     worker.add_argument("--loglevel", default="WARNING")
+    worker.add_argument("--tools", default=None, metavar="MODULE:ATTRIBUTE",
+                        help="the tool set to run (a workers.tools.ToolSet; default"
+                             " SAGAFLEET_TOOLS, else the trip sandbox providers)")
     worker.set_defaults(handler=run_worker)
 
     sweeper = sub.add_parser("sweeper", help="re-enqueue due work the log knows about")
@@ -37,7 +40,7 @@ def run_worker(args: argparse.Namespace, settings: Settings) -> int:
     if args.concurrency < 1:
         raise SystemExit("sagafleet worker: --concurrency must be at least 1")
     logging.basicConfig(level=args.loglevel.upper())
-    fleet = build_fleet(settings)
+    fleet = build_fleet(settings, tools=args.tools)
     init_sentry(settings.sentry_dsn, component="worker")
     fleet.register_builtin_definitions()
     pool = "solo" if args.concurrency == 1 else "threads"
