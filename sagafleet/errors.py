@@ -11,6 +11,8 @@ from sagafleet.settings import ConfigurationError
 # the most specific names first.
 _BY_NAME: dict[str, ExitCode] = {
     "ConcurrencyError": ExitCode.CONFLICT,
+    "DefinitionConflict": ExitCode.CONFLICT,
+    "ToolSetError": ExitCode.USAGE,
     "EventIdConflict": ExitCode.CONFLICT,
     "KeyReuseError": ExitCode.CONFLICT,
     "IdempotencyConflict": ExitCode.CONFLICT,

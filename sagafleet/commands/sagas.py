@@ -1,11 +1,14 @@
-"""``sagafleet start|status|approve|deny|cancel``: the saga commands for agents and operators."""
+"""``sagafleet register|start|status|approve|deny|cancel``: saga commands for agents."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from saga_core.contracts import StepKind
 from sagafleet.exit_codes import ExitCode
@@ -23,6 +26,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def register(sub: Any) -> None:
     """Add the saga subcommands."""
+    define = sub.add_parser("register", help="register a saga definition (YAML or JSON file)")
+    define.add_argument("file", help="the definition, as YAML (.yaml/.yml) or JSON")
+    define.add_argument("--as", dest="actor", default="cli", help="who registers it")
+    define.add_argument("--json", action="store_true", help="print one JSON document")
+    define.set_defaults(handler=run_register)
+
     start = sub.add_parser("start", help="start a saga (idempotent by --key)")
     start.add_argument("definition", help="definition name, e.g. trip")
     start.add_argument("--input", required=True, help="the input as a JSON object")
@@ -96,6 +105,35 @@ def _show(view: SagaView, as_json: bool) -> None:
         return "\n".join(lines)
 
     emit(view.model_dump(mode="json"), as_json=as_json, text=text)
+
+
+def run_register(args: argparse.Namespace, settings: Settings) -> int:
+    """Validate a definition file against the configured tool catalogue and store it."""
+    path = Path(args.file)
+    try:
+        text = path.read_text(encoding="utf-8")
+        document = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+    except OSError as exc:
+        emit_error(f"cannot read {path}: {exc.strerror}", as_json=args.json, kind="NotFound")
+        return ExitCode.NOT_FOUND
+    except (yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        emit_error(f"{path} is not valid YAML/JSON: {exc}", as_json=args.json,
+                   kind="InvalidInput")
+        return ExitCode.INVALID_INPUT
+    if not isinstance(document, dict):
+        emit_error(f"{path} must hold one definition (a mapping)", as_json=args.json,
+                   kind="InvalidInput")
+        return ExitCode.INVALID_INPUT
+    fleet = build_fleet(settings)
+    try:
+        content_hash = fleet.client(actor=args.actor).register_definition(document)
+    finally:
+        fleet.close()
+    result = {"name": document.get("name"), "version": document.get("version"),
+              "hash": content_hash}
+    emit(result, as_json=args.json,
+         text=lambda d: f"registered {d['name']} v{d['version']} (hash {d['hash'][:16]}…)")
+    return ExitCode.OK
 
 
 def run_start(args: argparse.Namespace, settings: Settings) -> int:

@@ -8,7 +8,9 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
+from saga_core import trip_definition
 from sagafleet.migrate import migrate_all
 
 TRIP = {"customer_email": "ada@example.com", "flight_id": "FL1", "hotel_id": "HT1",
@@ -78,3 +80,38 @@ def test_help_documents_exit_codes(run):
     result = run("--help")
     assert result.returncode == 0 and "exit codes:" in result.stdout
     assert "invalid-input" in result.stdout and "not-found" in result.stdout
+
+
+def test_register_a_definition_file_then_start_it(run, tmp_path):
+    # given the trip under another name, as a YAML file an operator keeps in version control
+    spec = trip_definition().model_dump(mode="json") | {"name": "weekend_trip"}
+    path = tmp_path / "weekend_trip.yaml"
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    # when it is registered (twice: the second is a no-op with the same hash)
+    first = run("register", str(path), "--json")
+    assert first.returncode == 0, first.stderr
+    again = run("register", str(path), "--json")
+    assert json.loads(again.stdout)["hash"] == json.loads(first.stdout)["hash"]
+    # then sagas start from it by name
+    started = run("start", "weekend_trip", "--input", json.dumps(TRIP), "--json")
+    assert started.returncode == 0 and json.loads(started.stdout)["definition"] == "weekend_trip"
+    # and the same name and version with other content is a conflict, not an overwrite
+    path.write_text(yaml.safe_dump({**spec, "description": "changed"}), encoding="utf-8")
+    changed = run("register", str(path), "--json")
+    assert changed.returncode == 5 and json.loads(changed.stdout)["error"] == "DefinitionConflict"
+
+
+def test_register_refuses_bad_files_with_named_exit_codes(run, tmp_path):
+    missing = run("register", str(tmp_path / "nope.yaml"), "--json")
+    assert missing.returncode == 4 and json.loads(missing.stdout)["error"] == "NotFound"
+    garbled = tmp_path / "garbled.json"
+    garbled.write_text("{not json", encoding="utf-8")
+    assert run("register", str(garbled)).returncode == 3
+    unknown_tool = tmp_path / "rogue.json"
+    unknown_tool.write_text(json.dumps({
+        "name": "rogue", "version": 1,
+        "steps": [{"id": "wipe", "tool": "shell.exec", "semantics": "irreversible"}],
+    }), encoding="utf-8")
+    refused = run("register", str(unknown_tool), "--json")
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    assert "shell.exec" in refused.stdout and "Traceback" not in refused.stderr
