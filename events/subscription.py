@@ -41,6 +41,14 @@ RETURNING name
 """
 
 
+_START_AT = """
+INSERT INTO eventstore.checkpoints (name, last_xid, last_position, updated_at)
+VALUES (%(name)s, %(xid)s::text::xid8, %(pos)s, now())
+ON CONFLICT (name) DO NOTHING
+RETURNING name
+"""
+
+
 class GateVerdict(enum.Enum):
     """What a consumer should do with an event given the last version it applied."""
 
@@ -146,6 +154,22 @@ class Subscription:
                 .fetchone()
             )
         return Position(int(row[0]), int(row[1])) if row else None
+
+    def start_at(self, position: Position) -> None:
+        """Start this (new) subscription after ``position`` instead of at the beginning.
+
+        For a consumer that already applied everything up to ``position`` some other way
+        (a rebuild's bulk phase). A stored checkpoint is never moved: CheckpointConflict.
+        """
+        params = {
+            "name": self.name,
+            "xid": str(position.transaction_id),
+            "pos": position.global_position,
+        }
+        with translated_errors(), self._store.connection() as conn:
+            row = conn.execute(_START_AT, params).fetchone()
+        if row is None:
+            raise CheckpointConflict(f"subscription {self.name!r} already has a checkpoint")
 
     @contextmanager
     def next_batch(self, limit: int = 500) -> Iterator[Batch]:

@@ -16,11 +16,12 @@ from typing import Any
 
 import psycopg
 
+from projections.bulk import fold_parts, horizon
 from projections.context import ProjectionContext
 from projections.errors import RebuildConflict
 from projections.runner import ProjectionRunner
 from projections.status import lag_of
-from projections.tables import active_version, check_projection
+from projections.tables import active_version, check_projection, subscription_name
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,16 @@ def rebuild(
     progress: Callable[[RebuildProgress], None] | None = None,
     progress_every_s: float = 1.0,
     drop_old: bool = True,
+    workers: int = 1,
 ) -> RebuildReport:
-    """Build a new table set of ``name`` from the whole log, switch to it, drop the old one."""
+    """Build a new table set of ``name`` from the whole log, switch to it, drop the old one.
+
+    With ``workers`` > 1 the log up to the current horizon is first folded by that many
+    processes in parallel (:mod:`projections.bulk`); the checkpointed runner then applies
+    the rest, catches up with the live log and switches, as it does alone.
+    """
+    if workers < 1:
+        raise ValueError("workers must be at least 1")
     check_projection(name)
     with psycopg.connect(ctx.store.conninfo, autocommit=True) as lock_conn:
         got = lock_conn.execute("SELECT pg_try_advisory_lock(%s)", (_lock_key(name),)).fetchone()
@@ -100,10 +109,21 @@ def rebuild(
             raise RebuildConflict(f"a rebuild of {name!r} is already running")
         old = active_version(lock_conn, name)
         version = _start_table_set(lock_conn, name)
-        runner = ProjectionRunner(ctx, name, version=version, batch_size=batch_size)
         started = time.perf_counter()
-        last_report = started
         applied = 0
+        if workers > 1:
+            # The bulk phase: everything up to the horizon, in parallel, then the runner
+            # resumes from the horizon (later events already folded are duplicates to it).
+            after = horizon(lock_conn)
+            if after is not None:
+                applied = fold_parts(ctx.store.conninfo, version, workers)
+                ctx.store.subscription(subscription_name(name, version)).start_at(after)
+                if progress is not None:
+                    behind = lag_of(ctx, name, version)[1]
+                    progress(RebuildProgress(name, version, applied, behind,
+                                             time.perf_counter() - started))
+        runner = ProjectionRunner(ctx, name, version=version, batch_size=batch_size)
+        last_report = started
         try:
             while True:
                 report = runner.run_once(switch_when_caught_up=True)

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from events import EventRegistry, RecordedEvent
+from events.definitions import DefinitionStore
 from events.sagas import CorruptSagaStream
 from projections.masking import secret_values
 from saga_core import evolve
@@ -195,3 +197,24 @@ def replay(
         else:
             record = evolve_record(record, event, version)
     return record
+
+
+def fold_event(
+    definitions: DefinitionStore,
+    registry: EventRegistry,
+    record: SagaRecord | None,
+    recorded: RecordedEvent,
+) -> SagaRecord:
+    """Decode one recorded saga event and fold it into ``record`` (None: the first event)."""
+    event = registry.decode(recorded)
+    if not isinstance(event, SagaEvent):
+        raise CorruptSagaStream(
+            f"{recorded.stream_id}@{recorded.stream_version} is not a saga event"
+        )
+    if record is None:
+        if not isinstance(event, SagaStarted):
+            raise CorruptSagaStream(f"{recorded.stream_id} does not start with SagaStarted")
+        definition = definitions.by_hash(event.definition_hash)
+        return start_record(definition, event, recorded.stream_version)
+    return evolve_record(record, event, recorded.stream_version)
+

@@ -28,12 +28,11 @@ from events import (
 )
 from events.sagas import CorruptSagaStream, saga_id_of, saga_stream
 from projections.context import ProjectionContext
-from projections.record import SagaRecord, evolve_record, start_record
+from projections.record import SagaRecord, fold_event
 from projections.rows import SagaRows, rows_of
 from projections.store import TableSetWriter, stream_versions
 from projections.tables import active_version, check_projection, subscription_name
 from saga_core.errors import SagaError
-from saga_core.events import SagaEvent, SagaStarted
 
 log = logging.getLogger(__name__)
 
@@ -224,17 +223,7 @@ class ProjectionRunner:
         return _Working(record, None)
 
     def _fold(self, record: SagaRecord | None, recorded: RecordedEvent) -> SagaRecord:
-        event = self._registry.decode(recorded)
-        if not isinstance(event, SagaEvent):
-            raise CorruptSagaStream(
-                f"{recorded.stream_id}@{recorded.stream_version} is not a saga event"
-            )
-        if record is None:
-            if not isinstance(event, SagaStarted):
-                raise CorruptSagaStream(f"{recorded.stream_id} does not start with SagaStarted")
-            definition = self.ctx.definitions.by_hash(event.definition_hash)
-            return start_record(definition, event, recorded.stream_version)
-        return evolve_record(record, event, recorded.stream_version)
+        return fold_event(self.ctx.definitions, self._registry, record, recorded)
 
     def _switch(self, batch: Batch) -> None:
         conn = batch.connection

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -79,6 +80,8 @@ def register(sub: Any) -> None:
     rebuild_p.add_argument("name", nargs="?", default=None, help="one projection (default: all)")
     rebuild_p.add_argument("--batch", type=int, default=2000, help="events per transaction")
     rebuild_p.add_argument("--keep-old", action="store_true", help="keep the old table set")
+    rebuild_p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1),
+                           help="processes folding the log in parallel (default: min(4, CPUs))")
     _json_flag(rebuild_p)
     rebuild_p.set_defaults(handler=run_rebuild)
     serve = proj_sub.add_parser("serve-metrics", help="serve Prometheus metrics over HTTP")
@@ -188,10 +191,14 @@ def run_rebuild(args: argparse.Namespace, settings: Settings) -> int:
 
     from projections import PROJECTIONS
 
+    if args.workers < 1:
+        emit_error("--workers must be at least 1", as_json=args.json, kind="Usage")
+        return ExitCode.USAGE
     names = [args.name] if args.name else list(PROJECTIONS)
     with _context(settings) as ctx:
         reports = [
-            rebuild(ctx, name, batch_size=args.batch, progress=progress, drop_old=not args.keep_old)
+            rebuild(ctx, name, batch_size=args.batch, progress=progress, drop_old=not args.keep_old,
+                    workers=args.workers)
             for name in names
         ]
     doc = [{**asdict(r), "events_per_s": round(r.events_per_s, 1)} for r in reports]

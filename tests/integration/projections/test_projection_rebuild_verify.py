@@ -7,6 +7,7 @@ import threading
 import pytest
 from projection_support import TripScript
 
+from events import CheckpointConflict, Position
 from events.sagas import SagaRepository
 from projections import ProjectionContext, ProjectionRunner, rebuild, verify
 from projections.store import read_rows
@@ -16,9 +17,13 @@ from sagafleet.exit_codes import ExitCode
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.parametrize("workers", [1, 3])
 def test_rebuild_while_writing_switches_to_a_complete_new_table_set(
-    ctx: ProjectionContext, repo: SagaRepository
+    ctx: ProjectionContext, repo: SagaRepository, workers: int
 ) -> None:
+    # workers=3: three processes fold the log up to the horizon in parallel while sagas
+    # are still being written; the runner resumes from the horizon and must skip what they
+    # folded beyond it and apply the rest.
     # given a live projector's table set holding some sagas
     for _ in range(5):
         TripScript().completed().write(repo)
@@ -39,7 +44,8 @@ def test_rebuild_while_writing_switches_to_a_complete_new_table_set(
     thread.start()
     progress = []
     try:
-        report = rebuild(ctx, batch_size=20, progress=progress.append, progress_every_s=0)
+        report = rebuild(ctx, batch_size=20, progress=progress.append, progress_every_s=0,
+                         workers=workers)
     finally:
         stop.set()
         thread.join()
@@ -97,3 +103,13 @@ def test_verify_catches_a_hand_edited_row_and_a_hand_edited_event(
     # and the command exits with VERIFY_FAILED
     monkeypatch.setenv("SAGAFLEET_DATABASE_URL", ctx.store.conninfo)
     assert main(["verify", "--json"]) == ExitCode.VERIFY_FAILED
+
+
+def test_a_subscription_starts_after_a_position_only_once(ctx: ProjectionContext) -> None:
+    # the bulk phase hands the runner its horizon this way; it never moves a checkpoint
+    subscription = ctx.store.subscription("test.start_at")
+    subscription.start_at(Position(5, 7))
+    assert subscription.checkpoint() == Position(5, 7)
+    with pytest.raises(CheckpointConflict, match="already has a checkpoint"):
+        subscription.start_at(Position(9, 9))
+    subscription.close()
