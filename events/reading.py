@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Final
 
 import psycopg
@@ -27,6 +28,23 @@ _READ_STREAM = f"""
 SELECT {EVENT_COLUMNS} FROM eventstore.events
  WHERE stream_id = %s AND stream_version > %s AND stream_version <= %s
  ORDER BY stream_version
+"""  # noqa: S608 - EVENT_COLUMNS is a constant
+
+# The last event below the snapshot horizon: everything up to it is final (no late commit
+# can sort before it), the same rule that keeps read_all gap-safe.
+_HORIZON = """
+SELECT transaction_id::text::bigint, global_position FROM eventstore.events
+ WHERE transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+ ORDER BY transaction_id DESC, global_position DESC
+ LIMIT 1
+"""
+
+# One hash part of the streams with a prefix, each stream in version order.
+_SCAN = f"""
+SELECT {EVENT_COLUMNS} FROM eventstore.events
+ WHERE starts_with(stream_id, %(prefix)s)
+   AND (hashtext(stream_id) & 2147483647) %% %(parts)s = %(part)s
+ ORDER BY stream_id, stream_version
 """  # noqa: S608 - EVENT_COLUMNS is a constant
 
 _BY_IDS = f"SELECT {EVENT_COLUMNS} FROM eventstore.events WHERE event_id = ANY(%s)"  # noqa: S608
@@ -67,3 +85,27 @@ def events_by_id_on(conn: psycopg.Connection[Any], event_ids: list[object]) -> l
     with conn.cursor(row_factory=args_row(recorded_event_row)) as cur:
         cur.execute(_BY_IDS, (event_ids,))
         return cur.fetchall()
+
+
+def horizon_on(conn: psycopg.Connection[Any]) -> Position | None:
+    """The last event every later gap-safe read agrees on (None: nothing is final yet)."""
+    row = conn.execute(_HORIZON).fetchone()
+    return None if row is None else Position(int(row[0]), int(row[1]))
+
+
+def scan_streams_on(
+    conn: psycopg.Connection[Any], prefix: str, part: int, parts: int, *, itersize: int = 2000
+) -> Iterator[RecordedEvent]:
+    """Every event of the streams starting with ``prefix`` in hash part ``part`` of
+    ``parts``, stream by stream in version order, streamed through a server-side cursor.
+
+    Runs in ``conn``'s open transaction, whose snapshot it reads (the caller picks the
+    isolation level; REPEATABLE READ gives one consistent view of every stream).
+    """
+    with conn.cursor(
+        name=f"scan_streams_{part}_of_{parts}", row_factory=args_row(recorded_event_row),
+        binary=True,
+    ) as cur:
+        cur.itersize = itersize
+        cur.execute(_SCAN, {"prefix": prefix, "parts": parts, "part": part})
+        yield from cur

@@ -42,7 +42,13 @@ from events.model import (
     RecordedEvent,
 )
 from events.prepare import DEFAULT_MAX_EVENT_BYTES, PreparedEvent, prepare_events
-from events.reading import events_by_id_on, read_all_on, read_stream_on
+from events.reading import (
+    events_by_id_on,
+    horizon_on,
+    read_all_on,
+    read_stream_on,
+    scan_streams_on,
+)
 
 if TYPE_CHECKING:
     from events.registry import EventRegistry
@@ -274,6 +280,31 @@ class EventStore:
                 " ORDER BY transaction_id DESC, global_position DESC LIMIT 1"
             ).fetchone()
         return Position(int(row[0]), int(row[1])) if row else None
+
+    def horizon(self) -> Position | None:
+        """The last event every later gap-safe read agrees on: nothing can ever be
+        committed before it (None: nothing is final yet). See :meth:`scan_streams`."""
+        with self.connection() as conn:
+            return horizon_on(conn)
+
+    def scan_streams(
+        self, prefix: str, *, part: int = 0, parts: int = 1
+    ) -> Iterator[RecordedEvent]:
+        """Every event of the streams whose id starts with ``prefix``, stream by stream in
+        version order, from one snapshot (REPEATABLE READ) on a connection of its own.
+
+        ``part``/``parts`` split the streams by a hash of their id, so ``parts`` processes
+        can each read a disjoint share. A snapshot taken after :meth:`horizon` holds every
+        event up to the horizon. For bulk folds (a rebuild); the generator holds its
+        connection and snapshot until it is exhausted or closed.
+        """
+        if not 0 <= part < parts:
+            raise ValueError(f"part must be in [0, {parts}), got {part}")
+        with translated_errors(), psycopg.connect(self._conninfo) as conn:
+            configure_connection(conn)
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            with conn.transaction():
+                yield from scan_streams_on(conn, prefix, part, parts)
 
     def subscription(self, name: str) -> Subscription:
         """A checkpointed follower of the global log; one active consumer per name."""

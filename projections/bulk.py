@@ -6,8 +6,8 @@ the database idles. So before the checkpointed runner takes over, the sagas are 
 streams in stream-version order inside one snapshot and writes their rows into the new
 table set. Correctness rests on two facts:
 
-* the horizon ``H`` is the last event whose writer's xid is below the snapshot xmin (the
-  same rule gap-safe reading uses), so the events up to ``H`` are final when it is taken;
+* the horizon ``H`` (``EventStore.horizon``) is the last event whose writer's xid is below
+  the snapshot xmin, the rule gap-safe reading uses: the events up to ``H`` are final;
 * every part's snapshot is taken after ``H``, and it folds each saga's whole stream as
   committed then, so every event up to ``H`` is folded, and the runner that resumes from
   ``H`` sees the later ones again only as duplicates, which its version gate skips.
@@ -18,49 +18,24 @@ from __future__ import annotations
 import multiprocessing
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Final
+from typing import Final
 
-import psycopg
-from psycopg.rows import args_row
-
-from events import Position, RecordedEvent
-from events._pg import EVENT_COLUMNS, configure_connection, recorded_event_row
-from events.sagas import STREAM_PREFIX, CorruptSagaStream, saga_id_of
+from events.sagas import STREAM_PREFIX, CorruptSagaStream
 from projections.context import ProjectionContext
 from projections.record import SagaRecord, fold_event
 from projections.rows import SagaRows, rows_of
 from projections.store import TableSetWriter
 
-_HORIZON: Final = """
-SELECT transaction_id::text::bigint, global_position FROM eventstore.events
- WHERE transaction_id < pg_snapshot_xmin(pg_current_snapshot())
- ORDER BY transaction_id DESC, global_position DESC
- LIMIT 1
-"""
-
-# One part of the saga streams, each stream in version order. Non-saga streams are skipped.
-_PART: Final = f"""
-SELECT {EVENT_COLUMNS} FROM eventstore.events
- WHERE starts_with(stream_id, %(prefix)s)
-   AND (hashtext(stream_id) & 2147483647) %% %(parts)s = %(part)s
- ORDER BY stream_id, stream_version
-"""  # noqa: S608 - EVENT_COLUMNS is a constant
-
 WRITE_EVERY: Final = 1000
 """Sagas per write transaction in a part."""
-
-
-def horizon(conn: psycopg.Connection[Any]) -> Position | None:
-    """The last event every later gap-safe read will agree on (None: the log is empty)."""
-    row = conn.execute(_HORIZON).fetchone()
-    return None if row is None else Position(int(row[0]), int(row[1]))
 
 
 def fold_parts(url: str, version: int, parts: int) -> int:
     """Fold every saga stream into table set ``version`` with ``parts`` processes.
 
-    Call it after :func:`horizon`; returns the number of events folded. A failing part
-    raises here; the rows already written belong to a set that is still ``building``.
+    Call it after taking the horizon (``EventStore.horizon``); returns the number of events
+    folded. A failing part raises here; the rows already written belong to a set that is
+    still ``building``, which the next rebuild drops.
     """
     if parts == 1:
         return fold_part(url, version, 0, 1)
@@ -79,7 +54,7 @@ def fold_part(url: str, version: int, part: int, parts: int) -> int:
     with ProjectionContext.connect(url, pool_size=2) as ctx, ctx.connection() as writer:
         out = TableSetWriter(version)
         pending: list[tuple[SagaRows, SagaRows | None]] = []
-        for record, events in _records(ctx, url, part, parts):
+        for record, events in _records(ctx, part, parts):
             folded += events
             pending.append((rows_of(record), None))
             if len(pending) >= WRITE_EVERY:
@@ -92,36 +67,23 @@ def fold_part(url: str, version: int, part: int, parts: int) -> int:
     return folded
 
 
-def _records(
-    ctx: ProjectionContext, url: str, part: int, parts: int
-) -> Iterator[tuple[SagaRecord, int]]:
+def _records(ctx: ProjectionContext, part: int, parts: int) -> Iterator[tuple[SagaRecord, int]]:
     """Each saga of the part folded from its whole stream, and how many events that took."""
     registry = ctx.store.registry
     if registry is None:  # ProjectionContext.connect always gives the saga registry
         raise CorruptSagaStream("a bulk fold needs a store with saga_registry()")
-    with psycopg.connect(url) as conn:
-        configure_connection(conn)
-        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        with conn.transaction(), conn.cursor(
-            name=f"bulk_part_{part}", row_factory=args_row(recorded_event_row), binary=True
-        ) as cur:
-            cur.itersize = 2000
-            cur.execute(_PART, {"prefix": STREAM_PREFIX, "parts": parts, "part": part})
-            record: SagaRecord | None = None
-            stream, count = "", 0
-            recorded: RecordedEvent
-            for recorded in cur:
-                if recorded.stream_id != stream:
-                    if record is not None:
-                        yield record, count
-                    record, stream, count = None, recorded.stream_id, 0
-                if recorded.stream_version != count + 1:
-                    raise CorruptSagaStream(
-                        f"{stream} jumps from version {count} to {recorded.stream_version}"
-                    )
-                if saga_id_of(stream) is None:
-                    raise CorruptSagaStream(f"{stream} is not a saga stream")
-                record = fold_event(ctx.definitions, registry, record, recorded)
-                count += 1
+    record: SagaRecord | None = None
+    stream, count = "", 0
+    for recorded in ctx.store.scan_streams(STREAM_PREFIX, part=part, parts=parts):
+        if recorded.stream_id != stream:
             if record is not None:
                 yield record, count
+            record, stream, count = None, recorded.stream_id, 0
+        if recorded.stream_version != count + 1:
+            raise CorruptSagaStream(
+                f"{stream} jumps from version {count} to {recorded.stream_version}"
+            )
+        record = fold_event(ctx.definitions, registry, record, recorded)
+        count += 1
+    if record is not None:
+        yield record, count

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from projections.bulk import fold_parts, horizon
+from projections.bulk import fold_parts
 from projections.context import ProjectionContext
 from projections.errors import RebuildConflict
 from projections.runner import ProjectionRunner
@@ -114,7 +114,7 @@ def rebuild(
         if workers > 1:
             # The bulk phase: everything up to the horizon, in parallel, then the runner
             # resumes from the horizon (later events already folded are duplicates to it).
-            after = horizon(lock_conn)
+            after = ctx.store.horizon()
             if after is not None:
                 applied = fold_parts(ctx.store.conninfo, version, workers)
                 ctx.store.subscription(subscription_name(name, version)).start_at(after)

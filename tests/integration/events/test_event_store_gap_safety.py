@@ -114,3 +114,36 @@ def test_read_all_walks_the_cursor_index_without_sorting(store: EventStore) -> N
         plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + _READ_ALL, ("0", 0, 100)))
     # then it is an ordered walk of (transaction_id, global_position), not a scan-and-sort
     assert "events_transaction_position_idx" in plan and "Sort" not in plan
+
+
+def test_the_horizon_stays_below_a_held_append_and_a_later_scan_sees_every_stream(
+    store: EventStore,
+) -> None:
+    # given committed events in three streams of one prefix and one of another
+    for name in ("s-a", "s-b", "s-c"):
+        store.append(name, [NewEvent("E", {"n": n}) for n in range(3)])
+    store.append("other", [NewEvent("E", {})])
+    settled = read_until(store, None, 10)[-1].position
+
+    with psycopg.connect(store.conninfo) as held:
+        # when an append is held open and another commits after it
+        store.append("s-a", [NewEvent("Late", {})], conn=held)
+        store.append("s-d", [NewEvent("E", {})])
+        # then the horizon is no later than the last event before the held transaction
+        horizon = store.horizon()
+        assert horizon is not None and horizon <= settled
+        held.commit()
+
+    # and a scan taken afterwards, split in two parts, holds each stream whole, in order
+    parts = [list(store.scan_streams("s-", part=k, parts=2)) for k in range(2)]
+    seen = {e.stream_id for e in parts[0]} | {e.stream_id for e in parts[1]}
+    assert seen == {"s-a", "s-b", "s-c", "s-d"}
+    assert not {e.stream_id for e in parts[0]} & {e.stream_id for e in parts[1]}
+    for events in parts:
+        keys = [(e.stream_id, e.stream_version) for e in events]
+        assert keys == sorted(keys)
+    assert [e.type for e in store.read_stream("s-a")] == [
+        e.type for part in parts for e in part if e.stream_id == "s-a"
+    ] == ["E", "E", "E", "Late"]
+    with pytest.raises(ValueError, match="part must be in"):
+        next(store.scan_streams("s-", part=2, parts=2))
