@@ -14,7 +14,7 @@ A command for an operation awaiting reconciliation runs ``lookup(key)`` instead.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -42,6 +42,10 @@ from workers.tools import Absent, ToolError, ToolRegistry, Unknown
 log = logging.getLogger(__name__)
 
 Verdict = Literal["executed", "reconciled", "dropped"]
+
+#: Receives the siblings claimed together with a command, and the saga as that claim left
+#: it, to run them side by side (each with :meth:`StepExecutor.run_claimed`).
+SiblingRunner = Callable[[list[StepCommand], LoadedSaga], None]
 
 
 @dataclass(frozen=True)
@@ -83,13 +87,16 @@ class StepExecutor:
         publish: bool = True,
         known: LoadedSaga | None = None,
         claim_next: bool = False,
+        siblings: SiblingRunner | None = None,
     ) -> StepOutcome:
         """Handle one wake-up: claim and execute, reconcile, or drop a stale duplicate.
 
         ``known`` is the saga as the caller last committed it; a stale one only costs a lost
         race and a re-read. With ``claim_next`` the result's commit also claims the saga's
-        next due step for this worker (``outcome.committed.claimed``): run it with
-        :meth:`run_claimed`.
+        steps due next for this worker (``outcome.committed.claimed``): run them with
+        :meth:`run_claimed`. With ``siblings`` every other step of the saga that is due is
+        claimed in the same append as this one and handed to ``siblings`` before this
+        command's tool is called (a wake-up stands for all of them, see ``wake_ups``).
         """
         for _ in range(MAX_RACES):
             try:
@@ -113,13 +120,20 @@ class StepExecutor:
             if isinstance(claim, str):
                 return StepOutcome(command, "dropped", claim)
             started, resolved = claim
+            others = (
+                [c for c in self._claimable(loaded.state, now) if c[0] != command]
+                if siblings is not None else []
+            )
+            claims = [started, *(event for _, event in others)]
             try:
                 appended = self.orchestrator.repo.append(
-                    command.saga_id, loaded.tenant, [started], loaded.version
+                    command.saga_id, loaded.tenant, claims, loaded.version
                 )
             except ConcurrencyError:
                 continue  # someone else wrote first: re-read and re-decide
-            claimed = loaded.extended([started], appended)
+            claimed = loaded.extended(claims, appended)
+            if others and siblings is not None:
+                siblings([sibling for sibling, _ in others], claimed)
             return self._execute(command, resolved, claimed, publish=publish,
                                  claim_next=claim_next)
         raise RaceLost(f"saga {command.saga_id}: lost {MAX_RACES} claim races in a row")
@@ -152,17 +166,23 @@ class StepExecutor:
         )
         return started, resolved
 
-    def _claim_next(
-        self, state: SagaState, now: datetime, commands: list[StepCommand]
-    ) -> tuple[StepCommand, SagaEvent] | None:
-        for candidate in commands:
+    def _claimable(
+        self, state: SagaState, now: datetime
+    ) -> list[tuple[StepCommand, SagaEvent]]:
+        """Every scheduled step of the saga this worker may claim now, with its StepStarted."""
+        found: list[tuple[StepCommand, SagaEvent]] = []
+        for run in [*state.forward.values(), *state.compensation.values()]:
+            if run.status is not RunStatus.SCHEDULED:
+                continue
+            candidate = StepCommand(saga_id=state.saga_id, step_id=run.step_id, kind=run.kind,
+                                    attempt=run.attempt)
             try:
                 claim = self._claim(state, candidate, now)
             except TemplateError:
                 continue  # left to the normal path, which records the failure
             if not isinstance(claim, str):
-                return candidate, claim[0]
-        return None
+                found.append((candidate, claim[0]))
+        return found
 
     def _execute(
         self, command: StepCommand, resolved: ResolvedCommand, claimed: LoadedSaga, *,
@@ -243,7 +263,7 @@ class StepExecutor:
 
         return self.orchestrator.record_with_retry(
             command.saga_id, build, publish=publish, known=known,
-            claim_next=self._claim_next if claim_next else None,
+            claim_next=self._claimable if claim_next else None,
         )
 
     def _reconcile(self, command: StepCommand, loaded: LoadedSaga, *, publish: bool) -> StepOutcome:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
@@ -49,6 +50,7 @@ class FleetConfig:
     tool_latency_s: float = 0.0
     pool_size: int = 8
     inline_steps: int = 8  # steps a worker may run in turn without a broker round trip
+    branch_threads: int = 8  # parallel branches of one saga a worker runs side by side
 
 
 class Fleet:
@@ -151,8 +153,17 @@ class Fleet:
             log.warning("built-in definition not registered: %s", exc)
             return []
 
+    @cached_property
+    def branches(self) -> ThreadPoolExecutor:
+        """Threads for the parallel branches of a saga that this worker claimed together."""
+        return ThreadPoolExecutor(max_workers=self.config.branch_threads,
+                                  thread_name_prefix="sagafleet-branch")
+
     def close(self) -> None:
         """Close pools this fleet opened."""
+        threads = self.__dict__.pop("branches", None)
+        if threads is not None:
+            threads.shutdown(wait=True)
         for name in ("store", "sandbox_pool"):
             resource = self.__dict__.pop(name, None)
             if resource is not None:

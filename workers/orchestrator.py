@@ -8,7 +8,7 @@ are the resulting step commands published. A lost race re-reads and re-decides.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -30,11 +30,9 @@ from workers.publisher import Publisher
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
-#: Given the state after a commit's decisions, ``now`` and the due commands: the command to
-#: claim in the same commit and its StepStarted event, or None.
-ClaimNext = Callable[
-    [SagaState, datetime, list[StepCommand]], "tuple[StepCommand, SagaEvent] | None"
-]
+#: Given the state after a commit's decisions and ``now``: the commands to claim in the same
+#: commit, each with its StepStarted event (empty: none).
+ClaimNext = Callable[[SagaState, datetime], "list[tuple[StepCommand, SagaEvent]]"]
 MAX_DECISIONS_PER_COMMIT = 64
 MAX_RACES = 20
 
@@ -62,17 +60,42 @@ def settle(state: SagaState, now: datetime) -> tuple[list[SagaEvent], SagaState]
     raise RuntimeError(f"saga {state.saga_id}: decide did not settle; this is a bug in saga_core")
 
 
-def commands_due(events: Sequence[SagaEvent], saga_id: str, now: datetime) -> list[StepCommand]:
-    """The step commands to publish for newly recorded events: due schedules and lookups."""
+def wake_ups(
+    events: Sequence[SagaEvent],
+    saga_id: str,
+    now: datetime,
+    claimed: Collection[StepCommand] = (),
+) -> list[StepCommand]:
+    """The commands to publish for newly recorded events: every due lookup, and of the due
+    steps not ``claimed`` already, the first only. The worker that claims it claims its
+    due siblings in the same append and runs them side by side, so parallel branches cost
+    one broker message, one read and one claim; if it never comes, the sweeper enqueues
+    each of them."""
     commands: list[StepCommand] = []
+    step_woken = False
+    for command, is_step in _due(events, saga_id, now):
+        if command in claimed or (is_step and step_woken):
+            continue
+        step_woken = step_woken or is_step
+        commands.append(command)
+    return commands
+
+
+def _due(
+    events: Sequence[SagaEvent], saga_id: str, now: datetime
+) -> Iterator[tuple[StepCommand, bool]]:
+    """Each due command of ``events`` and whether it is a step (not a lookup)."""
     for event in events:
         if isinstance(event, StepScheduled | ReconciliationScheduled) and event.not_before <= now:
-            commands.append(
-                StepCommand(
-                    saga_id=saga_id, step_id=event.step_id, kind=event.kind, attempt=event.attempt
-                )
+            command = StepCommand(
+                saga_id=saga_id, step_id=event.step_id, kind=event.kind, attempt=event.attempt
             )
-    return commands
+            yield command, isinstance(event, StepScheduled)
+
+
+def commands_due(events: Sequence[SagaEvent], saga_id: str, now: datetime) -> list[StepCommand]:
+    """Every step command newly recorded events make due: schedules and lookups."""
+    return [command for command, _ in _due(events, saga_id, now)]
 
 
 @dataclass(frozen=True)
@@ -82,8 +105,9 @@ class Committed:
     saga_id: str
     events: tuple[SagaEvent, ...]
     loaded: LoadedSaga
-    commands: tuple[StepCommand, ...]
-    claimed: StepCommand | None = None  # claimed in this same commit by the committer
+    commands: tuple[StepCommand, ...]  # every newly due command not claimed here
+    claimed: tuple[StepCommand, ...] = ()  # claimed in this same commit by the committer
+    wake_ups: tuple[StepCommand, ...] = ()  # of ``commands``, those worth a message
 
     @property
     def state(self) -> SagaState:
@@ -114,9 +138,10 @@ class Orchestrator:
         With ``conn`` the append joins the caller's transaction; the caller publishes
         ``Committed.commands`` after its commit (``publish`` must then be False).
 
-        With ``claim_next``, the committer may claim one of the newly due commands in the
-        same transaction (its StepStarted rides along), so a worker continuing with the
-        next step of a saga saves a commit; that command is not published.
+        With ``claim_next``, the committer may claim the steps now due in the same
+        transaction (their StepStarted events ride along), so a worker continuing with a
+        saga saves a commit and a message per step; claimed commands are not published.
+        Only ``Committed.wake_ups`` are published (see :func:`wake_ups`).
         Raises ConcurrencyError when another writer got there first; callers re-read.
         """
         if conn is not None and publish:
@@ -127,15 +152,14 @@ class Orchestrator:
             state = evolve(state, event)
         decided, state = settle(state, now)
         recorded = [*events, *decided]
-        commands = commands_due(recorded, loaded.saga_id, now)
-        claimed: StepCommand | None = None
+        claimed: list[StepCommand] = []
         if claim_next is not None:
-            picked = claim_next(state, now, commands)
-            if picked is not None:
-                claimed, started = picked
+            for command, started in claim_next(state, now):
                 state = evolve(state, started)
                 recorded.append(started)
-                commands.remove(claimed)
+                claimed.append(command)
+        commands = [c for c in commands_due(recorded, loaded.saga_id, now) if c not in claimed]
+        woken = wake_ups(recorded, loaded.saga_id, now, claimed)
         after = loaded
         if recorded:
             # The folded state's tenant: a saga's first commit carries its own SagaStarted.
@@ -144,9 +168,10 @@ class Orchestrator:
                 actor=actor, conn=conn,
             )
             after = loaded.extended(recorded, appended)
-        if publish and commands:
-            self.publisher.publish(commands)
-        return Committed(loaded.saga_id, tuple(recorded), after, tuple(commands), claimed)
+        if publish and woken:
+            self.publisher.publish(woken)
+        return Committed(loaded.saga_id, tuple(recorded), after, tuple(commands),
+                         tuple(claimed), tuple(woken))
 
     def advance(self, saga_id: str) -> Committed:
         """Record whatever decide says is due for this saga now (sweeper, after an answer)."""

@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
+from concurrent.futures import Future
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 
+from events.sagas import LoadedSaga
 from saga_core.errors import SagaError
 from workers.celery_app import STEP_TASK
+from workers.executor import StepOutcome
 from workers.messages import MalformedMessage, StepCommand
 
 if TYPE_CHECKING:
@@ -51,32 +56,71 @@ def dead_letter(fleet: Fleet, task: str, body: Any, reason: str) -> None:
         log.error("could not dead-letter %s: %s", task, exc)
 
 
+class _Branches:
+    """The branches of one saga this worker runs side by side for one message: the claimed
+    command on the calling thread, its siblings on the fleet's branch threads."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self._running: list[Future[None]] = []
+
+    def spawn(self, commands: list[StepCommand], loaded: LoadedSaga, budget: int) -> None:
+        """Run each claimed command (and what it claims next) on a branch thread."""
+        for command in commands:
+            run = partial(self.fleet.executor.run_claimed, command, loaded, publish=False,
+                          claim_next=budget > 0)
+            self._running.append(self.fleet.branches.submit(self._guarded, command, run, budget))
+
+    def follow(self, outcome: StepOutcome, budget: int) -> None:
+        """Publish what a commit left for others, then run what it claimed for us."""
+        executor = self.fleet.executor
+        while True:
+            committed = outcome.committed
+            if committed is not None and committed.wake_ups:
+                # Work nobody claimed goes to the broker, for any worker to take.
+                self.fleet.publisher.publish(committed.wake_ups)
+            if committed is None or not committed.claimed:
+                return
+            # The saga's next steps were claimed in the same commit: run them here, without
+            # a broker round trip (correctness never depends on this shortcut).
+            budget -= 1
+            first, *others = committed.claimed
+            self.spawn(others, committed.loaded, budget)
+            outcome = executor.run_claimed(
+                first, committed.loaded, publish=False, claim_next=budget > 0
+            )
+
+    def _guarded(self, command: StepCommand, run: Callable[[], StepOutcome], budget: int) -> None:
+        try:
+            self.follow(run(), budget)
+        except SagaError as exc:
+            # The log is consistent; an unfinished claim expires and the sweeper reconciles.
+            log.error("step %s failed to run: %s", command, exc)
+        except Exception:  # a branch thread must never die silently
+            log.exception("step %s crashed on a branch thread", command)
+
+    def join(self) -> None:
+        """Wait for every branch, including those branches spawned meanwhile."""
+        while self._running:
+            self._running.pop().result()
+
+
 def run_step(fleet: Fleet, args: Any, kwargs: Any) -> None:
-    """Handle a step command, then run due follow-ups of the same saga inline."""
+    """Handle a step command with its due siblings, then run due follow-ups inline."""
     try:
         command = StepCommand.parse(args, kwargs)
     except MalformedMessage as exc:
         dead_letter(fleet, STEP_TASK, {"args": args, "kwargs": kwargs}, str(exc))
         return
     budget = fleet.config.inline_steps
+    branches = _Branches(fleet)
     try:
-        outcome = fleet.executor.handle(command, publish=False, claim_next=budget > 0)
-        while True:
-            committed = outcome.committed
-            if committed is not None and committed.commands:
-                # Independent steps go to the broker so other workers run them in parallel.
-                fleet.publisher.publish(committed.commands)
-            if committed is None or committed.claimed is None:
-                return
-            # The next step of this saga was claimed in the same commit: run it here,
-            # without a broker round trip (correctness never depends on this shortcut).
-            budget -= 1
-            outcome = fleet.executor.run_claimed(
-                committed.claimed, committed.loaded, publish=False, claim_next=budget > 0
-            )
-    except SagaError as exc:
-        # The log is consistent; an unfinished claim expires and the sweeper reconciles it.
-        log.error("step %s failed to run: %s", command, exc)
+        branches._guarded(command, lambda: fleet.executor.handle(
+            command, publish=False, claim_next=budget > 0,
+            siblings=lambda more, loaded: branches.spawn(more, loaded, budget)), budget)
+    finally:
+        # The message is acknowledged once every branch it started has recorded its result.
+        branches.join()
 
 
 def bind_tasks(app: Celery, fleet: Fleet) -> None:
