@@ -14,6 +14,7 @@ A command for an operation awaiting reconciliation runs ``lookup(key)`` instead.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -46,6 +47,30 @@ Verdict = Literal["executed", "reconciled", "dropped"]
 #: Receives the siblings claimed together with a command, and the saga as that claim left
 #: it, to run them side by side (each with :meth:`StepExecutor.run_claimed`).
 SiblingRunner = Callable[[list[StepCommand], LoadedSaga], None]
+
+
+class SagaSession:
+    """The branches of one saga this worker runs side by side share the latest committed
+    state and take turns recording: their tools run concurrently, their commits do not
+    race each other (each starts from the state the previous one left)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._latest: LoadedSaga | None = None
+
+    def record(
+        self, known: LoadedSaga, commit: Callable[[LoadedSaga], Committed | None]
+    ) -> Committed | None:
+        """Run ``commit`` from the newest state this worker knows, and remember its result."""
+        with self._lock:
+            latest = self._latest
+            start = latest if latest is not None and latest.version > known.version else known
+            committed = commit(start)
+            if committed is not None and (
+                self._latest is None or committed.loaded.version > self._latest.version
+            ):
+                self._latest = committed.loaded
+            return committed
 
 
 @dataclass(frozen=True)
@@ -88,6 +113,7 @@ class StepExecutor:
         known: LoadedSaga | None = None,
         claim_next: bool = False,
         siblings: SiblingRunner | None = None,
+        session: SagaSession | None = None,
     ) -> StepOutcome:
         """Handle one wake-up: claim and execute, reconcile, or drop a stale duplicate.
 
@@ -135,16 +161,17 @@ class StepExecutor:
             if others and siblings is not None:
                 siblings([sibling for sibling, _ in others], claimed)
             return self._execute(command, resolved, claimed, publish=publish,
-                                 claim_next=claim_next)
+                                 claim_next=claim_next, session=session)
         raise RaceLost(f"saga {command.saga_id}: lost {MAX_RACES} claim races in a row")
 
     def run_claimed(
         self, command: StepCommand, loaded: LoadedSaga, *, publish: bool = True,
-        claim_next: bool = False,
+        claim_next: bool = False, session: SagaSession | None = None,
     ) -> StepOutcome:
         """Execute a step this worker claimed in its previous commit (see ``claim_next``)."""
         resolved = resolve_command(loaded.state, command.step_id, command.kind)
-        return self._execute(command, resolved, loaded, publish=publish, claim_next=claim_next)
+        return self._execute(command, resolved, loaded, publish=publish, claim_next=claim_next,
+                             session=session)
 
     def _claim(
         self, state: SagaState, command: StepCommand, now: datetime
@@ -186,7 +213,7 @@ class StepExecutor:
 
     def _execute(
         self, command: StepCommand, resolved: ResolvedCommand, claimed: LoadedSaga, *,
-        publish: bool, claim_next: bool,
+        publish: bool, claim_next: bool, session: SagaSession | None = None,
     ) -> StepOutcome:
         # The saga id travels with every call as context (providers tag their records with
         # it); the precondition goes along so the provider can refuse a changed target.
@@ -209,7 +236,7 @@ class StepExecutor:
                     result = result.model_copy(
                         update={"detail": scrub(result.detail, revealed)})
         committed = self._record(command, result, publish=publish, known=claimed,
-                                 claim_next=claim_next)
+                                 claim_next=claim_next, session=session)
         return StepOutcome(command, "executed", type(result).__name__, committed)
 
     def _call_tool(
@@ -244,7 +271,7 @@ class StepExecutor:
 
     def _record(
         self, command: StepCommand, result: SagaEvent, *, publish: bool, known: LoadedSaga,
-        claim_next: bool = False,
+        claim_next: bool = False, session: SagaSession | None = None,
     ) -> Committed | None:
         """Append the observed result unless the log already settled this attempt."""
 
@@ -261,10 +288,13 @@ class StepExecutor:
                      command, run.status)
             return None
 
-        return self.orchestrator.record_with_retry(
-            command.saga_id, build, publish=publish, known=known,
-            claim_next=self._claimable if claim_next else None,
-        )
+        def commit(start: LoadedSaga) -> Committed | None:
+            return self.orchestrator.record_with_retry(
+                command.saga_id, build, publish=publish, known=start,
+                claim_next=self._claimable if claim_next else None,
+            )
+
+        return session.record(known, commit) if session is not None else commit(known)
 
     def _reconcile(self, command: StepCommand, loaded: LoadedSaga, *, publish: bool) -> StepOutcome:
         run = loaded.state.run(command.step_id, command.kind)

@@ -26,7 +26,7 @@ from celery import Celery
 from events.sagas import LoadedSaga
 from saga_core.errors import SagaError
 from workers.celery_app import STEP_TASK
-from workers.executor import StepOutcome
+from workers.executor import SagaSession, StepOutcome
 from workers.messages import MalformedMessage, StepCommand
 
 if TYPE_CHECKING:
@@ -62,13 +62,14 @@ class _Branches:
 
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
+        self.session = SagaSession()
         self._running: list[Future[None]] = []
 
     def spawn(self, commands: list[StepCommand], loaded: LoadedSaga, budget: int) -> None:
         """Run each claimed command (and what it claims next) on a branch thread."""
         for command in commands:
             run = partial(self.fleet.executor.run_claimed, command, loaded, publish=False,
-                          claim_next=budget > 0)
+                          claim_next=budget > 0, session=self.session)
             self._running.append(self.fleet.branches.submit(self._guarded, command, run, budget))
 
     def follow(self, outcome: StepOutcome, budget: int) -> None:
@@ -87,7 +88,8 @@ class _Branches:
             first, *others = committed.claimed
             self.spawn(others, committed.loaded, budget)
             outcome = executor.run_claimed(
-                first, committed.loaded, publish=False, claim_next=budget > 0
+                first, committed.loaded, publish=False, claim_next=budget > 0,
+                session=self.session,
             )
 
     def _guarded(self, command: StepCommand, run: Callable[[], StepOutcome], budget: int) -> None:
@@ -116,7 +118,7 @@ def run_step(fleet: Fleet, args: Any, kwargs: Any) -> None:
     branches = _Branches(fleet)
     try:
         branches._guarded(command, lambda: fleet.executor.handle(
-            command, publish=False, claim_next=budget > 0,
+            command, publish=False, claim_next=budget > 0, session=branches.session,
             siblings=lambda more, loaded: branches.spawn(more, loaded, budget)), budget)
     finally:
         # The message is acknowledged once every branch it started has recorded its result.
