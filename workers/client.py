@@ -176,7 +176,7 @@ class SagaClient:
                     f"key {key!r} already started saga {saga_id} with other input or definition"
                 ) from None
             return Started(**view_of(existing).model_dump(), created=False)
-        self.orchestrator.publisher.publish(committed.commands)
+        self.orchestrator.publisher.publish(committed.wake_ups)
         return Started(**view_of(committed.loaded).model_dump(), created=True)
 
     def find(self, key: str) -> SagaView | None:
