@@ -114,6 +114,7 @@ class Subscription:
         self._store = store
         self._conn: psycopg.Connection[Any] | None = None
         self._owner = False
+        self._woken = False  # a NOTIFY arrived since the last wait()
         # A stable 64-bit key per name (Python's hash() is salted per process).
         digest = hashlib.sha256(f"eventstore.subscription:{name}".encode()).digest()
         self._lock_key = int.from_bytes(digest[:8], "big", signed=True)
@@ -182,6 +183,7 @@ class Subscription:
         if not self.try_acquire():
             raise SubscriptionBusy(f"subscription {self.name!r} is held by another consumer")
         conn = self._connection()
+        self._drain(conn)
         with translated_errors(), conn.transaction():
             start = self.checkpoint()
             batch = Batch(self.name, read_all_on(conn, start, limit), conn, start)
@@ -202,14 +204,27 @@ class Subscription:
                 f"subscription {self.name!r}: checkpoint is already at or past {target}"
             )
 
+    def _drain(self, conn: psycopg.Connection[Any]) -> None:
+        """Take the NOTIFYs queued on the connection (one poll), remembering that one came.
+
+        The driver keeps every notification that arrives while nobody waits; a consumer
+        catching up on a long backlog would otherwise hold one per append in memory.
+        """
+        with translated_errors():
+            for _ in conn.notifies(timeout=0):
+                self._woken = True
+
     def wait(self, timeout: float) -> bool:
         """Block until a NOTIFY arrives or ``timeout`` seconds pass; True if notified."""
         conn = self._connection()
+        self._drain(conn)
+        if self._woken:
+            self._woken = False
+            return True
         with translated_errors():
             notified = any(True for _ in conn.notifies(timeout=timeout, stop_after=1))
-            # Drain what queued up meanwhile: one poll will read all of it.
-            for _ in conn.notifies(timeout=0):
-                pass
+        self._drain(conn)  # what queued up meanwhile: one poll reads all of it
+        self._woken = False
         return notified
 
     def close(self) -> None:

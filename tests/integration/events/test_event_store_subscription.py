@@ -142,3 +142,28 @@ def test_wait_wakes_on_append_and_times_out_when_idle(projected: EventStore) -> 
         assert sub.wait(10.0) is True
         assert time.monotonic() - started < 9.0
         timer.join()
+
+
+def test_a_consumer_catching_up_does_not_pile_up_wake_ups(projected: EventStore) -> None:
+    # given a subscription that listens while a long backlog is appended and consumed
+    with projected.subscription("seen") as sub:
+        sub.wait(0.01)  # connects and LISTENs
+        for n in range(200):
+            projected.append(f"s{n % 7}", [NewEvent("A", {"n": n})])
+        consumed, deadline = 0, time.monotonic() + 20
+        while consumed < 200 and time.monotonic() < deadline:  # batches only, no wait()
+            with sub.next_batch(limit=50) as batch:
+                consumed += len(batch.events)
+            if not batch.events:
+                time.sleep(0.05)
+        assert consumed == 200
+        # then the driver holds no queued notifications (it would keep one per append for
+        # as long as the consumer is busy: the projector's memory grew with the log)
+        connection = sub._connection()
+        assert not connection._notifies_backlog  # psycopg's queue of unread NOTIFYs
+        # and the wake-ups that came meanwhile are not lost: the next wait returns at once
+        started = time.monotonic()
+        assert sub.wait(10.0) is True
+        assert time.monotonic() - started < 5.0
+        # while an idle log still times out
+        assert sub.wait(0.2) is False
