@@ -41,8 +41,16 @@ class PreparedEvent(NamedTuple):
     id_was_given: bool
 
 
-def check_name(what: str, value: object, limit: int) -> str:
-    """A non-empty text of at most ``limit`` characters without NUL, or InvalidEvent."""
+def check_name(what: str, value: object, limit: int, *, index: int | None = None) -> str:
+    """A non-empty text of at most ``limit`` characters without NUL, or InvalidEvent.
+
+    With ``index`` the error names the event (``event #3 type ...``); the label is built
+    only on failure, as this runs for every appended event.
+    """
+    if type(value) is str and 0 < len(value) <= limit and value.strip() and "\x00" not in value:
+        return value
+    if index is not None:
+        what = f"event #{index} {what}"
     if not isinstance(value, str):
         raise InvalidEvent(f"{what} must be a string, got {type(value).__name__}")
     if not value.strip():
@@ -176,11 +184,7 @@ def prepare_events(
 
 
 def _prepare_one(stream_id: str, index: int, event: NewEvent, limit: int) -> PreparedEvent:
-    event_type = event.type
-    if type(event_type) is not str or not 0 < len(event_type) <= MAX_TYPE_LENGTH:
-        check_name(f"event #{index} type", event_type, MAX_TYPE_LENGTH)  # raises, naming why
-    elif not event_type.strip() or "\x00" in event_type:
-        check_name(f"event #{index} type", event_type, MAX_TYPE_LENGTH)
+    event_type = check_name("type", event.type, MAX_TYPE_LENGTH, index=index)
     schema_version = event.schema_version
     if type(schema_version) is not int or not 1 <= schema_version <= 2**31 - 1:
         _refuse_schema_version(index, event_type, schema_version)

@@ -27,6 +27,16 @@ def _events(fleet, saga_id):
     return list(fleet.repo.load(saga_id).events)
 
 
+def _awaiting_approval(fleet, workers, wait_settled, key):
+    """One worker, and a trip above the approval limit whose capture now waits for a human."""
+    workers.start(1)
+    client = fleet.client()
+    saga = client.start("trip", {**TRIP_INPUT, "amount": 250_000}, key=key)
+    wait_settled(saga.saga_id, until=lambda s: bool(
+        client.status(saga.saga_id).pending_approvals))
+    return client, saga
+
+
 def test_happy_path_completes_with_one_trip_and_one_charge(fleet, workers, wait_settled):
     # given one worker process
     workers.start(1)
@@ -107,12 +117,7 @@ def test_timeout_before_dispatch_is_reconciled_absent_then_retried(
 
 
 def test_approval_granted_then_completed(fleet, workers, wait_settled):
-    workers.start(1)
-    client = fleet.client()
-    saga = client.start("trip", {**TRIP_INPUT, "amount": 250_000}, key="approve")
-    # the capture waits for a human
-    wait_settled(saga.saga_id, until=lambda s: bool(
-        client.status(saga.saga_id).pending_approvals))
+    client, saga = _awaiting_approval(fleet, workers, wait_settled, "approve")
     assert ledger_for_saga(fleet.sandbox_pool, saga.saga_id).captures == 0
     client.as_actor("alice").approve(saga.saga_id, "capture_payment")
     # a second click is a no-op
@@ -122,11 +127,7 @@ def test_approval_granted_then_completed(fleet, workers, wait_settled):
 
 
 def test_approval_denied_compensates_the_holds(fleet, workers, wait_settled):
-    workers.start(1)
-    client = fleet.client()
-    saga = client.start("trip", {**TRIP_INPUT, "amount": 250_000}, key="deny")
-    wait_settled(saga.saga_id, until=lambda s: bool(
-        client.status(saga.saga_id).pending_approvals))
+    client, saga = _awaiting_approval(fleet, workers, wait_settled, "deny")
     client.as_actor("bob").deny(saga.saga_id, "capture_payment", reason="too expensive")
     assert wait_settled(saga.saga_id) is SagaStatus.COMPENSATED
     ledger = ledger_for_saga(fleet.sandbox_pool, saga.saga_id)
@@ -205,11 +206,7 @@ def test_redis_flushed_mid_run_loses_no_saga(fleet, broker, workers, wait_settle
 def test_approval_left_to_expire_is_asked_again(fleet, workers, wait_settled):
     from datetime import timedelta
 
-    workers.start(1)
-    client = fleet.client()
-    saga = client.start("trip", {**TRIP_INPUT, "amount": 250_000}, key="expire")
-    wait_settled(saga.saga_id, until=lambda s: bool(
-        client.status(saga.saga_id).pending_approvals))
+    client, saga = _awaiting_approval(fleet, workers, wait_settled, "expire")
     # when the clock passes the request's expiry, the sweeper records a fresh request
     real_clock = fleet.clock
     fleet.clock = lambda: real_clock() + timedelta(hours=2)
@@ -221,11 +218,7 @@ def test_approval_left_to_expire_is_asked_again(fleet, workers, wait_settled):
 
 def test_cancel_while_waiting_for_approval_releases_the_holds(fleet, workers, wait_settled):
     # given a trip whose capture waits for a human, both holds already taken
-    workers.start(1)
-    client = fleet.client()
-    saga = client.start("trip", {**TRIP_INPUT, "amount": 250_000}, key="cancel")
-    wait_settled(saga.saga_id, until=lambda s: bool(
-        client.status(saga.saga_id).pending_approvals))
+    client, saga = _awaiting_approval(fleet, workers, wait_settled, "cancel")
     # when an operator cancels it (a second cancel is a no-op)
     client.as_actor("carol").cancel(saga.saga_id, reason="customer changed plans")
     client.as_actor("carol").cancel(saga.saga_id, reason="customer changed plans")

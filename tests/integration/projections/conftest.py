@@ -10,16 +10,8 @@ from events.definitions import DefinitionStore
 from events.sagas import SagaRepository
 from projections.context import ProjectionContext
 from saga_core import trip_definition
-from sagafleet.migrate import migrate_all
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def database(fresh_database: str) -> str:
-    """A fresh database with every room's migrations applied."""
-    migrate_all(fresh_database)
-    return fresh_database
 
 
 @pytest.fixture
