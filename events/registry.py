@@ -108,8 +108,11 @@ class EventRegistry:
         )
 
     def upcast(self, type_name: str, schema_version: int, data: dict[str, Any]) -> dict[str, Any]:
-        """``data`` brought from ``schema_version`` to the type's current version."""
+        """``data`` brought from ``schema_version`` to the type's current version (``data``
+        itself when it is current: callers must not mutate it)."""
         schema = self.schema_for(type_name)
+        if schema_version == schema.schema_version:
+            return data  # current already: nothing to bring forward (and nothing to copy)
         if schema_version > schema.schema_version or schema_version < 1:
             raise UnknownSchemaVersion(
                 f"{type_name} v{schema_version} is not known (current v{schema.schema_version})"

@@ -53,17 +53,17 @@ def fold_part(url: str, version: int, part: int, parts: int) -> int:
     folded = 0
     with ProjectionContext.connect(url, pool_size=2) as ctx, ctx.connection() as writer:
         out = TableSetWriter(version)
-        pending: list[tuple[SagaRows, SagaRows | None]] = []
+        pending: list[SagaRows] = []
         for record, events in _records(ctx, part, parts):
             folded += events
-            pending.append((rows_of(record), None))
+            pending.append(rows_of(record))
             if len(pending) >= WRITE_EVERY:
                 with writer.transaction():
-                    out.write(writer, pending)
+                    out.insert_new(writer, pending)
                 pending.clear()
         if pending:
             with writer.transaction():
-                out.write(writer, pending)
+                out.insert_new(writer, pending)
     return folded
 
 

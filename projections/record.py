@@ -10,6 +10,7 @@ fresh fold of the log" is checked against exactly one definition of the fold.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,7 +20,7 @@ from events.definitions import DefinitionStore
 from events.sagas import CorruptSagaStream
 from projections.masking import secret_values
 from saga_core import evolve
-from saga_core.contracts import ErrorClass, StepKind
+from saga_core.contracts import ErrorClass, Receipt, StepKind
 from saga_core.definition import SagaDefinition
 from saga_core.events import (
     ApprovalRequested,
@@ -125,7 +126,7 @@ def _tally(record: SagaRecord, event: StepEvent) -> OperationTally:
                 or _needed_approval(record, event),
             )
         case StepSucceeded():
-            receipt = canonical_json(event.receipt.model_dump(mode="json"))
+            receipt = _receipt_identity(event.receipt)
             return _with(
                 tally,
                 successes=tally.successes + 1,
@@ -145,6 +146,20 @@ def _tally(record: SagaRecord, event: StepEvent) -> OperationTally:
         case ReconciliationResult():
             return _with(tally, reconciliations_unknown=tally.reconciliations_unknown + 1)
     return tally
+
+
+def _receipt_identity(receipt: Receipt) -> str:
+    """A text equal for equal receipts (sorted keys), to count distinct ones; a decoded
+    receipt holds plain JSON, so it is encoded directly instead of dumped and walked."""
+    try:
+        return _IDENTITY.encode(
+            [receipt.resource_id, receipt.version, receipt.status, receipt.fields]
+        )
+    except (TypeError, ValueError):  # values that need pydantic's JSON mode
+        return canonical_json(receipt.model_dump(mode="json"))
+
+
+_IDENTITY = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def evolve_record(record: SagaRecord, event: SagaEvent, stream_version: int) -> SagaRecord:

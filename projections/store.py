@@ -64,6 +64,34 @@ class TableSetWriter:
         self._queue_clear = sql.SQL("DELETE FROM {t} WHERE saga_id = ANY(%s)").format(
             t=table("operator_queue", version)
         )
+        self._copies = {
+            base: sql.SQL("COPY {t} ({cols}) FROM STDIN").format(
+                t=table(base, version),
+                cols=sql.SQL(", ").join(map(sql.Identifier, columns(row_type))),
+            )
+            for base, row_type in _ROW_TYPES.items()
+        }
+
+    def insert_new(self, conn: psycopg.Connection[Any], sagas: Sequence[SagaRows]) -> int:
+        """Add the rows of sagas the table set does not hold yet, by COPY (a rebuild's bulk
+        phase: each saga written once into a new set). Far cheaper than upserting row by
+        row on both sides; a saga already present violates the primary key, loudly."""
+        rows: dict[str, list[object]] = {base: [] for base in _ROW_TYPES}
+        for saga in sagas:
+            rows["saga_summary"].append(saga.summary)
+            rows["step_runs"].extend(saga.steps)
+            rows["operator_queue"].extend(saga.queue)
+        written = 0
+        with conn.cursor() as cur:
+            for base, found in rows.items():
+                if not found:
+                    continue
+                names = columns(_ROW_TYPES[base])
+                with cur.copy(self._copies[base]) as copy:
+                    for row in found:
+                        copy.write_row(_values(row, names))
+                written += len(found)
+        return written
 
     def write(
         self,

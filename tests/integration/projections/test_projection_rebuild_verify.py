@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from projection_support import TripScript
+from projection_support import SECRET_CARD, TripScript
 
 from events import CheckpointConflict, Position
 from events.sagas import SagaRepository
@@ -27,6 +27,11 @@ def test_rebuild_while_writing_switches_to_a_complete_new_table_set(
     # given a live projector's table set holding some sagas
     for _ in range(5):
         TripScript().completed().write(repo)
+    # and two sagas in the operator queue (evidence as JSON, a secret to mask)
+    waiting = TripScript().start().succeed("hold_flight").succeed("hold_hotel").ask_approval()
+    stuck = TripScript().start().succeed("hold_flight").succeed("hold_hotel").escalate()
+    for script in (waiting, stuck):
+        script.write(repo)
     live = ProjectionRunner(ctx, batch_size=50)
     live.catch_up()
 
@@ -63,7 +68,14 @@ def test_rebuild_while_writing_switches_to_a_complete_new_table_set(
     with ctx.connection() as conn:
         rows = read_rows(conn, 2)
     assert set(written) <= set(rows)
-    assert len(rows) == 5 + len(written)
+    assert len(rows) == 7 + len(written)
+    with ctx.connection() as conn:
+        queue = conn.execute(
+            "SELECT saga_id, entry, evidence::text FROM projections.operator_queue_v2"
+        ).fetchall()
+    assert {(saga, entry) for saga, entry, _ in queue} == {
+        (waiting.saga_id, "approval"), (stuck.saga_id, "manual_intervention")}
+    assert all(SECRET_CARD not in evidence for _, _, evidence in queue)
     assert verify(ctx).ok
 
 
