@@ -10,10 +10,10 @@ fresh fold of the log" is checked against exactly one definition of the fold.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Final
 
 from events import EventRegistry, RecordedEvent
 from events.definitions import DefinitionStore
@@ -53,7 +53,7 @@ class OperationTally:
 
     starts: int = 0
     successes: int = 0
-    receipts: frozenset[str] = frozenset()
+    receipts: frozenset[Hashable] = frozenset()
     failures: int = 0
     ambiguous: int = 0
     reconciliations_found: int = 0
@@ -148,18 +148,19 @@ def _tally(record: SagaRecord, event: StepEvent) -> OperationTally:
     return tally
 
 
-def _receipt_identity(receipt: Receipt) -> str:
-    """A text equal for equal receipts (sorted keys), to count distinct ones; a decoded
-    receipt holds plain JSON, so it is encoded directly instead of dumped and walked."""
-    try:
-        return _IDENTITY.encode(
-            [receipt.resource_id, receipt.version, receipt.status, receipt.fields]
-        )
-    except (TypeError, ValueError):  # values that need pydantic's JSON mode
-        return canonical_json(receipt.model_dump(mode="json"))
+def _receipt_identity(receipt: Receipt) -> Hashable:
+    """A value equal for equal receipts, to count the distinct ones of an operation.
+
+    Flat fields of exact str/int/None values (the common receipt) compare as a sorted
+    tuple, without serialising; anything else as its canonical JSON text. A tuple never
+    equals a text, and both keep 1, 1.0, True and "1" apart, as JSON does."""
+    fields = receipt.fields
+    if all(type(value) in _FLAT for value in fields.values()):
+        return (receipt.resource_id, receipt.version, receipt.status, *sorted(fields.items()))
+    return canonical_json(receipt.model_dump(mode="json"))
 
 
-_IDENTITY = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+_FLAT: Final = frozenset({str, int, type(None)})
 
 
 def evolve_record(record: SagaRecord, event: SagaEvent, stream_version: int) -> SagaRecord:
