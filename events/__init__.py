@@ -28,6 +28,7 @@ from events.model import (
     NewEvent,
     Position,
     RecordedEvent,
+    ScannedEvent,
     StreamState,
     new_event_id,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "Position",
     "RecordedEvent",
     "RegistryConflict",
+    "ScannedEvent",
     "StoreUnavailable",
     "StreamState",
     "Subscription",

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 from uuid import UUID
 
 
@@ -76,6 +76,18 @@ class NewEvent:
     event_id: UUID | str | None = None
     metadata: Mapping[str, Any] | None = None
     schema_version: int = 1
+
+
+class ScannedEvent(NamedTuple):
+    """What a bulk fold reads of a stored event (:meth:`EventStore.scan_streams`): its
+    place in its stream, its type and version, and its data as the JSON text stored
+    (decoded straight into its model by :meth:`EventRegistry.decode_scanned`)."""
+
+    stream_id: str
+    stream_version: int
+    type: str
+    schema_version: int
+    data_json: str
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import psycopg
 from psycopg.rows import args_row
 
 from events._pg import EVENT_COLUMNS, recorded_event_row
-from events.model import Position, RecordedEvent
+from events.model import Position, RecordedEvent, ScannedEvent
 
 START: Final = Position(0, 0)
 """A position before every event."""
@@ -39,13 +39,15 @@ SELECT transaction_id::text::bigint, global_position FROM eventstore.events
  LIMIT 1
 """
 
-# One hash part of the streams with a prefix, each stream in version order.
-_SCAN = f"""
-SELECT {EVENT_COLUMNS} FROM eventstore.events
+# One hash part of the streams with a prefix, each stream in version order: only what a
+# fold reads (no metadata, hashes, positions or times to send and parse).
+_SCAN = """
+SELECT stream_id, stream_version, event_type, schema_version, data::text
+  FROM eventstore.events
  WHERE starts_with(stream_id, %(prefix)s)
    AND (hashtext(stream_id) & 2147483647) %% %(parts)s = %(part)s
  ORDER BY stream_id, stream_version
-"""  # noqa: S608 - EVENT_COLUMNS is a constant
+"""
 
 _BY_IDS = f"SELECT {EVENT_COLUMNS} FROM eventstore.events WHERE event_id = ANY(%s)"  # noqa: S608
 
@@ -95,7 +97,7 @@ def horizon_on(conn: psycopg.Connection[Any]) -> Position | None:
 
 def scan_streams_on(
     conn: psycopg.Connection[Any], prefix: str, part: int, parts: int, *, itersize: int = 2000
-) -> Iterator[RecordedEvent]:
+) -> Iterator[ScannedEvent]:
     """Every event of the streams starting with ``prefix`` in hash part ``part`` of
     ``parts``, stream by stream in version order, streamed through a server-side cursor.
 
@@ -103,7 +105,7 @@ def scan_streams_on(
     isolation level; REPEATABLE READ gives one consistent view of every stream).
     """
     with conn.cursor(
-        name=f"scan_streams_{part}_of_{parts}", row_factory=args_row(recorded_event_row),
+        name=f"scan_streams_{part}_of_{parts}", row_factory=args_row(ScannedEvent),
         binary=True,
     ) as cur:
         cur.itersize = itersize

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,7 @@ from events.errors import (
     UnknownSchemaVersion,
     UnregisteredEventModel,
 )
-from events.model import NewEvent, RecordedEvent
+from events.model import NewEvent, RecordedEvent, ScannedEvent
 from events.prepare import MAX_TYPE_LENGTH, check_name
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
@@ -139,7 +140,30 @@ class EventRegistry:
         try:
             return schema.model.model_validate(data)
         except ValidationError as exc:
-            raise EventDecodeError(
-                f"{recorded.type} v{recorded.schema_version} "
-                f"({recorded.stream_id}@{recorded.stream_version}) does not validate: {exc}"
-            ) from exc
+            raise _undecodable(recorded, exc) from exc
+
+    def decode_scanned(self, scanned: ScannedEvent) -> BaseModel:
+        """:meth:`decode` for a scanned event, whose data is still JSON text: at the current
+        schema version it is validated straight from the text (about twice as fast as
+        parsing and then validating); older versions are parsed and upcast first."""
+        schema = self.schema_for(scanned.type)
+        try:
+            if scanned.schema_version == schema.schema_version:
+                return schema.model.model_validate_json(scanned.data_json)
+            data = json.loads(scanned.data_json)
+            if not isinstance(data, dict):
+                raise EventDecodeError(f"{_where(scanned)}: data is not a JSON object")
+            upcast = self.upcast(scanned.type, scanned.schema_version, data)
+            return schema.model.model_validate(upcast)
+        except ValidationError as exc:
+            raise _undecodable(scanned, exc) from exc
+        except ValueError as exc:  # text that is not JSON at all
+            raise EventDecodeError(f"{_where(scanned)}: data is not JSON: {exc}") from exc
+
+
+def _where(event: RecordedEvent | ScannedEvent) -> str:
+    return f"{event.type} v{event.schema_version} ({event.stream_id}@{event.stream_version})"
+
+
+def _undecodable(event: RecordedEvent | ScannedEvent, exc: ValidationError) -> EventDecodeError:
+    return EventDecodeError(f"{_where(event)} does not validate: {exc}")

@@ -40,6 +40,7 @@ from events.model import (
     NewEvent,
     Position,
     RecordedEvent,
+    ScannedEvent,
 )
 from events.prepare import DEFAULT_MAX_EVENT_BYTES, PreparedEvent, prepare_events
 from events.reading import (
@@ -289,9 +290,10 @@ class EventStore:
 
     def scan_streams(
         self, prefix: str, *, part: int = 0, parts: int = 1
-    ) -> Iterator[RecordedEvent]:
+    ) -> Iterator[ScannedEvent]:
         """Every event of the streams whose id starts with ``prefix``, stream by stream in
-        version order, from one snapshot (REPEATABLE READ) on a connection of its own.
+        version order, from one snapshot (REPEATABLE READ) on a connection of its own; each
+        as a :class:`ScannedEvent` (what a fold needs, data as the stored JSON text).
 
         ``part``/``parts`` split the streams by a hash of their id, so ``parts`` processes
         can each read a disjoint share. A snapshot taken after :meth:`horizon` holds every

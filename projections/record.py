@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
-from events import EventRegistry, RecordedEvent
+from events import EventRegistry, RecordedEvent, ScannedEvent
 from events.definitions import DefinitionStore
 from events.sagas import CorruptSagaStream
 from projections.masking import secret_values
@@ -219,10 +219,13 @@ def fold_event(
     definitions: DefinitionStore,
     registry: EventRegistry,
     record: SagaRecord | None,
-    recorded: RecordedEvent,
+    recorded: RecordedEvent | ScannedEvent,
 ) -> SagaRecord:
-    """Decode one recorded saga event and fold it into ``record`` (None: the first event)."""
-    event = registry.decode(recorded)
+    """Decode one stored saga event and fold it into ``record`` (None: the first event)."""
+    if isinstance(recorded, ScannedEvent):
+        event = registry.decode_scanned(recorded)
+    else:
+        event = registry.decode(recorded)
     if not isinstance(event, SagaEvent):
         raise CorruptSagaStream(
             f"{recorded.stream_id}@{recorded.stream_version} is not a saga event"
@@ -233,4 +236,3 @@ def fold_event(
         definition = definitions.by_hash(event.definition_hash)
         return start_record(definition, event, recorded.stream_version)
     return evolve_record(record, event, recorded.stream_version)
-

@@ -15,6 +15,7 @@ from events import (
     Position,
     RecordedEvent,
     RegistryConflict,
+    ScannedEvent,
     UnknownEventType,
     UnknownSchemaVersion,
     UnregisteredEventModel,
@@ -69,6 +70,38 @@ def test_old_versions_are_upcast_in_a_chain(registry: EventRegistry) -> None:
         hold_id="H1", nights=1
     )
     assert registry.decode(recorded("HotelHeld", 3, {"hold_id": "H", "nights": 4})).nights == 4  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("version", "text"),
+    [(3, '{"hold_id": "H1", "nights": 1}'), (2, '{"hold_id": "H1"}'), (1, '{"hold": "H1"}')],
+)
+def test_a_scanned_event_decodes_from_its_text_like_a_recorded_one(
+    registry: EventRegistry, version: int, text: str
+) -> None:
+    # current versions are validated straight from the JSON text, older ones upcast first
+    scanned = ScannedEvent("s", 1, "HotelHeld", version, text)
+    assert registry.decode_scanned(scanned) == HotelHeld(hold_id="H1", nights=1)
+
+
+@pytest.mark.parametrize(
+    ("version", "text", "says"),
+    [
+        (3, '{"hold_id": "H"}', "does not validate"),
+        (3, "[1, 2]", "does not validate"),
+        (3, "{not json", "does not validate"),
+        (1, "{not json", "is not JSON"),
+        (1, '"text"', "not a JSON object"),
+        (1, '{"hold": 5}', "does not validate"),
+    ],
+)
+def test_a_scanned_event_that_cannot_decode_is_a_typed_error_naming_it(
+    registry: EventRegistry, version: int, text: str, says: str
+) -> None:
+    scanned = ScannedEvent("stream-7", 4, "HotelHeld", version, text)
+    with pytest.raises(EventDecodeError, match=says) as caught:
+        registry.decode_scanned(scanned)
+    assert "stream-7@4" in str(caught.value)
 
 
 def test_decode_failures_are_typed(registry: EventRegistry) -> None:
