@@ -20,6 +20,10 @@ MAX_TYPE_LENGTH: Final = 200
 DEFAULT_MAX_EVENT_BYTES: Final = 1024 * 1024
 """Default limit on an event's serialized data + metadata, in UTF-8 bytes."""
 
+MAX_JSON_DEPTH: Final = 100
+"""How deeply an event's data or metadata may nest arrays and objects: every reader of
+the log (json decoding, folds, hashing) must be able to walk it back."""
+
 
 class PreparedEvent(NamedTuple):
     """A validated event: normalised JSON (as it will load back) and its canonical text.
@@ -81,6 +85,9 @@ def _normalised_json(what: str, value: object) -> tuple[dict[str, Any], str]:
             text.encode("utf-8")  # lone surrogates cannot be stored
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise InvalidEvent(f"{what} is not JSON-serialisable: {exc}") from None
+    # Only a text with that many brackets can nest that deep: the walk is rarely needed.
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(value) > MAX_JSON_DEPTH:
+        raise InvalidEvent(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
     # Fast path: plain data (str keys; str, int, bool, None, dict and list values, no
     # floats) loads back equal and is already canonical as encoded; copy it directly.
     loaded = _plain_copy(value) if sorted_input else None
@@ -97,6 +104,29 @@ def _normalised_json(what: str, value: object) -> tuple[dict[str, Any], str]:
     if "\\u0000" in canonical:  # cheap filter; the walk decides (a "\\u0000" text is fine)
         _reject_nul(what, loaded)
     return loaded, canonical
+
+
+def _depth(value: Any) -> int:
+    """How deeply containers nest in ``value``, level by level (no recursion: the value
+    may be hostile); stops counting past :data:`MAX_JSON_DEPTH`."""
+    depth, level = 0, [value]
+    while level and depth <= MAX_JSON_DEPTH:
+        below: list[Any] = []
+        containers = False
+        for item in level:
+            kind = type(item)
+            if kind in _PLAIN_LEAVES or kind is float:
+                continue
+            if kind is dict or isinstance(item, Mapping):
+                below.extend(item.values())
+            elif kind is list or isinstance(item, list | tuple):
+                below.extend(item)
+            else:
+                continue
+            containers = True
+        depth += containers
+        level = below
+    return depth
 
 
 _PLAIN_LEAVES: Final = frozenset({str, int, bool, type(None)})
@@ -197,6 +227,8 @@ def _prepare_one(stream_id: str, index: int, event: NewEvent, limit: int) -> Pre
         )
     except InvalidEvent as exc:
         raise InvalidEvent(f"event #{index} ({event_type}) {exc}") from None
+    except RecursionError:  # the walks below the encoder recurse too
+        raise InvalidEvent(f"event #{index} ({event_type}) is nested too deeply") from None
     size = _utf8_length(data_json) + _utf8_length(metadata_json)
     if size > limit:
         raise InvalidEvent(

@@ -51,3 +51,39 @@ def test_the_text_sent_is_the_canonical_form_of_what_loads_back(data: dict) -> N
 def test_bad_input_names_what_is_wrong(stream_id: str, events: object, fragment: str) -> None:
     with pytest.raises(InvalidEvent, match=fragment):
         prepare_events(stream_id, events, 1024)  # type: ignore[arg-type]
+
+
+def _nested(levels: int, leaf: object = 1) -> object:
+    value = leaf
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def _circular() -> dict[str, object]:
+    loop: dict[str, object] = {}
+    loop["self"] = loop
+    return loop
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        ({"x": _nested(100)}, "nested more than 100 levels"),
+        ({"x": _nested(990, 1.5)}, "nested"),  # which check fires depends on the stack
+        ({"x": _nested(50_000)}, "nested too deeply"),
+        (_circular(), "nested too deeply"),
+    ],
+)
+def test_data_too_deep_for_readers_or_circular_is_refused_with_a_typed_error(
+    data: dict[str, object], fragment: str
+) -> None:
+    # every reader of the log must be able to walk an event back: deep nesting and cycles
+    # are InvalidEvent, never a RecursionError from inside the encoder or a walk
+    with pytest.raises(InvalidEvent, match=fragment):
+        prepare_events("s", [NewEvent("A", data)], 10 * 1024 * 1024)
+
+
+def test_data_nested_up_to_the_limit_is_stored_as_is() -> None:
+    (prepared,) = prepare_events("s", [NewEvent("A", {"x": _nested(99)})], 1024)
+    assert prepared.data_json == '{"x":' + "[" * 99 + "1" + "]" * 99 + "}"
