@@ -20,9 +20,11 @@ MAX_TYPE_LENGTH: Final = 200
 DEFAULT_MAX_EVENT_BYTES: Final = 1024 * 1024
 """Default limit on an event's serialized data + metadata, in UTF-8 bytes."""
 
-MAX_JSON_DEPTH: Final = 100
-"""How deeply an event's data or metadata may nest arrays and objects: every reader of
-the log (json decoding, folds, hashing) must be able to walk it back."""
+MAX_JSON_DEPTH: Final = 128
+"""How deeply an event's data or metadata may nest arrays and objects, so that every
+reader of the log (json decoding, folds, hashing) can walk it back. Above the limit saga
+values get (saga_core.keys.MAX_JSON_DEPTH, 100), so a saga value fits in its event."""
+
 
 
 class PreparedEvent(NamedTuple):

@@ -6,6 +6,7 @@ from typing import Any
 
 from saga_core.definition import InputField, SagaDefinition
 from saga_core.errors import InputValidationError, Problem
+from saga_core.keys import json_value_problem
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
@@ -38,6 +39,9 @@ def field_problems(name: str, spec: InputField, value: Any) -> list[Problem]:
     where = f"input.{name}"
     if not _type_ok(spec, value):
         return [Problem(where, "wrong_type", f"expected {spec.type}, got {type(value).__name__}")]
+    unstorable = json_value_problem(value)
+    if unstorable is not None:
+        return [Problem(where, "not_json", unstorable)]
     problems: list[Problem] = []
     if isinstance(value, int | float) and not isinstance(value, bool):
         bounds = (

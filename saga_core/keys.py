@@ -49,18 +49,34 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
-def _finite_json(value: dict[str, Any]) -> dict[str, Any]:
-    """Refuse NaN and infinities anywhere in the value: JSON has no such numbers, so they
-    could be neither hashed canonically nor stored."""
-    stack: list[Any] = [value]
+MAX_JSON_DEPTH: Final = 100
+"""How deeply arrays and objects may nest in arguments, inputs and event data: every
+reader of the log (json decoding, folds, hashing) must be able to walk them back."""
+
+
+def json_value_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be hashed canonically and stored (a NaN or an infinity, which
+    JSON has no numbers for, or nesting deeper than :data:`MAX_JSON_DEPTH`), or None.
+    Iterative: the value may be hostile."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
-        item = stack.pop()
-        if type(item) is float and not math.isfinite(item):
-            raise ValueError(f"{item} is not a JSON number (NaN and infinities are refused)")
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
+        item, depth = stack.pop()
+        if type(item) is float:
+            if not math.isfinite(item):
+                return f"{item} is not a JSON number (NaN and infinities are refused)"
+        elif isinstance(item, dict | list | tuple):
+            if depth >= MAX_JSON_DEPTH:
+                return f"nested more than {MAX_JSON_DEPTH} levels deep"
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return None
+
+
+def _finite_json(value: dict[str, Any]) -> dict[str, Any]:
+    """Refuse what :func:`json_value_problem` finds, as a validation error."""
+    problem = json_value_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 

@@ -69,7 +69,7 @@ def _circular() -> dict[str, object]:
 @pytest.mark.parametrize(
     ("data", "fragment"),
     [
-        ({"x": _nested(100)}, "nested more than 100 levels"),
+        ({"x": _nested(128)}, "nested more than 128 levels"),
         ({"x": _nested(990, 1.5)}, "nested"),  # which check fires depends on the stack
         ({"x": _nested(50_000)}, "nested too deeply"),
         (_circular(), "nested too deeply"),
@@ -85,5 +85,5 @@ def test_data_too_deep_for_readers_or_circular_is_refused_with_a_typed_error(
 
 
 def test_data_nested_up_to_the_limit_is_stored_as_is() -> None:
-    (prepared,) = prepare_events("s", [NewEvent("A", {"x": _nested(99)})], 1024)
-    assert prepared.data_json == '{"x":' + "[" * 99 + "1" + "]" * 99 + "}"
+    (prepared,) = prepare_events("s", [NewEvent("A", {"x": _nested(127)})], 1024)
+    assert prepared.data_json == '{"x":' + "[" * 127 + "1" + "]" * 127 + "}"

@@ -30,6 +30,7 @@ from saga_core import (
     validate_input,
     validate_plan,
 )
+from saga_core.definition import InputField
 
 
 def test_trip_round_trips_through_json_and_yaml_with_a_stable_hash() -> None:
@@ -290,3 +291,33 @@ def test_non_finite_numbers_in_plans_and_definitions_are_refused_by_name(bad: fl
         SagaDefinition.model_validate({"name": "n", "version": 1, "steps": [step]})
     with pytest.raises(ValidationError, match="precondition"):
         CompensationCommand(tool="t", precondition={"expect_version": bad})
+
+
+def _nested(levels: int) -> object:
+    value: object = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_arguments_and_inputs_nested_too_deep_for_the_log_are_refused_by_name() -> None:
+    # A plan nested a few thousand levels deep once crashed validate_plan with a
+    # RecursionError from hashing: the models refuse it first, naming the field.
+    with pytest.raises(ValidationError, match=r"actions\.0\.args[\s\S]*more than 100 levels"):
+        AgentPlan.model_validate(
+            {"actions": [{"tool": "email.send_correction", "args": {"x": _nested(3000)}}]}
+        )
+    AgentPlan.model_validate(  # 100 levels (the args object and 99 arrays) are fine
+        {"actions": [{"tool": "email.send_correction", "args": {"x": _nested(99)}}]}
+    )
+    # and a saga input of type object or array is held to the same rule (and to finite
+    # numbers), listed like every other bad field instead of crashing the start
+    trip = trip_definition()
+    spec = trip.model_copy(update={"input": {
+        **trip.input, "notes": InputField(type="object", required=False),
+        "ratio": InputField(type="number", required=False)}})
+    with pytest.raises(InputValidationError) as err:
+        validate_input(spec, {**trip_input(), "notes": {"x": _nested(500)},
+                              "ratio": float("nan")})
+    found = {(p.where, p.rule) for p in err.value.problems}
+    assert {("input.notes", "not_json"), ("input.ratio", "not_json")} <= found
