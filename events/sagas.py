@@ -71,11 +71,18 @@ class LoadedSaga:
         """The tenant the saga belongs to."""
         return self.state.tenant
 
-    def extended(self, events: Sequence[SagaEvent], appended: AppendResult) -> LoadedSaga:
-        """This saga after ``events`` were appended (as ``appended``), without re-reading."""
-        state = self.state
-        for event in events:
-            state = evolve(state, event)
+    def extended(
+        self, events: Sequence[SagaEvent], appended: AppendResult,
+        state: SagaState | None = None,
+    ) -> LoadedSaga:
+        """This saga after ``events`` were appended (as ``appended``), without re-reading.
+
+        ``state``: the state after ``events``, when the caller folded them already.
+        """
+        if state is None:
+            state = self.state
+            for event in events:
+                state = evolve(state, event)
         return LoadedSaga(
             self.saga_id,
             self.definition,

@@ -167,7 +167,7 @@ class Orchestrator:
                 loaded.saga_id, state.tenant or loaded.tenant, recorded, loaded.version,
                 actor=actor, conn=conn,
             )
-            after = loaded.extended(recorded, appended)
+            after = loaded.extended(recorded, appended, state)  # folded above
         if publish and woken:
             self.publisher.publish(woken)
         return Committed(loaded.saga_id, tuple(recorded), after, tuple(commands),
