@@ -190,6 +190,10 @@ def main() -> None:
                   + ", ".join(f"{n}:{kib}" for n, kib in samples))
             first, last = samples[1][1] if len(samples) > 1 else samples[0][1], samples[-1][1]
             print(f"RSS growth after warm-up: {last - first} KiB ({last / first:.2f}x)")
+            if args.providers == "memory":
+                print("note: the memory tools keep every receipt in the worker (their dedupe"
+                      " table), so RSS grows with the sagas by design; measure the worker's"
+                      " own memory with the sandbox providers")
     finally:
         if not args.database_url or not args.broker_url:
             embedded.stop_embedded(home)
