@@ -10,6 +10,7 @@ from typing import Any, Final, NamedTuple
 from events.errors import InvalidEvent
 from events.hashing import canonical_json, contains_float, json_string, sorted_json
 from events.model import NewEvent, new_event_id
+from saga_core.keys import json_value_problem
 
 MAX_STREAM_ID_LENGTH: Final = 200
 """Longest stream id accepted, in characters."""
@@ -88,8 +89,10 @@ def _normalised_json(what: str, value: object) -> tuple[dict[str, Any], str]:
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise InvalidEvent(f"{what} is not JSON-serialisable: {exc}") from None
     # Only a text with that many brackets can nest that deep: the walk is rarely needed.
-    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(value) > MAX_JSON_DEPTH:
-        raise InvalidEvent(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH:
+        problem = json_value_problem(value, MAX_JSON_DEPTH)
+        if problem is not None:
+            raise InvalidEvent(f"{what} is {problem}")
     # Fast path: plain data (str keys; str, int, bool, None, dict and list values, no
     # floats) loads back equal and is already canonical as encoded; copy it directly.
     loaded = _plain_copy(value) if sorted_input else None
@@ -106,29 +109,6 @@ def _normalised_json(what: str, value: object) -> tuple[dict[str, Any], str]:
     if "\\u0000" in canonical:  # cheap filter; the walk decides (a "\\u0000" text is fine)
         _reject_nul(what, loaded)
     return loaded, canonical
-
-
-def _depth(value: Any) -> int:
-    """How deeply containers nest in ``value``, level by level (no recursion: the value
-    may be hostile); stops counting past :data:`MAX_JSON_DEPTH`."""
-    depth, level = 0, [value]
-    while level and depth <= MAX_JSON_DEPTH:
-        below: list[Any] = []
-        containers = False
-        for item in level:
-            kind = type(item)
-            if kind in _PLAIN_LEAVES or kind is float:
-                continue
-            if kind is dict or isinstance(item, Mapping):
-                below.extend(item.values())
-            elif kind is list or isinstance(item, list | tuple):
-                below.extend(item)
-            else:
-                continue
-            containers = True
-        depth += containers
-        level = below
-    return depth
 
 
 _PLAIN_LEAVES: Final = frozenset({str, int, bool, type(None)})

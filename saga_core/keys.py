@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Final, NewType
 
 from pydantic import AfterValidator, BaseModel
@@ -54,21 +54,34 @@ MAX_JSON_DEPTH: Final = 100
 reader of the log (json decoding, folds, hashing) must be able to walk them back."""
 
 
-def json_value_problem(value: Any) -> str | None:
+_JSON_LEAVES: Final = frozenset({str, int, bool, type(None)})
+
+
+def json_value_problem(value: Any, max_depth: int = MAX_JSON_DEPTH) -> str | None:
     """Why ``value`` cannot be hashed canonically and stored (a NaN or an infinity, which
-    JSON has no numbers for, or nesting deeper than :data:`MAX_JSON_DEPTH`), or None.
-    Iterative: the value may be hostile."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if type(item) is float:
-            if not math.isfinite(item):
-                return f"{item} is not a JSON number (NaN and infinities are refused)"
-        elif isinstance(item, dict | list | tuple):
-            if depth >= MAX_JSON_DEPTH:
-                return f"nested more than {MAX_JSON_DEPTH} levels deep"
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
+    JSON has no numbers for, or arrays and objects nested more than ``max_depth`` levels),
+    or None. Walks level by level, without recursion: the value may be hostile."""
+    depth, level = 0, [value]
+    while level:
+        below: list[Any] = []
+        containers = False
+        for item in level:
+            kind = type(item)
+            if kind in _JSON_LEAVES:
+                continue
+            if kind is float:
+                if not math.isfinite(item):
+                    return f"{item} is not a JSON number (NaN and infinities are refused)"
+            elif kind is dict or isinstance(item, Mapping):
+                below.extend(item.values())
+                containers = True
+            elif kind is list or isinstance(item, list | tuple):
+                below.extend(item)
+                containers = True
+        depth += containers
+        if depth > max_depth:
+            return f"nested more than {max_depth} levels deep"
+        level = below
     return None
 
 

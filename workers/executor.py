@@ -147,8 +147,7 @@ class StepExecutor:
                 return StepOutcome(command, "dropped", claim)
             started, resolved = claim
             others = (
-                [c for c in self._claimable(loaded.state, now) if c[0] != command]
-                if siblings is not None else []
+                self._claimable(loaded.state, now, skip=command) if siblings is not None else []
             )
             claims = [started, *(event for _, event in others)]
             try:
@@ -194,15 +193,18 @@ class StepExecutor:
         return started, resolved
 
     def _claimable(
-        self, state: SagaState, now: datetime
+        self, state: SagaState, now: datetime, skip: StepCommand | None = None
     ) -> list[tuple[StepCommand, SagaEvent]]:
-        """Every scheduled step of the saga this worker may claim now, with its StepStarted."""
+        """Every scheduled step of the saga this worker may claim now (but ``skip``, claimed
+        already), with its StepStarted."""
         found: list[tuple[StepCommand, SagaEvent]] = []
         for run in [*state.forward.values(), *state.compensation.values()]:
             if run.status is not RunStatus.SCHEDULED:
                 continue
             candidate = StepCommand(saga_id=state.saga_id, step_id=run.step_id, kind=run.kind,
                                     attempt=run.attempt)
+            if candidate == skip:
+                continue
             try:
                 claim = self._claim(state, candidate, now)
             except TemplateError:

@@ -8,7 +8,7 @@ are the resulting step commands published. A lost race re-reads and re-decides.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -60,21 +60,16 @@ def settle(state: SagaState, now: datetime) -> tuple[list[SagaEvent], SagaState]
     raise RuntimeError(f"saga {state.saga_id}: decide did not settle; this is a bug in saga_core")
 
 
-def wake_ups(
-    events: Sequence[SagaEvent],
-    saga_id: str,
-    now: datetime,
-    claimed: Collection[StepCommand] = (),
-) -> list[StepCommand]:
-    """The commands to publish for newly recorded events: every due lookup, and of the due
-    steps not ``claimed`` already, the first only. The worker that claims it claims its
+def wake_ups(due: Iterable[tuple[StepCommand, bool]]) -> list[StepCommand]:
+    """Of the due ``(command, is_step)`` pairs a commit left unclaimed, those to publish:
+    every lookup, and of the steps the first only. The worker that claims it claims its
     due siblings in the same append and runs them side by side, so parallel branches cost
     one broker message, one read and one claim; if it never comes, the sweeper enqueues
     each of them."""
     commands: list[StepCommand] = []
     step_woken = False
-    for command, is_step in _due(events, saga_id, now):
-        if command in claimed or (is_step and step_woken):
+    for command, is_step in due:
+        if is_step and step_woken:
             continue
         step_woken = step_woken or is_step
         commands.append(command)
@@ -158,8 +153,10 @@ class Orchestrator:
                 state = evolve(state, started)
                 recorded.append(started)
                 claimed.append(command)
-        commands = [c for c in commands_due(recorded, loaded.saga_id, now) if c not in claimed]
-        woken = wake_ups(recorded, loaded.saga_id, now, claimed)
+        due = [(c, is_step) for c, is_step in _due(recorded, loaded.saga_id, now)
+               if c not in claimed]
+        commands = [command for command, _ in due]
+        woken = wake_ups(due)
         after = loaded
         if recorded:
             # The folded state's tenant: a saga's first commit carries its own SagaStarted.

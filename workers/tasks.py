@@ -68,13 +68,16 @@ class _Branches:
     def spawn(self, commands: list[StepCommand], loaded: LoadedSaga, budget: int) -> None:
         """Run each claimed command (and what it claims next) on a branch thread."""
         for command in commands:
-            run = partial(self.fleet.executor.run_claimed, command, loaded, publish=False,
-                          claim_next=budget > 0, session=self.session)
-            self._running.append(self.fleet.branches.submit(self._guarded, command, run, budget))
+            run = partial(self._run_claimed, command, loaded, budget)
+            self._running.append(self.fleet.branches.submit(self.run, command, run, budget))
+
+    def _run_claimed(self, command: StepCommand, loaded: LoadedSaga, budget: int) -> StepOutcome:
+        return self.fleet.executor.run_claimed(
+            command, loaded, publish=False, claim_next=budget > 0, session=self.session
+        )
 
     def follow(self, outcome: StepOutcome, budget: int) -> None:
         """Publish what a commit left for others, then run what it claimed for us."""
-        executor = self.fleet.executor
         while True:
             committed = outcome.committed
             if committed is not None and committed.wake_ups:
@@ -87,12 +90,10 @@ class _Branches:
             budget -= 1
             first, *others = committed.claimed
             self.spawn(others, committed.loaded, budget)
-            outcome = executor.run_claimed(
-                first, committed.loaded, publish=False, claim_next=budget > 0,
-                session=self.session,
-            )
+            outcome = self._run_claimed(first, committed.loaded, budget)
 
-    def _guarded(self, command: StepCommand, run: Callable[[], StepOutcome], budget: int) -> None:
+    def run(self, command: StepCommand, run: Callable[[], StepOutcome], budget: int) -> None:
+        """Run ``command`` (by ``run``) and what it claims next; log, never raise."""
         try:
             self.follow(run(), budget)
         except SagaError as exc:
@@ -117,7 +118,7 @@ def run_step(fleet: Fleet, args: Any, kwargs: Any) -> None:
     budget = fleet.config.inline_steps
     branches = _Branches(fleet)
     try:
-        branches._guarded(command, lambda: fleet.executor.handle(
+        branches.run(command, lambda: fleet.executor.handle(
             command, publish=False, claim_next=budget > 0, session=branches.session,
             siblings=lambda more, loaded: branches.spawn(more, loaded, budget)), budget)
     finally:
