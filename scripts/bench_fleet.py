@@ -64,7 +64,8 @@ class FinishedCounter:
     """
 
     QUERY = (
-        "SELECT transaction_id::text, global_position, event_type = 'SagaFinished'"
+        # Aliased: an output column named transaction_id would make ORDER BY sort its text.
+        "SELECT transaction_id::text AS xid, global_position, event_type = 'SagaFinished'"
         "  FROM eventstore.events"
         " WHERE (transaction_id, global_position) > (%s::xid8, %s)"
         "   AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())"
