@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg.pq import PipelineStatus, TransactionStatus
 
 from events.hashing import json_string
 from events.prepare import PreparedEvent
@@ -143,11 +143,23 @@ def _in_savepoint(
     caller's transaction stays usable and the idempotency lookup can run on it.
     """
     try:
-        with conn.pipeline():
+        if conn.pgconn.pipeline_status == PipelineStatus.OFF:
+            with conn.pipeline():
+                conn.execute("SAVEPOINT eventstore_append")
+                rows = _statements(conn, stream_id, expected, prepared, notify)
+                conn.execute("RELEASE SAVEPOINT eventstore_append")
+        else:
+            # The caller's pipeline: a nested block would sync on entry and on exit; queued,
+            # SAVEPOINT rides with the caller's writes and RELEASE with its COMMIT.
             conn.execute("SAVEPOINT eventstore_append")
             rows = _statements(conn, stream_id, expected, prepared, notify)
             conn.execute("RELEASE SAVEPOINT eventstore_append")
     except psycopg.Error:
+        if conn.pgconn.pipeline_status != PipelineStatus.OFF:
+            # The failed statement aborted the caller's pipeline: a Sync resumes it and
+            # only then does the connection report the transaction as failed.
+            with conn.pipeline() as pipeline:
+                pipeline.sync()
         if conn.info.transaction_status == TransactionStatus.INERROR:
             conn.execute("ROLLBACK TO SAVEPOINT eventstore_append")
         raise

@@ -158,10 +158,30 @@ class EventStore:
             yield conn
 
     @contextmanager
-    def transaction(self) -> Iterator[UnitOfWork]:
-        """A transaction on a pooled connection: commit on clean exit, roll back on error."""
-        with translated_errors(), self._pool.connection() as conn, conn.transaction():
-            yield UnitOfWork(self, conn)
+    def transaction(self, *, pipelined: bool = False) -> Iterator[UnitOfWork]:
+        """A transaction on a pooled connection: commit on clean exit, roll back on error.
+
+        ``pipelined`` runs it in pipeline mode: statements are sent when a result is
+        needed, so BEGIN, your writes and an append travel in one round trip and the
+        append's savepoint release rides with COMMIT. Errors then surface at the next
+        fetch (or at the end of the block), still before anything commits; use it when
+        you do not read results between writes.
+        """
+        with translated_errors(), self._pool.connection() as conn:
+            if not pipelined:
+                with conn.transaction():
+                    yield UnitOfWork(self, conn)
+                return
+            # BEGIN and COMMIT as queued statements: psycopg's transaction() syncs before
+            # its COMMIT, which would add a round trip to the two this needs.
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                try:
+                    yield UnitOfWork(self, conn)
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
 
     def append(
         self,

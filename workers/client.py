@@ -160,7 +160,7 @@ class SagaClient:
         try:
             # One transaction: the secrets and the saga's first events commit together, and
             # version 0 (the stream must not exist) keeps a repeated key from starting twice.
-            with self.orchestrator.repo.store.transaction() as uow:
+            with self.orchestrator.repo.store.transaction(pipelined=True) as uow:
                 self.vault.keep(saga_id, secrets, uow.connection)
                 committed = self.orchestrator.commit(
                     fresh, [started], actor=self.actor, publish=False, conn=uow.connection

@@ -266,18 +266,21 @@ def test_duplicate_ids_in_one_batch_and_empty_batches_are_rejected(
     assert count_events(store) == 0
 
 
-def test_unit_of_work_commits_events_with_the_callers_rows(store: EventStore) -> None:
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_unit_of_work_commits_events_with_the_callers_rows(
+    store: EventStore, pipelined: bool
+) -> None:
     # given a caller table
     with store.connection() as conn:
         conn.execute("CREATE TABLE outbox (command text)")
 
     # when events and a caller row are written in one unit of work
-    with store.transaction() as uow:
+    with store.transaction(pipelined=pipelined) as uow:
         uow.append("saga-1", [NewEvent("StepSucceeded", {"step": "hotel"})], expected_version=0)
         uow.connection.execute("INSERT INTO outbox VALUES ('book-flight')")
 
     # and a second unit of work fails after appending
-    with pytest.raises(RuntimeError), store.transaction() as uow:
+    with pytest.raises(RuntimeError), store.transaction(pipelined=pipelined) as uow:
         uow.append("saga-1", [NewEvent("StepSucceeded", {"step": "flight"})], expected_version=1)
         uow.connection.execute("INSERT INTO outbox VALUES ('send-email')")
         raise RuntimeError("crash before commit")
@@ -323,12 +326,39 @@ def test_a_key_value_conninfo_works_like_a_url(fresh_database: str) -> None:
         assert store.append("s", [NewEvent("A", {})]).version == 1
 
 
-def test_a_conflict_in_a_unit_of_work_rolls_back_everything(store: EventStore) -> None:
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_a_conflict_in_a_unit_of_work_rolls_back_everything(
+    store: EventStore, pipelined: bool
+) -> None:
     # given a stream at version 1
     store.append("s", [NewEvent("A", {})])
     # when a unit of work appends elsewhere, then conflicts, and lets the error escape
-    with pytest.raises(ConcurrencyError), store.transaction() as uow:
+    with pytest.raises(ConcurrencyError), store.transaction(pipelined=pipelined) as uow:
         uow.append("other", [NewEvent("B", {})], expected_version=NO_STREAM)
         uow.append("s", [NewEvent("C", {})], expected_version=0)
     # then neither append is visible
     assert store.stream_version("other") == 0 and store.stream_version("s") == 1
+
+
+def test_a_pipelined_unit_of_work_survives_a_conflict_and_replays_stored_ids(
+    store: EventStore,
+) -> None:
+    # given a stream at version 1 whose event id is known
+    first = store.append("s", [NewEvent("A", {"n": 1})]).events[0]
+    with store.connection() as conn:
+        conn.execute("CREATE TABLE marks (m int)")
+    # when a pipelined unit of work writes, hits a wrong version, retries the stored event
+    # and then appends at the right version
+    with store.transaction(pipelined=True) as uow:
+        uow.connection.execute("INSERT INTO marks VALUES (1)")
+        with pytest.raises(ConcurrencyError, match="expected version 5"):
+            uow.append("s", [NewEvent("B", {})], expected_version=5)
+        replayed = uow.append(
+            "s", [NewEvent("A", {"n": 1}, event_id=first.event_id)], expected_version=0
+        )
+        uow.append("s", [NewEvent("C", {})], expected_version=1)
+    # then the replay is the original, and the caller's row and the new event committed
+    assert replayed.events[0].position == first.position
+    assert [e.type for e in store.read_stream("s")] == ["A", "C"]
+    with store.connection() as conn:
+        assert conn.execute("SELECT m FROM marks").fetchall() == [(1,)]
