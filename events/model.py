@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, NamedTuple
-from uuid import UUID
+from uuid import UUID, SafeUUID
 
 
 class StreamState(enum.Enum):
@@ -43,11 +43,30 @@ def new_event_id() -> UUID:
     every append then dirties a cold leaf page (a full-page image in the WAL after each
     checkpoint). Time-ordered ids append at the index's right edge instead.
     """
-    value = (time.time_ns() // 1_000_000 & (1 << 48) - 1) << 80
-    value |= int.from_bytes(os.urandom(10), "big")
-    value = value & ~(0xF << 76) | 0x7 << 76  # version 7
-    value = value & ~(0x3 << 62) | 0x2 << 62  # RFC 4122 variant
-    return uuid.UUID(int=value)
+    return new_event_ids(1)[0]
+
+
+_new = object.__new__
+_set = object.__setattr__
+
+_VERSION_7_MASK: Final = ~(0xF << 76) & ~(0x3 << 62)
+_VERSION_7_BITS: Final = 0x7 << 76 | 0x2 << 62  # version 7, RFC 4122 variant
+
+
+def new_event_ids(count: int) -> list[UUID]:
+    """``count`` fresh version-7 ids (as :func:`new_event_id`) from one clock reading and
+    one read of the random source: a batch append needs one per event."""
+    stamp = (time.time_ns() // 1_000_000 & (1 << 48) - 1) << 80
+    noise = os.urandom(10 * count)
+    ids = []
+    for offset in range(0, 10 * count, 10):
+        value = (stamp | int.from_bytes(noise[offset : offset + 10], "big")) & _VERSION_7_MASK
+        # Built without UUID.__init__'s argument parsing: the value is a checked 128-bit int.
+        made = _new(UUID)
+        _set(made, "int", value | _VERSION_7_BITS)
+        _set(made, "is_safe", SafeUUID.unknown)
+        ids.append(made)
+    return ids
 
 
 @dataclass(frozen=True, order=True)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
 from events.errors import InvalidEvent
 from events.hashing import canonical_json, contains_float, json_string, sorted_json
-from events.model import NewEvent, new_event_id
+from events.model import NewEvent, new_event_ids
 from saga_core.keys import json_value_problem
 
 MAX_STREAM_ID_LENGTH: Final = 200
@@ -163,9 +163,7 @@ def _reject_nul(what: str, value: Any) -> None:
             _reject_nul(what, item)
 
 
-def _event_id(value: uuid.UUID | str | None) -> tuple[uuid.UUID, bool]:
-    if value is None:
-        return new_event_id(), False
+def _event_id(value: uuid.UUID | str) -> tuple[uuid.UUID, bool]:
     if isinstance(value, uuid.UUID):
         return value, True
     try:
@@ -183,24 +181,30 @@ def prepare_events(
         raise InvalidEvent("events must be a sequence of NewEvent")
     if not events:
         raise InvalidEvent(f"append to {stream_id!r} needs at least one event")
-    prepared: list[PreparedEvent] = []
-    seen: set[uuid.UUID] = set()
     for index, event in enumerate(events):
         if not isinstance(event, NewEvent):
             raise InvalidEvent(f"event #{index} is a {type(event).__name__}, not a NewEvent")
-        prepared.append(_prepare_one(stream_id, index, event, max_event_bytes))
-        if prepared[-1].event_id in seen:
-            raise InvalidEvent(f"event id {prepared[-1].event_id} appears twice in one append")
-        seen.add(prepared[-1].event_id)
+    # Fresh ids for the events that bring none, drawn at once (one clock and random read).
+    fresh = iter(new_event_ids(sum(1 for event in events if event.event_id is None)))
+    prepared = [
+        _prepare_one(stream_id, index, event, max_event_bytes, fresh)
+        for index, event in enumerate(events)
+    ]
+    given = [event.event_id for event in prepared if event.id_was_given]
+    if len(given) > 1 and len(set(given)) < len(given):
+        twice = next(event_id for event_id in given if given.count(event_id) > 1)
+        raise InvalidEvent(f"event id {twice} appears twice in one append")
     return prepared
 
 
-def _prepare_one(stream_id: str, index: int, event: NewEvent, limit: int) -> PreparedEvent:
+def _prepare_one(
+    stream_id: str, index: int, event: NewEvent, limit: int, fresh: Iterator[uuid.UUID]
+) -> PreparedEvent:
     event_type = check_name("type", event.type, MAX_TYPE_LENGTH, index=index)
     schema_version = event.schema_version
     if type(schema_version) is not int or not 1 <= schema_version <= 2**31 - 1:
         _refuse_schema_version(index, event_type, schema_version)
-    event_id, given = _event_id(event.event_id)
+    event_id, given = (next(fresh), False) if event.event_id is None else _event_id(event.event_id)
     # Error labels are formatted only on failure: this runs for every appended event.
     try:
         data, data_json = _normalised_json("data", event.data)

@@ -56,3 +56,17 @@ def test_generated_event_ids_are_version_7_and_time_ordered() -> None:
     second = new_event_id()
     assert first.version == 7 and first.variant == "specified in RFC 4122"
     assert first < second  # a later millisecond sorts later (index right edge)
+
+
+def test_ids_drawn_in_a_batch_are_distinct_version_7_uuids_like_any_other() -> None:
+    import uuid
+
+    from events.model import new_event_ids
+
+    batch = new_event_ids(500)
+    assert len(set(batch)) == 500
+    for made in batch:
+        # Built without UUID.__init__, they must still behave as ordinary UUIDs.
+        assert made.version == 7 and made.variant == uuid.RFC_4122
+        assert made == uuid.UUID(str(made)) and hash(made) == hash(uuid.UUID(int=made.int))
+    assert new_event_ids(0) == []
