@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 import os
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
