@@ -57,23 +57,42 @@ reader of the log (json decoding, folds, hashing) must be able to walk them back
 _JSON_LEAVES: Final = frozenset({str, int, bool, type(None)})
 
 
+def text_problem(text: str) -> str | None:
+    """Why a string cannot be stored as PostgreSQL text or jsonb (a NUL character, or a
+    lone surrogate, which is not Unicode text and has no UTF-8 form), or None."""
+    if "\x00" in text:
+        return "a string holds a NUL character, which PostgreSQL cannot store"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return "a string holds a lone surrogate, which is not Unicode text"
+    return None
+
+
 def json_value_problem(value: Any, max_depth: int = MAX_JSON_DEPTH) -> str | None:
     """Why ``value`` cannot be hashed canonically and stored (a NaN or an infinity, which
-    JSON has no numbers for, or arrays and objects nested more than ``max_depth`` levels),
-    or None. Walks level by level, without recursion: the value may be hostile."""
+    JSON has no numbers for, a string :func:`text_problem` refuses, or arrays and objects
+    nested more than ``max_depth`` levels), or None. Walks level by level, without
+    recursion: the value may be hostile."""
     depth, level = 0, [value]
     while level:
         below: list[Any] = []
         containers = False
         for item in level:
             kind = type(item)
-            if kind in _JSON_LEAVES:
+            if kind is str:
+                problem = text_problem(item)
+                if problem is not None:
+                    return problem
+            elif kind in _JSON_LEAVES:
                 continue
-            if kind is float:
+            elif kind is float:
                 if not math.isfinite(item):
                     return f"{item} is not a JSON number (NaN and infinities are refused)"
             elif kind is dict or isinstance(item, Mapping):
                 below.extend(item.values())
+                below.extend(key for key in item if type(key) is str)
                 containers = True
             elif kind is list or isinstance(item, list | tuple):
                 below.extend(item)

@@ -38,7 +38,7 @@ from saga_core.events import (
     SagaStarted,
 )
 from saga_core.inputs import validate_input
-from saga_core.keys import payload_hash
+from saga_core.keys import json_value_problem, payload_hash, text_problem
 from saga_core.plans import AgentPlan
 from saga_core.state import SagaState
 from saga_core.validation import validate_definition
@@ -49,6 +49,10 @@ from workers.views import SagaView, view_of
 # Saga ids for idempotency keys: uuid5 over (tenant, key) in sagafleet's own namespace.
 _KEY_NAMESPACE = uuid.UUID("5a6af1ee-7000-4000-8000-000000000001")
 MAX_KEY_LENGTH = 200
+MAX_NAME_LENGTH = 200
+"""Longest definition name, step id, tenant or actor a client call accepts."""
+MAX_REASON_LENGTH = 10_000
+"""Longest free-text reason (start, cancel, deny, resolve) a client call accepts."""
 
 
 class IdempotencyConflict(SagaError):
@@ -57,6 +61,20 @@ class IdempotencyConflict(SagaError):
 
 class InvalidRequest(SagaError):
     """A client call's argument is malformed (not the saga input); the message names it."""
+
+
+def _text(what: str, value: object, limit: int, *, empty: bool = False) -> str:
+    """A caller's text argument, or InvalidRequest naming it: a str of at most ``limit``
+    characters (non-empty unless ``empty``) that PostgreSQL can store."""
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{what} must be a string, got {type(value).__name__}")
+    if not (empty or value.strip()) or len(value) > limit:
+        raise InvalidRequest(f"{what} must be a string of {0 if empty else 1}..{limit} "
+                             f"characters, got {len(value)}")
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidRequest(f"{what}: {problem}")
+    return value
 
 
 class Started(SagaView):
@@ -80,8 +98,8 @@ class SagaClient:
         self.orchestrator = orchestrator
         self.definitions = definitions
         self.catalogue = catalogue
-        self.tenant = tenant
-        self.actor = actor
+        self.tenant = _text("tenant", tenant, MAX_NAME_LENGTH)
+        self.actor = _text("actor", actor, MAX_NAME_LENGTH)
         self.vault = SecretVault(orchestrator.repo.store)
 
     def as_actor(self, actor: str, tenant: str | None = None) -> SagaClient:
@@ -135,9 +153,12 @@ class SagaClient:
         reason: str = "",
     ) -> Started:
         """Start a saga; with ``key``, the same key and input return the same saga."""
-        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= MAX_KEY_LENGTH):
-            raise InvalidRequest(f"idempotency key must be a string of 1..{MAX_KEY_LENGTH} "
-                                 "characters")
+        if key is not None:
+            _text("idempotency key", key, MAX_KEY_LENGTH)
+        _text("definition name", definition, MAX_NAME_LENGTH)
+        _text("reason", reason, MAX_REASON_LENGTH, empty=True)
+        if version is not None and (type(version) is not int or not 1 <= version <= 2**31 - 1):
+            raise InvalidRequest(f"definition version must be a positive int, got {version!r}")
         spec = self.definitions.get(definition, version)
         normalized = validate_input(spec, input)
         public, secrets = split_secrets(spec, normalized)
@@ -181,6 +202,7 @@ class SagaClient:
 
     def find(self, key: str) -> SagaView | None:
         """The saga this tenant started with idempotency ``key``, or None."""
+        _text("idempotency key", key, MAX_KEY_LENGTH)
         try:
             return view_of(self._load(self._id_for_key(key)))
         except SagaNotFound:
@@ -199,6 +221,9 @@ class SagaClient:
         action_hash: str | None = None,
     ) -> SagaView:
         """Approve the pending request (bound to its action hash); a second click is a no-op."""
+        kind = _step_ref(step_id, kind)
+        if action_hash is not None:
+            _text("action hash", action_hash, 64)
 
         def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
             wanted = action_hash or _pending_hash(loaded, step_id, kind)
@@ -214,6 +239,8 @@ class SagaClient:
         self, saga_id: str, step_id: str, *, reason: str, kind: StepKind = StepKind.FORWARD
     ) -> SagaView:
         """Deny the pending request; before the pivot this starts compensation."""
+        kind = _step_ref(step_id, kind)
+        _text("reason", reason, MAX_REASON_LENGTH, empty=True)
 
         def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
             run = loaded.state.run(step_id, kind)
@@ -229,6 +256,7 @@ class SagaClient:
 
     def cancel(self, saga_id: str, *, reason: str = "") -> SagaView:
         """Ask to cancel: compensate what can be compensated (before the pivot)."""
+        _text("reason", reason, MAX_REASON_LENGTH, empty=True)
 
         def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
             if loaded.state.cancel_requested or loaded.state.finished is not None:
@@ -246,6 +274,14 @@ class SagaClient:
     ) -> SagaView:
         """Record a typed operator action resolving a manual intervention."""
         allowed = get_args(OperatorActionName)
+        _text("reason", reason, MAX_REASON_LENGTH, empty=True)
+        if step_id is not None:
+            kind = _step_ref(step_id, kind)
+        problem = None if evidence is None else (
+            "must be a JSON object" if not isinstance(evidence, dict)
+            else json_value_problem(evidence))
+        if problem is not None:
+            raise InvalidRequest(f"evidence: {problem}")
         if action not in allowed:
             raise InvalidRequest(f"operator action {action!r} is not one of {list(allowed)}")
         if step_id is not None and not self._load(saga_id).definition.has_step(step_id):
@@ -264,9 +300,20 @@ class SagaClient:
         return self.status(saga_id)
 
     def _load(self, saga_id: str) -> LoadedSaga:
-        if not isinstance(saga_id, str) or not 0 < len(saga_id) <= 64:
+        if (not isinstance(saga_id, str) or not 0 < len(saga_id) <= 64
+                or text_problem(saga_id) is not None):
             raise SagaNotFound(f"no saga {saga_id!r}")
         return self.orchestrator.repo.load(saga_id, tenant=self.tenant)
+
+
+def _step_ref(step_id: object, kind: object) -> StepKind:
+    """A checked step id and its kind (``"forward"`` or ``"compensation"`` as text too)."""
+    _text("step id", step_id, MAX_NAME_LENGTH)
+    if isinstance(kind, StepKind):
+        return kind
+    if isinstance(kind, str) and kind in StepKind._value2member_map_:
+        return StepKind(kind)
+    raise InvalidRequest(f"step kind must be one of {[k.value for k in StepKind]}, got {kind!r}")
 
 
 def _pending_hash(loaded: LoadedSaga, step_id: str, kind: StepKind) -> str:

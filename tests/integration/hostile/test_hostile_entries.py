@@ -13,6 +13,7 @@ import sys
 import uuid
 
 import psycopg
+import pytest
 from celery import Celery
 from fleet_harness import TRIP_INPUT, settle, worker_env
 from hypothesis import HealthCheck, given, settings
@@ -27,7 +28,8 @@ from sagafleet.exit_codes import ExitCode
 ODD_TEXT = st.one_of(
     st.text(max_size=30),
     st.sampled_from(["", " ", "trip ", "TRIP", "trip\x00", "'; DROP TABLE eventstore.events;--",
-                     "a" * 300, "../trip", "${input.amount}", "\u202etrip", "default"]),
+                     "a" * 300, "../trip", "${input.amount}", "\u202etrip", "default",
+                     "trip\ud800"]),
 )
 ODD_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | ODD_TEXT,
@@ -67,8 +69,9 @@ def test_hostile_client_calls_are_refused_typed_and_leave_nothing_half_written(f
     @given(definition=st.sampled_from(["trip"]) | ODD_TEXT, data=ODD_INPUTS,
            key=st.none() | ODD_TEXT, tenant=ODD_TEXT, version=st.none() | st.integers(-3, 3))
     def start(definition, data, key, tenant, version):
-        client = fleet.client(tenant=tenant or "default")
         try:
+            # A hostile tenant is refused when the client is made; a hostile call when made.
+            client = fleet.client(tenant=tenant or "default")
             started = client.start(definition, data, key=key, version=version)
         except SagaError:
             return
@@ -211,3 +214,39 @@ def test_hostile_cli_arguments_get_a_named_exit_code_never_a_traceback(database,
         assert proc.returncode in named - {0}, (argv, proc.returncode, err[-500:])
         assert "Traceback" not in out + err, (argv, err[-2000:])
     assert _half_written(database)["orphans"] == 0
+
+
+def test_malformed_client_arguments_are_refused_by_name_before_any_write(fleet, database):
+    from workers.client import InvalidRequest
+
+    client = fleet.client(actor="hostile")
+    saga = client.start("trip", TRIP_INPUT, key="hostile-args").saga_id
+    with psycopg.connect(database) as conn:
+        before = conn.execute("SELECT count(*) FROM eventstore.events").fetchone()
+    calls = [
+        (lambda: client.start(5, TRIP_INPUT), "definition name must be a string"),
+        (lambda: client.start("trip\x00", TRIP_INPUT), "definition name: .* NUL"),
+        (lambda: client.start("trip", TRIP_INPUT, key="k\ud800"), "idempotency key: .* surrogate"),
+        (lambda: client.start("trip", TRIP_INPUT, reason=5), "reason must be a string"),
+        (lambda: client.start("trip", TRIP_INPUT, version="1"), "version must be a positive int"),
+        (lambda: client.cancel(saga, reason=["x"]), "reason must be a string"),
+        (lambda: client.approve(saga, None), "step id must be a string"),
+        (lambda: client.approve(saga, "charge_card", kind="sideways"), "step kind must be one"),
+        (lambda: client.deny(saga, "charge_card", reason="r" * 10_001), "reason must be a string"),
+        (lambda: client.resolve(saga, "retry", reason="ok", evidence={"x": "\x00"}),
+         "evidence: .* NUL"),
+        (lambda: fleet.client(tenant="t\ud800"), "tenant: .* surrogate"),
+        (lambda: fleet.client(actor=""), "actor must be a string of 1"),
+    ]
+    for call, message in calls:
+        with pytest.raises(InvalidRequest, match=message):
+            call()
+    # Text the log cannot hold, inside the input, is a field problem like any other.
+    for bad in ("a\x00b@example.com", "a\udc00b@example.com"):
+        with pytest.raises(SagaError, match=r"input\.customer_email: \[not_json\]"):
+            client.start("trip", {**TRIP_INPUT, "customer_email": bad})
+    # And a saga id that cannot exist is not found, not a database error.
+    with pytest.raises(SagaError, match="no saga"):
+        client.status("saga\x00")
+    with psycopg.connect(database) as conn:
+        assert conn.execute("SELECT count(*) FROM eventstore.events").fetchone() == before

@@ -321,3 +321,24 @@ def test_arguments_and_inputs_nested_too_deep_for_the_log_are_refused_by_name() 
                               "ratio": float("nan")})
     found = {(p.where, p.rule) for p in err.value.problems}
     assert {("input.notes", "not_json"), ("input.ratio", "not_json")} <= found
+
+
+def test_text_the_log_cannot_hold_is_refused_by_name_in_inputs_and_arguments() -> None:
+    # A lone surrogate once crashed a start with a bare UnicodeEncodeError, and a NUL
+    # reached the event layer before being refused: both are field problems now, in
+    # values, in nested values and in keys.
+    trip = trip_definition()
+    spec = trip.model_copy(update={"input": {
+        **trip.input, "notes": InputField(type="object", required=False)}})
+    with pytest.raises(InputValidationError) as err:
+        validate_input(spec, {**trip_input(), "customer_email": "a\ud800@example.com",
+                              "notes": {"k\x00": "v"}})
+    found = {(p.where, p.rule): p.message for p in err.value.problems}
+    assert "surrogate" in found[("input.customer_email", "not_json")]
+    assert "NUL" in found[("input.notes", "not_json")]
+    with pytest.raises(ValidationError, match=r"actions\.0\.args[\s\S]*surrogate"):
+        AgentPlan.model_validate(
+            {"actions": [{"tool": "email.send_correction", "args": {"x": ["\udfff"]}}]}
+        )
+    # ordinary text in any script is fine
+    validate_input(spec, {**trip_input(), "notes": {"città": "東京 ✈"}})
