@@ -37,6 +37,12 @@ class InvalidEvent(EventStoreError):
     """An event, stream id or type name was rejected before any write; says what is wrong."""
 
 
+class InvalidArgument(EventStoreError, ValueError):
+    """A read's argument (stream id, version, position, page size) is malformed; says which.
+
+    Also a ValueError, as ``Position.parse`` raised before it was typed."""
+
+
 class EventSchemaError(EventStoreError):
     """Root of the registry's errors: turning models into events and events into models."""
 

@@ -11,6 +11,8 @@ from datetime import datetime
 from typing import Any, Final, NamedTuple
 from uuid import UUID, SafeUUID
 
+from events.errors import InvalidArgument
+
 
 class StreamState(enum.Enum):
     """Expected-version constants that are not a plain version number."""
@@ -80,8 +82,11 @@ class Position:
 
     @classmethod
     def parse(cls, text: str) -> Position:
-        """Read back the ``xid:position`` form produced by ``str(position)``."""
-        xid, _, pos = text.partition(":")
+        """Read back the ``xid:position`` form produced by ``str(position)``, or
+        InvalidArgument (a ValueError) naming the text."""
+        xid, _, pos = text.partition(":") if isinstance(text, str) else ("", "", "")
+        if not (xid.isascii() and xid.isdigit() and pos.isascii() and pos.isdigit()):
+            raise InvalidArgument(f"position {text!r} is not of the form xid:position")
         return cls(int(xid), int(pos))
 
 

@@ -10,7 +10,7 @@ from typing import Any, Final, NamedTuple
 from events.errors import InvalidEvent
 from events.hashing import canonical_json, contains_float, json_string, sorted_json
 from events.model import NewEvent, new_event_ids
-from saga_core.keys import json_value_problem
+from saga_core.keys import json_value_problem, text_problem
 
 MAX_STREAM_ID_LENGTH: Final = 200
 """Longest stream id accepted, in characters."""
@@ -54,7 +54,8 @@ def check_name(what: str, value: object, limit: int, *, index: int | None = None
     With ``index`` the error names the event (``event #3 type ...``); the label is built
     only on failure, as this runs for every appended event.
     """
-    if type(value) is str and 0 < len(value) <= limit and value.strip() and "\x00" not in value:
+    if (type(value) is str and 0 < len(value) <= limit and value.strip() and "\x00" not in value
+            and (value.isascii() or text_problem(value) is None)):
         return value
     if index is not None:
         what = f"event #{index} {what}"
@@ -66,7 +67,7 @@ def check_name(what: str, value: object, limit: int, *, index: int | None = None
         raise InvalidEvent(f"{what} is {len(value)} characters; the limit is {limit}")
     if "\x00" in value:
         raise InvalidEvent(f"{what} must not contain NUL characters")
-    return value
+    raise InvalidEvent(f"{what}: {text_problem(value)}")
 
 
 # Built once: json.dumps(**options) would construct an encoder on every call.

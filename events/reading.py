@@ -9,7 +9,10 @@ import psycopg
 from psycopg.rows import args_row
 
 from events._pg import EVENT_COLUMNS, recorded_event_row
+from events.errors import InvalidArgument
 from events.model import Position, RecordedEvent, ScannedEvent
+from events.prepare import MAX_STREAM_ID_LENGTH
+from saga_core.keys import text_problem
 
 START: Final = Position(0, 0)
 """A position before every event."""
@@ -52,10 +55,41 @@ SELECT stream_id, stream_version, event_type, schema_version, data::text
 _BY_IDS = f"SELECT {EVENT_COLUMNS} FROM eventstore.events WHERE event_id = ANY(%s)"  # noqa: S608
 
 
+MAX_VERSION: Final = 2**63 - 1
+"""The highest stream version (and global position) PostgreSQL's bigint holds."""
+
+
+def checked_stream_id(stream_id: object) -> str:
+    """A stream id a read can look up, or InvalidArgument naming what is wrong with it."""
+    if type(stream_id) is str and 0 < len(stream_id) <= MAX_STREAM_ID_LENGTH:
+        problem = text_problem(stream_id)
+        if problem is None:
+            return stream_id
+        raise InvalidArgument(f"stream id {stream_id!r}: {problem}")
+    if not isinstance(stream_id, str):
+        raise InvalidArgument(f"stream id must be a string, got {type(stream_id).__name__}")
+    raise InvalidArgument(
+        f"stream id must be 1..{MAX_STREAM_ID_LENGTH} characters, got {len(stream_id)}"
+    )
+
+
+def checked_version(what: str, value: object) -> int:
+    """A stream version argument: an int in 0..2**63-1, or InvalidArgument naming it."""
+    if type(value) is int and 0 <= value <= MAX_VERSION:
+        return value
+    raise InvalidArgument(f"{what} must be an int in 0..{MAX_VERSION}, got {value!r}")
+
+
 def read_all_on(
     conn: psycopg.Connection[Any], after: Position | None, limit: int
 ) -> list[RecordedEvent]:
     """A gap-safe page of the global log strictly after ``after``, in cursor order."""
+    if after is not None and not isinstance(after, Position):
+        raise InvalidArgument(
+            f"after must be a Position or None, got {type(after).__name__}"
+            " (Position.parse reads the text form back)"
+        )
+    checked_version("limit", limit)
     cursor = after or START
     # Binary results parse faster; prepare=False keeps a custom plan per call, so the
     # planner always sees the real cursor and picks the index walk (a generic plan could
@@ -76,7 +110,9 @@ def read_stream_on(
     to_version: int | None = None,
 ) -> list[RecordedEvent]:
     """A stream's events with ``after_version < version <= to_version``, in version order."""
-    upper = to_version if to_version is not None else 2**63 - 1
+    checked_stream_id(stream_id)
+    checked_version("after_version", after_version)
+    upper = MAX_VERSION if to_version is None else checked_version("to_version", to_version)
     with conn.cursor(row_factory=args_row(recorded_event_row), binary=True) as cur:
         cur.execute(_READ_STREAM, (stream_id, after_version, upper))
         return cur.fetchall()

@@ -44,6 +44,7 @@ from events.model import (
 )
 from events.prepare import DEFAULT_MAX_EVENT_BYTES, PreparedEvent, prepare_events
 from events.reading import (
+    checked_stream_id,
     events_by_id_on,
     horizon_on,
     read_all_on,
@@ -278,6 +279,7 @@ class EventStore:
 
     def stream_version(self, stream_id: str) -> int:
         """The stream's current version; 0 when it has no events."""
+        checked_stream_id(stream_id)
         with self.connection() as conn:
             row = conn.execute(
                 "SELECT version FROM eventstore.streams WHERE stream_id = %s", (stream_id,)
@@ -286,6 +288,7 @@ class EventStore:
 
     def stream_head(self, stream_id: str) -> tuple[int, str] | None:
         """The stream head's (version, last event hash), None for an unknown stream."""
+        checked_stream_id(stream_id)
         with self.connection() as conn:
             row = conn.execute(
                 "SELECT version, last_hash FROM eventstore.streams WHERE stream_id = %s",
@@ -341,7 +344,7 @@ def _expected_code(expected: ExpectedVersion) -> int:
         return -1
     if expected is NO_STREAM:
         return 0
-    if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
+    if isinstance(expected, bool) or not isinstance(expected, int) or not 0 <= expected < 2**63:
         raise InvalidEvent(f"expected_version must be ANY, NO_STREAM or an int >= 0: {expected!r}")
     return expected
 

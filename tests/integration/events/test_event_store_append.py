@@ -362,3 +362,35 @@ def test_a_pipelined_unit_of_work_survives_a_conflict_and_replays_stored_ids(
     assert [e.type for e in store.read_stream("s")] == ["A", "C"]
     with store.connection() as conn:
         assert conn.execute("SELECT m FROM marks").fetchall() == [(1,)]
+
+
+def test_malformed_read_arguments_are_typed_errors_that_name_them(store: EventStore) -> None:
+    from events import InvalidArgument, Position
+
+    store.append("s", [NewEvent("A", {})])
+    calls = [
+        (lambda: store.read_stream(None), "stream id must be a string"),  # type: ignore[arg-type]
+        (lambda: store.read_stream(5), "stream id must be a string"),  # type: ignore[arg-type]
+        (lambda: store.read_stream("s\x00"), "NUL"),
+        (lambda: store.read_stream("s\ud800"), "surrogate"),
+        (lambda: store.read_stream("x" * 201), "1..200 characters"),
+        (lambda: store.read_stream("s", after_version=-1), "after_version must be an int"),
+        (lambda: store.read_stream("s", to_version=2**64), "to_version must be an int"),
+        (lambda: store.read_all(after="1:2"), "after must be a Position"),  # type: ignore[arg-type]
+        (lambda: store.read_all(limit=-1), "limit must be an int"),
+        (lambda: store.read_all(limit=True), "limit must be an int"),
+        (lambda: store.stream_version("s\ud800"), "surrogate"),
+        (lambda: Position.parse("junk"), "not of the form xid:position"),
+    ]
+    for call, message in calls:
+        with pytest.raises(InvalidArgument, match=message):
+            call()
+    assert Position.parse(str(Position(7, 3))) == Position(7, 3)
+    # an append names the same faults as InvalidEvent, before any write
+    with pytest.raises(InvalidEvent, match="stream id: .* surrogate"):
+        store.append("s\ud800", [NewEvent("A", {})])
+    with pytest.raises(InvalidEvent, match="type: .* surrogate"):
+        store.append("s", [NewEvent("A\udfff", {})])
+    with pytest.raises(InvalidEvent, match="expected_version"):
+        store.append("s", [NewEvent("A", {})], expected_version=2**64)
+    assert store.stream_version("s") == 1
