@@ -35,12 +35,28 @@ class CeleryPublisher:
 
     def publish(self, commands: Sequence[StepCommand]) -> int:
         """Send each command; a broker failure is logged and left to the sweeper."""
-        sent = 0
-        for command in commands:
-            try:
-                self._app.send_task(STEP_TASK, args=command.as_args(), queue=QUEUE_STEPS)
-                sent += 1
-            except (KombuError, OperationalError, OSError) as exc:
-                self.failures += 1
-                log.warning("publish of %s failed (sweeper will re-enqueue): %s", command, exc)
+        if not commands:
+            return 0
+        sent = tried = 0
+        try:
+            # One producer for the batch, and the argument text for the task's log line
+            # given as is: Celery would otherwise format it with saferepr per message.
+            with self._app.producer_or_acquire() as producer:
+                for command in commands:
+                    tried += 1
+                    args = command.as_args()
+                    try:
+                        self._app.send_task(STEP_TASK, args=args, queue=QUEUE_STEPS,
+                                            producer=producer, argsrepr=repr(args),
+                                            kwargsrepr="{}")
+                        sent += 1
+                    except (KombuError, OperationalError, OSError) as exc:
+                        self._failed(command, exc)
+        except (KombuError, OperationalError, OSError) as exc:  # no producer to send with
+            for command in commands[tried:]:
+                self._failed(command, exc)
         return sent
+
+    def _failed(self, command: StepCommand, exc: BaseException) -> None:
+        self.failures += 1
+        log.warning("publish of %s failed (sweeper will re-enqueue): %s", command, exc)
