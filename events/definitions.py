@@ -8,10 +8,12 @@ because a hash can never point at different content.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg.rows import class_row
 
 from events._pg import translated_errors
@@ -45,6 +47,7 @@ class DefinitionStore:
     def __init__(self, store: EventStore) -> None:
         self._store = store
         self._by_hash: dict[str, SagaDefinition] = {}
+        self._latest: dict[str, str] = {}  # name -> hash of its highest version, as last read
 
     def register(self, definition: SagaDefinition, *, registered_by: str = "") -> str:
         """Store ``definition`` (idempotent); return its hash. Validate it before calling."""
@@ -80,11 +83,18 @@ class DefinitionStore:
         self._by_hash[digest] = definition
         return definition
 
-    def get(self, name: str, version: int | None = None) -> SagaDefinition:
+    def get(
+        self, name: str, version: int | None = None, *, cached_latest: bool = False
+    ) -> SagaDefinition:
         """The definition ``name`` at ``version`` (the highest version when omitted).
 
         Only the hash is read here; the body is loaded (and validated) once per hash.
+        With ``cached_latest`` the highest version last read in this process is returned
+        without a query: the caller must confirm it with :meth:`send_latest_check` in the
+        transaction that uses it, as another process may have registered a newer one.
         """
+        if version is None and cached_latest and name in self._latest:
+            return self.by_hash(self._latest[name])
         params: tuple[Any, ...]
         if version is None:
             where, params, what = (
@@ -99,7 +109,32 @@ class DefinitionStore:
             row = conn.execute(query, params).fetchone()
         if row is None:
             raise DefinitionNotFound(f"no saga definition with {what}")
+        if version is None:
+            self._latest[name] = str(row[0])
         return self.by_hash(str(row[0]))
+
+    def send_latest_check(
+        self, conn: psycopg.Connection[Any], definition: SagaDefinition
+    ) -> Callable[[], bool]:
+        """Send, on the caller's (pipelined) connection, the lookup of ``definition``'s
+        highest registered version; the returned function, called once the caller has
+        read a later result, says whether ``definition`` is still the highest (and forgets
+        the cached one if not). Rides the caller's round trip instead of adding one."""
+        cursor = conn.execute(
+            "SELECT hash FROM eventstore.definitions WHERE name = %s"
+            " ORDER BY version DESC LIMIT 1",
+            (definition.name,),
+        )
+        expected = definition.content_hash()
+
+        def still_latest() -> bool:
+            row = cursor.fetchone()
+            if row is not None and str(row[0]) == expected:
+                return True
+            self._latest.pop(definition.name, None)
+            return False
+
+        return still_latest
 
     def list(self) -> list[DefinitionRecord]:
         """Every registered definition, by name and version."""

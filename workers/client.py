@@ -25,6 +25,7 @@ from saga_core.contracts import StepKind
 from saga_core.errors import (
     ApprovalNotPending,
     DefinitionError,
+    InputValidationError,
     PlanRejected,
     Problem,
     SagaError,
@@ -75,6 +76,10 @@ def _text(what: str, value: object, limit: int, *, empty: bool = False) -> str:
     if problem is not None:
         raise InvalidRequest(f"{what}: {problem}")
     return value
+
+
+class _StaleDefinition(Exception):
+    """The cached highest version of a definition is no longer the highest."""
 
 
 class Started(SagaView):
@@ -159,8 +164,27 @@ class SagaClient:
         _text("reason", reason, MAX_REASON_LENGTH, empty=True)
         if version is not None and (type(version) is not int or not 1 <= version <= 2**31 - 1):
             raise InvalidRequest(f"definition version must be a positive int, got {version!r}")
-        spec = self.definitions.get(definition, version)
-        normalized = validate_input(spec, input)
+        # The highest version is taken from this process's cache and confirmed inside the
+        # start's own transaction (no extra round trip); when another process has
+        # registered a newer one since, the start runs again on a fresh lookup.
+        for cached in (True, False) if version is None else (False,):
+            started = self._start_once(definition, version, input, key, reason, cached=cached)
+            if started is not None:
+                return started
+        raise AssertionError("a start without the cache always decides")  # pragma: no cover
+
+    def _start_once(
+        self, definition: str, version: int | None, input: dict[str, Any], key: str | None,
+        reason: str, *, cached: bool,
+    ) -> Started | None:
+        """One start on the definition found (None: the cached one was stale, retry)."""
+        spec = self.definitions.get(definition, version, cached_latest=cached)
+        try:
+            normalized = validate_input(spec, input)
+        except InputValidationError:
+            if cached:
+                return None  # judge the input by the registry's current latest, not a cache
+            raise
         public, secrets = split_secrets(spec, normalized)
         saga_id = self._id_for_key(key) if key else str(uuid.uuid4())
         started = SagaStarted(
@@ -182,11 +206,20 @@ class SagaClient:
             # One transaction: the secrets and the saga's first events commit together, and
             # version 0 (the stream must not exist) keeps a repeated key from starting twice.
             with self.orchestrator.repo.store.transaction(pipelined=True) as uow:
+                still_latest = (
+                    self.definitions.send_latest_check(uow.connection, spec) if cached else None
+                )
                 self.vault.keep(saga_id, secrets, uow.connection)
                 committed = self.orchestrator.commit(
                     fresh, [started], actor=self.actor, publish=False, conn=uow.connection
                 )
+                if still_latest is not None and not still_latest():
+                    raise _StaleDefinition  # rolls the start back
+        except _StaleDefinition:
+            return None
         except ConcurrencyError:
+            if cached:
+                return None  # compare a repeated key against the current latest definition
             existing = self.orchestrator.repo.load(saga_id)
             first = existing.events[0]
             assert isinstance(first, SagaStarted)

@@ -69,6 +69,37 @@ def test_same_key_returns_same_saga_other_input_is_refused(fleet):
         client.start("trip", {**TRIP_INPUT, "nights": 3}, key="k-1")
 
 
+def test_a_version_registered_by_another_process_is_started_on_at_once(fleet):
+    # given a client that has started "tour" v1 (so it knows v1 as the highest version)
+    from events.definitions import DefinitionStore
+    from saga_core.examples import trip_definition
+    from workers.client import SagaClient
+
+    v1 = {**trip_definition().model_dump(mode="json"), "name": "tour", "version": 1}
+    mine = fleet.client()
+    mine.register_definition(v1)
+    assert mine.start("tour", TRIP_INPUT).definition_version == 1
+    # when another process registers v2, whose input adds a field v1 does not know
+    theirs = SagaClient(fleet.orchestrator, DefinitionStore(fleet.store), fleet.catalogue)
+    v2 = {**v1, "version": 2,
+          "input": {**v1["input"], "note": {"type": "string", "required": False}}}
+    theirs.register_definition(v2)
+    # then the first client starts on v2 (its cached v1 is confirmed stale in the start's
+    # own transaction), accepting the new field, and keeps using v2 afterwards
+    started = mine.start("tour", {**TRIP_INPUT, "note": "window seat"}, key="tour-1")
+    assert started.definition_version == 2 and started.created
+    assert mine.start("tour", TRIP_INPUT, key="tour-2").definition_version == 2
+    # and a repeated key still answers with the saga it started, not a conflict
+    again = mine.start("tour", {**TRIP_INPUT, "note": "window seat"}, key="tour-1")
+    assert again.saga_id == started.saga_id and not again.created
+    # and when v3 arrives with input v2 accepts as well, the start written on the cached v2
+    # is rolled back inside its transaction and made again on v3 under the same key
+    theirs.register_definition({**v2, "version": 3})
+    third = mine.start("tour", TRIP_INPUT, key="tour-3")
+    assert third.definition_version == 3 and third.created
+    assert [e.event_type for e in fleet.repo.load(third.saga_id).events].count("SagaStarted") == 1
+
+
 def test_rejection_at_the_pivot_compensates_in_dependency_order(fleet, workers, wait_settled):
     # given an itinerary that the email provider will reject (the pivot fails)
     workers.start(1)
