@@ -11,6 +11,7 @@ or raise SF409 with the actual version.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Final
 
 import psycopg
@@ -155,12 +156,18 @@ def _in_savepoint(
             rows = _statements(conn, stream_id, expected, prepared, notify)
             conn.execute("RELEASE SAVEPOINT eventstore_append")
     except psycopg.Error:
-        if conn.pgconn.pipeline_status != PipelineStatus.OFF:
-            # The failed statement aborted the caller's pipeline: a Sync resumes it and
-            # only then does the connection report the transaction as failed.
-            with conn.pipeline() as pipeline:
-                pipeline.sync()
+        if conn.pgconn.pipeline_status == PipelineStatus.OFF:
+            if conn.info.transaction_status == TransactionStatus.INERROR:
+                conn.execute("ROLLBACK TO SAVEPOINT eventstore_append")
+            raise
+        # The failure aborted the caller's pipeline: a Sync resumes it, and only then does
+        # the connection report the transaction as failed. A statement the caller queued
+        # before ours may be what failed, before the savepoint existed: its transaction is
+        # then lost, and the caller gets that statement's error, not the rollback's.
+        with conn.pipeline() as pipeline:
+            pipeline.sync()
         if conn.info.transaction_status == TransactionStatus.INERROR:
-            conn.execute("ROLLBACK TO SAVEPOINT eventstore_append")
+            with contextlib.suppress(psycopg.Error), conn.pipeline():
+                conn.execute("ROLLBACK TO SAVEPOINT eventstore_append")
         raise
     return rows

@@ -17,6 +17,7 @@ from events import (
     EventIdConflict,
     EventRegistry,
     EventStore,
+    EventStoreError,
     InvalidEvent,
     NewEvent,
     StoreUnavailable,
@@ -393,4 +394,20 @@ def test_malformed_read_arguments_are_typed_errors_that_name_them(store: EventSt
         store.append("s", [NewEvent("A\udfff", {})])
     with pytest.raises(InvalidEvent, match="expected_version"):
         store.append("s", [NewEvent("A", {})], expected_version=2**64)
+    assert store.stream_version("s") == 1
+
+
+def test_a_failed_caller_statement_in_a_pipelined_unit_of_work_is_the_error_raised(
+    store: EventStore,
+) -> None:
+    # given a pipelined unit of work whose own statement fails before the append is sent
+    with pytest.raises(EventStoreError, match="no_such_table"):
+        with store.transaction(pipelined=True) as uow:
+            uow.connection.execute("INSERT INTO no_such_table VALUES (1)")
+            uow.append("s", [NewEvent("A", {})], expected_version=0)
+    # then that statement's error reaches the caller (not the append's savepoint), nothing
+    # is written, and the pooled connection is clean for the next unit of work
+    assert store.stream_version("s") == 0
+    with store.transaction(pipelined=True) as uow:
+        uow.append("s", [NewEvent("A", {})], expected_version=0)
     assert store.stream_version("s") == 1
