@@ -17,7 +17,7 @@ from typing import Any, Final
 import psycopg
 from psycopg.pq import PipelineStatus, TransactionStatus
 
-from events.hashing import json_string
+from events.hashing import chain_hash, hash_body_text, json_string
 from events.prepare import PreparedEvent
 
 _FUNCTION: Final = """
@@ -63,6 +63,30 @@ RETURNING e.stream_version, e.global_position, e.transaction_id::text::bigint,
 _ONE_EVENT_NOTIFY: Final = _ONE_EVENT.format(notify=", pg_notify('eventstore_events', '')")
 _ONE_EVENT_QUIET: Final = _ONE_EVENT.format(notify="")
 
+_KNOWN_TIP: Final = """
+WITH head AS (
+    -- The caller knows the hash of the version it expects, so it sent every event's
+    -- hash (events.hashing, the same bodies as above): the head moves only if it is at
+    -- that version with that hash, and no hashing happens here. No row: fall back.
+    UPDATE eventstore.streams s
+       SET version = s.version + %(count)s, prev_hash = s.last_hash,
+           last_hash = %(last_hash)s, updated_at = now()
+     WHERE s.stream_id = %(stream)s AND s.version = %(expected)s
+       AND s.last_hash = %(tip)s
+    RETURNING s.version{notify}
+)
+INSERT INTO eventstore.events AS e (stream_id, stream_version, event_id, event_type,
+    schema_version, data, metadata, tenant_id, prev_hash, event_hash)
+SELECT %(stream)s, x.v, x.id, x.type, x.sv, x.data, x.meta, x.tenant, x.prev, x.hash
+  FROM head, json_to_recordset(%(events)s::text::json)
+             AS x(v bigint, id uuid, type text, sv integer, data jsonb, meta jsonb,
+                  tenant text, prev text, hash text)
+RETURNING e.stream_version, e.global_position, e.transaction_id::text::bigint,
+          e.recorded_at, e.prev_hash, e.event_hash
+"""
+_KNOWN_TIP_NOTIFY: Final = _KNOWN_TIP.format(notify=", pg_notify('eventstore_events', '')")
+_KNOWN_TIP_QUIET: Final = _KNOWN_TIP.format(notify="")
+
 Row = tuple[Any, ...]
 """(stream_version, global_position, transaction_id, recorded_at, prev_hash, event_hash)"""
 
@@ -75,18 +99,21 @@ def run_append(
     notify: bool,
     *,
     savepoint: bool,
+    tip: str | None = None,
 ) -> list[Row]:
     """Execute the append on ``conn``; the rows it inserted, in stream-version order.
 
     ``expected``: -1 any, 0 no stream, n exactly n. With ``savepoint`` the append joins the
-    caller's transaction and a failure rolls back only the append.
+    caller's transaction and a failure rolls back only the append. ``tip`` is the hash of
+    version ``expected`` when the caller knows it: the chain is then computed here and the
+    server only checks it continues from there (a wrong tip costs a fallback, no more).
     """
     if savepoint and not (
         conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
     ):
-        rows = _in_savepoint(conn, stream_id, expected, prepared, notify)
+        rows = _in_savepoint(conn, stream_id, expected, prepared, notify, tip=tip)
     else:
-        rows = _statements(conn, stream_id, expected, prepared, notify)
+        rows = _statements(conn, stream_id, expected, prepared, notify, tip=tip)
     rows.sort(key=lambda row: row[0])
     return rows
 
@@ -97,8 +124,14 @@ def _statements(
     expected: int,
     prepared: list[PreparedEvent],
     notify: bool,
+    *,
+    tip: str | None = None,
 ) -> list[Row]:
-    if len(prepared) == 1 and expected != 0:  # NO_STREAM appends go straight to creation
+    if tip is not None and expected > 0:
+        rows = _with_known_tip(conn, stream_id, expected, prepared, notify, tip=tip)
+        if rows:
+            return rows
+    elif len(prepared) == 1 and expected != 0:  # NO_STREAM appends go straight to creation
         (event,) = prepared
         rows = conn.execute(
             _ONE_EVENT_NOTIFY if notify else _ONE_EVENT_QUIET,
@@ -130,12 +163,60 @@ def _statements(
     return conn.execute(_FUNCTION, params).fetchall()
 
 
+def _with_known_tip(
+    conn: psycopg.Connection[Any],
+    stream_id: str,
+    expected: int,
+    prepared: list[PreparedEvent],
+    notify: bool,
+    *,
+    tip: str,
+) -> list[Row]:
+    """The append as one statement, the chain computed here from ``tip`` (the hash of
+    version ``expected``); no rows when the head is not at that version with that hash."""
+    stream_json = json_string(stream_id)
+    prev, elements = tip, []
+    for version, event in enumerate(prepared, expected + 1):
+        event_id = str(event.event_id)
+        digest = chain_hash(
+            prev,
+            hash_body_text(
+                stream_json=stream_json,
+                stream_version=version,
+                event_id=event_id,
+                type_json=event.type_json,
+                schema_version=event.schema_version,
+                data_json=event.data_json,
+                metadata_json=event.metadata_json,
+            ),
+        )
+        tenant = "null" if event.tenant_id is None else json_string(event.tenant_id)
+        elements.append(
+            f'{{"v":{version},"id":"{event_id}","type":{event.type_json},'
+            f'"sv":{event.schema_version},"data":{event.data_json},'
+            f'"meta":{event.metadata_json},"tenant":{tenant},"prev":"{prev}",'
+            f'"hash":"{digest}"}}'
+        )
+        prev = digest
+    params = {
+        "count": len(prepared),
+        "last_hash": prev,
+        "stream": stream_id,
+        "expected": expected,
+        "tip": tip,
+        "events": "[" + ",".join(elements) + "]",
+    }
+    return conn.execute(_KNOWN_TIP_NOTIFY if notify else _KNOWN_TIP_QUIET, params).fetchall()
+
+
 def _in_savepoint(
     conn: psycopg.Connection[Any],
     stream_id: str,
     expected: int,
     prepared: list[PreparedEvent],
     notify: bool,
+    *,
+    tip: str | None,
 ) -> list[Row]:
     """Run inside the caller's transaction without ending it.
 
@@ -147,13 +228,13 @@ def _in_savepoint(
         if conn.pgconn.pipeline_status == PipelineStatus.OFF:
             with conn.pipeline():
                 conn.execute("SAVEPOINT eventstore_append")
-                rows = _statements(conn, stream_id, expected, prepared, notify)
+                rows = _statements(conn, stream_id, expected, prepared, notify, tip=tip)
                 conn.execute("RELEASE SAVEPOINT eventstore_append")
         else:
             # The caller's pipeline: a nested block would sync on entry and on exit; queued,
             # SAVEPOINT rides with the caller's writes and RELEASE with its COMMIT.
             conn.execute("SAVEPOINT eventstore_append")
-            rows = _statements(conn, stream_id, expected, prepared, notify)
+            rows = _statements(conn, stream_id, expected, prepared, notify, tip=tip)
             conn.execute("RELEASE SAVEPOINT eventstore_append")
     except psycopg.Error:
         if conn.pgconn.pipeline_status == PipelineStatus.OFF:
@@ -164,7 +245,9 @@ def _in_savepoint(
         # the connection report the transaction as failed. A statement the caller queued
         # before ours may be what failed, before the savepoint existed: its transaction is
         # then lost, and the caller gets that statement's error, not the rollback's.
-        with conn.pipeline() as pipeline:
+        # (The statements queued behind the failure come back "aborted" at this Sync:
+        # consequences of the error being raised, not news.)
+        with contextlib.suppress(psycopg.Error), conn.pipeline() as pipeline:
             pipeline.sync()
         if conn.info.transaction_status == TransactionStatus.INERROR:
             with contextlib.suppress(psycopg.Error), conn.pipeline():

@@ -119,6 +119,25 @@ def hash_body(
     )
 
 
+def hash_body_text(
+    *,
+    stream_json: str,
+    stream_version: int,
+    event_id: str,
+    type_json: str,
+    schema_version: int,
+    data_json: str,
+    metadata_json: str,
+) -> str:
+    """:func:`hash_body` assembled from texts already canonical (JSON literals of the
+    stream id and type, canonical data and metadata), as the append SQL assembles it."""
+    return (
+        f'{{"data":{data_json},"event_id":"{event_id}","metadata":{metadata_json},'
+        f'"schema_version":{schema_version},"stream_id":{stream_json},'
+        f'"stream_version":{stream_version},"type":{type_json}}}'
+    )
+
+
 def chain_hash(prev_hash: str, body: str) -> str:
     """sha256 hex of the predecessor's hash followed by this event's canonical body."""
     return hashlib.sha256((prev_hash + body).encode("utf-8")).hexdigest()

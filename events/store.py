@@ -16,6 +16,8 @@ Decisions worth knowing:
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -77,6 +79,10 @@ class UnitOfWork:
         return self.store.append(stream_id, events, expected_version, conn=self.connection)
 
 
+MAX_REMEMBERED_STREAMS: Final = 10_000
+"""How many streams' latest (version, hash) an EventStore keeps for computed appends."""
+
+
 class EventStore:
     """Append-only event log in PostgreSQL (schema ``eventstore``) behind a connection pool."""
 
@@ -94,6 +100,10 @@ class EventStore:
         self._notify = notify
         self.registry = registry
         self._max_event_bytes = max_event_bytes
+        # stream -> (a committed version, its event hash), from this store's own appends
+        # and reads: a fact that never goes stale, used when an append expects that version.
+        self._hashes: dict[str, tuple[int, str]] = {}
+        self._hashes_lock = threading.Lock()
 
     @classmethod
     def connect(
@@ -175,11 +185,15 @@ class EventStore:
                 return
             # BEGIN and COMMIT as queued statements: psycopg's transaction() syncs before
             # its COMMIT, which would add a round trip to the two this needs.
-            with conn.pipeline():
+            with conn.pipeline() as pipeline:
                 conn.execute("BEGIN")
                 try:
                     yield UnitOfWork(self, conn)
                 except BaseException:
+                    # A failed statement left the pipeline aborted until a Sync (which
+                    # reports the statements skipped behind it): resume it, then roll back.
+                    with contextlib.suppress(psycopg.Error):
+                        pipeline.sync()
                     conn.execute("ROLLBACK")
                     raise
                 conn.execute("COMMIT")
@@ -215,11 +229,14 @@ class EventStore:
         savepoint: bool,
     ) -> AppendResult:
         expected = _expected_code(expected_version)
+        known = self._hashes.get(stream_id)
+        tip = known[1] if known is not None and known[0] == expected else None
         try:
             # The caller's transaction, or the implicit one of an autocommit statement.
             with translated_errors(stream_id, expected_version):
                 rows = run_append(
-                    conn, stream_id, expected, prepared, self._notify, savepoint=savepoint
+                    conn, stream_id, expected, prepared, self._notify, savepoint=savepoint,
+                    tip=tip,
                 )
         except (ConcurrencyError, EventIdConflict):
             original = _original_append(conn, stream_id, prepared)
@@ -246,6 +263,8 @@ class EventStore:
                 prepared, rows, strict=True
             )
         )
+        if not savepoint:  # committed now (a caller's transaction may still roll back)
+            self._remember(stream_id, recorded[-1])
         return AppendResult(
             stream_id=stream_id, version=recorded[-1].stream_version, events=recorded
         )
@@ -270,7 +289,19 @@ class EventStore:
     ) -> list[RecordedEvent]:
         """A stream's events in version order (all of them by default)."""
         with self.connection() as conn:
-            return read_stream_on(conn, stream_id, after_version, to_version)
+            found = read_stream_on(conn, stream_id, after_version, to_version)
+        if found:
+            self._remember(stream_id, found[-1])
+        return found
+
+    def _remember(self, stream_id: str, event: RecordedEvent) -> None:
+        """Keep a stream's latest known (version, hash), so that an append expecting that
+        version can send its chain computed (bounded: the oldest streams are forgotten)."""
+        with self._hashes_lock:
+            self._hashes.pop(stream_id, None)
+            self._hashes[stream_id] = (event.stream_version, event.event_hash)
+            if len(self._hashes) > MAX_REMEMBERED_STREAMS:
+                del self._hashes[next(iter(self._hashes))]
 
     def read_all(self, after: Position | None = None, limit: int = 1000) -> list[RecordedEvent]:
         """A gap-safe page of the global log after ``after`` (None: from the start)."""

@@ -411,3 +411,16 @@ def test_a_failed_caller_statement_in_a_pipelined_unit_of_work_is_the_error_rais
     with store.transaction(pipelined=True) as uow:
         uow.append("s", [NewEvent("A", {})], expected_version=0)
     assert store.stream_version("s") == 1
+
+
+def test_a_caller_error_raised_at_once_in_a_pipelined_unit_of_work_rolls_it_back_cleanly(
+    store: EventStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    # given a pipelined unit of work that appends, then runs a statement that fails
+    with pytest.raises(EventStoreError, match="no_such_table"):
+        with store.transaction(pipelined=True) as uow:
+            uow.append("s", [NewEvent("A", {})], expected_version=0)
+            uow.connection.execute("INSERT INTO no_such_table VALUES (1)").fetchall()
+    # then nothing was written, and no connection went back to the pool mid-transaction
+    assert store.stream_version("s") == 0
+    assert not [r for r in caplog.records if "rolling back" in r.getMessage()]

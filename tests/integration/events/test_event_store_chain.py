@@ -136,3 +136,51 @@ def test_awkward_stream_ids_and_types_hash_alike_in_sql_and_python(
     # then Python recomputes every hash the database chained
     report = verify_chain(store, stream_id)
     assert report.ok and report.events_checked == 3
+
+
+@pytest.mark.parametrize(
+    ("stream_id", "event_type"),
+    [("plain", "T"), ('quo"te\\slash', 'Ty"pe\\'), ("ünï 😀 \u2028", "ctl\x1f\x7f")],
+)
+def test_appends_whose_chain_is_computed_client_side_verify_like_the_rest(
+    store: EventStore, stream_id: str, event_type: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import events.appending as appending
+
+    computed: list[int] = []
+    real = appending._with_known_tip
+
+    def spy(*args: object, **kwargs: object) -> object:
+        rows = real(*args, **kwargs)  # type: ignore[arg-type]
+        computed.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(appending, "_with_known_tip", spy)
+    # given a stream this store created (so it knows the hash of version 1)
+    store.append(stream_id, [NewEvent(event_type, {"n": 0})], expected_version=0)
+    # when batches and single events are appended at the versions it knows
+    store.append(stream_id, [NewEvent(event_type, {"k": '"\\', "f": 0.1}, metadata={
+        "tenant": 'acme"\\', "actor": "é"}), NewEvent(event_type, {})], expected_version=1)
+    store.append(stream_id, [NewEvent(event_type, {"n": 3})], expected_version=3)
+    # then those appends took the computed path, and every hash verifies
+    assert computed == [2, 1]
+    report = verify_chain(store, stream_id)
+    assert report.ok and report.events_checked == 4
+
+
+def test_a_wrong_or_stale_remembered_hash_only_costs_the_server_side_path(
+    store: EventStore,
+) -> None:
+    # given a stream at version 2
+    store.append("w", [NewEvent("A", {}), NewEvent("B", {})], expected_version=0)
+    # when the store's remembered hash for version 2 is wrong (it cannot be, but say so)
+    store._hashes["w"] = (2, "f" * 64)
+    # then an append expecting version 2 is still chained right, by the server
+    store.append("w", [NewEvent("C", {})], expected_version=2)
+    assert verify_chain(store, "w").ok
+    # and a stale expectation is still the usual conflict, naming the actual version
+    from events import ConcurrencyError
+
+    with pytest.raises(ConcurrencyError, match="actual version 3"):
+        store.append("w", [NewEvent("D", {})], expected_version=2)
+    assert store.stream_version("w") == 3 and verify_chain(store, "w").ok
