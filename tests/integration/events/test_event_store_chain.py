@@ -161,11 +161,14 @@ def test_appends_whose_chain_is_computed_client_side_verify_like_the_rest(
     # when batches and single events are appended at the versions it knows
     store.append(stream_id, [NewEvent(event_type, {"k": '"\\', "f": 0.1}, metadata={
         "tenant": 'acme"\\', "actor": "é"}), NewEvent(event_type, {})], expected_version=1)
-    store.append(stream_id, [NewEvent(event_type, {"n": 3})], expected_version=3)
-    # then those appends took the computed path, and every hash verifies
-    assert computed == [2, 1]
+    store.append(stream_id, [NewEvent(event_type, {"n": 3}), NewEvent(event_type, {})],
+                 expected_version=3)
+    store.append(stream_id, [NewEvent(event_type, {"n": 5})], expected_version=5)
+    # then the batches took the computed path (a single event the server-hashed one), and
+    # every hash verifies
+    assert computed == [2, 2]
     report = verify_chain(store, stream_id)
-    assert report.ok and report.events_checked == 4
+    assert report.ok and report.events_checked == 6
 
 
 def test_a_wrong_or_stale_remembered_hash_only_costs_the_server_side_path(
@@ -176,11 +179,11 @@ def test_a_wrong_or_stale_remembered_hash_only_costs_the_server_side_path(
     # when the store's remembered hash for version 2 is wrong (it cannot be, but say so)
     store._hashes["w"] = (2, "f" * 64)
     # then an append expecting version 2 is still chained right, by the server
-    store.append("w", [NewEvent("C", {})], expected_version=2)
+    store.append("w", [NewEvent("C", {}), NewEvent("C2", {})], expected_version=2)
     assert verify_chain(store, "w").ok
     # and a stale expectation is still the usual conflict, naming the actual version
     from events import ConcurrencyError
 
-    with pytest.raises(ConcurrencyError, match="actual version 3"):
-        store.append("w", [NewEvent("D", {})], expected_version=2)
-    assert store.stream_version("w") == 3 and verify_chain(store, "w").ok
+    with pytest.raises(ConcurrencyError, match="actual version 4"):
+        store.append("w", [NewEvent("D", {}), NewEvent("E", {})], expected_version=2)
+    assert store.stream_version("w") == 4 and verify_chain(store, "w").ok
