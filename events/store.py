@@ -79,7 +79,7 @@ class UnitOfWork:
         return self.store.append(stream_id, events, expected_version, conn=self.connection)
 
 
-MAX_REMEMBERED_STREAMS: Final = 10_000
+MAX_REMEMBERED_STREAMS: Final = 1024
 """How many streams' latest (version, hash) an EventStore keeps for computed appends."""
 
 
