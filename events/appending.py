@@ -191,12 +191,9 @@ def _with_known_tip(
                 metadata_json=event.metadata_json,
             ),
         )
-        tenant = "null" if event.tenant_id is None else json_string(event.tenant_id)
+        # The function's element (id, type, sv, data, meta, tenant) plus where it goes.
         elements.append(
-            f'{{"v":{version},"id":"{event_id}","type":{event.type_json},'
-            f'"sv":{event.schema_version},"data":{event.data_json},'
-            f'"meta":{event.metadata_json},"tenant":{tenant},"prev":"{prev}",'
-            f'"hash":"{digest}"}}'
+            f'{event.wire_json[:-1]},"v":{version},"prev":"{prev}","hash":"{digest}"}}'
         )
         prev = digest
     params = {
@@ -225,20 +222,16 @@ def _in_savepoint(
     connection's implicit transaction) lets a conflict roll back just the append, so the
     caller's transaction stays usable and the idempotency lookup can run on it.
     """
+    # In the caller's own pipeline a nested block would sync on entry and on exit; there,
+    # SAVEPOINT rides with the caller's writes and RELEASE with its COMMIT.
+    own = conn.pgconn.pipeline_status == PipelineStatus.OFF
     try:
-        if conn.pgconn.pipeline_status == PipelineStatus.OFF:
-            with conn.pipeline():
-                conn.execute("SAVEPOINT eventstore_append")
-                rows = _statements(conn, stream_id, expected, prepared, notify, tip=tip)
-                conn.execute("RELEASE SAVEPOINT eventstore_append")
-        else:
-            # The caller's pipeline: a nested block would sync on entry and on exit; queued,
-            # SAVEPOINT rides with the caller's writes and RELEASE with its COMMIT.
+        with conn.pipeline() if own else contextlib.nullcontext():
             conn.execute("SAVEPOINT eventstore_append")
             rows = _statements(conn, stream_id, expected, prepared, notify, tip=tip)
             conn.execute("RELEASE SAVEPOINT eventstore_append")
     except psycopg.Error:
-        if conn.pgconn.pipeline_status == PipelineStatus.OFF:
+        if own:
             if conn.info.transaction_status == TransactionStatus.INERROR:
                 conn.execute("ROLLBACK TO SAVEPOINT eventstore_append")
             raise

@@ -105,17 +105,16 @@ def hash_body(
     data: Any,
     metadata: Any,
 ) -> str:
-    """Canonical JSON of everything an event's hash covers (besides its predecessor)."""
-    return canonical_json(
-        {
-            "data": data,
-            "event_id": event_id,
-            "metadata": metadata,
-            "schema_version": schema_version,
-            "stream_id": stream_id,
-            "stream_version": stream_version,
-            "type": event_type,
-        }
+    """Canonical JSON of everything an event's hash covers (besides its predecessor), from
+    loaded values (``event_id`` is the UUID's text)."""
+    return hash_body_text(
+        stream_json=json_string(stream_id),
+        stream_version=stream_version,
+        event_id=event_id,
+        type_json=json_string(event_type),
+        schema_version=schema_version,
+        data_json=canonical_json(data),
+        metadata_json=canonical_json(metadata),
     )
 
 
@@ -129,8 +128,9 @@ def hash_body_text(
     data_json: str,
     metadata_json: str,
 ) -> str:
-    """:func:`hash_body` assembled from texts already canonical (JSON literals of the
-    stream id and type, canonical data and metadata), as the append SQL assembles it."""
+    """The one layout of a hash body (canonical key order, no spaces) from texts already
+    canonical: JSON literals of the stream id and type, canonical data and metadata. The
+    append SQL (eventstore.append_events, events.appending) assembles the same text."""
     return (
         f'{{"data":{data_json},"event_id":"{event_id}","metadata":{metadata_json},'
         f'"schema_version":{schema_version},"stream_id":{stream_json},'

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, cast
 
 from events.errors import InvalidEvent
 from events.hashing import canonical_json, contains_float, json_string, sorted_json
 from events.model import NewEvent, new_event_ids
-from saga_core.keys import json_value_problem, text_problem
+from saga_core.keys import json_value_problem, text_argument_problem
 
 MAX_STREAM_ID_LENGTH: Final = 200
 """Longest stream id accepted, in characters."""
@@ -49,25 +49,12 @@ class PreparedEvent(NamedTuple):
 
 
 def check_name(what: str, value: object, limit: int, *, index: int | None = None) -> str:
-    """A non-empty text of at most ``limit`` characters without NUL, or InvalidEvent.
-
-    With ``index`` the error names the event (``event #3 type ...``); the label is built
-    only on failure, as this runs for every appended event.
-    """
-    if (type(value) is str and 0 < len(value) <= limit and value.strip() and "\x00" not in value
-            and (value.isascii() or text_problem(value) is None)):
-        return value
-    if index is not None:
-        what = f"event #{index} {what}"
-    if not isinstance(value, str):
-        raise InvalidEvent(f"{what} must be a string, got {type(value).__name__}")
-    if not value.strip():
-        raise InvalidEvent(f"{what} must not be empty")
-    if len(value) > limit:
-        raise InvalidEvent(f"{what} is {len(value)} characters; the limit is {limit}")
-    if "\x00" in value:
-        raise InvalidEvent(f"{what} must not contain NUL characters")
-    raise InvalidEvent(f"{what}: {text_problem(value)}")
+    """A non-blank text of at most ``limit`` characters PostgreSQL can store, or
+    InvalidEvent naming what is wrong (``event #3 type ...`` with ``index``)."""
+    problem = text_argument_problem(what, value, limit)
+    if problem is None:
+        return cast(str, value)  # a str: text_argument_problem checked
+    raise InvalidEvent(problem if index is None else f"event #{index} {problem}")
 
 
 # Built once: json.dumps(**options) would construct an encoder on every call.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import psycopg
 from psycopg.rows import args_row
@@ -12,7 +12,7 @@ from events._pg import EVENT_COLUMNS, recorded_event_row
 from events.errors import InvalidArgument
 from events.model import Position, RecordedEvent, ScannedEvent
 from events.prepare import MAX_STREAM_ID_LENGTH
-from saga_core.keys import text_problem
+from saga_core.keys import text_argument_problem
 
 START: Final = Position(0, 0)
 """A position before every event."""
@@ -61,16 +61,10 @@ MAX_VERSION: Final = 2**63 - 1
 
 def checked_stream_id(stream_id: object) -> str:
     """A stream id a read can look up, or InvalidArgument naming what is wrong with it."""
-    if type(stream_id) is str and 0 < len(stream_id) <= MAX_STREAM_ID_LENGTH:
-        problem = text_problem(stream_id)
-        if problem is None:
-            return stream_id
-        raise InvalidArgument(f"stream id {stream_id!r}: {problem}")
-    if not isinstance(stream_id, str):
-        raise InvalidArgument(f"stream id must be a string, got {type(stream_id).__name__}")
-    raise InvalidArgument(
-        f"stream id must be 1..{MAX_STREAM_ID_LENGTH} characters, got {len(stream_id)}"
-    )
+    problem = text_argument_problem("stream id", stream_id, MAX_STREAM_ID_LENGTH)
+    if problem is not None:
+        raise InvalidArgument(problem)
+    return cast(str, stream_id)  # a str: text_argument_problem checked
 
 
 def checked_version(what: str, value: object) -> int:

@@ -70,6 +70,23 @@ def text_problem(text: str) -> str | None:
     return None
 
 
+def text_argument_problem(
+    what: str, value: object, limit: int, *, blank: bool = False
+) -> str | None:
+    """What is wrong with the text argument ``what`` (a name, key, id or reason), as a
+    message that names it, or None: not a string, empty or blank (unless ``blank``), over
+    ``limit`` characters, or text :func:`text_problem` refuses. Each layer raises its own
+    typed error with it."""
+    if not isinstance(value, str):
+        return f"{what} must be a string, got {type(value).__name__}"
+    if not (blank or value.strip()):
+        return f"{what} must not be empty"
+    if len(value) > limit:
+        return f"{what} is {len(value)} characters; the limit is {limit}"
+    problem = text_problem(value)
+    return None if problem is None else f"{what}: {problem}"
+
+
 def json_value_problem(value: Any, max_depth: int = MAX_JSON_DEPTH) -> str | None:
     """Why ``value`` cannot be hashed canonically and stored (a NaN or an infinity, which
     JSON has no numbers for, a string :func:`text_problem` refuses, or arrays and objects

@@ -8,7 +8,7 @@ tenant can never see or touch another tenant's saga.
 from __future__ import annotations
 
 import uuid
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 from pydantic import ValidationError
 
@@ -39,7 +39,7 @@ from saga_core.events import (
     SagaStarted,
 )
 from saga_core.inputs import validate_input
-from saga_core.keys import json_value_problem, payload_hash, text_problem
+from saga_core.keys import json_value_problem, payload_hash, text_argument_problem, text_problem
 from saga_core.plans import AgentPlan
 from saga_core.state import SagaState
 from saga_core.validation import validate_definition
@@ -65,17 +65,12 @@ class InvalidRequest(SagaError):
 
 
 def _text(what: str, value: object, limit: int, *, empty: bool = False) -> str:
-    """A caller's text argument, or InvalidRequest naming it: a str of at most ``limit``
-    characters (non-empty unless ``empty``) that PostgreSQL can store."""
-    if not isinstance(value, str):
-        raise InvalidRequest(f"{what} must be a string, got {type(value).__name__}")
-    if not (empty or value.strip()) or len(value) > limit:
-        raise InvalidRequest(f"{what} must be a string of {0 if empty else 1}..{limit} "
-                             f"characters, got {len(value)}")
-    problem = text_problem(value)
+    """A caller's text argument, or InvalidRequest naming it (see text_argument_problem;
+    ``empty`` lets it be empty or blank)."""
+    problem = text_argument_problem(what, value, limit, blank=empty)
     if problem is not None:
-        raise InvalidRequest(f"{what}: {problem}")
-    return value
+        raise InvalidRequest(problem)
+    return cast(str, value)  # a str: text_argument_problem checked
 
 
 class _StaleDefinition(Exception):

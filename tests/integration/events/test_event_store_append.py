@@ -374,7 +374,7 @@ def test_malformed_read_arguments_are_typed_errors_that_name_them(store: EventSt
         (lambda: store.read_stream(5), "stream id must be a string"),  # type: ignore[arg-type]
         (lambda: store.read_stream("s\x00"), "NUL"),
         (lambda: store.read_stream("s\ud800"), "surrogate"),
-        (lambda: store.read_stream("x" * 201), "1..200 characters"),
+        (lambda: store.read_stream("x" * 201), "201 characters; the limit is 200"),
         (lambda: store.read_stream("s", after_version=-1), "after_version must be an int"),
         (lambda: store.read_stream("s", to_version=2**64), "to_version must be an int"),
         (lambda: store.read_all(after="1:2"), "after must be a Position"),  # type: ignore[arg-type]
