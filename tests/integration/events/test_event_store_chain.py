@@ -148,14 +148,14 @@ def test_appends_whose_chain_is_computed_client_side_verify_like_the_rest(
     import events.appending as appending
 
     computed: list[int] = []
-    real = appending._with_known_tip
+    real = appending._chained
 
     def spy(*args: object, **kwargs: object) -> object:
         rows = real(*args, **kwargs)  # type: ignore[arg-type]
         computed.append(len(rows))
         return rows
 
-    monkeypatch.setattr(appending, "_with_known_tip", spy)
+    monkeypatch.setattr(appending, "_chained", spy)
     # given a stream this store created (so it knows the hash of version 1)
     store.append(stream_id, [NewEvent(event_type, {"n": 0})], expected_version=0)
     # when batches and single events are appended at the versions it knows
@@ -164,9 +164,9 @@ def test_appends_whose_chain_is_computed_client_side_verify_like_the_rest(
     store.append(stream_id, [NewEvent(event_type, {"n": 3}), NewEvent(event_type, {})],
                  expected_version=3)
     store.append(stream_id, [NewEvent(event_type, {"n": 5})], expected_version=5)
-    # then the batches took the computed path (a single event the server-hashed one), and
-    # every hash verifies
-    assert computed == [2, 2]
+    # then the creation (chained from the genesis hash) and the batches took the computed
+    # path (a single event on a known stream the server-hashed one), and every hash verifies
+    assert computed == [1, 2, 2]
     report = verify_chain(store, stream_id)
     assert report.ok and report.events_checked == 6
 
