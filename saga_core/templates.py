@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from saga_core.contracts import Receipt
@@ -141,16 +142,33 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else canonical_json(value)
 
 
+@lru_cache(maxsize=4096)
+def _compiled(template: str) -> Reference | tuple[str | Reference, ...]:
+    """A template string parsed once: one whole reference (its value keeps its type), or
+    the literal text and references it interpolates, in order. Raises on malformed ones."""
+    _check_string(template)
+    whole = _WHOLE.match(template)
+    if whole:
+        return parse_reference(whole.group(1))
+    # _REF.split alternates literal text and the captured reference names.
+    pieces = _REF.split(template.replace(_ESCAPE, _PLACEHOLDER))
+    return tuple(
+        parse_reference(piece) if odd else piece.replace(_PLACEHOLDER, "${")
+        for odd, piece in ((index % 2 == 1, piece) for index, piece in enumerate(pieces))
+        if odd or piece
+    )
+
+
 def resolve_template(template: Any, context: TemplateContext) -> Any:
     """Resolve a template into a plain JSON value (see the module docstring for the syntax)."""
     if isinstance(template, str):
-        _check_string(template)
-        whole = _WHOLE.match(template)
-        if whole:
-            return context.lookup(parse_reference(whole.group(1)))
-        escaped = template.replace(_ESCAPE, _PLACEHOLDER)
-        text = _REF.sub(lambda m: _as_text(context.lookup(parse_reference(m.group(1)))), escaped)
-        return text.replace(_PLACEHOLDER, "${")
+        compiled = _compiled(template)
+        if isinstance(compiled, Reference):
+            return context.lookup(compiled)
+        return "".join(
+            piece if isinstance(piece, str) else _as_text(context.lookup(piece))
+            for piece in compiled
+        )
     if isinstance(template, dict):
         return {key: resolve_template(value, context) for key, value in template.items()}
     if isinstance(template, list):

@@ -48,6 +48,9 @@ Verdict = Literal["executed", "reconciled", "dropped"]
 #: it, to run them side by side (each with :meth:`StepExecutor.run_claimed`).
 SiblingRunner = Callable[[list[StepCommand], LoadedSaga], None]
 
+#: Claimed-ahead resolutions a worker keeps for run_claimed; more only costs a re-resolve.
+MAX_RESOLVED_AHEAD = 256
+
 
 class SagaSession:
     """The branches of one saga this worker runs side by side share the latest committed
@@ -104,6 +107,10 @@ class StepExecutor:
         self.worker_id = worker_id
         self.lease = lease
         self.vault = SecretVault(orchestrator.repo.store)
+        # Commands claimed ahead (siblings, steps due next) with what their claim resolved:
+        # run_claimed takes them instead of resolving the templates a second time.
+        self._resolved: dict[StepCommand, ResolvedCommand] = {}
+        self._resolved_lock = threading.Lock()
 
     def handle(
         self,
@@ -168,7 +175,10 @@ class StepExecutor:
         claim_next: bool = False, session: SagaSession | None = None,
     ) -> StepOutcome:
         """Execute a step this worker claimed in its previous commit (see ``claim_next``)."""
-        resolved = resolve_command(loaded.state, command.step_id, command.kind)
+        with self._resolved_lock:
+            resolved = self._resolved.pop(command, None)
+        if resolved is None:
+            resolved = resolve_command(loaded.state, command.step_id, command.kind)
         return self._execute(command, resolved, loaded, publish=publish, claim_next=claim_next,
                              session=session)
 
@@ -211,7 +221,17 @@ class StepExecutor:
                 continue  # left to the normal path, which records the failure
             if not isinstance(claim, str):
                 found.append((candidate, claim[0]))
+                self._keep_resolved(candidate, claim[1])
         return found
+
+    def _keep_resolved(self, command: StepCommand, resolved: ResolvedCommand) -> None:
+        """Remember a claim's resolution for run_claimed (bounded: a claim whose commit lost
+        a race is never run, and the oldest such entries are dropped)."""
+        with self._resolved_lock:
+            self._resolved.pop(command, None)
+            self._resolved[command] = resolved
+            if len(self._resolved) > MAX_RESOLVED_AHEAD:
+                del self._resolved[next(iter(self._resolved))]
 
     def _execute(
         self, command: StepCommand, resolved: ResolvedCommand, claimed: LoadedSaga, *,
