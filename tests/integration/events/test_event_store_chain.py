@@ -187,3 +187,25 @@ def test_a_wrong_or_stale_remembered_hash_only_costs_the_server_side_path(
     with pytest.raises(ConcurrencyError, match="actual version 4"):
         store.append("w", [NewEvent("D", {}), NewEvent("E", {})], expected_version=2)
     assert store.stream_version("w") == 4 and verify_chain(store, "w").ok
+
+
+def test_a_stream_created_with_a_client_computed_chain_continues_on_every_server_path(
+    store: EventStore, fresh_database: str
+) -> None:
+    from events import ConcurrencyError
+
+    # given a stream created by this store (its chain computed here from the genesis hash)
+    created = store.append("c", [NewEvent("A", {"n": 1}), NewEvent("B", {})],
+                           expected_version=0)
+    assert created.events[0].prev_hash == GENESIS_HASH
+    assert created.events[1].prev_hash == created.events[0].event_hash
+    # when another store, which remembers nothing, appends a single event (hashed by the
+    # server from the head row) and a batch (the append function), and a creation is retried
+    with EventStore.connect(fresh_database, pool_size=2) as other:
+        other.append("c", [NewEvent("C", {})], expected_version=2)
+        other.append("c", [NewEvent("D", {}), NewEvent("E", {})], expected_version=3)
+        with pytest.raises(ConcurrencyError, match="actual version 5"):
+            other.append("c", [NewEvent("X", {}), NewEvent("Y", {})], expected_version=0)
+        # then the chain is one, and the head is where the events are
+        assert other.stream_head("c") == (5, other.read_stream("c")[-1].event_hash)
+    assert verify_chain(store, "c").ok and verify_chain(store, "c").events_checked == 5

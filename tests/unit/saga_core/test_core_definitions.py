@@ -342,3 +342,23 @@ def test_text_the_log_cannot_hold_is_refused_by_name_in_inputs_and_arguments() -
         )
     # ordinary text in any script is fine
     validate_input(spec, {**trip_input(), "notes": {"città": "東京 ✈"}})
+
+
+def test_a_template_string_is_parsed_once_but_resolved_against_each_context() -> None:
+    from saga_core.errors import TemplateError
+    from saga_core.templates import TemplateContext, resolve_template
+
+    template = {"to": "${input.email}", "note": "saga ${saga.id}: $${literal} ${input.n}"}
+    first = TemplateContext(saga_id="s1", input={"email": "a@x.io", "n": [1, 2]})
+    second = TemplateContext(saga_id="s2", input={"email": "b@x.io", "n": 3})
+    # the same strings (parsed once, cached) give each context its own values, types kept
+    assert resolve_template(template, first) == {
+        "to": "a@x.io", "note": "saga s1: ${literal} [1,2]"}
+    assert resolve_template(template, second) == {
+        "to": "b@x.io", "note": "saga s2: ${literal} 3"}
+    # and a malformed or unresolvable template fails every time, not only the first
+    for _ in range(2):
+        with pytest.raises(TemplateError, match="unterminated"):
+            resolve_template("${input.email", first)
+        with pytest.raises(TemplateError, match="no 'missing'"):
+            resolve_template("x ${input.missing}", first)
