@@ -8,12 +8,10 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Final
 from uuid import UUID
-from weakref import WeakKeyDictionary
 
 import psycopg
 import psycopg_pool
 from psycopg import errors as pg_errors
-from psycopg.rows import args_row
 from psycopg.types.json import set_json_loads
 
 from events.errors import (
@@ -45,33 +43,6 @@ def _load_json(data: str | bytes) -> Any:
     # psycopg hands jsonb over as UTF-8 bytes; decoding them directly skips json.loads'
     # encoding detection, which is a measurable share of reading a page of events.
     return _decode_json(data if isinstance(data, str) else data.decode("utf-8"))
-
-
-_KEPT: WeakKeyDictionary[psycopg.Connection[Any], dict[bool, psycopg.Cursor[Any]]] = (
-    WeakKeyDictionary()
-)
-
-
-def kept_cursor(conn: psycopg.Connection[Any], *, events: bool = False) -> psycopg.Cursor[Any]:
-    """The connection's binary cursor for appends (rows as tuples) or, with ``events``,
-    for reads (rows as RecordedEvent), made once per connection.
-
-    ``conn.execute`` and ``conn.cursor()`` build a cursor and its adapters per statement,
-    10-20 us of a single append's client CPU. Binary results: timestamps and integers
-    cost the server less to send and the client less to read. A pooled connection serves
-    one thread at a time, and so do its cursors; a cursor keeps its last result until the
-    next statement on it.
-    """
-    kept = _KEPT.get(conn)
-    if kept is None:
-        kept = _KEPT[conn] = {}
-    cursor = kept.get(events)
-    if cursor is None or cursor.closed:
-        cursor = kept[events] = (
-            conn.cursor(row_factory=args_row(recorded_event_row), binary=True)
-            if events else conn.cursor(binary=True)
-        )
-    return cursor
 
 
 def configure_connection(conn: psycopg.Connection[Any]) -> None:

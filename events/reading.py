@@ -8,7 +8,7 @@ from typing import Any, Final, cast
 import psycopg
 from psycopg.rows import args_row
 
-from events._pg import EVENT_COLUMNS, kept_cursor, recorded_event_row
+from events._pg import EVENT_COLUMNS, recorded_event_row
 from events.errors import InvalidArgument
 from events.model import Position, RecordedEvent, ScannedEvent
 from events.prepare import MAX_STREAM_ID_LENGTH
@@ -88,9 +88,13 @@ def read_all_on(
     # Binary results parse faster; prepare=False keeps a custom plan per call, so the
     # planner always sees the real cursor and picks the index walk (a generic plan could
     # choose bitmap-scan-and-sort over the whole tail of the log).
-    return kept_cursor(conn, events=True).execute(
-        _READ_ALL, (str(cursor.transaction_id), cursor.global_position, limit), prepare=False
-    ).fetchall()
+    with conn.cursor(row_factory=args_row(recorded_event_row), binary=True) as cur:
+        cur.execute(
+            _READ_ALL,
+            (str(cursor.transaction_id), cursor.global_position, limit),
+            prepare=False,
+        )
+        return cur.fetchall()
 
 
 def read_stream_on(
@@ -103,9 +107,9 @@ def read_stream_on(
     checked_stream_id(stream_id)
     checked_version("after_version", after_version)
     upper = MAX_VERSION if to_version is None else checked_version("to_version", to_version)
-    return kept_cursor(conn, events=True).execute(
-        _READ_STREAM, (stream_id, after_version, upper)
-    ).fetchall()
+    with conn.cursor(row_factory=args_row(recorded_event_row), binary=True) as cur:
+        cur.execute(_READ_STREAM, (stream_id, after_version, upper))
+        return cur.fetchall()
 
 
 def events_by_id_on(conn: psycopg.Connection[Any], event_ids: list[object]) -> list[RecordedEvent]:
