@@ -126,7 +126,8 @@ def _cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
     """The connection's append cursor, made once: ``conn.execute`` builds a cursor (and its
     adapters) per statement, about 20 us of a single append's client CPU. Binary results:
     timestamps and integers cost the server less to send and the client less to read. A
-    pooled connection serves one thread at a time, and so does its cursor."""
+    pooled connection serves one thread at a time, and so does its cursor, which keeps
+    only the last append's result (a row per event) until the next."""
     cursor = _CURSORS.get(conn)
     if cursor is None or cursor.closed:
         cursor = _CURSORS[conn] = conn.cursor(binary=True)
