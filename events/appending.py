@@ -177,7 +177,7 @@ def _statements(
     # One event: the server's hashing in _ONE_EVENT costs less than a JSON document does.
     # A new stream's chain starts at the genesis hash: known without asking.
     chain_from = GENESIS_HASH if expected == 0 else tip if len(prepared) > 1 else None
-    if chain_from is not None and expected >= 0:
+    if chain_from is not None:
         rows = _chained(conn, stream_id, expected, prepared, notify, tip=chain_from)
         if rows:
             return rows
