@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Final, cast
 
 import psycopg
@@ -32,6 +32,15 @@ SELECT {EVENT_COLUMNS} FROM eventstore.events
  WHERE stream_id = %s AND stream_version > %s AND stream_version <= %s
  ORDER BY stream_version
 """  # noqa: S608 - EVENT_COLUMNS is a constant
+
+_READ_STREAMS = f"""
+SELECT {EVENT_COLUMNS} FROM eventstore.events
+ WHERE stream_id = ANY(%s)
+ ORDER BY stream_id, stream_version
+"""  # noqa: S608 - EVENT_COLUMNS is a constant
+
+MAX_STREAMS_PER_READ: Final = 10_000
+"""The most streams one read_streams call takes (read more in chunks)."""
 
 # The last event below the snapshot horizon: everything up to it is final (no late commit
 # can sort before it), the same rule that keeps read_all gap-safe.
@@ -110,6 +119,27 @@ def read_stream_on(
     with conn.cursor(row_factory=args_row(recorded_event_row), binary=True) as cur:
         cur.execute(_READ_STREAM, (stream_id, after_version, upper))
         return cur.fetchall()
+
+
+def read_streams_on(
+    conn: psycopg.Connection[Any], stream_ids: Sequence[str]
+) -> dict[str, list[RecordedEvent]]:
+    """Several streams in one query: each id (duplicates once) to its events in version
+    order, an empty list for a stream that has none."""
+    if isinstance(stream_ids, str) or not isinstance(stream_ids, Sequence):
+        raise InvalidArgument("stream ids must be a sequence of stream id strings")
+    if len(stream_ids) > MAX_STREAMS_PER_READ:
+        raise InvalidArgument(
+            f"{len(stream_ids)} stream ids in one read; the limit is {MAX_STREAMS_PER_READ}"
+        )
+    found: dict[str, list[RecordedEvent]] = {
+        checked_stream_id(stream_id): [] for stream_id in stream_ids
+    }
+    if found:
+        with conn.cursor(row_factory=args_row(recorded_event_row), binary=True) as cur:
+            for event in cur.execute(_READ_STREAMS, (list(found),)):
+                found[event.stream_id].append(event)
+    return found
 
 
 def events_by_id_on(conn: psycopg.Connection[Any], event_ids: list[object]) -> list[RecordedEvent]:

@@ -19,6 +19,7 @@ from events.model import AppendResult, ExpectedVersion, Position, RecordedEvent
 from events.registry import EventRegistry
 from events.store import EventStore
 from saga_core import SagaDefinition, evolve
+from saga_core.errors import SagaError
 from saga_core.events import SAGA_EVENT_TYPES, SagaEvent, SagaStarted
 from saga_core.state import SagaState
 
@@ -110,6 +111,19 @@ class SagaRepository:
         if at is not None:
             records = [r for r in records if r.position <= at]
         return self.fold_records(saga_id, records, tenant=tenant)
+
+    def load_many(self, saga_ids: Sequence[str]) -> dict[str, LoadedSaga | SagaError]:
+        """Fold several sagas read in one query: each id to its saga, or to the error that
+        loading it alone would raise (SagaNotFound, CorruptSagaStream, ...)."""
+        streams = {saga_stream(saga_id): saga_id for saga_id in saga_ids}
+        records = self.store.read_streams(list(streams))
+        loaded: dict[str, LoadedSaga | SagaError] = {}
+        for stream_id, saga_id in streams.items():
+            try:
+                loaded[saga_id] = self.fold_records(saga_id, records[stream_id])
+            except SagaError as exc:
+                loaded[saga_id] = exc
+        return loaded
 
     def fold_records(
         self, saga_id: str, records: Sequence[RecordedEvent], *, tenant: str | None = None

@@ -51,6 +51,7 @@ from events.reading import (
     horizon_on,
     read_all_on,
     read_stream_on,
+    read_streams_on,
     scan_streams_on,
 )
 
@@ -293,6 +294,12 @@ class EventStore:
         if found:
             self._remember(stream_id, found[-1])
         return found
+
+    def read_streams(self, stream_ids: Sequence[str]) -> dict[str, list[RecordedEvent]]:
+        """Several whole streams in one query (at most ``MAX_STREAMS_PER_READ`` ids): each
+        id to its events in version order, an empty list for a stream with none."""
+        with self.connection() as conn:
+            return read_streams_on(conn, stream_ids)
 
     def _remember(self, stream_id: str, event: RecordedEvent) -> None:
         """Keep a stream's latest known (version, hash), so that an append expecting that

@@ -2,7 +2,8 @@
 
 Redis is lossy by design; this is what makes that harmless. It keeps ``fleet.active_sagas``
 (a rebuildable projection of SagaStarted/SagaFinished, checkpointed in the same
-transaction), folds each active saga, and for each item of ``saga_core.due_work``:
+transaction), reads the active sagas 500 to a query and folds each, and for each item of
+``saga_core.due_work``:
 
 * a schedule or lookup overdue by more than the expected queue wait → re-publish;
 * an expired lease, an expired approval, or anything else decide wants → record it.
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from events import SubscriptionBusy
-from events.sagas import SagaNotFound, saga_id_of
+from events.sagas import LoadedSaga, SagaNotFound, saga_id_of
 from saga_core import due_work
 from saga_core.errors import SagaError
 from workers.fleet import Fleet
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 TRACKER = "fleet.active_sagas"
 SWEEP_LOCK = 0x5A6A_0001
+SWEEP_CHUNK = 500  # active sagas read per query
 
 
 @dataclass
@@ -90,9 +92,19 @@ class Sweeper:
                 return report  # another sweeper is at work
             try:
                 report.tracked = self.track()
-                for saga_id in self._active_ids():
-                    report.active += 1
-                    self._sweep_saga(saga_id, report)
+                active = self._active_ids()
+                # Read in chunks (one query each), not one saga at a time: a pass over
+                # many waiting sagas is a few queries, not one round trip per saga.
+                for start in range(0, len(active), SWEEP_CHUNK):
+                    chunk = active[start : start + SWEEP_CHUNK]
+                    try:
+                        found = self.fleet.repo.load_many(chunk)
+                    except SagaError as exc:
+                        report.errors.append(f"reading {len(chunk)} sagas: {exc}")
+                        continue
+                    for saga_id, loaded in found.items():
+                        report.active += 1
+                        self._sweep_saga(saga_id, loaded, report)
             finally:
                 lock_conn.execute("SELECT pg_advisory_unlock(%s)", (SWEEP_LOCK,))
         return report
@@ -104,13 +116,13 @@ class Sweeper:
             ).fetchall()
         return [row[0] for row in rows]
 
-    def _sweep_saga(self, saga_id: str, report: SweepReport) -> None:
-        try:
-            loaded = self.fleet.repo.load(saga_id)
-        except SagaNotFound:
+    def _sweep_saga(
+        self, saga_id: str, loaded: LoadedSaga | SagaError, report: SweepReport
+    ) -> None:
+        if isinstance(loaded, SagaNotFound):
             return
-        except SagaError as exc:
-            report.errors.append(f"{saga_id}: {exc}")
+        if isinstance(loaded, SagaError):
+            report.errors.append(f"{saga_id}: {loaded}")
             return
         now = self.fleet.clock()
         items = due_work(loaded.state, now, self.queue_wait)

@@ -424,3 +424,27 @@ def test_a_caller_error_raised_at_once_in_a_pipelined_unit_of_work_rolls_it_back
     # then nothing was written, and no connection went back to the pool mid-transaction
     assert store.stream_version("s") == 0
     assert not [r for r in caplog.records if "rolling back" in r.getMessage()]
+
+
+def test_read_streams_reads_several_whole_streams_in_one_query(store: EventStore) -> None:
+    from events import InvalidArgument
+    from events.reading import MAX_STREAMS_PER_READ
+
+    # given two streams and one that was never written
+    store.append("a", [NewEvent("A1", {}), NewEvent("A2", {})], expected_version=0)
+    store.append("b", [NewEvent("B1", {"n": 1})], expected_version=0)
+    store.append("a", [NewEvent("A3", {})], expected_version=2)
+    # when they are read together (one id twice)
+    found = store.read_streams(["b", "missing", "a", "b"])
+    # then each id maps to its whole stream in version order, as read_stream reads it
+    assert list(found) == ["b", "missing", "a"]
+    assert [e.type for e in found["a"]] == ["A1", "A2", "A3"]
+    assert found["a"] == store.read_stream("a") and found["b"] == store.read_stream("b")
+    assert found["missing"] == [] and store.read_streams([]) == {}
+    # and bad arguments are typed errors naming what is wrong
+    with pytest.raises(InvalidArgument, match="sequence of stream id"):
+        store.read_streams("a")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="stream id must not be empty"):
+        store.read_streams(["a", ""])
+    with pytest.raises(InvalidArgument, match=f"the limit is {MAX_STREAMS_PER_READ}"):
+        store.read_streams(["a"] * (MAX_STREAMS_PER_READ + 1))

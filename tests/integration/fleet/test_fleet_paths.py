@@ -276,3 +276,20 @@ def test_operator_actions_are_typed_before_anything_is_recorded(fleet):
     # nothing waits for a human yet, so even a valid action records nothing
     operator.resolve(saga.saga_id, "skip", step_id="hold_flight", reason="not needed")
     assert fleet.repo.load(saga.saga_id).version == before
+
+
+def test_load_many_folds_each_saga_like_load_and_names_missing_ones(fleet):
+    from events.sagas import SagaNotFound
+
+    # given two started sagas (no worker runs them) and an id that names no saga
+    client = fleet.client()
+    first = client.start("trip", TRIP_INPUT, key="load-many-1")
+    second = client.start("trip", {**TRIP_INPUT, "nights": 2}, key="load-many-2")
+    # when they are loaded together
+    found = fleet.repo.load_many([first.saga_id, "no-such-saga", second.saga_id])
+    # then each saga is folded as a single load folds it, and the missing one is its error
+    for saga_id in (first.saga_id, second.saga_id):
+        alone = fleet.repo.load(saga_id)
+        assert found[saga_id].state == alone.state
+        assert found[saga_id].version == alone.version
+    assert isinstance(found["no-such-saga"], SagaNotFound)
