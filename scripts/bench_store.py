@@ -58,24 +58,16 @@ def median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 
 
-def timed(op: Callable[[], object], times: int) -> list[float]:
-    """Latency of each of ``times`` calls of ``op``."""
-    samples = []
-    for _ in range(times):
-        start = time.perf_counter()
-        op()
-        samples.append(time.perf_counter() - start)
-    return samples
-
-
-def interleaved(
-    ops: dict[str, Callable[[], object]], times: int, rounds: int = 5
-) -> dict[str, float]:
-    """Median latency (ms) per op, alternating rounds so drift hits every op alike."""
+def interleaved(ops: dict[str, Callable[[], object]], times: int) -> dict[str, float]:
+    """Median latency (ms) per op, the ops taking turns call by call (in alternating order),
+    so that whatever the machine does meanwhile falls on every op alike."""
     samples: dict[str, list[float]] = {name: [] for name in ops}
-    for _ in range(rounds):
-        for name, op in ops.items():
-            samples[name].extend(timed(op, times // rounds))
+    order = list(ops.items())
+    for turn in range(times):
+        for name, op in order if turn % 2 == 0 else reversed(order):
+            start = time.perf_counter()
+            op()
+            samples[name].append(time.perf_counter() - start)
     return {name: median_ms(found) for name, found in samples.items()}
 
 
