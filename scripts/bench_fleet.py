@@ -199,11 +199,13 @@ def main() -> None:
               f" {args.providers} providers")
         print(f"{'workers':>7} {'baseline chains/s':>18} {'fleet sagas/s':>14} {'ratio':>6}")
         for workers in args.workers:
-            base = [baseline(broker, workers, args.sagas, env, logs) for _ in range(args.runs)]
             database = fresh_database(server)
-            ours = [fleet_run(database, broker, workers, args.sagas, env, logs,
-                              providers=args.providers)[0]
-                    for _ in range(args.runs)]
+            base: list[float] = []
+            ours: list[float] = []
+            for _ in range(args.runs):  # alternating, so drift in the machine hits both
+                base.append(baseline(broker, workers, args.sagas, env, logs))
+                ours.append(fleet_run(database, broker, workers, args.sagas, env, logs,
+                                      providers=args.providers)[0])
             b, f = statistics.median(base), statistics.median(ours)
             print(f"{workers:>7} {b:>18.1f} {f:>14.1f} {f / b:>6.2f}", flush=True)
         if args.memory:

@@ -47,7 +47,8 @@ def run_baseline(broker_url: str, chains: int, timeout_s: float = 600.0) -> floa
     deadline = started + timeout_s
     while int(counter.get(COUNTER) or 0) < chains:
         if time.perf_counter() > deadline:
-            raise TimeoutError(f"baseline: only {counter.get(COUNTER)} of {chains} chains done")
+            done = int(counter.get(COUNTER) or 0)
+            raise TimeoutError(f"baseline: only {done} of {chains} chains done")
         time.sleep(0.005)
     return chains / (time.perf_counter() - started)
 
