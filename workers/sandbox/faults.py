@@ -114,6 +114,11 @@ class ArmedFaults:
         self.key = key
         self._rules = rules
 
+    @property
+    def matched(self) -> bool:
+        """Whether any rule matches this call (most calls meet none)."""
+        return bool(self._rules)
+
     def fire(self, conn: psycopg.Connection[Any], boundary: Boundary) -> FaultHit | None:
         """Whether a rule fires at ``boundary`` for this call; committed on its own."""
         for rule in self._rules:

@@ -8,6 +8,10 @@ A call runs the same way for every provider and operation::
                                apply the effect; store the response (+ [slow_visibility])
             → [commit_then_timeout]
 
+A call that meets no fault rule (most calls) takes two round trips: the rules, BEGIN and
+the key claim, then the effect, the stored response and COMMIT; when a rule matches, the
+claim is rolled back and the call goes boundary by boundary as above.
+
 The key row is written in the same transaction as the effect, so "the key is stored" and
 "the effect happened" are the same fact. A concurrent request with the same key waits on
 the key's unique index and then replays the stored response.
@@ -15,6 +19,7 @@ the key's unique index and then replays the stored response.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -187,17 +192,46 @@ class SandboxProvider:
         key: str,
         saga_id: str,
     ) -> ProviderResponse:
-        # The fault rules and the key's stored operation travel in one round trip.
-        with conn.pipeline():
-            pending = self.faults.send_arm(conn, self.name, operation, saga_id, key)
-            stored = conn.execute(
-                sql.SQL("SELECT operation FROM {} WHERE key = %s").format(
-                    self._table("idempotency_keys")
-                ),
-                (key,),
-            )
-        armed = self.faults.arm_sent(pending)
-        already_stored = stored.fetchone() is not None
+        digest = request_hash(operation, args)
+        try:
+            # Most calls meet no fault rule: the rules, BEGIN and the key claim travel in
+            # one round trip, the effect, the stored response and COMMIT in a second.
+            with conn.pipeline():
+                pending = self.faults.send_arm(conn, self.name, operation, saga_id, key)
+                conn.execute("BEGIN")
+                claim = conn.execute(self._claim_sql, (key, operation, digest, saga_id, 0.0))
+            armed = self.faults.arm_sent(pending)
+            if not armed.matched:
+                with conn.pipeline():
+                    response = self._apply(conn, operation, args, key, digest,
+                                           claimed=claim.fetchone() is not None)
+                    conn.execute("COMMIT")
+                return response
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):
+                conn.rollback()
+            raise
+        conn.rollback()  # a rule matched: undo the claim and take the call boundary by boundary
+        return self._perform_armed(conn, operation, args, key, saga_id, armed=armed,
+                                   digest=digest)
+
+    def _perform_armed(
+        self,
+        conn: psycopg.Connection[Any],
+        operation: str,
+        args: Mapping[str, Any],
+        key: str,
+        saga_id: str,
+        *,
+        armed: ArmedFaults,
+        digest: str,
+    ) -> ProviderResponse:
+        already_stored = conn.execute(
+            sql.SQL("SELECT operation FROM {} WHERE key = %s").format(
+                self._table("idempotency_keys")
+            ),
+            (key,),
+        ).fetchone() is not None
         if armed.fire(conn, Boundary.TIMEOUT_BEFORE_DISPATCH):
             raise ProviderTimeout(self.name, operation, key)
         hit = armed.fire(conn, Boundary.FAIL_BEFORE_COMMIT)
@@ -208,7 +242,6 @@ class SandboxProvider:
                 str(hit.params.get("code", "unavailable")),
                 f"{self.name} failed before commit (injected)",
             )
-        digest = request_hash(operation, args)
         delay_s = 0.0
         if not self.dedupes(operation) or not already_stored:
             # Faults that shape a new effect; a replay returns the stored result untouched.
@@ -274,31 +307,48 @@ class SandboxProvider:
         digest: str,
         delay_s: float,
     ) -> ProviderResponse:
-        keys = self._table("idempotency_keys")
         # Pipelined: BEGIN rides with the key claim, and the response update with COMMIT, so
         # the transaction costs two round trips instead of five.
         with conn.pipeline(), conn.transaction():
-            # Claiming the key first serialises concurrent requests with the same key: the
-            # second waits on the unique index, then finds the committed row and replays it.
-            claimed = conn.execute(
-                sql.SQL(
-                    "INSERT INTO {} (key, operation, request_hash, saga_id, visible_at)"
-                    " VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s))"
-                    " ON CONFLICT (key) DO NOTHING RETURNING key"
-                ).format(keys),
-                (key, operation, digest, saga_id, delay_s),
-            ).fetchone()
-            if claimed is None:
-                if self.dedupes(operation):
-                    return self._replay(conn, operation, key, digest)
-                # No dedupe: the effect happens again; lookup keeps finding the first one.
-                return self._effects[operation](conn, args, key)
-            response = self._effects[operation](conn, args, key)
-            conn.execute(
-                sql.SQL("UPDATE {} SET response = %s WHERE key = %s").format(keys),
-                (Jsonb(response.to_json()), key),
-            )
-            return response
+            claimed = conn.execute(self._claim_sql, (key, operation, digest, saga_id, delay_s))
+            return self._apply(conn, operation, args, key, digest,
+                               claimed=claimed.fetchone() is not None)
+
+    def _apply(
+        self,
+        conn: psycopg.Connection[Any],
+        operation: str,
+        args: Mapping[str, Any],
+        key: str,
+        digest: str,
+        *,
+        claimed: bool,
+    ) -> ProviderResponse:
+        """In the transaction that claimed ``key`` (or found it taken): the effect and its
+        stored response, or the replay of the stored one."""
+        if not claimed:
+            if self.dedupes(operation):
+                return self._replay(conn, operation, key, digest)
+            # No dedupe: the effect happens again; lookup keeps finding the first one.
+            return self._effects[operation](conn, args, key)
+        response = self._effects[operation](conn, args, key)
+        conn.execute(
+            sql.SQL("UPDATE {} SET response = %s WHERE key = %s").format(
+                self._table("idempotency_keys")
+            ),
+            (Jsonb(response.to_json()), key),
+        )
+        return response
+
+    @property
+    def _claim_sql(self) -> sql.Composed:
+        # Claiming the key first serialises concurrent requests with the same key: the
+        # second waits on the unique index, then finds the committed row and replays it.
+        return sql.SQL(
+            "INSERT INTO {} (key, operation, request_hash, saga_id, visible_at)"
+            " VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s))"
+            " ON CONFLICT (key) DO NOTHING RETURNING key"
+        ).format(self._table("idempotency_keys"))
 
     def _replay(
         self, conn: psycopg.Connection[Any], operation: str, key: str, digest: str

@@ -216,3 +216,18 @@ def test_a_random_mix_arms_every_trip_operation_reproducibly(trip: TripSandbox) 
         ref = (rule.provider, rule.operation)
         per_operation[ref] = per_operation.get(ref, 0.0) + rule.probability
     assert all(abs(total - 0.1) < 1e-9 for total in per_operation.values())
+
+
+def test_a_rule_that_matches_but_does_not_fire_leaves_one_effect_per_key(
+    trip: TripSandbox, sandbox_db: str
+) -> None:
+    # given a rule for this operation at a boundary a call never reaches (lookups only), so
+    # every hold takes the boundary-by-boundary path after its fast-path claim is undone
+    trip.faults.add("flights", "hold", Boundary.LOOKUP_UNAVAILABLE, count=5)
+    # when the same key is used twice, and another key once
+    first = hold_flight(trip, "armed-1")
+    assert hold_flight(trip, "armed-1") == first
+    hold_flight(trip, "armed-2")
+    # then each key made exactly one hold (the undone claim left nothing behind)
+    assert ledger_for_saga(sandbox_db, "saga-f").flight_holds == 2
+    assert trip.faults.hit_counts() == {}
