@@ -174,9 +174,12 @@ def _statements(
     *,
     tip: str | None = None,
 ) -> list[Row]:
-    # One event: the server's hashing in _ONE_EVENT costs less than a JSON document does.
-    # A new stream's chain starts at the genesis hash: known without asking.
-    chain_from = GENESIS_HASH if expected == 0 else tip if len(prepared) > 1 else None
+    # Where the chain starts, when it is known here: a new stream's at the genesis hash; a
+    # known tip is used for batches only (for one event the server's hashing in _ONE_EVENT
+    # costs less than a JSON document does).
+    chain_from = GENESIS_HASH if expected == 0 else None
+    if chain_from is None and len(prepared) > 1:
+        chain_from = tip
     if chain_from is not None:
         rows = _chained(conn, stream_id, expected, prepared, notify, tip=chain_from)
         if rows:

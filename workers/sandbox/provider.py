@@ -25,6 +25,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, ClassVar
 
 import psycopg
@@ -86,6 +87,17 @@ def request_hash(operation: str, args: Mapping[str, Any]) -> str:
         {"operation": operation, "args": args}, sort_keys=True, separators=(",", ":"), default=str
     )
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One call as the provider handles it: what, with which arguments, under which key."""
+
+    operation: str
+    args: Mapping[str, Any]
+    key: str
+    saga_id: str
+    digest: str  # request_hash(operation, args): a reused key must bring the same
 
 
 Effect = Callable[[psycopg.Connection[Any], Mapping[str, Any], str], ProviderResponse]
@@ -161,7 +173,9 @@ class SandboxProvider:
             time.sleep(self.latency_s)
         try:
             with connect(self._db) as conn:
-                return self._perform(conn, operation, args, key, saga_id)
+                return self._perform(
+                    conn, _Request(operation, args, key, saga_id, request_hash(operation, args))
+                )
         except PoolTimeout as exc:
             raise ProviderError(503, "unavailable", f"{self.name} is overloaded") from exc
         except psycopg.OperationalError as exc:
@@ -184,27 +198,20 @@ class SandboxProvider:
 
     # -- the shared flow
 
-    def _perform(
-        self,
-        conn: psycopg.Connection[Any],
-        operation: str,
-        args: Mapping[str, Any],
-        key: str,
-        saga_id: str,
-    ) -> ProviderResponse:
-        digest = request_hash(operation, args)
+    def _perform(self, conn: psycopg.Connection[Any], request: _Request) -> ProviderResponse:
         try:
             # Most calls meet no fault rule: the rules, BEGIN and the key claim travel in
             # one round trip, the effect, the stored response and COMMIT in a second.
             with conn.pipeline():
-                pending = self.faults.send_arm(conn, self.name, operation, saga_id, key)
+                pending = self.faults.send_arm(
+                    conn, self.name, request.operation, request.saga_id, request.key
+                )
                 conn.execute("BEGIN")
-                claim = conn.execute(self._claim_sql, (key, operation, digest, saga_id, 0.0))
+                claim = self._send_claim(conn, request, delay_s=0.0)
             armed = self.faults.arm_sent(pending)
             if not armed.matched:
                 with conn.pipeline():
-                    response = self._apply(conn, operation, args, key, digest,
-                                           claimed=claim.fetchone() is not None)
+                    response = self._apply(conn, request, claimed=claim.fetchone() is not None)
                     conn.execute("COMMIT")
                 return response
         except BaseException:
@@ -212,20 +219,12 @@ class SandboxProvider:
                 conn.rollback()
             raise
         conn.rollback()  # a rule matched: undo the claim and take the call boundary by boundary
-        return self._perform_armed(conn, operation, args, key, saga_id, armed=armed,
-                                   digest=digest)
+        return self._perform_armed(conn, request, armed)
 
     def _perform_armed(
-        self,
-        conn: psycopg.Connection[Any],
-        operation: str,
-        args: Mapping[str, Any],
-        key: str,
-        saga_id: str,
-        *,
-        armed: ArmedFaults,
-        digest: str,
+        self, conn: psycopg.Connection[Any], request: _Request, armed: ArmedFaults
     ) -> ProviderResponse:
+        operation, key = request.operation, request.key
         already_stored = conn.execute(
             sql.SQL("SELECT operation FROM {} WHERE key = %s").format(
                 self._table("idempotency_keys")
@@ -245,18 +244,13 @@ class SandboxProvider:
         delay_s = 0.0
         if not self.dedupes(operation) or not already_stored:
             # Faults that shape a new effect; a replay returns the stored result untouched.
-            self._fire_effect_faults(conn, armed, operation, args)
+            self._fire_effect_faults(conn, armed, operation, request.args)
             slow = armed.fire(conn, Boundary.SLOW_VISIBILITY)
             delay_s = float(slow.params.get("delay_s", 2.0)) if slow else 0.0
-        response = self._commit(
-            conn,
-            operation=operation,
-            args=args,
-            key=key,
-            saga_id=saga_id,
-            digest=digest,
-            delay_s=delay_s,
-        )
+        # Pipelined: BEGIN rides with the key claim, and the response update with COMMIT.
+        with conn.pipeline(), conn.transaction():
+            claim = self._send_claim(conn, request, delay_s=delay_s)
+            response = self._apply(conn, request, claimed=claim.fetchone() is not None)
         if armed.fire(conn, Boundary.COMMIT_THEN_TIMEOUT):
             raise ProviderTimeout(self.name, operation, key)
         return response
@@ -296,42 +290,31 @@ class SandboxProvider:
             f"{self.name} rejected the request: {hit.params.get('code', code)} (injected)",
         )
 
-    def _commit(
-        self,
-        conn: psycopg.Connection[Any],
-        *,
-        operation: str,
-        args: Mapping[str, Any],
-        key: str,
-        saga_id: str,
-        digest: str,
-        delay_s: float,
-    ) -> ProviderResponse:
-        # Pipelined: BEGIN rides with the key claim, and the response update with COMMIT, so
-        # the transaction costs two round trips instead of five.
-        with conn.pipeline(), conn.transaction():
-            claimed = conn.execute(self._claim_sql, (key, operation, digest, saga_id, delay_s))
-            return self._apply(conn, operation, args, key, digest,
-                               claimed=claimed.fetchone() is not None)
+    def _send_claim(
+        self, conn: psycopg.Connection[Any], request: _Request, *, delay_s: float
+    ) -> psycopg.Cursor[Any]:
+        """Claim ``request.key`` in the open transaction (the row comes with the result).
+
+        Claiming the key first serialises concurrent requests with the same key: the
+        second waits on the unique index, then finds the committed row and replays it.
+        """
+        return conn.execute(
+            self._claim_sql,
+            (request.key, request.operation, request.digest, request.saga_id, delay_s),
+        )
 
     def _apply(
-        self,
-        conn: psycopg.Connection[Any],
-        operation: str,
-        args: Mapping[str, Any],
-        key: str,
-        digest: str,
-        *,
-        claimed: bool,
+        self, conn: psycopg.Connection[Any], request: _Request, *, claimed: bool
     ) -> ProviderResponse:
-        """In the transaction that claimed ``key`` (or found it taken): the effect and its
+        """In the transaction that claimed the key (or found it taken): the effect and its
         stored response, or the replay of the stored one."""
+        operation, key = request.operation, request.key
         if not claimed:
             if self.dedupes(operation):
-                return self._replay(conn, operation, key, digest)
+                return self._replay(conn, operation, key, request.digest)
             # No dedupe: the effect happens again; lookup keeps finding the first one.
-            return self._effects[operation](conn, args, key)
-        response = self._effects[operation](conn, args, key)
+            return self._effects[operation](conn, request.args, key)
+        response = self._effects[operation](conn, request.args, key)
         conn.execute(
             sql.SQL("UPDATE {} SET response = %s WHERE key = %s").format(
                 self._table("idempotency_keys")
@@ -340,10 +323,8 @@ class SandboxProvider:
         )
         return response
 
-    @property
+    @cached_property
     def _claim_sql(self) -> sql.Composed:
-        # Claiming the key first serialises concurrent requests with the same key: the
-        # second waits on the unique index, then finds the committed row and replays it.
         return sql.SQL(
             "INSERT INTO {} (key, operation, request_hash, saga_id, visible_at)"
             " VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s))"
