@@ -1,0 +1,107 @@
+"""The ports the saga engine reads and writes through, and nothing else.
+
+Three contracts, each with a PostgreSQL implementation (``events.sagas.PostgresSagaLog``,
+``events.definitions.DefinitionStore``, ``workers.secrets.SecretVault``) and an in-memory
+one (``events.memory``) that ``sagafleet.testing`` runs users' tests on. One contract test
+suite (``tests/contract``) runs against both, so the in-memory log is a product held to the
+same promises, not a mock:
+
+* **SagaLog** — load one saga, load many, append events at an expected version
+  (optimistic: ``ConcurrencyError`` when another writer got there first; idempotent by
+  event id), optionally inside a :class:`Unit` of work.
+* **Definitions** — register a validated definition by ``(name, version, hash)``, load it
+  by hash or by name (highest version when none is given).
+* **Secrets** — keep a saga's secret inputs (in the unit that starts it), reveal them into
+  a tool call's arguments, purge them when the saga ends.
+
+A :class:`Unit` is opaque to callers: whatever is written with it commits together on a
+clean exit of ``SagaLog.unit_of_work()`` and not at all on an exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
+from events.model import AppendResult, ExpectedVersion, Position
+from saga_core import SagaDefinition
+from saga_core.errors import SagaError
+from saga_core.events import SagaEvent
+
+if TYPE_CHECKING:
+    from events.sagas import LoadedSaga
+
+
+class Unit(Protocol):
+    """One open unit of work; appends and side writes made with it commit together."""
+
+
+class SagaLog(Protocol):
+    """Where sagas live: fold one or many from their streams, append at a version."""
+
+    def load(
+        self, saga_id: str, *, tenant: str | None = None, at: Position | None = None
+    ) -> LoadedSaga:
+        """Fold a saga (up to ``at``); ``SagaNotFound`` if absent or another tenant's."""
+        ...
+
+    def load_many(self, saga_ids: Sequence[str]) -> dict[str, LoadedSaga | SagaError]:
+        """Each id to its folded saga, or to the error loading it alone would raise."""
+        ...
+
+    def append(
+        self,
+        saga_id: str,
+        tenant: str,
+        events: Sequence[SagaEvent],
+        expected_version: ExpectedVersion,
+        *,
+        actor: str | None = None,
+        unit: Unit | None = None,
+    ) -> AppendResult:
+        """Append at ``expected_version`` (``ConcurrencyError`` if the stream moved)."""
+        ...
+
+    def unit_of_work(self) -> AbstractContextManager[Unit]:
+        """A unit of work: commit on clean exit, nothing at all on an exception."""
+        ...
+
+
+class Definitions(Protocol):
+    """Saga definitions by ``(name, version, hash)``; a name and version never changes."""
+
+    def register(self, definition: SagaDefinition, *, registered_by: str = "") -> str:
+        """Store a validated definition (idempotent); ``DefinitionConflict`` if the name
+        and version hold other content. Returns the content hash."""
+        ...
+
+    def by_hash(self, digest: str) -> SagaDefinition:
+        """The definition with that content hash; ``DefinitionNotFound`` if none."""
+        ...
+
+    def get(
+        self, name: str, version: int | None = None, *, cached_latest: bool = False
+    ) -> SagaDefinition:
+        """``name`` at ``version`` (the highest when omitted); ``DefinitionNotFound``."""
+        ...
+
+    def send_latest_check(self, unit: Unit, definition: SagaDefinition) -> Callable[[], bool]:
+        """Inside ``unit``: a check, called later, that ``definition`` is still the highest."""
+        ...
+
+
+class Secrets(Protocol):
+    """Secret saga inputs: kept outside the log, revealed only into tool arguments."""
+
+    def keep(self, saga_id: str, secrets: Mapping[str, Any], unit: Unit) -> None:
+        """Store values for a saga in the unit that starts it; the first write wins."""
+        ...
+
+    def reveal(self, saga_id: str, args: Any) -> tuple[Any, dict[str, Any]]:
+        """``args`` with every placeholder replaced, and the revealed values by name."""
+        ...
+
+    def purge(self, saga_id: str) -> None:
+        """Forget a finished saga's secrets."""
+        ...
