@@ -36,14 +36,11 @@ from events.errors import (
     ConcurrencyError,
     EventIdConflict,
     InvalidArgument,
-    InvalidEvent,
-    UnregisteredEventModel,
 )
-from events.hashing import canonical_json, chain_hash, hash_body_text, json_string
+from events.hashing import chain_hash, hash_body_text, json_string
 from events.model import (
     ANY,
     GENESIS_HASH,
-    NO_STREAM,
     AppendResult,
     ExpectedVersion,
     NewEvent,
@@ -51,14 +48,14 @@ from events.model import (
     RecordedEvent,
 )
 from events.prepare import DEFAULT_MAX_EVENT_BYTES, PreparedEvent, prepare_events
-from events.reading import (
-    MAX_STREAMS_PER_READ,
-    MAX_VERSION,
-    START,
-    checked_stream_id,
-    checked_version,
-)
+from events.reading import MAX_VERSION, START, checked_stream_id, checked_version
 from events.registry import EventRegistry
+from events.store_rules import (
+    checked_stream_list,
+    expected_code,
+    new_events,
+    original_append,
+)
 
 Clock = Callable[[], datetime]
 """What tells the store the time (``recorded_at``); a test kit passes its own."""
@@ -153,8 +150,7 @@ class MemoryEventStore:
         expected_version: ExpectedVersion = ANY,
     ) -> AppendResult:
         """Append events to one stream if it is at ``expected_version`` (committed now)."""
-        prepared = prepare_events(stream_id, self._new_events(events), self._max_event_bytes)
-        expected = _expected_code(expected_version)
+        prepared, expected = self._prepare(stream_id, events, expected_version)
         with self._lock:
             unit = MemoryUnit(self, next(self._xids), self._clock())
             result = self._append_locked(unit, stream_id, prepared, expected_version, expected)
@@ -170,8 +166,7 @@ class MemoryEventStore:
         expected_version: ExpectedVersion = ANY,
     ) -> AppendResult:
         """Append inside ``unit`` (see :meth:`MemoryUnit.append`)."""
-        prepared = prepare_events(stream_id, self._new_events(events), self._max_event_bytes)
-        expected = _expected_code(expected_version)
+        prepared, expected = self._prepare(stream_id, events, expected_version)
         unit.live()
         with self._lock:
             return self._append_locked(unit, stream_id, prepared, expected_version, expected)
@@ -196,21 +191,16 @@ class MemoryEventStore:
             finally:
                 self._end(unit)
 
-    def _new_events(self, events: Sequence[NewEvent | BaseModel]) -> list[NewEvent]:
-        # The same conversion (and refusals) as EventStore._new_events.
-        if isinstance(events, NewEvent | BaseModel) or not isinstance(events, Sequence):
-            raise InvalidEvent("events must be a sequence of NewEvent or registered models")
-        converted: list[NewEvent] = []
-        for event in events:
-            if isinstance(event, BaseModel):
-                if self.registry is None:
-                    raise UnregisteredEventModel(
-                        f"{type(event).__name__} is a model but this store has no registry"
-                    )
-                converted.append(self.registry.to_new_event(event))
-            else:
-                converted.append(event)
-        return converted
+    def _prepare(
+        self,
+        stream_id: str,
+        events: Sequence[NewEvent | BaseModel],
+        expected_version: ExpectedVersion,
+    ) -> tuple[list[PreparedEvent], int]:
+        # Validated as EventStore.append validates, in the same order: the same errors.
+        converted = new_events(self.registry, events)
+        prepared = prepare_events(stream_id, converted, self._max_event_bytes)
+        return prepared, expected_code(expected_version)
 
     def _append_locked(
         self,
@@ -274,44 +264,14 @@ class MemoryEventStore:
     def _original_append(
         self, unit: MemoryUnit, stream_id: str, prepared: list[PreparedEvent]
     ) -> AppendResult | None:
-        """The earlier append these events repeat, None if none is stored, or
-        EventIdConflict: the rule of the PostgreSQL store's lookup, over this unit's view."""
-        if not any(event.id_was_given for event in prepared):
-            return None
+        """The earlier append these events repeat, looked up as the PostgreSQL store looks
+        it up: among the committed events and this unit's own."""
         stored: dict[UUID, RecordedEvent] = {}
         for event in prepared:
             found = self._by_id.get(event.event_id) or unit.ids.get(event.event_id)
             if found is not None:
-                stored[event.event_id] = found.record
-        if not stored:
-            return None
-        for event in prepared:
-            original = stored.get(event.event_id)
-            if original is None:
-                raise EventIdConflict(
-                    next(iter(stored)),
-                    "stored by an earlier append that did not contain "
-                    f"event {event.event_id}; a retry must repeat the same batch",
-                )
-            if (original.stream_id, original.type, original.schema_version) != (
-                stream_id,
-                event.type,
-                event.schema_version,
-            ) or canonical_json([original.data, original.metadata]) != canonical_json(
-                [event.data, event.metadata]
-            ):
-                raise EventIdConflict(event.event_id, "with different content")
-        ids = {event.event_id for event in prepared}
-        events = tuple(
-            s.fresh()
-            for s in sorted(
-                (self._by_id.get(i) or unit.ids[i] for i in ids),
-                key=lambda s: s.record.stream_version,
-            )
-        )
-        return AppendResult(
-            stream_id=stream_id, version=events[-1].stream_version, events=events, duplicate=True
-        )
+                stored[event.event_id] = found.fresh()
+        return original_append(stream_id, prepared, stored)
 
     def _check_still_based(self, unit: MemoryUnit) -> None:
         for stream_id, version in unit.based_on.items():
@@ -358,13 +318,7 @@ class MemoryEventStore:
     def read_streams(self, stream_ids: Sequence[str]) -> dict[str, list[RecordedEvent]]:
         """Several whole streams: each id to its events in version order, an empty list for
         a stream with none (the same limits as :meth:`EventStore.read_streams`)."""
-        if isinstance(stream_ids, str) or not isinstance(stream_ids, Sequence):
-            raise InvalidArgument("stream ids must be a sequence of stream id strings")
-        if len(stream_ids) > MAX_STREAMS_PER_READ:
-            raise InvalidArgument(
-                f"{len(stream_ids)} stream ids in one read; the limit is {MAX_STREAMS_PER_READ}"
-            )
-        wanted = [checked_stream_id(stream_id) for stream_id in stream_ids]
+        wanted = [checked_stream_id(stream_id) for stream_id in checked_stream_list(stream_ids)]
         with self._lock:
             found = {stream_id: list(self._streams.get(stream_id, [])) for stream_id in wanted}
         return {stream_id: [s.fresh() for s in stored] for stream_id, stored in found.items()}
@@ -404,13 +358,3 @@ class MemoryEventStore:
             stored = self._streams.get(stream_id)
             return (len(stored), stored[-1].record.event_hash) if stored else None
 
-
-def _expected_code(expected: ExpectedVersion) -> int:
-    # The PostgreSQL store's convention and refusal: -1 any, 0 no stream, n exactly n.
-    if expected is ANY:
-        return -1
-    if expected is NO_STREAM:
-        return 0
-    if isinstance(expected, bool) or not isinstance(expected, int) or not 0 <= expected < 2**63:
-        raise InvalidEvent(f"expected_version must be ANY, NO_STREAM or an int >= 0: {expected!r}")
-    return expected

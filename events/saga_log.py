@@ -15,7 +15,11 @@ same promises, not a mock:
   a tool call's arguments, purge them when the saga ends.
 
 A :class:`Unit` is opaque to callers: whatever is written with it commits together on a
-clean exit of ``SagaLog.unit_of_work()`` and not at all on an exception.
+clean exit of ``SagaLog.unit_of_work()`` and not at all on an exception. A conflict may
+surface at an append inside the unit or, when another writer committed the same stream
+first, as the block ends (the in-memory log; PostgreSQL makes that writer wait instead):
+either way it is ``ConcurrencyError`` and nothing of the unit is written. Each
+implementation refuses another's unit (``InvalidArgument``, see :func:`unit_of`).
 """
 
 from __future__ import annotations

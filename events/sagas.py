@@ -1,4 +1,5 @@
-"""Saga streams: the registry of saga event types, and loading a saga's state from its log.
+"""Saga streams: the registry of saga event types, the codec every SagaLog folds with, and
+the PostgreSQL SagaLog (the in-memory one is ``events.memory.MemorySagaLog``).
 
 A saga lives in the stream ``saga-<id>``; its first event, ``SagaStarted``, names the
 definition by hash, so any process can fold the stream back into state without the
