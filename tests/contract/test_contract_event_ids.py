@@ -118,3 +118,14 @@ def test_the_global_log_never_shows_a_later_event_before_an_open_units(ports: Po
             break
         time.sleep(0.02)
     assert streams == ["a", "b", "c"]
+
+
+def test_a_stream_reads_back_by_version_range_with_its_head(ports: Ports) -> None:
+    appended = ports.store.append("s", [_event(n=n) for n in range(1, 6)], NO_STREAM)
+    assert [e.data["n"] for e in ports.store.read_stream("s", after_version=1, to_version=3)] == [
+        2, 3]
+    assert ports.store.read_stream("s") == list(appended.events)
+    assert ports.store.stream_head("s") == (5, appended.events[-1].event_hash)
+    assert ports.store.stream_head("nothing") is None
+    assert ports.store.read_stream("nothing") == []
+    assert ports.store.read_streams(["s", "nothing"])["nothing"] == []

@@ -130,3 +130,10 @@ def test_the_latest_check_inside_a_unit_tells_a_superseded_definition(ports: Por
         stale = ports.definitions.send_latest_check(unit, first)
         ports.log.append("s2", "t", [started("s2", first)], NO_STREAM, unit=unit)
         assert not stale()
+
+
+def test_a_secret_json_cannot_hold_is_refused_when_kept(ports: Ports) -> None:
+    with pytest.raises(TypeError), ports.log.unit_of_work() as unit:
+        ports.secrets.keep("s1", {"card": object()}, unit)
+    with pytest.raises(SecretUnavailable):
+        ports.secrets.reveal("s1", ARGS)
