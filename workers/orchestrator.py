@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from events import ConcurrencyError, UnitOfWork
+from events import ConcurrencyError, Unit
 from events.sagas import LoadedSaga, SagaRepository
 from saga_core import decide, evolve
 from saga_core.events import (
@@ -123,7 +123,7 @@ class Orchestrator:
         actor: str | None = None,
         publish: bool = True,
         claim_next: ClaimNext | None = None,
-        unit: UnitOfWork | None = None,
+        unit: Unit | None = None,
     ) -> Committed:
         """Append ``events`` plus whatever decide then schedules, at the loaded version.
 
