@@ -6,6 +6,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from events import UnitOfWork
 from events.sagas import SagaRepository
 from saga_core import operation_key, payload_hash, trip_definition
 from saga_core.contracts import ErrorClass, Receipt, SagaStatus, StepKind
@@ -144,12 +145,12 @@ class TripScript:
                 .finish(SagaStatus.COMPENSATED))
 
     def write(self, repo: SagaRepository, *, chunk: int | None = None,
-              conn: Any = None) -> None:
+              unit: UnitOfWork | None = None) -> None:
         """Append the events (all at once, or in chunks of ``chunk``) at their versions."""
         size = chunk or len(self.events)
         version = repo.store.stream_version(f"saga-{self.saga_id}")
         pending = self.events[version:]
         for i in range(0, len(pending), size):
             part = pending[i:i + size]
-            repo.append(self.saga_id, self.tenant, part, version, actor="agent-7", conn=conn)
+            repo.append(self.saga_id, self.tenant, part, version, actor="agent-7", unit=unit)
             version += len(part)

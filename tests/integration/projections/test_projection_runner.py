@@ -6,7 +6,7 @@ import psycopg
 import pytest
 from projection_support import TripScript
 
-from events import Batch, SubscriptionBusy
+from events import Batch, SubscriptionBusy, UnitOfWork
 from events.sagas import SagaRepository
 from projections import ProjectionContext, ProjectionRunner, verify
 from projections.store import read_rows
@@ -84,7 +84,7 @@ def test_a_late_committing_event_is_not_skipped(
     slow.write(repo)
     slow.succeed("hold_flight")
     with psycopg.connect(ctx.store.conninfo) as held:
-        slow.write(repo, conn=held)
+        slow.write(repo, unit=UnitOfWork(ctx.store, held))
         # and other writers commit after it
         fast = TripScript().completed()
         fast.write(repo, chunk=2)
