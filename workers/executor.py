@@ -114,7 +114,9 @@ class StepExecutor:
         return self.executed(command, result, self.record(command, result,
                                                           claimed.committed.loaded))
 
-    def claim(self, command: StepCommand, *, ahead: ClaimNext | None = None) -> Claimed | StepOutcome:
+    def claim(
+        self, command: StepCommand, *, ahead: ClaimNext | None = None
+    ) -> Claimed | StepOutcome:
         """Claim ``command`` (with ``ahead``, also what it claims of the saga's other due
         steps, in the same append), or settle it without a claim: drop a stale duplicate,
         reconcile an operation in doubt, record a step whose arguments cannot resolve."""
@@ -274,33 +276,6 @@ class StepExecutor:
                 log.error("tool %s@%s crashed: %s", tool_name, version, detail)
                 return StepOutcomeUnknown(at=now(), reason="crash", detail=detail, **common)
         return StepSucceeded(at=now(), receipt=receipt, via="execute", **common)
-
-    def _record(
-        self, command: StepCommand, result: SagaEvent, *, publish: bool, known: LoadedSaga,
-        claim_next: bool = False, session: SagaSession | None = None,
-    ) -> Committed | None:
-        """Append the observed result unless the log already settled this attempt."""
-
-        def build(loaded: LoadedSaga) -> Sequence[SagaEvent] | None:
-            run = loaded.state.run(command.step_id, command.kind)
-            if run.attempt != command.attempt:
-                return None  # a later attempt exists; this observation is superseded
-            if isinstance(result, StepSucceeded) and run.status in IN_DOUBT:
-                # A receipt is a fact, even from a worker whose lease expired meanwhile.
-                return [result]
-            if run.status is RunStatus.STARTED and run.worker_id == self.worker_id:
-                return [result]
-            log.info("dropping %s for %s: the log moved on (%s)", type(result).__name__,
-                     command, run.status)
-            return None
-
-        def commit(start: LoadedSaga) -> Committed | None:
-            return self.orchestrator.record_with_retry(
-                command.saga_id, build, publish=publish, known=start,
-                claim_next=self._claimable if claim_next else None,
-            )
-
-        return session.record(known, commit) if session is not None else commit(known)
 
     def _reconcile(self, command: StepCommand, loaded: LoadedSaga) -> StepOutcome:
         run = loaded.state.run(command.step_id, command.kind)
