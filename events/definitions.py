@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from psycopg.rows import class_row
 
 from events._pg import translated_errors
 from events.errors import EventStoreError
-from events.store import EventStore
+from events.store import EventStore, UnitOfWork
 from saga_core import SagaDefinition
 
 
@@ -114,13 +113,13 @@ class DefinitionStore:
         return self.by_hash(str(row[0]))
 
     def send_latest_check(
-        self, conn: psycopg.Connection[Any], definition: SagaDefinition
+        self, unit: UnitOfWork, definition: SagaDefinition
     ) -> Callable[[], bool]:
-        """Send, on the caller's (pipelined) connection, the lookup of ``definition``'s
+        """Send, in the caller's (pipelined) unit of work, the lookup of ``definition``'s
         highest registered version; the returned function, called once the caller has
         read a later result, says whether ``definition`` is still the highest (and forgets
         the cached one if not). Rides the caller's round trip instead of adding one."""
-        cursor = conn.execute(
+        cursor = unit.connection.execute(
             "SELECT hash FROM eventstore.definitions WHERE name = %s"
             " ORDER BY version DESC LIMIT 1",
             (definition.name,),

@@ -8,16 +8,15 @@ process or the model that started it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
-
-import psycopg
 
 from events.definitions import DefinitionStore
 from events.errors import EventStoreError
 from events.model import AppendResult, ExpectedVersion, Position, RecordedEvent
 from events.registry import EventRegistry
-from events.store import EventStore
+from events.store import EventStore, UnitOfWork
 from saga_core import SagaDefinition, evolve
 from saga_core.errors import SagaError
 from saga_core.events import SAGA_EVENT_TYPES, SagaEvent, SagaStarted
@@ -93,12 +92,12 @@ class LoadedSaga:
         )
 
 
-class SagaRepository:
-    """Load sagas from the log and append their events (with tenant metadata)."""
+class PostgresSagaLog:
+    """The PostgreSQL :class:`~events.saga_log.SagaLog`: sagas folded from an EventStore."""
 
     def __init__(self, store: EventStore, definitions: DefinitionStore) -> None:
         if store.registry is None:
-            raise EventStoreError("a SagaRepository needs a store opened with saga_registry()")
+            raise EventStoreError("a PostgresSagaLog needs a store opened with saga_registry()")
         self.store = store
         self.definitions = definitions
         self.registry = store.registry
@@ -151,15 +150,22 @@ class SagaRepository:
         events: Sequence[SagaEvent],
         expected_version: ExpectedVersion,
         *,
-        conn: psycopg.Connection[Any] | None = None,
         actor: str | None = None,
+        unit: UnitOfWork | None = None,
     ) -> AppendResult:
-        """Append saga events with tenant (and actor) metadata at ``expected_version``."""
+        """Append saga events with tenant (and actor) metadata at ``expected_version``;
+        with ``unit`` the append commits (or not) with the rest of that transaction."""
         metadata: dict[str, Any] = {"tenant": tenant}
         if actor:
             metadata["actor"] = actor
         new = [self.registry.to_new_event(e, metadata=metadata) for e in events]
-        return self.store.append(saga_stream(saga_id), new, expected_version, conn=conn)
+        if unit is not None:
+            return unit.append(saga_stream(saga_id), new, expected_version)
+        return self.store.append(saga_stream(saga_id), new, expected_version)
+
+    def unit_of_work(self) -> AbstractContextManager[UnitOfWork]:
+        """A pipelined transaction: appends, secrets and definition checks commit together."""
+        return self.store.transaction(pipelined=True)
 
     def _decode(self, record: RecordedEvent) -> SagaEvent:
         try:
@@ -171,3 +177,7 @@ class SagaRepository:
                 f"{record.stream_id}@{record.stream_version} is not a saga event"
             )
         return event
+
+
+SagaRepository = PostgresSagaLog
+"""Deprecated name of :class:`PostgresSagaLog`, kept while other branches move over."""

@@ -200,13 +200,11 @@ class SagaClient:
         try:
             # One transaction: the secrets and the saga's first events commit together, and
             # version 0 (the stream must not exist) keeps a repeated key from starting twice.
-            with self.orchestrator.repo.store.transaction(pipelined=True) as uow:
-                still_latest = (
-                    self.definitions.send_latest_check(uow.connection, spec) if cached else None
-                )
-                self.vault.keep(saga_id, secrets, uow.connection)
+            with self.orchestrator.repo.unit_of_work() as uow:
+                still_latest = self.definitions.send_latest_check(uow, spec) if cached else None
+                self.vault.keep(saga_id, secrets, uow)
                 committed = self.orchestrator.commit(
-                    fresh, [started], actor=self.actor, publish=False, conn=uow.connection
+                    fresh, [started], actor=self.actor, publish=False, unit=uow
                 )
                 if still_latest is not None and not still_latest():
                     raise _StaleDefinition  # rolls the start back

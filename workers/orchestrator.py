@@ -11,11 +11,8 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
-import psycopg
-
-from events import ConcurrencyError
+from events import ConcurrencyError, UnitOfWork
 from events.sagas import LoadedSaga, SagaRepository
 from saga_core import decide, evolve
 from saga_core.events import (
@@ -126,11 +123,11 @@ class Orchestrator:
         actor: str | None = None,
         publish: bool = True,
         claim_next: ClaimNext | None = None,
-        conn: psycopg.Connection[Any] | None = None,
+        unit: UnitOfWork | None = None,
     ) -> Committed:
         """Append ``events`` plus whatever decide then schedules, at the loaded version.
 
-        With ``conn`` the append joins the caller's transaction; the caller publishes
+        With ``unit`` the append joins the caller's unit of work; the caller publishes
         ``Committed.commands`` after its commit (``publish`` must then be False).
 
         With ``claim_next``, the committer may claim the steps now due in the same
@@ -139,7 +136,7 @@ class Orchestrator:
         Only ``Committed.wake_ups`` are published (see :func:`wake_ups`).
         Raises ConcurrencyError when another writer got there first; callers re-read.
         """
-        if conn is not None and publish:
+        if unit is not None and publish:
             raise ValueError("publish after the caller's commit, not inside its transaction")
         now = self.clock()
         state = loaded.state
@@ -162,7 +159,7 @@ class Orchestrator:
             # The folded state's tenant: a saga's first commit carries its own SagaStarted.
             appended = self.repo.append(
                 loaded.saga_id, state.tenant or loaded.tenant, recorded, loaded.version,
-                actor=actor, conn=conn,
+                actor=actor, unit=unit,
             )
             after = loaded.extended(recorded, appended, state)  # folded above
         if publish and woken:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from events import EventStore
+from events import EventStore, UnitOfWork
 from saga_core import SagaDefinition
 from saga_core.errors import SagaError
 
@@ -51,12 +51,12 @@ class SecretVault:
     def __init__(self, store: EventStore) -> None:
         self._store = store
 
-    def keep(self, saga_id: str, secrets: Mapping[str, Any], conn: Any) -> None:
-        """Store values for a saga in the caller's transaction (the one that starts it);
+    def keep(self, saga_id: str, secrets: Mapping[str, Any], unit: UnitOfWork) -> None:
+        """Store values for a saga in the caller's unit of work (the one that starts it);
         the first write wins, so a replayed start changes nothing."""
         if not secrets:
             return
-        with conn.cursor() as cur:
+        with unit.connection.cursor() as cur:
             cur.executemany(
                 "INSERT INTO fleet.secrets (saga_id, name, value) VALUES (%s, %s, %s::jsonb)"
                 " ON CONFLICT (saga_id, name) DO NOTHING",
