@@ -9,7 +9,7 @@ the sandbox providers (``workers/sandbox/provider.py``)::
       → known key (and the tool dedupes): replay the stored receipt, or refuse a changed payload
       → new key: [business_rejection | compensation_failure | target_changed]
                  → the effect; the receipt is stored under the key ([slow_visibility])
-      → [commit_then_timeout]
+      → [commit_then_timeout] → [worker_crash_after_commit]
 
 ``lookup(key)`` answers from the stored receipts: the receipt, ``Absent`` (never stored, or
 not visible yet) or ``Unknown`` (``lookup_unavailable``). Whether a tool dedupes by key is
@@ -32,6 +32,7 @@ from typing import Any
 from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import ErrorClass, Receipt
 from saga_core.errors import SagaError
+from sagafleet.testing.clock import TestClock
 from workers.tools import Absent, LookupResult, ToolError, ToolRegistry, ToolSet, Unknown
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "InMemoryTools",
     "TargetChange",
     "UnknownFault",
+    "WorkerCrashed",
 ]
 
 #: Performs one new effect under ``key`` and returns its receipt; raises ToolError to refuse.
@@ -64,6 +66,17 @@ class Fault(StrEnum):
     COMPENSATION_FAILURE = "compensation_failure"  # Transient, or error_class="permanent"
     TARGET_CHANGED = "target_changed"  # someone else changes the target just before
     LOOKUP_UNAVAILABLE = "lookup_unavailable"  # lookup cannot answer: Unknown
+    # The test kit's own: the effect commits, then the worker dies before recording it
+    # (the matrix's "before_receipt", a SIGKILL there); the claim's lease must run out.
+    WORKER_CRASH_AFTER_COMMIT = "worker_crash_after_commit"
+
+
+class WorkerCrashed(BaseException):  # noqa: N818 - a crash, not an error to handle
+    """The worker running the call died (``worker_crash_after_commit``).
+
+    A BaseException, so no ``except Exception`` in the executor records anything: as after
+    a SIGKILL, the claim stays in the log with its lease and the effect stays committed.
+    """
 
 
 class UnknownFault(SagaError):
@@ -160,6 +173,8 @@ class InMemoryTool:
                                             self._tools.clock() + timedelta(seconds=delay))
         if fire(self.name, Fault.COMMIT_THEN_TIMEOUT, saga_id) is not None:
             raise self._timeout(key, "after commit")
+        if fire(self.name, Fault.WORKER_CRASH_AFTER_COMMIT, saga_id) is not None:
+            raise WorkerCrashed(f"the worker died after {self.name} committed key {key!r}")
         return receipt
 
     def lookup(self, key: str) -> LookupResult:
@@ -221,9 +236,9 @@ def _saga_of(args: Mapping[str, Any]) -> str | None:
 class InMemoryTools:
     """A set of in-memory tools sharing one clock and one list of armed faults."""
 
-    def __init__(self, catalogue: ToolCatalogue, clock: Callable[[], datetime]) -> None:
+    def __init__(self, catalogue: ToolCatalogue, clock: TestClock | None = None) -> None:
         self.catalogue = catalogue
-        self.clock = clock
+        self.clock = clock or TestClock()  # a TestFleet given these tools runs on this clock
         self.effects: list[CommittedEffect] = []
         self._tools: dict[str, InMemoryTool] = {}
         self._rules: list[_Rule] = []

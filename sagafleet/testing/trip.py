@@ -17,16 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import ErrorClass, Receipt
 from saga_core.examples import trip_tool_catalogue
+from sagafleet.testing.clock import TestClock
 from sagafleet.testing.tools import InMemoryTools
 from workers.tools import ToolError
 
-__all__ = ["TripBooks", "TripLedger", "TripTools", "trip_tools"]
+__all__ = ["TripBooks", "TripLedger", "TripTools"]
 
 
 @dataclass
@@ -269,7 +269,7 @@ class TripLedger:
 class TripTools(InMemoryTools):
     """The trip tools over one set of :class:`TripBooks`; ``ledger(saga_id)`` checks them."""
 
-    def __init__(self, clock: Callable[[], datetime],
+    def __init__(self, clock: TestClock | None = None,
                  catalogue: ToolCatalogue | None = None) -> None:
         super().__init__(catalogue or trip_tool_catalogue(), clock)
         books = self.books = TripBooks()
@@ -287,11 +287,6 @@ class TripTools(InMemoryTools):
     def ledger(self, saga_id: str) -> TripLedger:
         """One saga's footprint in the trip books."""
         return self.books.ledger(saga_id)
-
-
-def trip_tools(clock: Callable[[], datetime]) -> TripTools:
-    """The eight trip tools of ``saga_core.examples`` in memory, on ``clock``."""
-    return TripTools(clock)
 
 
 def _text(args: Mapping[str, Any], name: str) -> str:
