@@ -13,7 +13,7 @@ from typing import Any, cast, get_args
 from pydantic import ValidationError
 
 from events import ConcurrencyError
-from events.definitions import DefinitionStore
+from events.saga_log import Definitions, Secrets
 from events.sagas import LoadedSaga, SagaNotFound
 from saga_core import (
     SagaDefinition,
@@ -43,8 +43,9 @@ from saga_core.keys import json_value_problem, payload_hash, text_argument_probl
 from saga_core.plans import AgentPlan
 from saga_core.state import SagaState
 from saga_core.validation import validate_definition
-from workers.orchestrator import Orchestrator
-from workers.secrets import SecretVault, split_secrets
+from workers.orchestrator import Build, Orchestrator
+from workers.publisher import Publisher
+from workers.secrets import split_secrets
 from workers.views import SagaView, view_of
 
 # Saga ids for idempotency keys: uuid5 over (tenant, key) in sagafleet's own namespace.
@@ -89,22 +90,26 @@ class SagaClient:
     def __init__(
         self,
         orchestrator: Orchestrator,
-        definitions: DefinitionStore,
+        definitions: Definitions,
         catalogue: ToolCatalogue,
         *,
+        secrets: Secrets,
+        publisher: Publisher,
         tenant: str = "default",
         actor: str = "agent",
     ) -> None:
         self.orchestrator = orchestrator
         self.definitions = definitions
         self.catalogue = catalogue
+        self.secrets = secrets
+        self.publisher = publisher
         self.tenant = _text("tenant", tenant, MAX_NAME_LENGTH)
         self.actor = _text("actor", actor, MAX_NAME_LENGTH)
-        self.vault = SecretVault(orchestrator.repo.store)
 
     def as_actor(self, actor: str, tenant: str | None = None) -> SagaClient:
         """The same client acting as someone else (or for another tenant)."""
         return SagaClient(self.orchestrator, self.definitions, self.catalogue,
+                          secrets=self.secrets, publisher=self.publisher,
                           tenant=tenant or self.tenant, actor=actor)
 
     # -- definitions ----------------------------------------------------------------------
@@ -200,12 +205,11 @@ class SagaClient:
         try:
             # One transaction: the secrets and the saga's first events commit together, and
             # version 0 (the stream must not exist) keeps a repeated key from starting twice.
-            with self.orchestrator.repo.unit_of_work() as uow:
-                still_latest = self.definitions.send_latest_check(uow, spec) if cached else None
-                self.vault.keep(saga_id, secrets, uow)
-                committed = self.orchestrator.commit(
-                    fresh, [started], actor=self.actor, publish=False, unit=uow
-                )
+            with self.orchestrator.log.unit_of_work() as unit:
+                still_latest = self.definitions.send_latest_check(unit, spec) if cached else None
+                self.secrets.keep(saga_id, secrets, unit)
+                committed = self.orchestrator.commit(fresh, [started], actor=self.actor,
+                                                     unit=unit)
                 if still_latest is not None and not still_latest():
                     raise _StaleDefinition  # rolls the start back
         except _StaleDefinition:
@@ -213,7 +217,7 @@ class SagaClient:
         except ConcurrencyError:
             if cached:
                 return None  # compare a repeated key against the current latest definition
-            existing = self.orchestrator.repo.load(saga_id)
+            existing = self.orchestrator.log.load(saga_id)
             first = existing.events[0]
             assert isinstance(first, SagaStarted)
             same = (first.input_hash, first.definition_hash) == (
@@ -223,7 +227,7 @@ class SagaClient:
                     f"key {key!r} already started saga {saga_id} with other input or definition"
                 ) from None
             return Started(**view_of(existing).model_dump(), created=False)
-        self.orchestrator.publisher.publish(committed.wake_ups)
+        self.publisher.publish(committed.wake_ups)  # after the unit committed
         return Started(**view_of(committed.loaded).model_dump(), created=True)
 
     def find(self, key: str) -> SagaView | None:
@@ -257,9 +261,7 @@ class SagaClient:
                                    self.orchestrator.clock())
             return None if grant is None else [grant]
 
-        self._load(saga_id)
-        self.orchestrator.record_with_retry(saga_id, build, actor=self.actor)
-        return self.status(saga_id)
+        return self._record(saga_id, build)
 
     def deny(
         self, saga_id: str, step_id: str, *, reason: str, kind: StepKind = StepKind.FORWARD
@@ -276,9 +278,7 @@ class SagaClient:
                                    action_hash=_pending_hash(loaded, step_id, kind),
                                    approver=self.actor, reason=reason)]
 
-        self._load(saga_id)
-        self.orchestrator.record_with_retry(saga_id, build, actor=self.actor)
-        return self.status(saga_id)
+        return self._record(saga_id, build)
 
     def cancel(self, saga_id: str, *, reason: str = "") -> SagaView:
         """Ask to cancel: compensate what can be compensated (before the pivot)."""
@@ -290,9 +290,7 @@ class SagaClient:
             return [CancelRequested(at=self.orchestrator.clock(), actor=self.actor,
                                     reason=reason)]
 
-        self._load(saga_id)
-        self.orchestrator.record_with_retry(saga_id, build, actor=self.actor)
-        return self.status(saga_id)
+        return self._record(saga_id, build)
 
     def resolve(
         self, saga_id: str, action: str, *, step_id: str | None = None,
@@ -321,15 +319,23 @@ class SagaClient:
                                    step_id=step_id, kind=kind, actor=self.actor, reason=reason,
                                    evidence=evidence or {})]
 
-        self._load(saga_id)
-        self.orchestrator.record_with_retry(saga_id, build, actor=self.actor)
-        return self.status(saga_id)
+        return self._record(saga_id, build)
+
+    def _record(self, saga_id: str, build: Build) -> SagaView:
+        """Commit what ``build`` makes of this tenant's saga as this actor, publish what the
+        commit made due, and return the saga as it now stands."""
+        loaded = self._load(saga_id)
+        committed = self.orchestrator.record(saga_id, build, known=loaded, actor=self.actor)
+        if committed is None:
+            return self.status(saga_id)
+        self.publisher.publish(committed.wake_ups)
+        return view_of(committed.loaded)
 
     def _load(self, saga_id: str) -> LoadedSaga:
         if (not isinstance(saga_id, str) or not 0 < len(saga_id) <= 64
                 or text_problem(saga_id) is not None):
             raise SagaNotFound(f"no saga {saga_id!r}")
-        return self.orchestrator.repo.load(saga_id, tenant=self.tenant)
+        return self.orchestrator.log.load(saga_id, tenant=self.tenant)
 
 
 def _step_ref(step_id: object, kind: object) -> StepKind:

@@ -2,25 +2,34 @@
 
 The order is the contract (DESIGN.md, execution rules 1-3 and 9):
 
-1. fold the saga and check the claim; append ``StepStarted`` (key, request hash, lease)
+1. fold the saga and check the claim; commit ``StepStarted`` (key, request hash, lease)
    at the expected version — intent is committed before any effect;
 2. call the tool with the stable operation key;
-3. append the result (``StepSucceeded`` with the receipt, ``StepFailed`` with its class,
-   or ``StepOutcomeUnknown``) together with whatever decide schedules next, then publish.
+3. commit the result (``StepSucceeded`` with the receipt, ``StepFailed`` with its class,
+   or ``StepOutcomeUnknown``) together with whatever decide schedules next; the caller
+   publishes the commit's wake-ups after it.
 
-A command for an operation awaiting reconciliation runs ``lookup(key)`` instead.
+A receipt is a fact: a worker whose lease expired meanwhile still records it. Any other
+result is recorded only while this worker still holds the claim, and a step this worker
+no longer holds is never acted on. Every append goes through
+:meth:`workers.orchestrator.Orchestrator.commit`; :meth:`StepExecutor.handle` is the plain
+path (one command, nothing claimed ahead), :class:`workers.branches.SagaBranches` the
+fleet's (siblings and next steps claimed in the same commits and run side by side) built
+from the same three steps: :meth:`~StepExecutor.claim`, :meth:`~StepExecutor.call`,
+:meth:`~StepExecutor.record`. A command for an operation awaiting reconciliation runs
+``lookup(key)`` instead.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, Literal
 
-from events import ConcurrencyError
+from events.saga_log import Secrets
 from events.sagas import LoadedSaga, SagaNotFound
 from saga_core import ResolvedCommand, check_claim, resolve_command
 from saga_core.contracts import ErrorClass, Receipt
@@ -36,44 +45,16 @@ from saga_core.events import (
 from saga_core.state import IN_DOUBT, RunStatus, SagaState
 from workers.messages import StepCommand
 from workers.observability import step_scope
-from workers.orchestrator import MAX_RACES, Committed, Orchestrator, RaceLost
-from workers.secrets import SecretUnavailable, SecretVault, scrub
+from workers.orchestrator import ClaimNext, Committed, Orchestrator
+from workers.secrets import SecretUnavailable, scrub
 from workers.tools import Absent, ToolError, ToolRegistry, Unknown
 
 log = logging.getLogger(__name__)
 
 Verdict = Literal["executed", "reconciled", "dropped"]
 
-#: Receives the siblings claimed together with a command, and the saga as that claim left
-#: it, to run them side by side (each with :meth:`StepExecutor.run_claimed`).
-SiblingRunner = Callable[[list[StepCommand], LoadedSaga], None]
-
-#: Claimed-ahead resolutions a worker keeps for run_claimed; more only costs a re-resolve.
+#: Claimed-ahead resolutions a worker keeps for resolution(); more only costs a re-resolve.
 MAX_RESOLVED_AHEAD = 256
-
-
-class SagaSession:
-    """The branches of one saga this worker runs side by side share the latest committed
-    state and take turns recording: their tools run concurrently, their commits do not
-    race each other (each starts from the state the previous one left)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._latest: LoadedSaga | None = None
-
-    def record(
-        self, known: LoadedSaga, commit: Callable[[LoadedSaga], Committed | None]
-    ) -> Committed | None:
-        """Run ``commit`` from the newest state this worker knows, and remember its result."""
-        with self._lock:
-            latest = self._latest
-            start = latest if latest is not None and latest.version > known.version else known
-            committed = commit(start)
-            if committed is not None and (
-                self._latest is None or committed.loaded.version > self._latest.version
-            ):
-                self._latest = committed.loaded
-            return committed
 
 
 @dataclass(frozen=True)
@@ -87,110 +68,118 @@ class StepOutcome:
 
     @property
     def follow_ups(self) -> tuple[StepCommand, ...]:
-        """Commands the result scheduled (already published unless run inline)."""
+        """Commands the commit made due and left for others (none claimed here)."""
         return self.committed.commands if self.committed else ()
 
 
+@dataclass(frozen=True)
+class Claimed:
+    """A command this worker now holds: what its claim resolved, and the claim's commit
+    (whose ``claimed`` are the due siblings taken in the same append)."""
+
+    command: StepCommand
+    resolved: ResolvedCommand
+    committed: Committed
+
+
 class StepExecutor:
-    """Runs step commands for one worker identity."""
+    """Claims, runs and records step commands for one worker identity."""
 
     def __init__(
         self,
         orchestrator: Orchestrator,
         tools: ToolRegistry,
+        secrets: Secrets,
         *,
         worker_id: str,
         lease: timedelta,
     ) -> None:
         self.orchestrator = orchestrator
         self.tools = tools
+        self.secrets = secrets
         self.worker_id = worker_id
         self.lease = lease
-        self.vault = SecretVault(orchestrator.repo.store)
         # Commands claimed ahead (siblings, steps due next) with what their claim resolved:
-        # run_claimed takes them instead of resolving the templates a second time.
+        # resolution() takes them instead of resolving the templates a second time.
         self._resolved: dict[StepCommand, ResolvedCommand] = {}
         self._resolved_lock = threading.Lock()
 
-    def handle(
-        self,
-        command: StepCommand,
-        *,
-        publish: bool = True,
-        known: LoadedSaga | None = None,
-        claim_next: bool = False,
-        siblings: SiblingRunner | None = None,
-        session: SagaSession | None = None,
-    ) -> StepOutcome:
-        """Handle one wake-up: claim and execute, reconcile, or drop a stale duplicate.
+    def handle(self, command: StepCommand) -> StepOutcome:
+        """Handle one wake-up on its own: claim and execute, reconcile, or drop a stale
+        duplicate. Claims nothing ahead and publishes nothing (see ``follow_ups``)."""
+        claimed = self.claim(command)
+        if isinstance(claimed, StepOutcome):
+            return claimed
+        result = self.call(command, claimed.resolved)
+        return self.executed(command, result, self.record(command, result,
+                                                          claimed.committed.loaded))
 
-        ``known`` is the saga as the caller last committed it; a stale one only costs a lost
-        race and a re-read. With ``claim_next`` the result's commit also claims the saga's
-        steps due next for this worker (``outcome.committed.claimed``): run them with
-        :meth:`run_claimed`. With ``siblings`` every other step of the saga that is due is
-        claimed in the same append as this one and handed to ``siblings`` before this
-        command's tool is called (a wake-up stands for all of them, see ``wake_ups``).
-        """
-        for _ in range(MAX_RACES):
-            try:
-                loaded = known or self.orchestrator.repo.load(command.saga_id)
-            except SagaNotFound:
-                return StepOutcome(command, "dropped", "unknown saga")
-            known = None
-            try:
-                run = loaded.state.run(command.step_id, command.kind)
-            except EventRejected:
-                return StepOutcome(command, "dropped", "unknown step")
-            if run.status is RunStatus.RECONCILING and run.attempt == command.attempt:
-                return self._reconcile(command, loaded, publish=publish)
-            now = self.orchestrator.clock()
-            try:
-                claim = self._claim(loaded.state, command, now)
-            except TemplateError as exc:
-                # The definition was validated, so this means a receipt lacks a field the
-                # tool promised: a permanent, definite failure (nothing was dispatched).
-                return self._record_unclaimed_failure(command, str(exc), publish=publish)
-            if isinstance(claim, str):
-                return StepOutcome(command, "dropped", claim)
-            started, resolved = claim
-            others = (
-                self._claimable(loaded.state, now, skip=command) if siblings is not None else []
-            )
-            claims = [started, *(event for _, event in others)]
-            try:
-                appended = self.orchestrator.repo.append(
-                    command.saga_id, loaded.tenant, claims, loaded.version
-                )
-            except ConcurrencyError:
-                continue  # someone else wrote first: re-read and re-decide
-            claimed = loaded.extended(claims, appended)
-            if others and siblings is not None:
-                siblings([sibling for sibling, _ in others], claimed)
-            return self._execute(command, resolved, claimed, publish=publish,
-                                 claim_next=claim_next, session=session)
-        raise RaceLost(f"saga {command.saga_id}: lost {MAX_RACES} claim races in a row")
+    def claim(
+        self, command: StepCommand, *, ahead: ClaimNext | None = None
+    ) -> Claimed | StepOutcome:
+        """Claim ``command`` (with ``ahead``, also what it claims of the saga's other due
+        steps, in the same append), or settle it without a claim: drop a stale duplicate,
+        reconcile an operation in doubt, record a step whose arguments cannot resolve."""
+        try:
+            loaded = self.orchestrator.log.load(command.saga_id)
+        except SagaNotFound:
+            return StepOutcome(command, "dropped", "unknown saga")
+        try:
+            run = loaded.state.run(command.step_id, command.kind)
+        except EventRejected:
+            return StepOutcome(command, "dropped", "unknown step")
+        if run.status is RunStatus.RECONCILING and run.attempt == command.attempt:
+            return self._reconcile(command, loaded)
+        return self.orchestrator.retrying(
+            command.saga_id, partial(self._claim_at, command, ahead), known=loaded)
 
-    def run_claimed(
-        self, command: StepCommand, loaded: LoadedSaga, *, publish: bool = True,
-        claim_next: bool = False, session: SagaSession | None = None,
-    ) -> StepOutcome:
-        """Execute a step this worker claimed in its previous commit (see ``claim_next``)."""
+    def _claim_at(
+        self, command: StepCommand, ahead: ClaimNext | None, loaded: LoadedSaga
+    ) -> Claimed | StepOutcome:
+        now = self.orchestrator.clock()
+        verdict = check_claim(loaded.state, command.step_id, command.kind, command.attempt, now)
+        if not verdict:
+            return StepOutcome(command, "dropped", verdict.reason)
+        try:
+            resolved = resolve_command(loaded.state, command.step_id, command.kind)
+        except TemplateError as exc:
+            # The definition was validated, so a receipt lacks a field the tool promised:
+            # a permanent, definite failure (nothing was dispatched).
+            return self._unresolvable(command, loaded, str(exc))
+        started = self._started(command, resolved, now)
+        return Claimed(command, resolved, self.orchestrator.commit(loaded, [started], claim=ahead))
+
+    def claim_due(self, state: SagaState, now: datetime) -> list[tuple[StepCommand, StepStarted]]:
+        """What this worker claims next (a :data:`ClaimNext`): every scheduled step of the
+        saga claimable now, each with its StepStarted; their resolutions are kept for
+        :meth:`resolution`."""
+        found: list[tuple[StepCommand, StepStarted]] = []
+        for run in [*state.forward.values(), *state.compensation.values()]:
+            if run.status is not RunStatus.SCHEDULED:
+                continue
+            candidate = StepCommand(saga_id=state.saga_id, step_id=run.step_id, kind=run.kind,
+                                    attempt=run.attempt)
+            if not check_claim(state, run.step_id, run.kind, run.attempt, now):
+                continue
+            try:
+                resolved = resolve_command(state, run.step_id, run.kind)
+            except TemplateError:
+                continue  # left to the plain path, which records the failure
+            self._keep_resolved(candidate, resolved)
+            found.append((candidate, self._started(candidate, resolved, now)))
+        return found
+
+    def resolution(self, command: StepCommand, loaded: LoadedSaga) -> ResolvedCommand:
+        """What the claim of ``command`` (claimed ahead in ``loaded``) resolved to."""
         with self._resolved_lock:
             resolved = self._resolved.pop(command, None)
         if resolved is None:
             resolved = resolve_command(loaded.state, command.step_id, command.kind)
-        return self._execute(command, resolved, loaded, publish=publish, claim_next=claim_next,
-                             session=session)
+        return resolved
 
-    def _claim(
-        self, state: SagaState, command: StepCommand, now: datetime
-    ) -> tuple[StepStarted, ResolvedCommand] | str:
-        """The StepStarted that claims ``command`` now, or why it cannot be claimed."""
-        verdict = check_claim(state, command.step_id, command.kind, command.attempt, now)
-        if not verdict:
-            return verdict.reason
-        resolved = resolve_command(state, command.step_id, command.kind)
-        started = StepStarted(
+    def _started(self, command: StepCommand, resolved: ResolvedCommand,
+                 now: datetime) -> StepStarted:
+        return StepStarted(
             at=now,
             step_id=command.step_id,
             kind=command.kind,
@@ -200,32 +189,9 @@ class StepExecutor:
             worker_id=self.worker_id,
             lease_expires_at=now + self.lease,
         )
-        return started, resolved
-
-    def _claimable(
-        self, state: SagaState, now: datetime, skip: StepCommand | None = None
-    ) -> list[tuple[StepCommand, SagaEvent]]:
-        """Every scheduled step of the saga this worker may claim now (but ``skip``, claimed
-        already), with its StepStarted."""
-        found: list[tuple[StepCommand, SagaEvent]] = []
-        for run in [*state.forward.values(), *state.compensation.values()]:
-            if run.status is not RunStatus.SCHEDULED:
-                continue
-            candidate = StepCommand(saga_id=state.saga_id, step_id=run.step_id, kind=run.kind,
-                                    attempt=run.attempt)
-            if candidate == skip:
-                continue
-            try:
-                claim = self._claim(state, candidate, now)
-            except TemplateError:
-                continue  # left to the normal path, which records the failure
-            if not isinstance(claim, str):
-                found.append((candidate, claim[0]))
-                self._keep_resolved(candidate, claim[1])
-        return found
 
     def _keep_resolved(self, command: StepCommand, resolved: ResolvedCommand) -> None:
-        """Remember a claim's resolution for run_claimed (bounded: a claim whose commit lost
+        """Remember a claim's resolution for resolution() (bounded: a claim whose commit lost
         a race is never run, and the oldest such entries are dropped)."""
         with self._resolved_lock:
             self._resolved.pop(command, None)
@@ -233,32 +199,52 @@ class StepExecutor:
             if len(self._resolved) > MAX_RESOLVED_AHEAD:
                 del self._resolved[next(iter(self._resolved))]
 
-    def _execute(
-        self, command: StepCommand, resolved: ResolvedCommand, claimed: LoadedSaga, *,
-        publish: bool, claim_next: bool, session: SagaSession | None = None,
-    ) -> StepOutcome:
+    def call(self, command: StepCommand, resolved: ResolvedCommand) -> SagaEvent:
+        """Call the claimed command's tool with its operation key; the result as an event."""
         # The saga id travels with every call as context (providers tag their records with
         # it); the precondition goes along so the provider can refuse a changed target.
         args = {"saga_id": command.saga_id, **resolved.args, **resolved.precondition}
         try:
-            args, revealed = self.vault.reveal(command.saga_id, args)
+            args, revealed = self.secrets.reveal(command.saga_id, args)
         except SecretUnavailable as exc:
-            result: SagaEvent = StepFailed(
+            return StepFailed(
                 at=self.orchestrator.clock(), step_id=command.step_id, kind=command.kind,
                 attempt=command.attempt, operation_key=resolved.operation_key,
                 error_class=ErrorClass.PERMANENT, message=str(exc))
-        else:
-            result = self._call_tool(command, resolved, args, revealed)
-            if revealed and isinstance(result, StepFailed | StepOutcomeUnknown):
-                # Error text goes into the log: never with a secret an adapter echoed.
-                if isinstance(result, StepFailed):
-                    result = result.model_copy(
-                        update={"message": scrub(result.message, revealed)})
-                else:
-                    result = result.model_copy(
-                        update={"detail": scrub(result.detail, revealed)})
-        committed = self._record(command, result, publish=publish, known=claimed,
-                                 claim_next=claim_next, session=session)
+        result = self._call_tool(command, resolved, args, revealed)
+        if revealed and isinstance(result, StepFailed):
+            # Error text goes into the log: never with a secret an adapter echoed.
+            return result.model_copy(update={"message": scrub(result.message, revealed)})
+        if revealed and isinstance(result, StepOutcomeUnknown):
+            return result.model_copy(update={"detail": scrub(result.detail, revealed)})
+        return result
+
+    def record(
+        self, command: StepCommand, result: SagaEvent, known: LoadedSaga, *,
+        ahead: ClaimNext | None = None,
+    ) -> Committed | None:
+        """Commit the observed result (with ``ahead``, claiming what is due next in the same
+        append) unless the log already settled this attempt; ``known`` is tried first."""
+
+        def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
+            run = loaded.state.run(command.step_id, command.kind)
+            if run.attempt != command.attempt:
+                return None  # a later attempt exists; this observation is superseded
+            if isinstance(result, StepSucceeded) and run.status in IN_DOUBT:
+                # A receipt is a fact, even from a worker whose lease expired meanwhile.
+                return [result]
+            if run.status is RunStatus.STARTED and run.worker_id == self.worker_id:
+                return [result]
+            log.info("dropping %s for %s: the log moved on (%s)", type(result).__name__,
+                     command, run.status)
+            return None
+
+        return self.orchestrator.record(command.saga_id, build, known=known, claim=ahead)
+
+    @staticmethod
+    def executed(command: StepCommand, result: SagaEvent,
+                 committed: Committed | None) -> StepOutcome:
+        """The outcome of a command whose tool was called and whose result was recorded."""
         return StepOutcome(command, "executed", type(result).__name__, committed)
 
     def _call_tool(
@@ -291,34 +277,7 @@ class StepExecutor:
                 return StepOutcomeUnknown(at=now(), reason="crash", detail=detail, **common)
         return StepSucceeded(at=now(), receipt=receipt, via="execute", **common)
 
-    def _record(
-        self, command: StepCommand, result: SagaEvent, *, publish: bool, known: LoadedSaga,
-        claim_next: bool = False, session: SagaSession | None = None,
-    ) -> Committed | None:
-        """Append the observed result unless the log already settled this attempt."""
-
-        def build(loaded: LoadedSaga) -> Sequence[SagaEvent] | None:
-            run = loaded.state.run(command.step_id, command.kind)
-            if run.attempt != command.attempt:
-                return None  # a later attempt exists; this observation is superseded
-            if isinstance(result, StepSucceeded) and run.status in IN_DOUBT:
-                # A receipt is a fact, even from a worker whose lease expired meanwhile.
-                return [result]
-            if run.status is RunStatus.STARTED and run.worker_id == self.worker_id:
-                return [result]
-            log.info("dropping %s for %s: the log moved on (%s)", type(result).__name__,
-                     command, run.status)
-            return None
-
-        def commit(start: LoadedSaga) -> Committed | None:
-            return self.orchestrator.record_with_retry(
-                command.saga_id, build, publish=publish, known=start,
-                claim_next=self._claimable if claim_next else None,
-            )
-
-        return session.record(known, commit) if session is not None else commit(known)
-
-    def _reconcile(self, command: StepCommand, loaded: LoadedSaga, *, publish: bool) -> StepOutcome:
+    def _reconcile(self, command: StepCommand, loaded: LoadedSaga) -> StepOutcome:
         run = loaded.state.run(command.step_id, command.kind)
         now = self.orchestrator.clock()
         if run.not_before is not None and now < run.not_before:
@@ -340,31 +299,26 @@ class StepExecutor:
             detail="" if isinstance(found, Receipt) else found.reason,
         )
 
-        def build(current: LoadedSaga) -> Sequence[SagaEvent] | None:
+        def build(current: LoadedSaga) -> list[SagaEvent] | None:
             now_run = current.state.run(command.step_id, command.kind)
             if now_run.status is not RunStatus.RECONCILING or now_run.attempt != command.attempt:
                 return None  # another worker reconciled it already
             return [result]
 
-        committed = self.orchestrator.record_with_retry(
-            command.saga_id, build, publish=publish, known=loaded
-        )
+        committed = self.orchestrator.record(command.saga_id, build, known=loaded)
         return StepOutcome(command, "reconciled", result.result, committed)
 
-    def _record_unclaimed_failure(
-        self, command: StepCommand, message: str, *, publish: bool
-    ) -> StepOutcome:
-        def build(loaded: LoadedSaga) -> Sequence[SagaEvent] | None:
-            run = loaded.state.run(command.step_id, command.kind)
-            if run.status is not RunStatus.SCHEDULED or run.attempt != command.attempt:
-                return None
-            return [StepFailed(at=self.orchestrator.clock(), step_id=command.step_id,
-                               kind=command.kind, attempt=command.attempt,
-                               operation_key=run.operation_key,
-                               error_class=ErrorClass.PERMANENT, message=message)]
-
-        committed = self.orchestrator.record_with_retry(command.saga_id, build, publish=publish)
-        return StepOutcome(command, "executed", "StepFailed", committed)
+    def _unresolvable(self, command: StepCommand, loaded: LoadedSaga, message: str) -> StepOutcome:
+        """Record that a scheduled step's arguments cannot be resolved (in this attempt's
+        commit: a lost race re-reads and re-judges the claim first)."""
+        run = loaded.state.run(command.step_id, command.kind)
+        if run.status is not RunStatus.SCHEDULED:
+            return StepOutcome(command, "dropped", f"unresolvable and {run.status}: {message}")
+        failed = StepFailed(at=self.orchestrator.clock(), step_id=command.step_id,
+                            kind=command.kind, attempt=command.attempt,
+                            operation_key=run.operation_key, error_class=ErrorClass.PERMANENT,
+                            message=message)
+        return self.executed(command, failed, self.orchestrator.commit(loaded, [failed]))
 
 
 def _lookup_result(found: Receipt | Absent | Unknown) -> Literal["found", "absent", "unknown"]:

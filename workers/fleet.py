@@ -18,7 +18,7 @@ from psycopg_pool import ConnectionPool
 
 from events import EventStore
 from events.definitions import DefinitionConflict, DefinitionStore
-from events.sagas import SagaRepository, saga_registry
+from events.sagas import PostgresSagaLog, saga_registry
 from saga_core.catalogue import ToolCatalogue
 from saga_core.errors import SagaError
 from saga_core.examples import trip_definition, trip_tool_catalogue
@@ -29,6 +29,7 @@ from workers.orchestrator import Clock, Orchestrator, utc_now
 from workers.publisher import CeleryPublisher
 from workers.sandbox import build_trip_sandbox
 from workers.sandbox._db import open_pool
+from workers.secrets import SecretVault
 from workers.tools import ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -100,9 +101,14 @@ class Fleet:
         return DefinitionStore(self.store)
 
     @cached_property
-    def repo(self) -> SagaRepository:
+    def repo(self) -> PostgresSagaLog:
         """Loads sagas from the log and appends their events."""
-        return SagaRepository(self.store, self.definitions)
+        return PostgresSagaLog(self.store, self.definitions)
+
+    @cached_property
+    def secrets(self) -> SecretVault:
+        """Secret saga inputs, kept outside the log."""
+        return SecretVault(self.store)
 
     @cached_property
     def celery(self):  # type: ignore[no-untyped-def]
@@ -120,18 +126,20 @@ class Fleet:
 
     @cached_property
     def orchestrator(self) -> Orchestrator:
-        """Decide-and-record for one saga at a time."""
-        return Orchestrator(self.repo, self.publisher, self.clock)
+        """Where every saga event is written (decide, claim, append once)."""
+        return Orchestrator(self.repo, self.clock)
 
     @cached_property
     def executor(self) -> StepExecutor:
         """Claims and runs step commands as this worker."""
-        return StepExecutor(self.orchestrator, self.tools, worker_id=self.config.worker_id,
+        return StepExecutor(self.orchestrator, self.tools, self.secrets,
+                            worker_id=self.config.worker_id,
                             lease=timedelta(seconds=self.config.lease_s))
 
     def client(self, *, tenant: str = "default", actor: str = "agent") -> SagaClient:
         """A SagaClient acting for ``tenant`` as ``actor``."""
         return SagaClient(self.orchestrator, self.definitions, self.catalogue,
+                          secrets=self.secrets, publisher=self.publisher,
                           tenant=tenant, actor=actor)
 
     def register_builtin_definitions(self) -> list[str]:

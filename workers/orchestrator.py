@@ -1,8 +1,22 @@
-"""The orchestrator's write side: fold a saga, let saga_core decide, append, then publish.
+"""Where a saga event is written: fold, let saga_core decide, claim, append once.
 
-Every change goes through :meth:`Orchestrator.commit`: the events are appended at the
-stream version they were decided on (optimistic concurrency), and only after the commit
-are the resulting step commands published. A lost race re-reads and re-decides.
+Every append to a saga stream — a claim, a result, a lookup's answer, an operator action,
+a start, the sweeper's decision — is one call of :meth:`Orchestrator.commit`:
+
+1. fold the given events into the loaded state, then ask ``decide`` until it settles
+   (:func:`settle`), each decision recorded as an event;
+2. with ``claim`` (what the committer will run next), claim the steps now due for it:
+   their ``StepStarted`` events ride in the same append, so a worker continuing a saga
+   saves a commit and a broker message per step;
+3. append everything at the version the saga was loaded at (``ConcurrencyError`` when
+   another writer got there first) through the :class:`~events.saga_log.SagaLog`,
+   optionally inside the caller's unit of work;
+4. return :class:`Committed`: the events, the saga as they left it, the commands they
+   made due, those claimed, and the ``wake_ups`` worth a broker message.
+
+Nothing is published here: the caller publishes ``Committed.wake_ups`` after its own
+transaction commits (intent before effect, message after commit). A lost race is
+retried in exactly one place, :meth:`Orchestrator.retrying`: re-read, rebuild, commit.
 """
 
 from __future__ import annotations
@@ -11,25 +25,32 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeVar
 
-from events import ConcurrencyError, UnitOfWork
-from events.sagas import LoadedSaga, SagaRepository
+from events import ConcurrencyError
+from events.saga_log import SagaLog, Unit
+from events.sagas import LoadedSaga
 from saga_core import decide, evolve
+from saga_core.errors import SagaError
 from saga_core.events import (
     ReconciliationScheduled,
     SagaEvent,
     StepScheduled,
+    StepStarted,
 )
 from saga_core.state import SagaState
 from workers.messages import StepCommand
-from workers.publisher import Publisher
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 Clock = Callable[[], datetime]
-#: Given the state after a commit's decisions and ``now``: the commands to claim in the same
-#: commit, each with its StepStarted event (empty: none).
-ClaimNext = Callable[[SagaState, datetime], "list[tuple[StepCommand, SagaEvent]]"]
+#: What to claim next: given the state after a commit's decisions and ``now``, the due
+#: commands the committer will run itself, each with the StepStarted that claims it.
+ClaimNext = Callable[[SagaState, datetime], "list[tuple[StepCommand, StepStarted]]"]
+#: Given the freshly loaded saga: the events to record, or None when there is nothing to
+#: record any more (someone else settled it meanwhile).
+Build = Callable[[LoadedSaga], "Sequence[SagaEvent] | None"]
 MAX_DECISIONS_PER_COMMIT = 64
 MAX_RACES = 20
 
@@ -39,7 +60,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class RaceLost(RuntimeError):
+class RaceLost(SagaError):
     """Too many concurrent writers on one saga in a row; the sweeper will come back to it."""
 
 
@@ -92,13 +113,13 @@ def commands_due(events: Sequence[SagaEvent], saga_id: str, now: datetime) -> li
 
 @dataclass(frozen=True)
 class Committed:
-    """What one commit appended and which commands it published."""
+    """What one commit appended, and what the caller may publish or run after it."""
 
     saga_id: str
     events: tuple[SagaEvent, ...]
-    loaded: LoadedSaga
+    loaded: LoadedSaga  # the saga as these events left it (no re-read needed)
     commands: tuple[StepCommand, ...]  # every newly due command not claimed here
-    claimed: tuple[StepCommand, ...] = ()  # claimed in this same commit by the committer
+    claimed: tuple[StepCommand, ...] = ()  # claimed in this same commit for the committer
     wake_ups: tuple[StepCommand, ...] = ()  # of ``commands``, those worth a message
 
     @property
@@ -110,9 +131,8 @@ class Committed:
 class Orchestrator:
     """Decides and records for one saga at a time; shared by workers, client and sweeper."""
 
-    def __init__(self, repo: SagaRepository, publisher: Publisher, clock: Clock = utc_now) -> None:
-        self.repo = repo
-        self.publisher = publisher
+    def __init__(self, log: SagaLog, clock: Clock = utc_now) -> None:
+        self.log = log
         self.clock = clock
 
     def commit(
@@ -120,24 +140,15 @@ class Orchestrator:
         loaded: LoadedSaga,
         events: Sequence[SagaEvent],
         *,
+        claim: ClaimNext | None = None,
         actor: str | None = None,
-        publish: bool = True,
-        claim_next: ClaimNext | None = None,
-        unit: UnitOfWork | None = None,
+        unit: Unit | None = None,
     ) -> Committed:
-        """Append ``events`` plus whatever decide then schedules, at the loaded version.
+        """Append ``events``, what decide then schedules and what ``claim`` takes, in one
+        append at the loaded version (inside ``unit`` if given).
 
-        With ``unit`` the append joins the caller's unit of work; the caller publishes
-        ``Committed.commands`` after its commit (``publish`` must then be False).
-
-        With ``claim_next``, the committer may claim the steps now due in the same
-        transaction (their StepStarted events ride along), so a worker continuing with a
-        saga saves a commit and a message per step; claimed commands are not published.
-        Only ``Committed.wake_ups`` are published (see :func:`wake_ups`).
-        Raises ConcurrencyError when another writer got there first; callers re-read.
+        Raises ConcurrencyError when another writer got there first; see :meth:`retrying`.
         """
-        if unit is not None and publish:
-            raise ValueError("publish after the caller's commit, not inside its transaction")
         now = self.clock()
         state = loaded.state
         for event in events:
@@ -145,64 +156,63 @@ class Orchestrator:
         decided, state = settle(state, now)
         recorded = [*events, *decided]
         claimed: list[StepCommand] = []
-        if claim_next is not None:
-            for command, started in claim_next(state, now):
+        if claim is not None:
+            for command, started in claim(state, now):
                 state = evolve(state, started)
                 recorded.append(started)
                 claimed.append(command)
         due = [(c, is_step) for c, is_step in _due(recorded, loaded.saga_id, now)
                if c not in claimed]
-        commands = [command for command, _ in due]
-        woken = wake_ups(due)
         after = loaded
         if recorded:
             # The folded state's tenant: a saga's first commit carries its own SagaStarted.
-            appended = self.repo.append(
+            appended = self.log.append(
                 loaded.saga_id, state.tenant or loaded.tenant, recorded, loaded.version,
                 actor=actor, unit=unit,
             )
             after = loaded.extended(recorded, appended, state)  # folded above
-        if publish and woken:
-            self.publisher.publish(woken)
-        return Committed(loaded.saga_id, tuple(recorded), after, tuple(commands),
-                         tuple(claimed), tuple(woken))
+        return Committed(loaded.saga_id, tuple(recorded), after,
+                         tuple(command for command, _ in due), tuple(claimed),
+                         tuple(wake_ups(due)))
 
-    def advance(self, saga_id: str) -> Committed:
-        """Record whatever decide says is due for this saga now (sweeper, after an answer)."""
-        for _ in range(MAX_RACES):
-            loaded = self.repo.load(saga_id)
-            try:
-                return self.commit(loaded, [])
-            except ConcurrencyError:
-                continue
-        raise RaceLost(f"saga {saga_id}: lost {MAX_RACES} races in a row")
+    def retrying(
+        self, saga_id: str, attempt: Callable[[LoadedSaga], T], *, known: LoadedSaga | None = None
+    ) -> T:
+        """Run ``attempt`` (which commits) on the saga, re-reading it after each lost race.
 
-    def record_with_retry(
-        self,
-        saga_id: str,
-        build: Callable[[LoadedSaga], Sequence[SagaEvent] | None],
-        *,
-        actor: str | None = None,
-        publish: bool = True,
-        known: LoadedSaga | None = None,
-        claim_next: ClaimNext | None = None,
-    ) -> Committed | None:
-        """Re-read, rebuild and append until no other writer interferes.
-
-        ``build`` gets the freshly loaded saga and returns the events to record, or None
-        when, given the current log, there is nothing to record any more. ``known`` is a
-        state the caller already holds: it is tried first, saving a read when no one raced.
+        ``known`` is a state the caller already holds: it is tried first, saving a read when
+        no one raced. RaceLost after MAX_RACES lost races in a row.
         """
         for _ in range(MAX_RACES):
-            loaded = known or self.repo.load(saga_id)
+            loaded = known or self.log.load(saga_id)
             known = None
+            try:
+                return attempt(loaded)
+            except ConcurrencyError:
+                continue  # someone else wrote first: re-read and re-decide
+        raise RaceLost(f"saga {saga_id}: lost {MAX_RACES} races in a row")
+
+    def record(
+        self,
+        saga_id: str,
+        build: Build,
+        *,
+        known: LoadedSaga | None = None,
+        claim: ClaimNext | None = None,
+        actor: str | None = None,
+    ) -> Committed | None:
+        """Commit what ``build`` makes of the current saga, rebuilt after each lost race;
+        None when ``build`` finds nothing to record."""
+
+        def attempt(loaded: LoadedSaga) -> Committed | None:
             events = build(loaded)
             if events is None:
                 return None
-            try:
-                return self.commit(loaded, events, actor=actor, publish=publish,
-                                   claim_next=claim_next)
-            except ConcurrencyError:
-                continue
-        raise RaceLost(f"saga {saga_id}: lost {MAX_RACES} races in a row")
+            return self.commit(loaded, events, claim=claim, actor=actor)
 
+        return self.retrying(saga_id, attempt, known=known)
+
+    def advance(self, saga_id: str, *, known: LoadedSaga | None = None) -> Committed:
+        """Record whatever decide says is due for this saga now (expired leases and
+        approvals, a backoff that ended)."""
+        return self.retrying(saga_id, lambda loaded: self.commit(loaded, ()), known=known)

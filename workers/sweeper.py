@@ -1,15 +1,19 @@
 """The sweeper: finds in the log what is due and not in flight, and re-enqueues it.
 
-Redis is lossy by design; this is what makes that harmless. It keeps ``fleet.active_sagas``
-(a rebuildable projection of SagaStarted/SagaFinished, checkpointed in the same
-transaction), reads the active sagas 500 to a query and folds each, and for each item of
-``saga_core.due_work``:
+Redis is lossy by design; this is what makes that harmless. What one saga needs is
+:func:`sweep_saga` (no tables of its own, so the in-memory test kit sweeps with it too);
+for each item of ``saga_core.due_work``:
 
 * a schedule or lookup overdue by more than the expected queue wait → re-publish;
-* an expired lease, an expired approval, or anything else decide wants → record it.
+* an expired lease, an expired approval, or anything else decide wants → record it
+  (one commit), and publish what that commit made due.
 
-Every re-enqueue is counted in ``fleet.redeliveries`` (retry amplification). Several
-copies may run: an advisory lock lets one sweep at a time, the others stand by.
+The :class:`Sweeper` adds the PostgreSQL bookkeeping: it keeps ``fleet.active_sagas`` (a
+rebuildable projection of SagaStarted/SagaFinished, checkpointed in the same transaction),
+reads the active sagas 500 to a query, and counts every re-enqueue in
+``fleet.redeliveries`` (retry amplification). A saga it cannot sweep (a lost race, a
+corrupt stream) is reported and the pass goes on with the next. Several copies may run:
+an advisory lock lets one sweep at a time, the others stand by.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ from datetime import timedelta
 from events import SubscriptionBusy
 from events.sagas import LoadedSaga, SagaNotFound, saga_id_of
 from saga_core import due_work
+from saga_core.claims import DueWork
 from saga_core.errors import SagaError
 from workers.fleet import Fleet
 from workers.messages import StepCommand
-from workers.secrets import SecretVault
+from workers.orchestrator import Committed, Orchestrator
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +50,38 @@ class SweepReport:
     errors: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class SagaSweep:
+    """What sweeping one saga found due, and what it recorded for it."""
+
+    due: tuple[DueWork, ...]
+    republish: tuple[StepCommand, ...]  # overdue schedules and lookups, to enqueue again
+    committed: Committed | None  # decide's answer to the rest (None: nothing needed it)
+
+    @property
+    def wake_ups(self) -> tuple[StepCommand, ...]:
+        """Every command to publish, once the commit (if any) is done."""
+        made_due = self.committed.wake_ups if self.committed is not None else ()
+        return (*self.republish, *made_due)
+
+
+def sweep_saga(orchestrator: Orchestrator, loaded: LoadedSaga, queue_wait: timedelta) -> SagaSweep:
+    """Find what is due in one saga now and record what needs a decision; publish nothing.
+
+    Raises SagaError (RaceLost among them) when the decision cannot be recorded.
+    """
+    due = due_work(loaded.state, orchestrator.clock(), queue_wait)
+    republish = tuple(
+        StepCommand(saga_id=loaded.saga_id, step_id=item.step_id, kind=item.kind,
+                    attempt=item.attempt)
+        for item in due
+        if item.action in ("execute", "reconcile") and item.step_id and item.kind
+    )
+    needs_decision = len(republish) < len(due)
+    committed = orchestrator.advance(loaded.saga_id, known=loaded) if needs_decision else None
+    return SagaSweep(tuple(due), republish, committed)
+
+
 class Sweeper:
     """Re-enqueues due work from the log; safe to run as several copies."""
 
@@ -52,7 +89,7 @@ class Sweeper:
         self.fleet = fleet
         self.queue_wait = timedelta(seconds=fleet.config.queue_wait_s)
         self._subscription = fleet.store.subscription(TRACKER)
-        self.vault = SecretVault(fleet.store)
+        self.vault = fleet.secrets
 
     def track(self, limit: int = 1000) -> int:
         """Fold new SagaStarted/SagaFinished events into ``fleet.active_sagas``."""
@@ -124,26 +161,20 @@ class Sweeper:
         if isinstance(loaded, SagaError):
             report.errors.append(f"{saga_id}: {loaded}")
             return
-        now = self.fleet.clock()
-        items = due_work(loaded.state, now, self.queue_wait)
-        republish: list[StepCommand] = []
-        needs_decision = False
-        for item in items:
-            if item.action in ("execute", "reconcile") and item.step_id and item.kind:
-                republish.append(StepCommand(saga_id=saga_id, step_id=item.step_id,
-                                             kind=item.kind, attempt=item.attempt))
-            else:
-                needs_decision = True
+        try:
+            swept = sweep_saga(self.fleet.orchestrator, loaded, self.queue_wait)
+        except SagaError as exc:
+            # A lost race (someone else is busy with it) or a bad stream: next pass.
+            report.errors.append(f"{saga_id}: {exc}")
+            return
+        for item in swept.due:
             self._count(saga_id, item.step_id, item.kind.value if item.kind else None,
                         item.attempt, item.action)
-        if needs_decision:
-            try:
-                self.fleet.orchestrator.advance(saga_id)
-                report.advanced += 1
-            except SagaError as exc:
-                report.errors.append(f"{saga_id}: {exc}")
-        if republish:
-            report.republished += self.fleet.publisher.publish(republish)
+        if swept.committed is not None:
+            report.advanced += 1
+            self.fleet.publisher.publish(swept.committed.wake_ups)
+        if swept.republish:
+            report.republished += self.fleet.publisher.publish(swept.republish)
 
     def _count(
         self, saga_id: str, step_id: str | None, kind: str | None, attempt: int, action: str

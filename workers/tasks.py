@@ -16,17 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
-from concurrent.futures import Future
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 
-from events.sagas import LoadedSaga
 from saga_core.errors import SagaError
+from workers.branches import SagaBranches
 from workers.celery_app import STEP_TASK
-from workers.executor import SagaSession, StepOutcome
 from workers.messages import MalformedMessage, StepCommand
 
 if TYPE_CHECKING:
@@ -56,58 +52,6 @@ def dead_letter(fleet: Fleet, task: str, body: Any, reason: str) -> None:
         log.error("could not dead-letter %s: %s", task, exc)
 
 
-class _Branches:
-    """The branches of one saga this worker runs side by side for one message: the claimed
-    command on the calling thread, its siblings on the fleet's branch threads."""
-
-    def __init__(self, fleet: Fleet) -> None:
-        self.fleet = fleet
-        self.session = SagaSession()
-        self._running: list[Future[None]] = []
-
-    def spawn(self, commands: list[StepCommand], loaded: LoadedSaga, budget: int) -> None:
-        """Run each claimed command (and what it claims next) on a branch thread."""
-        for command in commands:
-            run = partial(self._run_claimed, command, loaded, budget)
-            self._running.append(self.fleet.branches.submit(self.run, command, run, budget))
-
-    def _run_claimed(self, command: StepCommand, loaded: LoadedSaga, budget: int) -> StepOutcome:
-        return self.fleet.executor.run_claimed(
-            command, loaded, publish=False, claim_next=budget > 0, session=self.session
-        )
-
-    def follow(self, outcome: StepOutcome, budget: int) -> None:
-        """Publish what a commit left for others, then run what it claimed for us."""
-        while True:
-            committed = outcome.committed
-            if committed is not None and committed.wake_ups:
-                # Work nobody claimed goes to the broker, for any worker to take.
-                self.fleet.publisher.publish(committed.wake_ups)
-            if committed is None or not committed.claimed:
-                return
-            # The saga's next steps were claimed in the same commit: run them here, without
-            # a broker round trip (correctness never depends on this shortcut).
-            budget -= 1
-            first, *others = committed.claimed
-            self.spawn(others, committed.loaded, budget)
-            outcome = self._run_claimed(first, committed.loaded, budget)
-
-    def run(self, command: StepCommand, run: Callable[[], StepOutcome], budget: int) -> None:
-        """Run ``command`` (by ``run``) and what it claims next; log, never raise."""
-        try:
-            self.follow(run(), budget)
-        except SagaError as exc:
-            # The log is consistent; an unfinished claim expires and the sweeper reconciles.
-            log.error("step %s failed to run: %s", command, exc)
-        except Exception:  # a branch thread must never die silently
-            log.exception("step %s crashed on a branch thread", command)
-
-    def join(self) -> None:
-        """Wait for every branch, including those branches spawned meanwhile."""
-        while self._running:
-            self._running.pop().result()
-
-
 def run_step(fleet: Fleet, args: Any, kwargs: Any) -> None:
     """Handle a step command with its due siblings, then run due follow-ups inline."""
     try:
@@ -115,12 +59,10 @@ def run_step(fleet: Fleet, args: Any, kwargs: Any) -> None:
     except MalformedMessage as exc:
         dead_letter(fleet, STEP_TASK, {"args": args, "kwargs": kwargs}, str(exc))
         return
-    budget = fleet.config.inline_steps
-    branches = _Branches(fleet)
+    branches = SagaBranches(fleet.executor, fleet.publisher, fleet.branches,
+                            budget=fleet.config.inline_steps)
     try:
-        branches.run(command, lambda: fleet.executor.handle(
-            command, publish=False, claim_next=budget > 0, session=branches.session,
-            siblings=lambda more, loaded: branches.spawn(more, loaded, budget)), budget)
+        branches.run(command)
     finally:
         # The message is acknowledged once every branch it started has recorded its result.
         branches.join()

@@ -211,7 +211,7 @@ def drive(fleet: Fleet, saga_id: str, *, max_rounds: int = 200) -> SagaStatus:
             if item.action in ("execute", "reconcile") and item.step_id and item.kind:
                 command = StepCommand(saga_id=saga_id, step_id=item.step_id, kind=item.kind,
                                       attempt=item.attempt)
-                fleet.executor.handle(command, publish=False)
+                fleet.executor.handle(command)
             else:
                 fleet.orchestrator.advance(saga_id)
         if not items:

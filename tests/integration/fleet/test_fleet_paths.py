@@ -80,7 +80,8 @@ def test_a_version_registered_by_another_process_is_started_on_at_once(fleet):
     mine.register_definition(v1)
     assert mine.start("tour", TRIP_INPUT).definition_version == 1
     # when another process registers v2, whose input adds a field v1 does not know
-    theirs = SagaClient(fleet.orchestrator, DefinitionStore(fleet.store), fleet.catalogue)
+    theirs = SagaClient(fleet.orchestrator, DefinitionStore(fleet.store), fleet.catalogue,
+                        secrets=fleet.secrets, publisher=fleet.publisher)
     v2 = {**v1, "version": 2,
           "input": {**v1["input"], "note": {"type": "string", "required": False}}}
     theirs.register_definition(v2)
@@ -190,7 +191,7 @@ def test_two_executors_racing_one_step_claim_it_once(fleet):
 
     def race():
         barrier.wait()
-        outcomes.append(fleet.executor.handle(command, publish=False).verdict)
+        outcomes.append(fleet.executor.handle(command).verdict)
 
     threads = [threading.Thread(target=race) for _ in range(2)]
     for t in threads:

@@ -60,9 +60,9 @@ def test_every_message_delivered_twice_and_every_old_one_replayed_has_one_effect
     while pending:
         command = pending.pop(0)
         # when every message arrives twice, and every message seen so far arrives once more
-        first = fleet.executor.handle(command, publish=False)
-        duplicate = fleet.executor.handle(command, publish=False)
-        stale = [fleet.executor.handle(old, publish=False) for old in delivered]
+        first = fleet.executor.handle(command)
+        duplicate = fleet.executor.handle(command)
+        stale = [fleet.executor.handle(old) for old in delivered]
         delivered.append(command)
         # then only the first copy of a message does anything
         assert duplicate.verdict == "dropped", duplicate.reason

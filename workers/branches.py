@@ -1,0 +1,129 @@
+"""How a worker runs one step message: the saga's due branches side by side, then onwards.
+
+A wake-up stands for every step of its saga that is due (see
+:func:`workers.orchestrator.wake_ups`): :class:`SagaBranches` claims the command and its
+due siblings in one append, runs each sibling on a branch thread and the command on the
+calling thread, and records each result with a commit that also claims the steps due
+next for this worker, which it then runs in turn without a broker round trip (up to
+``budget`` steps deep). What a commit leaves for others — its ``wake_ups`` — is published
+after that commit, never before. Correctness never depends on these shortcuts: an
+unfinished claim expires and the sweeper comes back to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+
+from events.sagas import LoadedSaga
+from saga_core import ResolvedCommand
+from saga_core.errors import SagaError
+from saga_core.events import SagaEvent
+from workers.executor import Claimed, StepExecutor
+from workers.messages import StepCommand
+from workers.orchestrator import Committed
+from workers.publisher import Publisher
+
+log = logging.getLogger(__name__)
+
+
+class SagaBranches:
+    """The branches of one saga this worker runs for one message, and their shared state.
+
+    Their tools run concurrently; their commits take turns: each starts from the newest
+    state any of them committed (not the one its branch began with), so branches of one
+    saga never race each other for the stream version.
+    """
+
+    def __init__(
+        self, executor: StepExecutor, publisher: Publisher, threads: Executor, *, budget: int
+    ) -> None:
+        self.executor = executor
+        self.publisher = publisher
+        self.threads = threads
+        self.budget = budget  # steps a branch may run in turn after its first
+        self._lock = threading.Lock()
+        self._latest: LoadedSaga | None = None
+        self._running: list[Future[None]] = []
+
+    def run(self, command: StepCommand) -> None:
+        """Handle one message: claim, run the branches, follow what they claim; never raise."""
+        self._guarded(command, self._start, command)
+
+    def _start(self, command: StepCommand) -> None:
+        # The siblings are claimed in the command's own append and set off before its tool
+        # is called, so parallel branches cost one message, one read and one claim.
+        claimed = self.executor.claim(command, ahead=self.executor.claim_due)
+        self._published(claimed.committed)
+        if isinstance(claimed, Claimed):
+            committed = claimed.committed
+            self._remember(committed)
+            self._spawn(committed.claimed, committed.loaded, self.budget)
+            self._follow(command, claimed.resolved, committed.loaded, self.budget)
+
+    def join(self) -> None:
+        """Wait for every branch, including those spawned meanwhile."""
+        while self._running:
+            self._running.pop().result()
+
+    def _spawn(self, commands: tuple[StepCommand, ...], loaded: LoadedSaga, budget: int) -> None:
+        """Run each claimed command (and what it claims next) on a branch thread."""
+        for command in commands:
+            self._running.append(self.threads.submit(self._branch, command, loaded, budget))
+
+    def _branch(self, command: StepCommand, loaded: LoadedSaga, budget: int) -> None:
+        self._guarded(command, lambda: self._follow(
+            command, self.executor.resolution(command, loaded), loaded, budget))
+
+    @staticmethod
+    def _guarded(command: StepCommand, work: Callable[..., None], *args: object) -> None:
+        """Run ``work``; log, never raise (a branch thread must never die silently)."""
+        try:
+            work(*args)
+        except SagaError as exc:
+            # The log is consistent; an unfinished claim expires and the sweeper reconciles.
+            log.error("step %s failed to run: %s", command, exc)
+        except Exception:
+            log.exception("step %s crashed", command)
+
+    def _follow(
+        self, command: StepCommand, resolved: ResolvedCommand, loaded: LoadedSaga, budget: int
+    ) -> None:
+        """Run a claimed command, record its result, and go on with what that claimed."""
+        while True:
+            result = self.executor.call(command, resolved)
+            committed = self._record(command, result, loaded, budget)
+            self._published(committed)
+            if committed is None or not committed.claimed:
+                return
+            # The saga's next steps were claimed in the same commit: run them here.
+            budget -= 1
+            first, *others = committed.claimed
+            self._spawn(tuple(others), committed.loaded, budget)
+            command, loaded = first, committed.loaded
+            resolved = self.executor.resolution(command, loaded)
+
+    def _record(
+        self, command: StepCommand, result: SagaEvent, known: LoadedSaga, budget: int
+    ) -> Committed | None:
+        """Record from the newest state any branch committed; claim ahead while in budget."""
+        with self._lock:
+            latest = self._latest
+            start = latest if latest is not None and latest.version > known.version else known
+            ahead = self.executor.claim_due if budget > 0 else None
+            committed = self.executor.record(command, result, start, ahead=ahead)
+            self._remember(committed)
+            return committed
+
+    def _remember(self, committed: Committed | None) -> None:
+        if committed is not None and (
+            self._latest is None or committed.loaded.version > self._latest.version
+        ):
+            self._latest = committed.loaded
+
+    def _published(self, committed: Committed | None) -> None:
+        """Publish what a commit left for any worker to take (after it committed)."""
+        if committed is not None and committed.wake_ups:
+            self.publisher.publish(committed.wake_ups)
