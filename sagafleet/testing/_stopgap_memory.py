@@ -17,6 +17,7 @@ from uuid import uuid4
 from events import ConcurrencyError
 from events.definitions import DefinitionConflict, DefinitionNotFound
 from events.model import AppendResult, ExpectedVersion, Position, RecordedEvent, StreamState
+from events.saga_log import Unit
 from events.sagas import LoadedSaga, SagaNotFound, saga_stream
 from saga_core import SagaDefinition, evolve
 from saga_core.errors import SagaError
@@ -69,7 +70,7 @@ class MemoryDefinitions:
             raise DefinitionNotFound(f"no saga definition named {name!r}")
         return self._by_hash[self._by_name[(name, wanted)]]
 
-    def send_latest_check(self, unit: Any, definition: SagaDefinition) -> Callable[[], bool]:
+    def send_latest_check(self, unit: Unit, definition: SagaDefinition) -> Callable[[], bool]:
         """Whether ``definition`` is still the highest version (always answerable here)."""
         return lambda: self.get(definition.name).version == definition.version
 
@@ -80,10 +81,10 @@ class MemorySecrets:
     def __init__(self) -> None:
         self._values: dict[str, dict[str, Any]] = {}
 
-    def keep(self, saga_id: str, secrets: Mapping[str, Any], unit: Any) -> None:
+    def keep(self, saga_id: str, secrets: Mapping[str, Any], unit: Unit) -> None:
         """Store values for a saga with the unit that starts it; the first write wins."""
         if secrets:
-            unit.secrets.append((saga_id, dict(secrets)))
+            _memory(unit).secrets.append((saga_id, dict(secrets)))
 
     def store(self, saga_id: str, secrets: dict[str, Any]) -> None:
         """Apply a committed unit's secrets."""
@@ -111,7 +112,7 @@ class MemorySecrets:
 
         return sub(args), revealed
 
-    def purge(self, saga_id: str, conn: Any = None) -> None:
+    def purge(self, saga_id: str) -> None:
         """Forget a saga's secrets."""
         self._values.pop(saga_id, None)
 
@@ -124,7 +125,6 @@ class MemorySagaLog:
         self.secrets = secrets
         self._streams: dict[str, list[tuple[SagaEvent, RecordedEvent]]] = {}
         self._position = 0
-        self.store = None  # read by today's StepExecutor/SagaClient constructors, then unused
 
     def saga_ids(self) -> list[str]:
         """Every saga in the log, in the order they started."""
@@ -164,7 +164,7 @@ class MemorySagaLog:
 
     def append(self, saga_id: str, tenant: str, events: Sequence[SagaEvent],
                expected_version: ExpectedVersion, *, actor: str | None = None,
-               unit: MemoryUnit | None = None) -> AppendResult:
+               unit: Unit | None = None) -> AppendResult:
         """Append at ``expected_version``; ConcurrencyError if the stream moved."""
         stream = self._streams.get(saga_id, [])
         actual = len(stream)
@@ -187,7 +187,7 @@ class MemorySagaLog:
 
         if unit is None:
             return commit()
-        unit.appends.append(commit)
+        _memory(unit).appends.append(commit)
         return result
 
     @contextmanager
@@ -199,3 +199,9 @@ class MemorySagaLog:
             commit()
         for saga_id, values in unit.secrets:
             self.secrets.store(saga_id, values)
+
+
+def _memory(unit: Unit) -> MemoryUnit:
+    if not isinstance(unit, MemoryUnit):
+        raise TypeError(f"the in-memory log takes its own units, not a {type(unit).__name__}")
+    return unit

@@ -18,13 +18,12 @@ of the same scenario makes the same events.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, TypeVar
 
-from events.sagas import LoadedSaga
-from saga_core import SagaDefinition, due_work
+from saga_core import SagaDefinition
 from saga_core.errors import SagaError
 from saga_core.events import SagaEvent
 from saga_core.examples import trip_definition
@@ -34,16 +33,22 @@ from sagafleet.testing.clock import TestClock
 from sagafleet.testing.publisher import RecordingPublisher
 from sagafleet.testing.tools import InMemoryTools, WorkerCrashed
 from sagafleet.testing.trip import TripTools
+from workers.branches import SagaBranches
 from workers.client import SagaClient
 from workers.executor import StepExecutor
 from workers.messages import StepCommand
 from workers.orchestrator import Orchestrator
+from workers.sweeper import sweep_saga
 from workers.tools import ToolSet
+
+T = TypeVar("T")
 
 __all__ = ["FleetMisconfigured", "NeverIdle", "TestFleet"]
 
 #: Handled commands after which run_until_idle gives up: a saga that never settles is a bug.
 MAX_STEPS = 100_000
+#: Steps a worker runs in turn after a message without a broker round trip (as FleetConfig).
+INLINE_STEPS = 8
 
 
 class FleetMisconfigured(SagaError):
@@ -66,6 +71,7 @@ class TestFleet:
         *,
         clock: TestClock | None = None,
         lease_s: float = 30.0,
+        inline_steps: int = INLINE_STEPS,
         worker_id: str = "testfleet",
     ) -> None:
         if tools is None:
@@ -88,23 +94,20 @@ class TestFleet:
         self.definitions = MemoryDefinitions()
         self.log = MemorySagaLog(self.definitions, self.secrets)
         self.publisher = RecordingPublisher()
-        self.orchestrator = Orchestrator(cast(Any, self.log), self.publisher, self.clock)
-        self.executor = StepExecutor(self.orchestrator, tool_set.registry,
+        self.orchestrator = Orchestrator(self.log, self.clock)
+        self.executor = StepExecutor(self.orchestrator, tool_set.registry, self.secrets,
                                      worker_id=worker_id, lease=timedelta(seconds=lease_s))
-        self.executor.vault = cast(Any, self.secrets)  # STOPGAP: the executor takes Secrets
-        self.crashed: list[StepCommand] = []  # commands whose worker died mid-step
-        self.sweeps = 0
-        self._claimed: deque[tuple[StepCommand, LoadedSaga]] = deque()
+        self.inline_steps = inline_steps
+        self.crashed: list[StepCommand] = []  # messages whose worker died mid-step
         admin = self.client(actor="testfleet")
         for definition in definitions or ():
             admin.register_definition(definition)
 
     def client(self, *, tenant: str = "default", actor: str = "agent") -> SagaClient:
         """The real SagaClient, acting for ``tenant`` as ``actor`` on this fleet."""
-        client = SagaClient(self.orchestrator, cast(Any, self.definitions), self.catalogue,
-                            tenant=tenant, actor=actor)
-        client.vault = cast(Any, self.secrets)  # STOPGAP: the client takes Secrets
-        return client
+        return SagaClient(self.orchestrator, self.definitions, self.catalogue,
+                          secrets=self.secrets, publisher=self.publisher,
+                          tenant=tenant, actor=actor)
 
     # -- running
 
@@ -116,46 +119,33 @@ class TestFleet:
         raise NeverIdle(f"still busy after {MAX_STEPS} step commands")
 
     def _run_next(self) -> bool:
-        """Run one step command as the worker would; False when there is none."""
-        claimed = self._claimed.popleft() if self._claimed else None
-        command = claimed[0] if claimed else self.publisher.take()
+        """Run the oldest queued message as a worker would; False when there is none."""
+        command = self.publisher.take()
         if command is None:
             return False
+        # The worker's own path: the command and its due siblings claimed in one append,
+        # then what each result claims next, up to inline_steps deep; branches take turns.
+        branches = SagaBranches(self.executor, self.publisher, _InTurn(),
+                                budget=self.inline_steps)
         try:
-            if claimed is not None:
-                # A sibling claimed together with an earlier command: it runs first, as on
-                # a worker's branch thread, since its lease is already ticking.
-                self.executor.run_claimed(command, claimed[1])
-            else:
-                self.executor.handle(command, siblings=self._claim_siblings)
+            branches.run(command)
         except WorkerCrashed:
-            # The worker died mid-step: its message is gone and its claim stays in the log
-            # until the lease runs out, as after a SIGKILL.
+            # The worker died mid-step: the message is gone and its claims stay in the log
+            # until their leases run out, as after a SIGKILL.
             self.crashed.append(command)
         return True
 
-    def _claim_siblings(self, commands: list[StepCommand], loaded: LoadedSaga) -> None:
-        self._claimed.extend((command, loaded) for command in commands)
-
     def sweep(self) -> int:
-        """One sweeper pass over every unfinished saga: re-enqueue what is due, record what
-        decide wants now (expired leases and approvals); return the items found."""
-        self.sweeps += 1
-        now = self.clock()
+        """One sweeper pass over every saga: re-enqueue what is due, record what decide
+        wants now (expired leases and approvals); return how many items were due."""
         found = 0
-        for saga_id in self.log.saga_ids():
-            loaded = self.log.load(saga_id)
+        for loaded in self.log.load_many(self.log.saga_ids()).values():
+            if isinstance(loaded, SagaError):
+                raise loaded
             # Nothing is in flight between runs, so no queue wait: all due work is lost work.
-            items = due_work(loaded.state, now, timedelta(0))
-            found += len(items)
-            republish = [StepCommand(saga_id=saga_id, step_id=item.step_id, kind=item.kind,
-                                     attempt=item.attempt)
-                         for item in items
-                         if item.action in ("execute", "reconcile") and item.step_id
-                         and item.kind]
-            if len(republish) < len(items):
-                self.orchestrator.advance(saga_id)
-            self.publisher.publish(republish)
+            swept = sweep_saga(self.orchestrator, loaded, timedelta(0))
+            found += len(swept.due)
+            self.publisher.publish(swept.wake_ups)
         return found
 
     def advance(self, seconds: float) -> None:
@@ -210,3 +200,16 @@ def next_due(state: SagaState) -> datetime | None:
             granted = approval.grant_expires_at if approval.status == "granted" else None
             times.append(granted or approval.expires_at)
     return min(times, default=None)
+
+
+class _InTurn(Executor):
+    """Runs each submitted branch at once, on the calling thread: one order, every run."""
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        """Run ``fn`` now; its result or exception is in the returned future."""
+        future: Future[T] = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # a WorkerCrashed (BaseException) goes on up, as a crash
+            future.set_exception(exc)
+        return future

@@ -67,7 +67,7 @@ def test_row3_a_worker_crash_after_success_recovers_from_the_persisted_intent() 
     tools.fail_next("hotels.hold", "worker_crash_after_commit")
     fleet.run_until_idle()
     assert fleet.state(saga_id).status is SagaStatus.RUNNING  # the claim waits for its lease
-    fleet.advance(30)
+    fleet.advance(60)  # the leases run out; the flight, never called, is retried
     events = fleet.events(saga_id)
     assert [u.reason for u in _of(events, "hold_hotel", FWD, StepOutcomeUnknown)] \
         == ["lease_expired"]
