@@ -125,14 +125,16 @@ class MemorySagaLog:
         self.secrets = secrets
         self._streams: dict[str, list[tuple[SagaEvent, RecordedEvent]]] = {}
         self._position = 0
+        self._all: list[RecordedEvent] = []
 
-    def saga_ids(self) -> list[str]:
-        """Every saga in the log, in the order they started."""
-        return list(self._streams)
+    @property
+    def store(self) -> MemorySagaLog:
+        """The event store under the log (here: the log itself, for read_all)."""
+        return self
 
-    def event_count(self) -> int:
-        """How many events the whole log holds."""
-        return self._position
+    def read_all(self, after: Position | None = None, limit: int = 1000) -> list[RecordedEvent]:
+        """A page of the global log after ``after``, in commit order."""
+        return [r for r in self._all if after is None or r.position > after][:limit]
 
     def load(self, saga_id: str, *, tenant: str | None = None, at: Position | None = None
              ) -> LoadedSaga:
@@ -183,6 +185,7 @@ class MemorySagaLog:
 
         def commit() -> AppendResult:
             self._streams.setdefault(saga_id, []).extend(zip(events, records, strict=True))
+            self._all.extend(records)
             return result
 
         if unit is None:

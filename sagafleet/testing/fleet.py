@@ -23,6 +23,8 @@ from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from events.model import Position
+from events.sagas import LoadedSaga, saga_id_of
 from saga_core import SagaDefinition
 from saga_core.errors import SagaError
 from saga_core.events import SagaEvent
@@ -49,6 +51,8 @@ __all__ = ["FleetMisconfigured", "NeverIdle", "TestFleet"]
 MAX_STEPS = 100_000
 #: Steps a worker runs in turn after a message without a broker round trip (as FleetConfig).
 INLINE_STEPS = 8
+#: Events the tracker reads from the log at a time.
+TRACK_PAGE = 1000
 
 
 class FleetMisconfigured(SagaError):
@@ -99,6 +103,8 @@ class TestFleet:
                                      worker_id=worker_id, lease=timedelta(seconds=lease_s))
         self.inline_steps = inline_steps
         self.crashed: list[StepCommand] = []  # messages whose worker died mid-step
+        self._active: dict[str, None] = {}  # unfinished sagas in start order (the tracker's)
+        self._checkpoint: Position | None = None
         admin = self.client(actor="testfleet")
         for definition in definitions or ():
             admin.register_definition(definition)
@@ -136,10 +142,11 @@ class TestFleet:
         return True
 
     def sweep(self) -> int:
-        """One sweeper pass over every saga: re-enqueue what is due, record what decide
-        wants now (expired leases and approvals); return how many items were due."""
+        """One sweeper pass over the unfinished sagas: re-enqueue what is due, record what
+        decide wants now (expired leases and approvals); return how many items were due."""
+        self._track()
         found = 0
-        for loaded in self.log.load_many(self.log.saga_ids()).values():
+        for loaded in self.log.load_many(list(self._active)).values():
             if isinstance(loaded, SagaError):
                 raise loaded
             # Nothing is in flight between runs, so no queue wait: all due work is lost work.
@@ -148,29 +155,46 @@ class TestFleet:
             self.publisher.publish(swept.wake_ups)
         return found
 
+    def _track(self) -> None:
+        """Follow the log for started and finished sagas, as the sweeper's tracker does."""
+        while page := self.log.store.read_all(self._checkpoint, TRACK_PAGE):
+            for record in page:
+                saga_id = saga_id_of(record.stream_id)
+                if saga_id is None:
+                    continue
+                if record.type == "SagaStarted":
+                    self._active[saga_id] = None
+                elif record.type == "SagaFinished":
+                    self._active.pop(saga_id, None)
+                    self.secrets.purge(saga_id)  # nothing runs after the end
+            self._checkpoint = page[-1].position
+
     def advance(self, seconds: float) -> None:
         """Move the clock ``seconds`` ahead, stopping at each moment work falls due on the
-        way to sweep and run until idle, so a chain of backoffs plays out as it would."""
-        self.run_until_idle()
+        way (a backoff ending, a lease or an approval running out, a lookup's time) for a
+        sweeper pass and a run until idle, so a chain of retries plays out as it would."""
+        if seconds < 0:
+            raise ValueError(f"time only moves forward, not by {seconds} s")
         end = self.clock() + timedelta(seconds=seconds)
         while True:
+            self.run_until_idle()
+            self.sweep()
+            self.run_until_idle()
             due = self._next_due()
             if due is None or due > end:
                 break
-            if due > self.clock():
-                self.clock.advance((due - self.clock()).total_seconds())
-            before = self.log.event_count()
-            self.sweep()
-            self.run_until_idle()
-            if self.log.event_count() == before:
-                break  # nothing came of it (say, a step blocked behind another): jump ahead
-        self.clock.advance(max(0.0, (end - self.clock()).total_seconds()))
+            self.clock.advance((due - self.clock()).total_seconds())
+        self.clock.advance((end - self.clock()).total_seconds())
         self.sweep()
         self.run_until_idle()
 
     def _next_due(self) -> datetime | None:
-        times = [t for saga_id in self.log.saga_ids()
-                 if (t := next_due(self.log.load(saga_id).state)) is not None]
+        """The next moment after now that something of an unfinished saga falls due."""
+        self._track()
+        now = self.clock()
+        times = [due for loaded in self.log.load_many(list(self._active)).values()
+                 if isinstance(loaded, LoadedSaga)
+                 for due in due_times(loaded.state) if due > now]
         return min(times, default=None)
 
     # -- evidence
@@ -184,11 +208,11 @@ class TestFleet:
         return self.log.load(saga_id).state
 
 
-def next_due(state: SagaState) -> datetime | None:
-    """The earliest moment something of an unfinished saga falls due: a scheduled step or
-    lookup, a lease or an approval running out (what ``saga_core.due_work`` looks at)."""
+def due_times(state: SagaState) -> list[datetime]:
+    """When each waiting operation of an unfinished saga falls due: a scheduled step or
+    lookup, a lease or an approval running out (the moments ``saga_core.due_work`` checks)."""
     if not state.started or state.finished is not None or state.escalation is not None:
-        return None
+        return []
     times: list[datetime] = []
     for run in [*state.forward.values(), *state.compensation.values()]:
         if run.status in (RunStatus.SCHEDULED, RunStatus.RECONCILING) and run.not_before:
@@ -199,7 +223,7 @@ def next_due(state: SagaState) -> datetime | None:
             approval = run.approval
             granted = approval.grant_expires_at if approval.status == "granted" else None
             times.append(granted or approval.expires_at)
-    return min(times, default=None)
+    return times
 
 
 class _InTurn(Executor):
