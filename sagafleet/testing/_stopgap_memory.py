@@ -132,6 +132,11 @@ class MemorySagaLog:
         """The event store under the log (here: the log itself, for read_all)."""
         return self
 
+    def stream_version(self, stream_id: str) -> int:
+        """A stream's current version (0: no events)."""
+        saga_id = stream_id.removeprefix("saga-")
+        return len(self._streams.get(saga_id, ()))
+
     def read_all(self, after: Position | None = None, limit: int = 1000) -> list[RecordedEvent]:
         """A page of the global log after ``after``, in commit order."""
         return [r for r in self._all if after is None or r.position > after][:limit]

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from events.model import Position
-from events.sagas import LoadedSaga, saga_id_of
+from events.sagas import LoadedSaga, saga_id_of, saga_stream
 from saga_core import SagaDefinition
 from saga_core.errors import SagaError
 from saga_core.events import SagaEvent
@@ -105,6 +105,7 @@ class TestFleet:
         self.crashed: list[StepCommand] = []  # messages whose worker died mid-step
         self._active: dict[str, None] = {}  # unfinished sagas in start order (the tracker's)
         self._checkpoint: Position | None = None
+        self._folded: dict[str, LoadedSaga] = {}  # the tracker's sagas as last folded
         admin = self.client(actor="testfleet")
         for definition in definitions or ():
             admin.register_definition(definition)
@@ -144,11 +145,8 @@ class TestFleet:
     def sweep(self) -> int:
         """One sweeper pass over the unfinished sagas: re-enqueue what is due, record what
         decide wants now (expired leases and approvals); return how many items were due."""
-        self._track()
         found = 0
-        for loaded in self.log.load_many(list(self._active)).values():
-            if isinstance(loaded, SagaError):
-                raise loaded
+        for loaded in self._unfinished():
             # Nothing is in flight between runs, so no queue wait: all due work is lost work.
             swept = sweep_saga(self.orchestrator, loaded, timedelta(0))
             found += len(swept.due)
@@ -166,6 +164,7 @@ class TestFleet:
                     self._active[saga_id] = None
                 elif record.type == "SagaFinished":
                     self._active.pop(saga_id, None)
+                    self._folded.pop(saga_id, None)
                     self.secrets.purge(saga_id)  # nothing runs after the end
             self._checkpoint = page[-1].position
 
@@ -190,12 +189,23 @@ class TestFleet:
 
     def _next_due(self) -> datetime | None:
         """The next moment after now that something of an unfinished saga falls due."""
-        self._track()
         now = self.clock()
-        times = [due for loaded in self.log.load_many(list(self._active)).values()
-                 if isinstance(loaded, LoadedSaga)
-                 for due in due_times(loaded.state) if due > now]
+        times = [due for loaded in self._unfinished() for due in due_times(loaded.state)
+                 if due > now]
         return min(times, default=None)
+
+    def _unfinished(self) -> list[LoadedSaga]:
+        """Every unfinished saga, folded; a saga whose stream has not moved is not folded
+        again (a pass over many waiting sagas would otherwise dominate a run)."""
+        self._track()
+        stale = [saga_id for saga_id in self._active
+                 if (known := self._folded.get(saga_id)) is None
+                 or known.version != self.log.store.stream_version(saga_stream(saga_id))]
+        for saga_id, loaded in self.log.load_many(stale).items():
+            if isinstance(loaded, SagaError):
+                raise loaded
+            self._folded[saga_id] = loaded
+        return [self._folded[saga_id] for saga_id in self._active]
 
     # -- evidence
 
