@@ -146,7 +146,7 @@ class InMemoryTool:
     def execute(self, args: Mapping[str, Any], key: str) -> Receipt:
         """Perform the effect once per key (if the tool dedupes), meeting armed faults."""
         saga_id = _saga_of(args)
-        fire = self._tools._fire
+        fire = self._tools.fire
         if fire(self.name, Fault.TIMEOUT_BEFORE_DISPATCH, saga_id) is not None:
             raise self._timeout(key, "before dispatch")
         failed = fire(self.name, Fault.FAIL_BEFORE_COMMIT, saga_id)
@@ -181,7 +181,7 @@ class InMemoryTool:
         """The receipt stored under ``key`` once visible; Absent before; Unknown if down."""
         stored = self._stored.get(key)
         saga_id = stored.saga_id if stored is not None else None
-        if self._tools._fire(self.name, Fault.LOOKUP_UNAVAILABLE, saga_id) is not None:
+        if self._tools.fire(self.name, Fault.LOOKUP_UNAVAILABLE, saga_id) is not None:
             return Unknown(f"{self.name} lookup is unavailable (injected)", {"key": key})
         if stored is None or self._tools.clock() < stored.visible_at:
             return Absent(f"{self.name} has no visible request under key {key!r}")
@@ -189,7 +189,7 @@ class InMemoryTool:
 
     def _shape_new_effect(self, args: Mapping[str, Any], saga_id: str | None) -> None:
         """Faults that only a new effect meets (a replay returns the stored result as is)."""
-        fire = self._tools._fire
+        fire = self._tools.fire
         rejected = fire(self.name, Fault.BUSINESS_REJECTION, saga_id)
         if rejected is not None:
             raise ToolError(ErrorClass.BUSINESS_REJECTION,
@@ -275,7 +275,8 @@ class InMemoryTools:
     ) -> None:
         """Make the next ``times`` calls of ``tool`` (None: every call) meet ``fault``.
 
-        ``saga_id`` narrows it to one saga's calls. Parameters as in the sandbox:
+        ``saga_id`` narrows it to one saga's calls (a lookup knows the saga of a key only
+        once the tool stored it, as the sandbox does). Parameters as in the sandbox:
         ``delay_s`` for slow_visibility, ``error_class`` for fail_before_commit and
         compensation_failure (``"permanent"``).
         """
@@ -305,7 +306,7 @@ class InMemoryTools:
             raise UnknownFault(f"{tool} has no target to change (add it with change_target=)")
         return checked
 
-    def _fire(self, tool: str, fault: Fault, saga_id: str | None) -> dict[str, Any] | None:
+    def fire(self, tool: str, fault: Fault, saga_id: str | None) -> dict[str, Any] | None:
         """The parameters of the first armed rule for this call, consuming one firing."""
         for rule in self._rules:
             if (rule.tool, rule.fault) != (tool, fault) or rule.remaining == 0:
