@@ -19,6 +19,7 @@ from events.errors import (
     UnknownSchemaVersion,
     UnregisteredEventModel,
 )
+from events.memory import MemoryDefinitions, MemoryEventStore, MemorySagaLog, MemorySecrets
 from events.migrate import apply_migrations
 from events.model import (
     ANY,
@@ -35,6 +36,8 @@ from events.model import (
 )
 from events.prepare import DEFAULT_MAX_EVENT_BYTES, MAX_STREAM_ID_LENGTH, MAX_TYPE_LENGTH
 from events.registry import EventRegistry, EventSchema, Upcaster
+from events.saga_log import Definitions, SagaLog, Secrets, Unit
+from events.sagas import LoadedSaga, PostgresSagaLog
 from events.store import EventStore, UnitOfWork
 from events.subscription import Batch, GateVerdict, Subscription, stream_version_gate
 
@@ -51,6 +54,7 @@ __all__ = [
     "ChainReport",
     "CheckpointConflict",
     "ConcurrencyError",
+    "Definitions",
     "EventDecodeError",
     "EventIdConflict",
     "EventRegistry",
@@ -62,17 +66,26 @@ __all__ = [
     "GateVerdict",
     "InvalidArgument",
     "InvalidEvent",
+    "LoadedSaga",
+    "MemoryDefinitions",
+    "MemoryEventStore",
+    "MemorySagaLog",
+    "MemorySecrets",
     "MigrationChecksumMismatch",
     "MigrationError",
     "NewEvent",
     "Position",
+    "PostgresSagaLog",
     "RecordedEvent",
     "RegistryConflict",
+    "SagaLog",
     "ScannedEvent",
+    "Secrets",
     "StoreUnavailable",
     "StreamState",
     "Subscription",
     "SubscriptionBusy",
+    "Unit",
     "UnitOfWork",
     "UnknownEventType",
     "UnknownSchemaVersion",

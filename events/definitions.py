@@ -17,6 +17,7 @@ from psycopg.rows import class_row
 
 from events._pg import translated_errors
 from events.errors import EventStoreError
+from events.saga_log import Unit, unit_of
 from events.store import EventStore, UnitOfWork
 from saga_core import SagaDefinition
 
@@ -113,13 +114,13 @@ class DefinitionStore:
         return self.by_hash(str(row[0]))
 
     def send_latest_check(
-        self, unit: UnitOfWork, definition: SagaDefinition
+        self, unit: Unit, definition: SagaDefinition
     ) -> Callable[[], bool]:
         """Send, in the caller's (pipelined) unit of work, the lookup of ``definition``'s
         highest registered version; the returned function, called once the caller has
         read a later result, says whether ``definition`` is still the highest (and forgets
         the cached one if not). Rides the caller's round trip instead of adding one."""
-        cursor = unit.connection.execute(
+        cursor = unit_of(UnitOfWork, unit).connection.execute(
             "SELECT hash FROM eventstore.definitions WHERE name = %s"
             " ORDER BY version DESC LIMIT 1",
             (definition.name,),

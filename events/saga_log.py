@@ -15,15 +15,20 @@ same promises, not a mock:
   a tool call's arguments, purge them when the saga ends.
 
 A :class:`Unit` is opaque to callers: whatever is written with it commits together on a
-clean exit of ``SagaLog.unit_of_work()`` and not at all on an exception.
+clean exit of ``SagaLog.unit_of_work()`` and not at all on an exception. A conflict may
+surface at an append inside the unit or, when another writer committed the same stream
+first, as the block ends (the in-memory log; PostgreSQL makes that writer wait instead):
+either way it is ``ConcurrencyError`` and nothing of the unit is written. Each
+implementation refuses another's unit (``InvalidArgument``, see :func:`unit_of`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from events.errors import InvalidArgument
 from events.model import AppendResult, ExpectedVersion, Position
 from saga_core import SagaDefinition
 from saga_core.errors import SagaError
@@ -35,6 +40,20 @@ if TYPE_CHECKING:
 
 class Unit(Protocol):
     """One open unit of work; appends and side writes made with it commit together."""
+
+
+U = TypeVar("U")
+
+
+def unit_of(kind: type[U], unit: Unit) -> U:
+    """``unit`` as the concrete unit an implementation writes with, or InvalidArgument for
+    another implementation's unit (its writes would not commit together with this one's)."""
+    if not isinstance(unit, kind):
+        raise InvalidArgument(
+            f"a {type(unit).__name__} is not a unit of work here: pass the unit that "
+            f"this log's unit_of_work() opened (a {kind.__name__})"
+        )
+    return unit
 
 
 class SagaLog(Protocol):

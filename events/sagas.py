@@ -1,4 +1,5 @@
-"""Saga streams: the registry of saga event types, and loading a saga's state from its log.
+"""Saga streams: the registry of saga event types, the codec every SagaLog folds with, and
+the PostgreSQL SagaLog (the in-memory one is ``events.memory.MemorySagaLog``).
 
 A saga lives in the stream ``saga-<id>``; its first event, ``SagaStarted``, names the
 definition by hash, so any process can fold the stream back into state without the
@@ -7,15 +8,16 @@ process or the model that started it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from events.definitions import DefinitionStore
 from events.errors import EventStoreError
-from events.model import AppendResult, ExpectedVersion, Position, RecordedEvent
+from events.model import AppendResult, ExpectedVersion, NewEvent, Position, RecordedEvent
 from events.registry import EventRegistry
+from events.saga_log import Definitions, SagaLog, Unit, unit_of
 from events.store import EventStore, UnitOfWork
 from saga_core import SagaDefinition, evolve
 from saga_core.errors import SagaError
@@ -92,42 +94,28 @@ class LoadedSaga:
         )
 
 
-class PostgresSagaLog:
-    """The PostgreSQL :class:`~events.saga_log.SagaLog`: sagas folded from an EventStore."""
+class SagaCodec:
+    """Saga events to and from a log's envelopes, shared by every SagaLog implementation:
+    the metadata an append adds, and the fold (with its errors) a load performs."""
 
-    def __init__(self, store: EventStore, definitions: DefinitionStore) -> None:
-        if store.registry is None:
-            raise EventStoreError("a PostgresSagaLog needs a store opened with saga_registry()")
-        self.store = store
+    def __init__(self, registry: EventRegistry, definitions: Definitions) -> None:
+        self.registry = registry
         self.definitions = definitions
-        self.registry = store.registry
 
-    def load(
-        self, saga_id: str, *, tenant: str | None = None, at: Position | None = None
-    ) -> LoadedSaga:
-        """Fold a saga's stream (up to ``at`` if given); SagaNotFound if absent or not visible."""
-        records = self.store.read_stream(saga_stream(saga_id))
-        if at is not None:
-            records = [r for r in records if r.position <= at]
-        return self.fold_records(saga_id, records, tenant=tenant)
+    def new_events(
+        self, events: Sequence[SagaEvent], tenant: str, actor: str | None
+    ) -> list[NewEvent]:
+        """The envelopes of ``events``, carrying the tenant (and the actor, when known)."""
+        metadata: dict[str, Any] = {"tenant": tenant}
+        if actor:
+            metadata["actor"] = actor
+        return [self.registry.to_new_event(e, metadata=metadata) for e in events]
 
-    def load_many(self, saga_ids: Sequence[str]) -> dict[str, LoadedSaga | SagaError]:
-        """Fold several sagas read in one query: each id to its saga, or to the error that
-        loading it alone would raise (SagaNotFound, CorruptSagaStream, ...)."""
-        streams = {saga_stream(saga_id): saga_id for saga_id in saga_ids}
-        records = self.store.read_streams(list(streams))
-        loaded: dict[str, LoadedSaga | SagaError] = {}
-        for stream_id, saga_id in streams.items():
-            try:
-                loaded[saga_id] = self.fold_records(saga_id, records[stream_id])
-            except SagaError as exc:
-                loaded[saga_id] = exc
-        return loaded
-
-    def fold_records(
+    def fold(
         self, saga_id: str, records: Sequence[RecordedEvent], *, tenant: str | None = None
     ) -> LoadedSaga:
-        """Fold already-read records of one saga stream into a LoadedSaga."""
+        """Fold the records of one saga stream; SagaNotFound if there are none (or they are
+        another tenant's), CorruptSagaStream if they do not decode into a saga."""
         if not records:
             raise SagaNotFound(f"no saga {saga_id!r}")
         events = [self._decode(r) for r in records]
@@ -143,29 +131,18 @@ class PostgresSagaLog:
             state = evolve(state, event)
         return LoadedSaga(saga_id, definition, state, tuple(events), tuple(records))
 
-    def append(
-        self,
-        saga_id: str,
-        tenant: str,
-        events: Sequence[SagaEvent],
-        expected_version: ExpectedVersion,
-        *,
-        actor: str | None = None,
-        unit: UnitOfWork | None = None,
-    ) -> AppendResult:
-        """Append saga events with tenant (and actor) metadata at ``expected_version``;
-        with ``unit`` the append commits (or not) with the rest of that transaction."""
-        metadata: dict[str, Any] = {"tenant": tenant}
-        if actor:
-            metadata["actor"] = actor
-        new = [self.registry.to_new_event(e, metadata=metadata) for e in events]
-        if unit is not None:
-            return unit.append(saga_stream(saga_id), new, expected_version)
-        return self.store.append(saga_stream(saga_id), new, expected_version)
-
-    def unit_of_work(self) -> AbstractContextManager[UnitOfWork]:
-        """A pipelined transaction: appends, secrets and definition checks commit together."""
-        return self.store.transaction(pipelined=True)
+    def fold_each(
+        self, streams: Mapping[str, str], records: Mapping[str, Sequence[RecordedEvent]]
+    ) -> dict[str, LoadedSaga | SagaError]:
+        """For ``streams`` (stream id -> saga id) read as ``records``: each saga id to its
+        folded saga, or to the error that loading it alone would raise."""
+        loaded: dict[str, LoadedSaga | SagaError] = {}
+        for stream_id, saga_id in streams.items():
+            try:
+                loaded[saga_id] = self.fold(saga_id, records[stream_id])
+            except SagaError as exc:
+                loaded[saga_id] = exc
+        return loaded
 
     def _decode(self, record: RecordedEvent) -> SagaEvent:
         try:
@@ -179,5 +156,70 @@ class PostgresSagaLog:
         return event
 
 
+def at_or_before(records: list[RecordedEvent], at: Position | None) -> list[RecordedEvent]:
+    """The records a load ``at`` a position sees (all of them when ``at`` is None)."""
+    return records if at is None else [r for r in records if r.position <= at]
+
+
+class PostgresSagaLog:
+    """The PostgreSQL :class:`~events.saga_log.SagaLog`: sagas folded from an EventStore."""
+
+    def __init__(self, store: EventStore, definitions: DefinitionStore) -> None:
+        if store.registry is None:
+            raise EventStoreError("a PostgresSagaLog needs a store opened with saga_registry()")
+        self.store = store
+        self.definitions = definitions
+        self.registry = store.registry
+        self.codec = SagaCodec(store.registry, definitions)
+
+    def load(
+        self, saga_id: str, *, tenant: str | None = None, at: Position | None = None
+    ) -> LoadedSaga:
+        """Fold a saga's stream (up to ``at`` if given); SagaNotFound if absent or not visible."""
+        records = at_or_before(self.store.read_stream(saga_stream(saga_id)), at)
+        return self.codec.fold(saga_id, records, tenant=tenant)
+
+    def load_many(self, saga_ids: Sequence[str]) -> dict[str, LoadedSaga | SagaError]:
+        """Fold several sagas read in one query: each id to its saga, or to the error that
+        loading it alone would raise (SagaNotFound, CorruptSagaStream, ...)."""
+        streams = {saga_stream(saga_id): saga_id for saga_id in saga_ids}
+        return self.codec.fold_each(streams, self.store.read_streams(list(streams)))
+
+    def fold_records(
+        self, saga_id: str, records: Sequence[RecordedEvent], *, tenant: str | None = None
+    ) -> LoadedSaga:
+        """Fold already-read records of one saga stream into a LoadedSaga."""
+        return self.codec.fold(saga_id, records, tenant=tenant)
+
+    def append(
+        self,
+        saga_id: str,
+        tenant: str,
+        events: Sequence[SagaEvent],
+        expected_version: ExpectedVersion,
+        *,
+        actor: str | None = None,
+        unit: Unit | None = None,
+    ) -> AppendResult:
+        """Append saga events with tenant (and actor) metadata at ``expected_version``;
+        with ``unit`` the append commits (or not) with the rest of that transaction."""
+        new = self.codec.new_events(events, tenant, actor)
+        if unit is not None:
+            return unit_of(UnitOfWork, unit).append(saga_stream(saga_id), new, expected_version)
+        return self.store.append(saga_stream(saga_id), new, expected_version)
+
+    def unit_of_work(self) -> AbstractContextManager[UnitOfWork]:
+        """A pipelined transaction: appends, secrets and definition checks commit together."""
+        return self.store.transaction(pipelined=True)
+
+
 SagaRepository = PostgresSagaLog
 """Deprecated name of :class:`PostgresSagaLog`, kept while other branches move over."""
+
+
+if TYPE_CHECKING:  # mypy checks that each class keeps its port's signatures
+
+    def _conforms(
+        log: PostgresSagaLog, definitions: DefinitionStore
+    ) -> tuple[SagaLog, Definitions]:
+        return log, definitions

@@ -11,22 +11,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from events import EventStore, UnitOfWork
+from events.saga_log import Secrets, Unit, unit_of
+from events.secret_inputs import PLACEHOLDER_KEY, SecretUnavailable, placeholder, reveal_with
 from saga_core import SagaDefinition
-from saga_core.errors import SagaError
 
-PLACEHOLDER_KEY = "$secret"
-
-
-class SecretUnavailable(SagaError):
-    """A secret a tool call needs is gone (purged, or never stored); the call cannot run."""
-
-
-def placeholder(name: str) -> dict[str, str]:
-    """What the log holds instead of the secret field ``name``."""
-    return {PLACEHOLDER_KEY: name}
+__all__ = [
+    "PLACEHOLDER_KEY",
+    "SecretUnavailable",
+    "SecretVault",
+    "placeholder",
+    "scrub",
+    "split_secrets",
+]
 
 
 def split_secrets(
@@ -46,17 +45,17 @@ def split_secrets(
 
 
 class SecretVault:
-    """Stores, reveals and purges secret input values by saga."""
+    """The PostgreSQL :class:`~events.saga_log.Secrets`: values in ``fleet.secrets``."""
 
     def __init__(self, store: EventStore) -> None:
         self._store = store
 
-    def keep(self, saga_id: str, secrets: Mapping[str, Any], unit: UnitOfWork) -> None:
+    def keep(self, saga_id: str, secrets: Mapping[str, Any], unit: Unit) -> None:
         """Store values for a saga in the caller's unit of work (the one that starts it);
         the first write wins, so a replayed start changes nothing."""
         if not secrets:
             return
-        with unit.connection.cursor() as cur:
+        with unit_of(UnitOfWork, unit).connection.cursor() as cur:
             cur.executemany(
                 "INSERT INTO fleet.secrets (saga_id, name, value) VALUES (%s, %s, %s::jsonb)"
                 " ON CONFLICT (saga_id, name) DO NOTHING",
@@ -66,19 +65,15 @@ class SecretVault:
     def reveal(self, saga_id: str, args: Any) -> tuple[Any, dict[str, Any]]:
         """``args`` with every placeholder replaced by its value (one query, only if needed),
         and the revealed values by name."""
-        names = _placeholders(args)
-        if not names:
-            return args, {}
+        return reveal_with(saga_id, args, lambda names: self._fetch(saga_id, names))
+
+    def _fetch(self, saga_id: str, names: list[str]) -> dict[str, Any]:
         with self._store.connection() as conn:
             rows = conn.execute(
                 "SELECT name, value FROM fleet.secrets WHERE saga_id = %s AND name = ANY(%s)",
-                (saga_id, sorted(names)),
+                (saga_id, names),
             ).fetchall()
-        values = {name: value for name, value in rows}
-        missing = names - values.keys()
-        if missing:
-            raise SecretUnavailable(f"saga {saga_id}: secret input {sorted(missing)} is gone")
-        return _substitute(args, values), values
+        return {name: value for name, value in rows}
 
     def purge(self, saga_id: str, conn: Any = None) -> None:
         """Forget a finished saga's secrets (optionally on the caller's connection)."""
@@ -111,26 +106,7 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
-def _is_placeholder(value: Any) -> bool:
-    return (isinstance(value, dict) and len(value) == 1
-            and isinstance(value.get(PLACEHOLDER_KEY), str))
+if TYPE_CHECKING:  # mypy checks that the vault keeps the port's signatures
 
-
-def _placeholders(value: Any) -> set[str]:
-    if _is_placeholder(value):
-        return {value[PLACEHOLDER_KEY]}
-    if isinstance(value, dict):
-        return set().union(*(_placeholders(v) for v in value.values())) if value else set()
-    if isinstance(value, list):
-        return set().union(*(_placeholders(v) for v in value)) if value else set()
-    return set()
-
-
-def _substitute(value: Any, values: Mapping[str, Any]) -> Any:
-    if _is_placeholder(value):
-        return values[value[PLACEHOLDER_KEY]]
-    if isinstance(value, dict):
-        return {k: _substitute(v, values) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_substitute(v, values) for v in value]
-    return value
+    def _conforms(vault: SecretVault) -> Secrets:
+        return vault

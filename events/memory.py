@@ -1,0 +1,209 @@
+"""The in-memory ports: a :class:`~events.saga_log.SagaLog`, :class:`~events.saga_log.Definitions`
+and :class:`~events.saga_log.Secrets` that keep the PostgreSQL implementations' contract
+(``tests/contract`` runs the same suite on both), for ``sagafleet.testing`` and users' tests.
+
+Every object is thread-safe (one lock each). Build them together::
+
+    definitions = MemoryDefinitions()
+    log = MemorySagaLog(definitions, clock=clock)
+    secrets = MemorySecrets()
+    with log.unit_of_work() as unit:
+        secrets.keep(saga_id, values, unit)
+        log.append(saga_id, tenant, [started], NO_STREAM, unit=unit)
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from events.definitions import DefinitionConflict, DefinitionNotFound, DefinitionRecord
+from events.errors import InvalidArgument
+from events.memory_store import Clock, MemoryEventStore, MemoryUnit, utc_now
+from events.model import AppendResult, ExpectedVersion, Position
+from events.saga_log import Definitions, SagaLog, Secrets, Unit, unit_of
+from events.sagas import LoadedSaga, SagaCodec, at_or_before, saga_registry, saga_stream
+from events.secret_inputs import reveal_with
+from saga_core import SagaDefinition
+from saga_core.errors import SagaError
+from saga_core.events import SagaEvent
+
+__all__ = ["MemoryDefinitions", "MemoryEventStore", "MemorySagaLog", "MemorySecrets", "MemoryUnit"]
+
+
+class MemorySagaLog:
+    """Sagas folded from a :class:`MemoryEventStore` (one of its own unless given)."""
+
+    def __init__(
+        self,
+        definitions: Definitions,
+        *,
+        clock: Clock = utc_now,
+        store: MemoryEventStore | None = None,
+    ) -> None:
+        self.store = store if store is not None else MemoryEventStore(
+            registry=saga_registry(), clock=clock
+        )
+        self.definitions = definitions
+        self.registry = self.store.registry or saga_registry()
+        self.codec = SagaCodec(self.registry, definitions)
+
+    def load(
+        self, saga_id: str, *, tenant: str | None = None, at: Position | None = None
+    ) -> LoadedSaga:
+        """Fold a saga's stream (up to ``at`` if given); SagaNotFound if absent or not visible."""
+        records = at_or_before(self.store.read_stream(saga_stream(saga_id)), at)
+        return self.codec.fold(saga_id, records, tenant=tenant)
+
+    def load_many(self, saga_ids: Sequence[str]) -> dict[str, LoadedSaga | SagaError]:
+        """Each id to its folded saga, or to the error that loading it alone would raise."""
+        streams = {saga_stream(saga_id): saga_id for saga_id in saga_ids}
+        return self.codec.fold_each(streams, self.store.read_streams(list(streams)))
+
+    def append(
+        self,
+        saga_id: str,
+        tenant: str,
+        events: Sequence[SagaEvent],
+        expected_version: ExpectedVersion,
+        *,
+        actor: str | None = None,
+        unit: Unit | None = None,
+    ) -> AppendResult:
+        """Append saga events with tenant (and actor) metadata at ``expected_version``;
+        with ``unit`` the append applies (or not) with the rest of that unit."""
+        new = self.codec.new_events(events, tenant, actor)
+        if unit is not None:
+            return self._unit(unit).append(saga_stream(saga_id), new, expected_version)
+        return self.store.append(saga_stream(saga_id), new, expected_version)
+
+    def unit_of_work(self) -> AbstractContextManager[MemoryUnit]:
+        """A unit of work: applied on a clean exit, nothing at all on an exception."""
+        return self.store.transaction()
+
+    def _unit(self, unit: Unit) -> MemoryUnit:
+        mine = unit_of(MemoryUnit, unit)
+        if mine.store is not self.store:
+            raise InvalidArgument("this unit of work belongs to another in-memory log")
+        return mine
+
+
+class MemoryDefinitions:
+    """Saga definitions by ``(name, version, hash)`` in this process."""
+
+    def __init__(self, clock: Clock = utc_now) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._by_hash: dict[str, SagaDefinition] = {}
+        self._records: dict[tuple[str, int], DefinitionRecord] = {}
+
+    def register(self, definition: SagaDefinition, *, registered_by: str = "") -> str:
+        """Store ``definition`` (idempotent); return its hash. Validate it before calling."""
+        digest = definition.content_hash()
+        key = (definition.name, definition.version)
+        with self._lock:
+            record = self._records.get(key)
+            if record is None:
+                record = DefinitionRecord(*key, digest, registered_by, self._clock())
+                self._records[key] = record
+                self._by_hash[digest] = definition
+        if record.hash != digest:
+            raise DefinitionConflict(
+                f"definition {definition.name!r} version {definition.version} is registered "
+                f"with hash {record.hash[:12]}…, not {digest[:12]}…; register a new version instead"
+            )
+        return digest
+
+    def by_hash(self, digest: str) -> SagaDefinition:
+        """The definition whose content hash is ``digest``."""
+        with self._lock:
+            found = self._by_hash.get(digest)
+        if found is None:
+            raise DefinitionNotFound(f"no saga definition with hash {digest!r}")
+        return found
+
+    def get(
+        self, name: str, version: int | None = None, *, cached_latest: bool = False
+    ) -> SagaDefinition:
+        """The definition ``name`` at ``version`` (the highest version when omitted);
+        ``cached_latest`` changes nothing here: the latest is always known."""
+        with self._lock:
+            if version is None:
+                record, what = self._latest(name), f"name {name!r}"
+            else:
+                record, what = self._records.get((name, version)), f"{name!r} version {version}"
+            if record is not None:
+                return self._by_hash[record.hash]
+        raise DefinitionNotFound(f"no saga definition with {what}")
+
+    def send_latest_check(self, unit: Unit, definition: SagaDefinition) -> Callable[[], bool]:
+        """Inside ``unit``: a check, called later, that ``definition`` is still the highest
+        registered version of its name."""
+        unit_of(MemoryUnit, unit).live()
+        expected = definition.content_hash()
+
+        def still_latest() -> bool:
+            with self._lock:
+                latest = self._latest(definition.name)
+            return latest is not None and latest.hash == expected
+
+        return still_latest
+
+    def list(self) -> list[DefinitionRecord]:
+        """Every registered definition, by name and version."""
+        with self._lock:
+            return [self._records[key] for key in sorted(self._records)]
+
+    def _latest(self, name: str) -> DefinitionRecord | None:
+        versions = [version for known, version in self._records if known == name]
+        return self._records[(name, max(versions))] if versions else None
+
+
+class MemorySecrets:
+    """Secret saga inputs in this process: kept with the unit that starts the saga."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, dict[str, str]] = {}  # saga id -> name -> JSON text
+
+    def keep(self, saga_id: str, secrets: Mapping[str, Any], unit: Unit) -> None:
+        """Store values for a saga when ``unit`` applies; the first write wins, so a
+        replayed start changes nothing."""
+        if not secrets:
+            return
+        # As JSON text, as the database holds it: each reveal hands out its own copy, and
+        # a value JSON cannot hold fails here, as it does in the PostgreSQL vault.
+        texts = {name: json.dumps(value) for name, value in secrets.items()}
+        unit_of(MemoryUnit, unit).on_commit(lambda: self._keep(saga_id, texts))
+
+    def _keep(self, saga_id: str, texts: Mapping[str, str]) -> None:
+        with self._lock:
+            kept = self._values.setdefault(saga_id, {})
+            for name, text in texts.items():
+                kept.setdefault(name, text)
+
+    def reveal(self, saga_id: str, args: Any) -> tuple[Any, dict[str, Any]]:
+        """``args`` with every placeholder replaced by its value, and the revealed values."""
+        return reveal_with(saga_id, args, lambda names: self._fetch(saga_id, names))
+
+    def _fetch(self, saga_id: str, names: list[str]) -> dict[str, Any]:
+        with self._lock:
+            kept = dict(self._values.get(saga_id, {}))
+        return {name: json.loads(kept[name]) for name in names if name in kept}
+
+    def purge(self, saga_id: str) -> None:
+        """Forget a finished saga's secrets."""
+        with self._lock:
+            self._values.pop(saga_id, None)
+
+
+
+if TYPE_CHECKING:  # mypy checks that each class keeps its port's signatures
+
+    def _conforms(
+        log: MemorySagaLog, definitions: MemoryDefinitions, secrets: MemorySecrets
+    ) -> tuple[SagaLog, Definitions, Secrets]:
+        return log, definitions, secrets

@@ -1,0 +1,60 @@
+"""The ports under contract: every test here runs once on the in-memory implementations
+and once on the PostgreSQL ones (a fresh migrated database, marked ``integration``).
+
+Tests reach the ports only through :class:`Ports`, so the same inputs meet the same
+promises (and the same exception classes) on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib.resources import files
+from typing import Any
+
+import pytest
+
+from events import EventStore, apply_migrations
+from events.definitions import DefinitionStore
+from events.memory import MemoryDefinitions, MemorySagaLog, MemorySecrets
+from events.saga_log import Definitions, SagaLog, Secrets
+from events.sagas import PostgresSagaLog, saga_registry
+from workers.secrets import SecretVault
+
+
+@dataclass(frozen=True)
+class Ports:
+    """One implementation's log, definitions and secrets, and the event store under the
+    log (for what only event envelopes can say: event ids)."""
+
+    kind: str
+    log: SagaLog
+    definitions: Definitions
+    secrets: Secrets
+    store: Any  # EventStore or MemoryEventStore: append/read_stream/read_all alike
+
+
+def _memory() -> Iterator[Ports]:
+    definitions = MemoryDefinitions()
+    log = MemorySagaLog(definitions)
+    yield Ports("memory", log, definitions, MemorySecrets(), log.store)
+
+
+def _postgres(url: str) -> Iterator[Ports]:
+    with EventStore.connect(url, pool_size=4, registry=saga_registry()) as store:
+        store.migrate()
+        apply_migrations(url, "fleet", files("workers").joinpath("migrations"))
+        definitions = DefinitionStore(store)
+        log = PostgresSagaLog(store, definitions)
+        yield Ports("postgres", log, definitions, SecretVault(store), store)
+
+
+@pytest.fixture(
+    params=["memory", pytest.param("postgres", marks=pytest.mark.integration)]
+)
+def ports(request: pytest.FixtureRequest) -> Iterator[Ports]:
+    """The ports of one implementation, empty."""
+    if request.param == "memory":
+        yield from _memory()
+    else:
+        yield from _postgres(request.getfixturevalue("fresh_database"))

@@ -1,0 +1,58 @@
+"""What the contract tests build: a registered trip definition and saga events."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from conftest import Ports
+
+from events.model import NO_STREAM, AppendResult
+from saga_core import SagaDefinition
+from saga_core.contracts import SagaStatus
+from saga_core.events import CancelRequested, SagaFinished, SagaStarted
+from saga_core.examples import trip_definition
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def variant(definition: SagaDefinition, **changes: object) -> SagaDefinition:
+    """``definition`` with fields changed (validated afresh, so its hash is recomputed)."""
+    return SagaDefinition.model_validate({**definition.model_dump(mode="json"), **changes})
+
+
+def registered(ports: Ports) -> SagaDefinition:
+    """The trip definition, registered with the ports."""
+    definition = trip_definition()
+    ports.definitions.register(definition, registered_by="contract")
+    return definition
+
+
+def started(saga_id: str, definition: SagaDefinition, tenant: str = "t") -> SagaStarted:
+    """The first event of a saga of ``definition``."""
+    return SagaStarted(
+        at=T0,
+        saga_id=saga_id,
+        tenant=tenant,
+        definition_name=definition.name,
+        definition_version=definition.version,
+        definition_hash=definition.content_hash(),
+        input={"traveller": "ada"},
+        input_hash="h" * 64,
+        retry_budget=definition.retry_budget,
+    )
+
+
+def finished(minutes: int = 1) -> SagaFinished:
+    """A saga's last event."""
+    return SagaFinished(at=T0 + timedelta(minutes=minutes), state=SagaStatus.COMPENSATED)
+
+
+def start(ports: Ports, saga_id: str, tenant: str = "t") -> AppendResult:
+    """Start a saga of the (registered) trip definition."""
+    definition = registered(ports)
+    return ports.log.append(saga_id, tenant, [started(saga_id, definition, tenant)], NO_STREAM)
+
+
+def note(minutes: int) -> CancelRequested:
+    """An event a running saga takes any number of times."""
+    return CancelRequested(at=T0 + timedelta(minutes=minutes), actor="op", reason=str(minutes))

@@ -1,0 +1,139 @@
+"""Units of work, secrets and definitions: the same promises on both implementations."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import Ports
+from contract_support import note, registered, start, started, variant
+
+from events import NO_STREAM, ConcurrencyError, InvalidArgument
+from events.definitions import DefinitionConflict, DefinitionNotFound
+from events.sagas import SagaNotFound
+from events.secret_inputs import SecretUnavailable, placeholder
+from saga_core.examples import trip_definition
+
+CARD = {"number": "4111 1111 1111 1111", "cvc": "123"}
+ARGS = {"amount": 10, "card": placeholder("card"), "cards": [placeholder("card")]}
+
+
+class Boom(Exception):
+    """Raised inside a unit to abandon it."""
+
+
+def test_a_unit_applies_appends_and_secrets_together(ports: Ports) -> None:
+    definition = registered(ports)
+    with ports.log.unit_of_work() as unit:
+        ports.secrets.keep("s1", {"card": CARD}, unit)
+        ports.log.append("s1", "t", [started("s1", definition)], NO_STREAM, unit=unit)
+        ports.log.append("s2", "t", [started("s2", definition)], NO_STREAM, unit=unit)
+        ports.log.append("s1", "t", [note(1)], 1, unit=unit)  # sees its own first append
+    assert ports.log.load("s1").version == 2 and ports.log.load("s2").version == 1
+    args, revealed = ports.secrets.reveal("s1", ARGS)
+    assert args == {"amount": 10, "card": CARD, "cards": [CARD]}
+    assert revealed == {"card": CARD}
+
+
+def test_a_unit_left_by_an_exception_applies_nothing(ports: Ports) -> None:
+    definition = registered(ports)
+    with pytest.raises(Boom), ports.log.unit_of_work() as unit:
+        ports.secrets.keep("s1", {"card": CARD}, unit)
+        ports.log.append("s1", "t", [started("s1", definition)], NO_STREAM, unit=unit)
+        raise Boom
+    with pytest.raises(SagaNotFound):
+        ports.log.load("s1")
+    with pytest.raises(SecretUnavailable):
+        ports.secrets.reveal("s1", ARGS)
+    start(ports, "s1")  # the version it took was never used
+    assert ports.log.load("s1").version == 1
+
+
+def test_a_conflict_inside_a_unit_is_the_same_error(ports: Ports) -> None:
+    start(ports, "s1")
+    definition = registered(ports)
+    with pytest.raises(ConcurrencyError), ports.log.unit_of_work() as unit:
+        ports.secrets.keep("s1", {"card": {"other": True}}, unit)
+        ports.log.append("s1", "t", [started("s1", definition)], NO_STREAM, unit=unit)
+    with pytest.raises(SecretUnavailable):
+        ports.secrets.reveal("s1", ARGS)
+
+
+def test_the_first_kept_secret_wins(ports: Ports) -> None:
+    for value in (CARD, {"number": "replayed"}):
+        with ports.log.unit_of_work() as unit:
+            ports.secrets.keep("s1", {"card": value}, unit)
+    assert ports.secrets.reveal("s1", ARGS)[1] == {"card": CARD}
+
+
+def test_secrets_reveal_only_placeholders_and_are_gone_once_purged(ports: Ports) -> None:
+    with ports.log.unit_of_work() as unit:
+        ports.secrets.keep("s1", {"card": CARD, "pin": 1234}, unit)
+        ports.secrets.keep("s2", {}, unit)  # nothing to keep: nothing written
+    plain = {"amount": 10}
+    assert ports.secrets.reveal("s1", plain) == (plain, {})
+    assert ports.secrets.reveal("nobody", plain) == (plain, {})
+    _, revealed = ports.secrets.reveal("s1", {"p": placeholder("pin")})
+    assert revealed == {"pin": 1234}
+    revealed["pin"] = 0  # the caller's copy
+    assert ports.secrets.reveal("s1", {"p": placeholder("pin")})[1] == {"pin": 1234}
+    with pytest.raises(SecretUnavailable, match="missing"):
+        ports.secrets.reveal("s1", {"m": placeholder("missing")})
+    ports.secrets.purge("s1")
+    ports.secrets.purge("s1")  # purging twice is harmless
+    with pytest.raises(SecretUnavailable):
+        ports.secrets.reveal("s1", ARGS)
+
+
+def test_a_unit_of_another_kind_is_refused(ports: Ports) -> None:
+    with pytest.raises(InvalidArgument):
+        ports.secrets.keep("s1", {"card": CARD}, object())
+    with pytest.raises(InvalidArgument):
+        ports.definitions.send_latest_check(object(), trip_definition())
+
+
+def test_definitions_register_idempotently_and_refuse_changed_content(ports: Ports) -> None:
+    definition = trip_definition()
+    digest = ports.definitions.register(definition)
+    assert digest == definition.content_hash()
+    assert ports.definitions.register(definition, registered_by="again") == digest
+    changed = variant(definition, description="something else")
+    with pytest.raises(DefinitionConflict):
+        ports.definitions.register(changed)
+    assert ports.definitions.by_hash(digest) == definition
+    assert ports.definitions.get(definition.name) == definition
+
+
+def test_definitions_by_name_pick_the_highest_version_unless_told(ports: Ports) -> None:
+    first = trip_definition()
+    second = variant(first, version=2, description="v2")
+    ports.definitions.register(second)
+    ports.definitions.register(first)
+    assert ports.definitions.get(first.name) == second
+    assert ports.definitions.get(first.name, 1) == first
+    assert ports.definitions.get(first.name, cached_latest=True) == second
+    with pytest.raises(DefinitionNotFound):
+        ports.definitions.get(first.name, 3)
+    with pytest.raises(DefinitionNotFound):
+        ports.definitions.get("nothing")
+    with pytest.raises(DefinitionNotFound):
+        ports.definitions.by_hash("0" * 64)
+
+
+def test_the_latest_check_inside_a_unit_tells_a_superseded_definition(ports: Ports) -> None:
+    first = trip_definition()
+    ports.definitions.register(first)
+    with ports.log.unit_of_work() as unit:
+        still_latest = ports.definitions.send_latest_check(unit, first)
+        ports.log.append("s1", "t", [started("s1", first)], NO_STREAM, unit=unit)
+        assert still_latest()
+    ports.definitions.register(variant(first, version=2, description="v2"))
+    with ports.log.unit_of_work() as unit:
+        stale = ports.definitions.send_latest_check(unit, first)
+        ports.log.append("s2", "t", [started("s2", first)], NO_STREAM, unit=unit)
+        assert not stale()
+
+
+def test_a_secret_json_cannot_hold_is_refused_when_kept(ports: Ports) -> None:
+    with pytest.raises(TypeError), ports.log.unit_of_work() as unit:
+        ports.secrets.keep("s1", {"card": object()}, unit)
+    with pytest.raises(SecretUnavailable):
+        ports.secrets.reveal("s1", ARGS)
