@@ -50,7 +50,7 @@ class SagaBranches:
 
     def run(self, command: StepCommand) -> None:
         """Handle one message: claim, run the branches, follow what they claim; never raise."""
-        self._guarded(command, self._start, command)
+        self._guarded(command, lambda: self._start(command))
 
     def _start(self, command: StepCommand) -> None:
         # The siblings are claimed in the command's own append and set off before its tool
@@ -78,10 +78,10 @@ class SagaBranches:
             command, self.executor.resolution(command, loaded), loaded, budget))
 
     @staticmethod
-    def _guarded(command: StepCommand, work: Callable[..., None], *args: object) -> None:
+    def _guarded(command: StepCommand, work: Callable[[], None]) -> None:
         """Run ``work``; log, never raise (a branch thread must never die silently)."""
         try:
-            work(*args)
+            work()
         except SagaError as exc:
             # The log is consistent; an unfinished claim expires and the sweeper reconciles.
             log.error("step %s failed to run: %s", command, exc)
