@@ -23,6 +23,7 @@ from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from events.memory import MemoryDefinitions, MemorySagaLog, MemorySecrets
 from events.model import Position
 from events.sagas import LoadedSaga, saga_id_of, saga_stream
 from saga_core import SagaDefinition
@@ -30,7 +31,6 @@ from saga_core.errors import SagaError
 from saga_core.events import SagaEvent
 from saga_core.examples import trip_definition
 from saga_core.state import RunStatus, SagaState
-from sagafleet.testing._stopgap_memory import MemoryDefinitions, MemorySagaLog, MemorySecrets
 from sagafleet.testing.clock import TestClock
 from sagafleet.testing.publisher import RecordingPublisher
 from sagafleet.testing.tools import InMemoryTools, WorkerCrashed
@@ -95,8 +95,8 @@ class TestFleet:
             raise FleetMisconfigured(f"catalogue tools without an implementation: {missing}")
         self.catalogue = tool_set.catalogue
         self.secrets = MemorySecrets()
-        self.definitions = MemoryDefinitions()
-        self.log = MemorySagaLog(self.definitions, self.secrets)
+        self.definitions = MemoryDefinitions(clock=self.clock)
+        self.log = MemorySagaLog(self.definitions, clock=self.clock)
         self.publisher = RecordingPublisher()
         self.orchestrator = Orchestrator(self.log, self.clock)
         self.executor = StepExecutor(self.orchestrator, tool_set.registry, self.secrets,
@@ -145,6 +145,7 @@ class TestFleet:
     def sweep(self) -> int:
         """One sweeper pass over the unfinished sagas: re-enqueue what is due, record what
         decide wants now (expired leases and approvals); return how many items were due."""
+        self._track()
         found = 0
         for loaded in self._unfinished():
             # Nothing is in flight between runs, so no queue wait: all due work is lost work.
@@ -188,16 +189,16 @@ class TestFleet:
         self.run_until_idle()
 
     def _next_due(self) -> datetime | None:
-        """The next moment after now that something of an unfinished saga falls due."""
+        """The next moment after now that something of an unfinished saga falls due (of
+        the sagas the last sweep tracked: only a client call starts one, never a run)."""
         now = self.clock()
         times = [due for loaded in self._unfinished() for due in due_times(loaded.state)
                  if due > now]
         return min(times, default=None)
 
     def _unfinished(self) -> list[LoadedSaga]:
-        """Every unfinished saga, folded; a saga whose stream has not moved is not folded
-        again (a pass over many waiting sagas would otherwise dominate a run)."""
-        self._track()
+        """Every unfinished saga the tracker knows, folded; a saga whose stream has not
+        moved is not folded again (passes over many waiting sagas would dominate a run)."""
         stale = [saga_id for saga_id in self._active
                  if (known := self._folded.get(saga_id)) is None
                  or known.version != self.log.store.stream_version(saga_stream(saga_id))]
