@@ -186,3 +186,20 @@ def test_a_tool_set_missing_a_catalogue_tool_is_refused_by_name() -> None:
         TestFleet(definitions=[NOTE], tools=tools)
     with pytest.raises(UnknownFault):
         tools.fail_next("notes.erase", "fail_before_commit")
+
+
+def test_the_fleet_needs_no_server_at_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("TestFleet tried to open a network connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    fleet = TestFleet()
+    assert isinstance(fleet.tools, TripTools)
+    fleet.tools.fail_next("hotels.hold", "worker_crash_after_commit")
+    saga_id = fleet.client().start("trip", TRIP_INPUT).saga_id
+    fleet.run_until_idle()
+    fleet.advance(60)
+    assert fleet.state(saga_id).status is SagaStatus.COMPLETED
