@@ -56,7 +56,8 @@ TRACK_PAGE = 1000
 
 
 class FleetMisconfigured(SagaError):
-    """The tool set does not implement every tool its catalogue lists."""
+    """The fleet's parts do not fit: a catalogue tool without an implementation, or a clock
+    given to the fleet that is not its tools' clock."""
 
 
 class NeverIdle(SagaError):
@@ -78,6 +79,12 @@ class TestFleet:
         inline_steps: int = INLINE_STEPS,
         worker_id: str = "testfleet",
     ) -> None:
+        """Build the fleet and register ``definitions`` (validated against the catalogue).
+
+        With no ``tools``: the trip tools in memory and, unless ``definitions`` says
+        otherwise, the trip definition. ``InMemoryTools`` bring their own clock, which the
+        fleet then runs on; ``lease_s`` and ``inline_steps`` are the worker's settings.
+        """
         if tools is None:
             tools = TripTools(clock or TestClock())
             definitions = [trip_definition()] if definitions is None else definitions
