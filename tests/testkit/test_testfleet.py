@@ -203,3 +203,15 @@ def test_the_fleet_needs_no_server_at_all(monkeypatch: pytest.MonkeyPatch) -> No
     fleet.run_until_idle()
     fleet.advance(60)
     assert fleet.state(saga_id).status is SagaStatus.COMPLETED
+
+
+def test_the_readme_sections_first_example_runs() -> None:
+    from pathlib import Path
+
+    import sagafleet.testing
+
+    text = (Path(sagafleet.testing.__file__).parent / "README_SECTION.md").read_text()
+    example = text.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {"trip_input": TRIP_INPUT}
+    exec(compile(example, "README_SECTION.md", "exec"), namespace)  # noqa: S102
+    namespace["test_a_trip_survives_a_lost_payment_response"]()
