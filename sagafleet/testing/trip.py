@@ -111,7 +111,7 @@ class TripBooks:
 
         def release(args: Mapping[str, Any], key: str) -> Receipt:
             hold = _owned(holds, _text(args, "hold_id"), _text(args, "saga_id"))
-            _check_version(hold.hold_id, args.get("expect_version"), hold.version)
+            _check_version(hold.hold_id, _expected(args), hold.version)
             if hold.status != "held":
                 raise ToolError(ErrorClass.PRECONDITION_FAILED,
                                 f"hold {hold.hold_id!r} is already {hold.status}")
@@ -148,7 +148,7 @@ class TripBooks:
         """payments.refund: offset (part of) a charge; never more than is left."""
         charge_id = _text(args, "capture_id" if "capture_id" in args else "charge_id")
         charge = _owned(self.charges, charge_id, _text(args, "saga_id"))
-        _check_version(charge_id, args.get("expected_version"), charge.version)
+        _check_version(charge_id, _expected(args), charge.version)
         amount = int(args["amount"])
         if amount > charge.amount - charge.refunded:
             raise ToolError(ErrorClass.PERMANENT,
@@ -304,6 +304,11 @@ def _owned(records: Mapping[str, Any], ident: str, saga_id: str) -> Any:
     if record.saga_id != saga_id:
         raise ToolError(ErrorClass.PERMANENT, f"{ident!r} belongs to another saga")
     return record
+
+
+def _expected(args: Mapping[str, Any]) -> Any:
+    """The version a compensation expects, under either spelling the sandbox accepts."""
+    return args.get("expect_version", args.get("expected_version"))
 
 
 def _check_version(ident: str, expected: Any, actual: int) -> None:
