@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -44,6 +45,17 @@ def _claim_first_step(fleet, saga_id: str) -> None:
     assert isinstance(fleet.executor.claim(command), Claimed)
 
 
+def _track_until(sweeper: Sweeper, count: int, timeout: float = 60.0) -> None:
+    """Let the sweeper's tracker see ``count`` new sagas: it reads below the snapshot
+    horizon, which another session's open transaction on a shared server holds back.
+    ``timeout`` only bounds a hung run."""
+    seen, deadline = 0, time.monotonic() + timeout
+    while seen < count:
+        assert time.monotonic() < deadline, f"the tracker saw {seen} of {count} sagas"
+        seen += sweeper.track()
+        time.sleep(0.05)
+
+
 def test_a_sweep_that_loses_every_race_on_one_saga_goes_on_with_the_next(fleet):
     # given two sagas, each left by a dead worker with an expired claim (the first started
     # first, so the sweep meets it first), and a log on which the first is always overtaken
@@ -52,11 +64,13 @@ def test_a_sweep_that_loses_every_race_on_one_saga_goes_on_with_the_next(fleet):
     calm = client.start("trip", TRIP_INPUT, key="calm").saga_id
     for saga_id in (contended, calm):
         _claim_first_step(fleet, saga_id)
+    sweeper = Sweeper(fleet)
+    _track_until(sweeper, 2)
     fleet.orchestrator.clock = lambda: utc_now() + timedelta(hours=1)
     fleet.orchestrator.log = overtaken = AlwaysOvertaken(fleet.orchestrator.log, contended)
     before = fleet.repo.load(contended).version
     # when one sweep passes over both
-    report = Sweeper(fleet).sweep()
+    report = sweeper.sweep()
     # then the contended saga is reported as a lost race, and nothing was written to it
     assert overtaken.tries == MAX_RACES
     assert len(report.errors) == 1 and contended in report.errors[0], report.errors

@@ -1,0 +1,38 @@
+"""A worker's message handling in this process (real PostgreSQL and Redis, no worker
+process): parallel branches claimed in one append, next steps claimed ahead and run
+inline, and only what no one claimed published."""
+
+from __future__ import annotations
+
+from itertools import groupby
+
+from fleet_harness import TRIP_INPUT
+
+from saga_core.contracts import SagaStatus, StepKind
+from workers.branches import SagaBranches
+from workers.celery_app import QUEUE_STEPS, broker_redis
+from workers.messages import StepCommand
+
+
+def test_one_message_runs_a_whole_trip_claiming_parallel_holds_in_one_append(fleet, broker):
+    # given a started trip: its start published one wake-up for both parallel holds
+    saga = fleet.client().start("trip", TRIP_INPUT, key="branches")
+    queue = broker_redis(broker)
+    assert queue.llen(QUEUE_STEPS) == 1
+    # when this process handles that one message as a worker would, with inline budget
+    branches = SagaBranches(fleet.executor, fleet.publisher, fleet.branches, budget=8)
+    branches.run(StepCommand(saga_id=saga.saga_id, step_id="hold_flight",
+                             kind=StepKind.FORWARD, attempt=1))
+    branches.join()
+    # then the trip completed without another message being published
+    loaded = fleet.repo.load(saga.saga_id)
+    assert loaded.state.status is SagaStatus.COMPLETED
+    assert queue.llen(QUEUE_STEPS) == 1
+    # and both holds were claimed in one append (one transaction), before either result
+    appends = [[r.type for r in group] for _, group in
+               groupby(loaded.records, key=lambda r: r.position.transaction_id)]
+    claims = next(types for types in appends if "StepStarted" in types)
+    assert claims.count("StepStarted") == 2 and "StepSucceeded" not in claims
+    # and every later step was claimed in the commit of the result before it
+    later = [types for types in appends[appends.index(claims) + 1:] if "StepStarted" in types]
+    assert later and all("StepSucceeded" in types for types in later)
