@@ -8,7 +8,14 @@ from kit_harness import BOUNCING_INPUT, TRIP_INPUT
 
 from events.sagas import SagaNotFound
 from saga_core.contracts import SagaStatus, StepKind
-from saga_core.events import CancelRequested, StepStarted, StepSucceeded
+from saga_core.errors import ApprovalAltered, ApprovalExpired, ApprovalReplayed
+from saga_core.events import (
+    ApprovalGranted,
+    ApprovalRequested,
+    CancelRequested,
+    StepStarted,
+    StepSucceeded,
+)
 from sagafleet.testing import TestFleet, TripTools
 from workers.client import IdempotencyConflict, InvalidRequest, SagaClient
 from workers.messages import StepCommand
@@ -160,3 +167,63 @@ def test_same_key_in_two_tenants_is_two_sagas() -> None:
     one = fleet.client(tenant="acme").start("trip", TRIP_INPUT, key="shared-key")
     two = fleet.client(tenant="globex").start("trip", TRIP_INPUT, key="shared-key")
     assert one.saga_id != two.saga_id and (one.tenant, two.tenant) == ("acme", "globex")
+
+
+# -- approvals bound to identity, hash, scope and expiry (security/test_security.py and
+#    reliability/test_recovery_paths.py, the parts about the engine's decisions)
+
+
+def test_an_approval_is_bound_to_its_action_hash_its_expiry_and_a_single_grant() -> None:
+    fleet = TestFleet()
+    client, saga_id = _awaiting_approval(fleet)
+    (pending,) = client.status(saga_id).pending_approvals
+    assert pending["scope"] and pending["expires_at"]
+    with pytest.raises(ApprovalAltered):
+        client.as_actor("alice").approve(saga_id, "capture_payment", action_hash="0" * 64)
+    client.as_actor("alice").approve(saga_id, "capture_payment",
+                                     action_hash=pending["action_hash"])
+    version = fleet.state(saga_id).version
+    client.as_actor("alice").approve(saga_id, "capture_payment",
+                                     action_hash=pending["action_hash"])
+    assert fleet.state(saga_id).version == version  # a replayed click records nothing
+    grants = [e for e in fleet.events(saga_id) if isinstance(e, ApprovalGranted)]
+    assert [(g.approver, g.action_hash) for g in grants] == [("alice", pending["action_hash"])]
+    fleet.run_until_idle()
+    assert fleet.state(saga_id).status is SagaStatus.COMPLETED
+    assert _books(fleet).ledger(saga_id).captures == 1
+
+
+def test_a_denied_approval_cannot_be_replayed_as_a_grant() -> None:
+    fleet = TestFleet()
+    client, saga_id = _awaiting_approval(fleet)
+    (pending,) = client.status(saga_id).pending_approvals
+    client.as_actor("bob").deny(saga_id, "capture_payment", reason="no")
+    with pytest.raises(ApprovalReplayed):
+        client.as_actor("alice").approve(saga_id, "capture_payment",
+                                         action_hash=pending["action_hash"])
+    fleet.run_until_idle()
+    assert fleet.state(saga_id).status is SagaStatus.COMPENSATED
+    assert _books(fleet).ledger(saga_id).captures == 0
+
+
+def test_an_approval_expiring_while_nothing_runs_is_refused_late_and_asked_again() -> None:
+    fleet = TestFleet()
+    client, saga_id = _awaiting_approval(fleet)
+    (first,) = client.status(saga_id).pending_approvals
+    fleet.clock.advance(2 * 3600)  # two hours pass with no sweeper and no worker
+    with pytest.raises(ApprovalExpired):
+        client.as_actor("alice").approve(saga_id, "capture_payment",
+                                         action_hash=first["action_hash"])
+    fleet.sweep()  # recovery asks again, with a fresh expiry and the reason as evidence
+    requests = [e for e in fleet.events(saga_id) if isinstance(e, ApprovalRequested)]
+    assert len(requests) == 2 and requests[1].expires_at > requests[0].expires_at
+    assert requests[1].evidence.reason == "approval expired"
+    client.as_actor("alice").approve(saga_id, "capture_payment")
+    fleet.run_until_idle()
+    events = fleet.events(saga_id)
+    (grant,) = [e for e in events if isinstance(e, ApprovalGranted)]
+    capture = next(e for e in events
+                   if isinstance(e, StepStarted) and e.step_id == "capture_payment")
+    assert events.index(capture) > events.index(grant)
+    ledger = _books(fleet).ledger(saga_id)
+    assert ledger.is_complete_trip and ledger.captures == 1 and not ledger.duplicates
