@@ -1,0 +1,42 @@
+"""``sagafleet.testing``: run your sagas on the real engine in one process, no servers.
+
+::
+
+    from sagafleet.testing import TestFleet
+    fleet = TestFleet()                       # the trip definition + in-memory trip tools
+    client = fleet.client(tenant="t", actor="agent")
+    saga = client.start("trip", trip_input, key="k1")
+    fleet.run_until_idle()
+    assert client.status(saga.saga_id).status == "COMPLETED"
+
+See ``README_SECTION.md`` beside this file for the whole kit.
+"""
+
+from sagafleet.testing.clock import TestClock
+from sagafleet.testing.fleet import FleetMisconfigured, NeverIdle, TestFleet
+from sagafleet.testing.publisher import RecordingPublisher
+from sagafleet.testing.tools import (
+    CommittedEffect,
+    Fault,
+    InMemoryTool,
+    InMemoryTools,
+    UnknownFault,
+    WorkerCrashed,
+)
+from sagafleet.testing.trip import TripLedger, TripTools
+
+__all__ = [
+    "CommittedEffect",
+    "Fault",
+    "FleetMisconfigured",
+    "InMemoryTool",
+    "InMemoryTools",
+    "NeverIdle",
+    "RecordingPublisher",
+    "TestClock",
+    "TestFleet",
+    "TripLedger",
+    "TripTools",
+    "UnknownFault",
+    "WorkerCrashed",
+]
