@@ -15,13 +15,14 @@ from typing import Any
 
 from events import EventStore
 from saga_core import SagaDefinition
-from saga_core.errors import SagaError
+from saga_core.errors import ErrorKind, SagaError
 
 PLACEHOLDER_KEY = "$secret"
 
 
 class SecretUnavailable(SagaError):
     """A secret a tool call needs is gone (purged, or never stored); the call cannot run."""
+    kind = ErrorKind.NOT_FOUND
 
 
 def placeholder(name: str) -> dict[str, str]:
