@@ -1,4 +1,4 @@
-"""Map an error's kind to the command's named exit code, in one place."""
+"""The command line's own errors, and the exit code of every error kind, in one place."""
 
 from __future__ import annotations
 
@@ -8,6 +8,26 @@ from typing import Final
 
 from saga_core.errors import ErrorKind, SagaError
 from sagafleet.exit_codes import ExitCode
+
+
+class InvalidInput(SagaError):
+    """A command-line value is malformed (not JSON, not an object); the message names it."""
+
+    kind = ErrorKind.INVALID_INPUT
+
+
+class NotFound(SagaError):
+    """A file named on the command line cannot be read."""
+
+    kind = ErrorKind.NOT_FOUND
+
+
+class UsageError(SagaError):
+    """A command-line option is out of range; the message names it."""
+
+    # Misconfigured is what the operator fixes in how the command is run: exit code USAGE.
+    kind = ErrorKind.MISCONFIGURED
+
 
 EXIT_CODES: Final[Mapping[ErrorKind, ExitCode]] = MappingProxyType({
     ErrorKind.INVALID_INPUT: ExitCode.INVALID_INPUT,

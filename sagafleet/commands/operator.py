@@ -19,9 +19,10 @@ from saga_core.events import OperatorActionName
 from saga_core.resolution import OPERATOR_ACTIONS, OperatorRequest, resolve_escalation
 from sagafleet import runtime
 from sagafleet.commands.rendering import QueueReport, ResolveReport, SagaReport
+from sagafleet.errors import InvalidInput
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import command_fleet
-from sagafleet.output import emit_error, emit_report
+from sagafleet.output import emit_report
 from sagafleet.settings import Settings
 from workers.client import SagaClient
 from workers.fleet import Fleet
@@ -132,11 +133,9 @@ def run_resolve(args: argparse.Namespace, settings: Settings) -> int:
     try:
         evidence = json.loads(args.evidence) if args.evidence else {}
     except json.JSONDecodeError as exc:
-        emit_error(f"--evidence is not JSON: {exc}", as_json=args.json, error="InvalidInput")
-        return ExitCode.INVALID_INPUT
+        raise InvalidInput(f"--evidence is not JSON: {exc}") from None
     if not isinstance(evidence, dict):
-        emit_error("--evidence must be a JSON object", as_json=args.json, error="InvalidInput")
-        return ExitCode.INVALID_INPUT
+        raise InvalidInput("--evidence must be a JSON object")
     request = OperatorRequest(
         action=cast(OperatorActionName, args.action),  # argparse checked the choices
         actor=args.actor, reason=args.reason, step_id=args.step, kind=_kind(args),

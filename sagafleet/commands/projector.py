@@ -17,8 +17,9 @@ from projections import PROJECTIONS, MetricsServer, Projector, projection_status
 from projections.rebuild import RebuildProgress
 from sagafleet import runtime
 from sagafleet.commands.rendering import ProjectionStatusReport, RebuildSummary
+from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
-from sagafleet.output import emit_error, emit_report
+from sagafleet.output import emit_report
 from sagafleet.settings import Settings
 
 EXAMPLES = """examples:
@@ -102,8 +103,7 @@ def run_rebuild(args: argparse.Namespace, settings: Settings) -> int:
             )
 
     if args.workers < 1:
-        emit_error("--workers must be at least 1", as_json=args.json, error="Usage")
-        return ExitCode.USAGE
+        raise UsageError("--workers must be at least 1")
     names = [args.name] if args.name else list(PROJECTIONS)
     with runtime.read_side(settings) as ctx:
         reports = [

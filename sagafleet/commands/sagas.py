@@ -14,9 +14,10 @@ from typing import Any
 import yaml
 
 from sagafleet.commands.rendering import RegisteredDefinition, SagaReport
+from sagafleet.errors import InvalidInput, NotFound
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import command_fleet
-from sagafleet.output import emit_error, emit_report
+from sagafleet.output import emit_report
 from sagafleet.settings import Settings
 
 
@@ -51,16 +52,11 @@ def run_register(args: argparse.Namespace, settings: Settings) -> int:
         text = path.read_text(encoding="utf-8")
         document = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
     except OSError as exc:
-        emit_error(f"cannot read {path}: {exc.strerror}", as_json=args.json, error="NotFound")
-        return ExitCode.NOT_FOUND
+        raise NotFound(f"cannot read {path}: {exc.strerror}") from None
     except (yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        emit_error(f"{path} is not valid YAML/JSON: {exc}", as_json=args.json,
-                   error="InvalidInput")
-        return ExitCode.INVALID_INPUT
+        raise InvalidInput(f"{path} is not valid YAML/JSON: {exc}") from None
     if not isinstance(document, dict):
-        emit_error(f"{path} must hold one definition (a mapping)", as_json=args.json,
-                   error="InvalidInput")
-        return ExitCode.INVALID_INPUT
+        raise InvalidInput(f"{path} must hold one definition (a mapping)")
     fleet = command_fleet(settings)
     try:
         content_hash = fleet.client(actor=args.actor).register_definition(document)
@@ -76,8 +72,7 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
     try:
         data = json.loads(args.input)
     except json.JSONDecodeError as exc:
-        emit_error(f"--input is not JSON: {exc}", as_json=args.json, error="InvalidInput")
-        return ExitCode.INVALID_INPUT
+        raise InvalidInput(f"--input is not JSON: {exc}") from None
     fleet = command_fleet(settings)
     try:
         fleet.register_builtin_definitions()

@@ -22,7 +22,7 @@ from saga_core.errors import (
     SagaError,
 )
 from sagafleet.embedded import EmbeddedServerError
-from sagafleet.errors import EXIT_CODES, exit_code_for
+from sagafleet.errors import EXIT_CODES, InvalidInput, NotFound, UsageError, exit_code_for
 from sagafleet.exit_codes import ExitCode
 from sagafleet.gateway.errors import HINTS, ArgumentsRejected, BindingRefused, tool_error
 from sagafleet.settings import ConfigurationError
@@ -90,6 +90,9 @@ def test_every_kind_has_an_exit_code_and_a_hint() -> None:
     (ToolSetError("no tool set"), ExitCode.USAGE),
     (UnknownEventType("NoSuchEvent"), ExitCode.FAILURE),
     (SagaError("anything else"), ExitCode.FAILURE),
+    (InvalidInput("--input is not JSON"), ExitCode.INVALID_INPUT),
+    (NotFound("cannot read trip.yaml"), ExitCode.NOT_FOUND),
+    (UsageError("--workers must be at least 1"), ExitCode.USAGE),
 ])
 def test_the_command_line_exits_with_the_code_of_the_errors_kind(
     error: SagaError, code: ExitCode
