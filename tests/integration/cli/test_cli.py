@@ -157,15 +157,19 @@ def test_read_commands_on_a_database_never_migrated_say_to_migrate_and_change_no
     assert not (tmp_path / "redis").exists()
 
 
-def test_read_commands_register_nothing(run, fresh_database):
-    # given a migrated database where nothing was ever started
+def test_read_commands_register_nothing_and_need_no_broker(run, fresh_database, tmp_path):
+    # given a migrated database where nothing was ever started, and no broker configured
+    env = {**os.environ, "SAGAFLEET_DATABASE_URL": fresh_database, "SAGAFLEET_HOME": str(tmp_path)}
+    env.pop("SAGAFLEET_BROKER_URL", None)
     # when the read commands run
     for argv in READ_COMMANDS:
-        result = run(*argv, "--json")
+        result = subprocess.run([sys.executable, "-m", "sagafleet", *argv, "--json"],  # noqa: S603
+                                env=env, capture_output=True, text=True, timeout=120, check=False)
         assert result.returncode in (ExitCode.OK, ExitCode.NOT_FOUND), (argv, result.stderr)
-    # then no definition was registered as a side effect
+    # then no definition was registered as a side effect, and no broker was started
     with psycopg.connect(fresh_database) as conn:
         assert conn.execute("SELECT count(*) FROM eventstore.definitions").fetchone() == (0,)
+    assert not (tmp_path / "redis").exists()
 
 
 def test_resolving_a_saga_that_waits_for_nobody_is_a_named_conflict(run):
