@@ -19,7 +19,7 @@ from typing import Any, Final, get_args
 from saga_core.contracts import StepKind
 from saga_core.errors import NothingToResolve, OperatorActionRejected
 from saga_core.events import OperatorAction, OperatorActionName, SagaEvent
-from saga_core.state import SagaState
+from saga_core.state import Escalation, SagaState
 
 OPERATOR_ACTIONS: Final[tuple[OperatorActionName, ...]] = get_args(OperatorActionName)
 """The typed operator actions (``sagafleet resolve ACTION``)."""
@@ -32,8 +32,6 @@ ACTION_EFFECTS: Final[Mapping[OperatorActionName, str]] = MappingProxyType({
     "resume": "end the pause with a fresh retry budget; the saga may escalate again",
 })
 """What each operator action does to the saga (the fold in ``saga_core.state`` applies it)."""
-
-_NEEDS_NO_STEP: Final = frozenset({"resume"})
 
 
 @dataclass(frozen=True)
@@ -64,20 +62,35 @@ def target_kind(action: str, kind: StepKind) -> StepKind:
     return StepKind.COMPENSATION if action == "mark_compensated" else kind
 
 
+def escalation_alternatives(state: SagaState, kind: StepKind | None) -> list[str]:
+    """What a person may do when the saga pauses on an operation of ``kind``.
+
+    ``decide`` records these as the escalation evidence's alternatives; ``cancel`` is the
+    cancel command (``CancelRequested``), every other one an operator action.
+    """
+    if kind is StepKind.COMPENSATION:
+        return ["retry_step", "mark_compensated", "skip"]
+    alternatives = ["retry_step", "skip", "force_complete", "resume"]
+    if not state.pivot_passed and state.phase == "forward":
+        alternatives.append("cancel")
+    return alternatives
+
+
 def resolution_options(state: SagaState) -> tuple[ResolutionOption, ...]:
-    """The actions that fit the saga's current escalation (none when nothing waits)."""
+    """The operator actions that fit the saga's current escalation (none when nothing waits).
+
+    Each targets the escalated operation; ``resume`` is also offered for a pause that names
+    no operation, the step actions are not (they need one).
+    """
     escalation = state.escalation
     if escalation is None:
         return ()
-    options = [ResolutionOption("resume", escalation.step_id, escalation.kind,
-                                ACTION_EFFECTS["resume"])]
-    if escalation.step_id is not None:
-        step_id, kind = escalation.step_id, escalation.kind or StepKind.FORWARD
-        for action in OPERATOR_ACTIONS:
-            target = target_kind(action, kind)
-            if action not in _NEEDS_NO_STEP and _has_run(state, step_id, target):
-                options.append(ResolutionOption(action, step_id, target, ACTION_EFFECTS[action]))
-    return tuple(options)
+    return tuple(
+        ResolutionOption(action, escalation.step_id, escalation.kind, ACTION_EFFECTS[action])
+        for action in OPERATOR_ACTIONS
+        if action in escalation_alternatives(state, escalation.kind)
+        and (escalation.step_id is not None or action == "resume")
+    )
 
 
 def is_repeated_action(
@@ -104,23 +117,27 @@ def resolve_escalation(
     """The event that records ``request``, None for a repeated click, or a typed error."""
     if is_repeated_action(state, events, request):
         return None
-    if state.escalation is None:
+    escalation = state.escalation
+    if escalation is None:
         raise NothingToResolve(state.saga_id, str(state.status))
-    if request.action not in OPERATOR_ACTIONS:
-        raise OperatorActionRejected(
-            f"operator action {request.action!r} is not one of {list(OPERATOR_ACTIONS)}")
-    if request.step_id is None:
-        if request.action not in _NEEDS_NO_STEP:
-            raise OperatorActionRejected(f"operator action {request.action} needs a step")
-    elif not _has_run(state, request.step_id, target_kind(request.action, request.kind)):
-        target = target_kind(request.action, request.kind)
-        raise OperatorActionRejected(
-            f"saga {state.saga_id} has no {target} operation for step {request.step_id!r}")
-    return OperatorAction(at=now, action=request.action, step_id=request.step_id,
-                          kind=request.kind, actor=request.actor, reason=request.reason,
-                          evidence=dict(request.evidence))
+    target = target_kind(request.action, request.kind)
+    for option in resolution_options(state):
+        # resume may name no operation; every other action names the escalated one
+        names_it = (request.step_id, target) == (option.step_id, option.kind or target)
+        if option.action == request.action and (names_it or (
+                option.action == "resume" and request.step_id is None)):
+            return OperatorAction(at=now, action=request.action, step_id=request.step_id,
+                                  kind=target, actor=request.actor, reason=request.reason,
+                                  evidence=dict(request.evidence))
+    raise OperatorActionRejected(_misfit(state, escalation, request))
 
 
-def _has_run(state: SagaState, step_id: str, kind: StepKind) -> bool:
-    runs = state.forward if kind is StepKind.FORWARD else state.compensation
-    return step_id in runs
+def _misfit(state: SagaState, escalation: Escalation, request: OperatorRequest) -> str:
+    """Why the request does not fit: what the saga waits on and which actions would."""
+    waits_on = (f"the {escalation.kind or StepKind.FORWARD} operation of step "
+                f"{escalation.step_id!r}" if escalation.step_id is not None else "no operation")
+    named = (f"{request.action} on the {target_kind(request.action, request.kind)} operation "
+             f"of step {request.step_id!r}" if request.step_id is not None else request.action)
+    fits = ", ".join(o.action for o in resolution_options(state)) or "none"
+    return (f"saga {state.saga_id} waits on {waits_on}; {named} does not fit it "
+            f"(the actions that fit: {fits})")

@@ -6,6 +6,8 @@ import pytest
 from core_harness import C, F, Saga, trip_input
 
 from saga_core import (
+    ErrorClass,
+    Escalate,
     Evidence,
     ManualInterventionRequired,
     NothingToResolve,
@@ -19,6 +21,7 @@ from saga_core import (
     resolve_escalation,
     trip_definition,
 )
+from saga_core.resolution import escalation_alternatives
 
 
 def paused_on_capture_compensation() -> Saga:
@@ -35,20 +38,40 @@ def paused_on_capture_compensation() -> Saga:
     return saga
 
 
-def test_a_paused_saga_offers_resume_and_the_actions_on_its_escalated_operation() -> None:
+def test_a_saga_paused_on_a_compensation_offers_the_actions_on_that_compensation() -> None:
     # given a saga paused on the payment's compensation
     saga = paused_on_capture_compensation()
     # when its options are listed
     options = {(o.action, o.step_id, o.kind) for o in resolution_options(saga.state)}
-    # then resume and every action on that compensation are offered, each with its effect
+    # then every action on that compensation is offered, each with its effect
     assert options == {
-        ("resume", "capture_payment", C),
         ("retry_step", "capture_payment", C),
         ("skip", "capture_payment", C),
-        ("force_complete", "capture_payment", C),
         ("mark_compensated", "capture_payment", C),
     }
     assert all(o.effect for o in resolution_options(saga.state))
+
+
+def paused_by_decide_on_a_forward_step() -> tuple[Saga, Escalate]:
+    """A trip whose hotel hold failed permanently: decide escalates with its alternatives."""
+    saga = Saga(trip_definition(), trip_input())
+    saga.record()
+    saga.run_ok("hold_flight")
+    saga.claim("hold_hotel")
+    saga.fail("hold_hotel", ErrorClass.PERMANENT, msg="bad hotel config")
+    (escalate,) = saga.record()
+    assert isinstance(escalate, Escalate)
+    return saga, escalate
+
+
+def test_the_options_are_the_alternatives_decide_offers_in_its_evidence() -> None:
+    # given a saga that decide paused on a forward step before the pivot
+    saga, escalate = paused_by_decide_on_a_forward_step()
+    # then the operator actions offered are decide's alternatives (cancel is its own command)
+    offered = [o.action for o in resolution_options(saga.state)]
+    assert set(offered) == set(escalate.evidence.alternatives) - {"cancel"}
+    assert escalation_alternatives(saga.state, F) == escalate.evidence.alternatives
+    assert {(o.step_id, o.kind) for o in resolution_options(saga.state)} == {("hold_hotel", F)}
 
 
 def test_a_running_saga_offers_nothing_and_resolving_it_raises_nothing_to_resolve() -> None:
@@ -83,11 +106,11 @@ def test_resolving_records_the_action_once_and_a_second_click_records_nothing() 
 
 
 def test_mark_compensated_means_the_compensation_whatever_kind_was_named() -> None:
-    # given a saga resolved with mark_compensated (the event keeps the kind the operator named)
+    # given a saga resolved with mark_compensated, named as if it were about the forward run
     saga = paused_on_capture_compensation()
     first = OperatorRequest("mark_compensated", actor="ada", step_id="capture_payment", kind=F)
     event = resolve_escalation(saga.state, saga.events, first, saga.now)
-    assert event is not None
+    assert event is not None and event.kind is C  # the event names the operation it is about
     saga.append(event)
     # then the same action named with the other kind is the same click
     again = OperatorRequest("mark_compensated", actor="bob", step_id="capture_payment", kind=C)
@@ -109,13 +132,15 @@ def test_a_new_escalation_after_an_action_makes_the_same_action_meaningful_again
 
 
 @pytest.mark.parametrize(("request_", "message"), [
-    (OperatorRequest("skip", actor="ada"), "skip needs a step"),
-    (OperatorRequest("retry_step", actor="ada", step_id="no_such_step"),
-     "no forward operation for step 'no_such_step'"),
-    (OperatorRequest("mark_compensated", actor="ada", step_id="no_such_step"),
-     "no compensation operation for step 'no_such_step'"),
+    (OperatorRequest("skip", actor="ada"), "skip does not fit"),
+    (OperatorRequest("retry_step", actor="ada", step_id="capture_payment"),
+     "retry_step on the forward operation of step 'capture_payment' does not fit"),
+    (OperatorRequest("force_complete", actor="ada", step_id="capture_payment", kind=C),
+     "waits on the compensation operation of step 'capture_payment'"),
+    (OperatorRequest("mark_compensated", actor="ada", step_id="hold_flight"),
+     r"the actions that fit: retry_step, mark_compensated, skip\)"),
 ])
-def test_an_action_that_does_not_fit_the_saga_is_rejected_by_name(
+def test_an_action_that_does_not_fit_the_escalation_is_rejected_by_name(
     request_: OperatorRequest, message: str
 ) -> None:
     saga = paused_on_capture_compensation()
@@ -124,7 +149,9 @@ def test_an_action_that_does_not_fit_the_saga_is_rejected_by_name(
 
 
 def test_resume_needs_no_step() -> None:
-    saga = paused_on_capture_compensation()
+    saga, _ = paused_by_decide_on_a_forward_step()
     event = resolve_escalation(saga.state, saga.events,
                                OperatorRequest("resume", actor="ada"), saga.now)
     assert event is not None and event.step_id is None
+    named = OperatorRequest("resume", actor="ada", step_id="hold_hotel")
+    assert resolve_escalation(saga.state, saga.events, named, saga.now) is not None
