@@ -20,14 +20,17 @@ from events.errors import EventStoreError
 from events.saga_log import Unit, unit_of
 from events.store import EventStore, UnitOfWork
 from saga_core import SagaDefinition
+from saga_core.errors import ErrorKind
 
 
 class DefinitionConflict(EventStoreError):
     """The name and version are registered already with different content."""
+    kind = ErrorKind.CONFLICT
 
 
 class DefinitionNotFound(EventStoreError):
     """No definition with that name, version or hash is registered."""
+    kind = ErrorKind.NOT_FOUND
 
 
 @dataclass(frozen=True)

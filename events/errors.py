@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from saga_core.errors import SagaError
+from saga_core.errors import ErrorKind, SagaError
 
 
 class EventStoreError(SagaError):
@@ -12,9 +12,13 @@ class EventStoreError(SagaError):
 class StoreUnavailable(EventStoreError):
     """The database could not be reached or the connection broke mid-operation."""
 
+    kind = ErrorKind.UNAVAILABLE
+
 
 class ConcurrencyError(EventStoreError):
     """The stream was not at the expected version; nothing was written."""
+
+    kind = ErrorKind.CONFLICT
 
     def __init__(self, stream_id: str, expected: object, actual: int) -> None:
         self.stream_id = stream_id
@@ -28,6 +32,8 @@ class ConcurrencyError(EventStoreError):
 class EventIdConflict(EventStoreError):
     """An event id is already stored with different content (or in another append)."""
 
+    kind = ErrorKind.CONFLICT
+
     def __init__(self, event_id: object, reason: str) -> None:
         self.event_id = event_id
         super().__init__(f"event id {event_id} already stored: {reason}")
@@ -36,19 +42,27 @@ class EventIdConflict(EventStoreError):
 class InvalidEvent(EventStoreError):
     """An event, stream id or type name was rejected before any write; says what is wrong."""
 
+    kind = ErrorKind.INVALID_INPUT
+
 
 class InvalidArgument(EventStoreError, ValueError):
     """A read's argument (stream id, version, position, page size) is malformed; says which.
 
     Also a ValueError, as ``Position.parse`` raised before it was typed."""
 
+    kind = ErrorKind.INVALID_INPUT
+
 
 class EventSchemaError(EventStoreError):
     """Root of the registry's errors: turning models into events and events into models."""
 
+    kind = ErrorKind.INTEGRITY
+
 
 class UnregisteredEventModel(EventSchemaError, InvalidEvent):
     """A pydantic model instance whose class was never registered was offered for append."""
+
+    kind = ErrorKind.INVALID_INPUT
 
 
 class UnknownEventType(EventSchemaError):
@@ -66,9 +80,13 @@ class EventDecodeError(EventSchemaError):
 class RegistryConflict(EventSchemaError):
     """A type name or model class was registered twice with different meanings."""
 
+    kind = ErrorKind.MISCONFIGURED
+
 
 class MigrationError(EventStoreError):
     """A migration file failed, is malformed, or no longer matches what was applied."""
+
+    kind = ErrorKind.MISCONFIGURED
 
 
 class MigrationChecksumMismatch(MigrationError):
@@ -78,6 +96,10 @@ class MigrationChecksumMismatch(MigrationError):
 class SubscriptionBusy(EventStoreError):
     """Another consumer holds this subscription's exclusive lock."""
 
+    kind = ErrorKind.CONFLICT
+
 
 class CheckpointConflict(EventStoreError):
     """The checkpoint could not move forward (it already passed this batch); rolled back."""
+
+    kind = ErrorKind.CONFLICT

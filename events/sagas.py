@@ -20,7 +20,7 @@ from events.registry import EventRegistry
 from events.saga_log import Definitions, SagaLog, Unit, unit_of
 from events.store import EventStore, UnitOfWork
 from saga_core import SagaDefinition, evolve
-from saga_core.errors import SagaError
+from saga_core.errors import ErrorKind, SagaError
 from saga_core.events import SAGA_EVENT_TYPES, SagaEvent, SagaStarted
 from saga_core.state import SagaState
 
@@ -29,10 +29,12 @@ STREAM_PREFIX = "saga-"
 
 class SagaNotFound(EventStoreError):
     """No saga with that id exists (for this tenant)."""
+    kind = ErrorKind.NOT_FOUND
 
 
 class CorruptSagaStream(EventStoreError):
     """A saga stream does not start with SagaStarted or holds an event it cannot decode."""
+    kind = ErrorKind.INTEGRITY
 
 
 def saga_stream(saga_id: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from saga_core.errors import SagaError
+from saga_core.errors import ErrorKind, SagaError
 
 PLACEHOLDER_KEY: Final = "$secret"
 """The one key of a placeholder object: ``{"$secret": "<field>"}``."""
@@ -16,6 +16,8 @@ PLACEHOLDER_KEY: Final = "$secret"
 
 class SecretUnavailable(SagaError):
     """A secret a tool call needs is gone (purged, or never stored); the call cannot run."""
+
+    kind = ErrorKind.NOT_FOUND
 
 
 def placeholder(name: str) -> dict[str, str]:

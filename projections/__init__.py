@@ -3,12 +3,7 @@
 from projections.alerts import Alert, AlertThresholds, business_alerts
 from projections.audit import AuditReport, TimelineEntry, audit, parse_position
 from projections.context import ProjectionContext, migrate
-from projections.errors import (
-    NothingToResolve,
-    ProjectionError,
-    RebuildConflict,
-    UnknownProjection,
-)
+from projections.errors import ProjectionError, RebuildConflict, UnknownProjection
 from projections.metrics import (
     DefinitionMetrics,
     Metrics,
@@ -18,7 +13,7 @@ from projections.metrics import (
 )
 from projections.projector import Projector
 from projections.prometheus import MetricsServer
-from projections.queue import OPERATOR_ACTIONS, is_repeated_action, operator_queue
+from projections.queue import operator_queue
 from projections.rebuild import RebuildProgress, RebuildReport, rebuild
 from projections.rows import QueueRow, SagaRows, StepRunRow, SummaryRow
 from projections.runner import BatchReport, ProjectionRunner
@@ -27,7 +22,6 @@ from projections.tables import PROJECTIONS
 from projections.verify import Difference, VerifyReport, verify
 
 __all__ = [
-    "OPERATOR_ACTIONS",
     "PROJECTIONS",
     "Alert",
     "AlertThresholds",
@@ -37,7 +31,6 @@ __all__ = [
     "Difference",
     "Metrics",
     "MetricsServer",
-    "NothingToResolve",
     "OperationMetrics",
     "ProjectionContext",
     "ProjectionError",
@@ -59,7 +52,6 @@ __all__ = [
     "audit",
     "business_alerts",
     "collect_metrics",
-    "is_repeated_action",
     "migrate",
     "operator_queue",
     "parse_position",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from saga_core.errors import SagaError
+from saga_core.errors import ErrorKind, SagaError
 
 
 class ProjectionError(SagaError):
@@ -12,10 +12,10 @@ class ProjectionError(SagaError):
 class UnknownProjection(ProjectionError):
     """No projection with that name (or no table set with that version) exists."""
 
-
-class NothingToResolve(ProjectionError):
-    """An operator action was asked for a saga that is not waiting for an operator."""
+    kind = ErrorKind.NOT_FOUND
 
 
 class RebuildConflict(ProjectionError):
     """Another rebuild of the same projection is in progress."""
+
+    kind = ErrorKind.CONFLICT

@@ -50,9 +50,12 @@ from saga_core.errors import (
     ApprovalReplayed,
     DefinitionError,
     DefinitionMismatchError,
+    ErrorKind,
     EventRejected,
     InputValidationError,
     KeyReuseError,
+    NothingToResolve,
+    OperatorActionRejected,
     PlanRejected,
     Problem,
     ProblemsError,
@@ -94,11 +97,22 @@ from saga_core.keys import (
     payload_hash,
 )
 from saga_core.plans import AgentPlan, PlannedAction, action_step_id, validate_plan
+from saga_core.resolution import (
+    ACTION_EFFECTS,
+    OPERATOR_ACTIONS,
+    OperatorRequest,
+    ResolutionOption,
+    is_repeated_action,
+    resolution_options,
+    resolve_escalation,
+)
 from saga_core.state import ApprovalState, Escalation, RunStatus, SagaState, StepRun, evolve, fold
 from saga_core.templates import TemplateContext, references, resolve_template
 from saga_core.validation import definition_problems, validate_definition
 
 __all__ = [
+    "ACTION_EFFECTS",
+    "OPERATOR_ACTIONS",
     "SAGA_EVENT_TYPES",
     "AcceptReconciledReceipt",
     "AgentPlan",
@@ -126,6 +140,7 @@ __all__ = [
     "DefinitionMismatchError",
     "DueWork",
     "ErrorClass",
+    "ErrorKind",
     "Escalate",
     "Escalation",
     "EventRejected",
@@ -135,8 +150,11 @@ __all__ = [
     "InputValidationError",
     "KeyReuseError",
     "ManualInterventionRequired",
+    "NothingToResolve",
     "OperationKey",
     "OperatorAction",
+    "OperatorActionRejected",
+    "OperatorRequest",
     "PlanRejected",
     "PlannedAction",
     "Problem",
@@ -146,6 +164,7 @@ __all__ = [
     "ReconciliationResult",
     "ReconciliationScheduled",
     "RequestApproval",
+    "ResolutionOption",
     "ResolvedCommand",
     "RetryAfterBackoff",
     "RetryPolicy",
@@ -186,6 +205,7 @@ __all__ = [
     "dump_event",
     "evolve",
     "fold",
+    "is_repeated_action",
     "jitter_fraction",
     "load_event",
     "operation_action_hash",
@@ -194,8 +214,10 @@ __all__ = [
     "record",
     "redacted_arguments",
     "references",
+    "resolution_options",
     "resolve_arguments",
     "resolve_command",
+    "resolve_escalation",
     "resolve_template",
     "trip_definition",
     "trip_tool_catalogue",

@@ -1,16 +1,38 @@
 """The one error root of sagafleet and the domain's typed errors.
 
 Every room raises subclasses of :class:`SagaError`; driver errors (psycopg, redis,
-celery) are translated into these at each room's boundary, exactly once.
+celery) are translated into these at each room's boundary, exactly once. Each class
+carries its :class:`ErrorKind` as data, so the command line (exit codes) and the agent
+gateway (hints) decide by kind, never by a class's name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import ClassVar
+
+
+class ErrorKind(StrEnum):
+    """What kind of failure an error is: what the caller can do about it."""
+
+    INVALID_INPUT = "invalid_input"  # the request is malformed or rejected: fix it, ask again
+    NOT_FOUND = "not_found"  # the saga, definition, tool or secret does not exist (here)
+    CONFLICT = "conflict"  # it contradicts what is recorded (key reused, stale approval, race)
+    UNAVAILABLE = "unavailable"  # a server cannot be reached: the same request may work later
+    MISCONFIGURED = "misconfigured"  # the deployment is wrong (settings, tool set, schema)
+    INTEGRITY = "integrity"  # the stored history cannot be read or does not check out
+    FAILURE = "failure"  # anything else; the message says what
 
 
 class SagaError(Exception):
     """Root of every error sagafleet raises on purpose."""
+
+    kind: ClassVar[ErrorKind] = ErrorKind.FAILURE
+    """What kind of failure this is; every subclass names its own or inherits one."""
+
+    hint: ClassVar[str | None] = None
+    """What a caller can do about it, when that is more specific than its kind says."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +49,8 @@ class Problem:
 
 class ProblemsError(SagaError):
     """An error that carries every problem found at once, not just the first."""
+
+    kind = ErrorKind.INVALID_INPUT
 
     def __init__(self, summary: str, problems: list[Problem]) -> None:
         self.problems = list(problems)
@@ -45,12 +69,16 @@ class DefinitionError(ProblemsError):
 class PlanRejected(ProblemsError):
     """An agent's proposed plan was rejected; ``problems`` lists every reason at once."""
 
+    hint = "fix every listed problem and propose the plan again"
+
     def __init__(self, problems: list[Problem]) -> None:
         super().__init__("agent plan rejected", problems)
 
 
 class InputValidationError(ProblemsError):
     """A saga input does not match its definition; ``problems`` names every bad field."""
+
+    hint = "fix the named input fields and call again with the same key"
 
     def __init__(self, definition: str, problems: list[Problem]) -> None:
         self.definition = definition
@@ -60,6 +88,8 @@ class InputValidationError(ProblemsError):
 class TemplateError(SagaError):
     """An argument template is malformed or references something that does not exist."""
 
+    kind = ErrorKind.INVALID_INPUT
+
     def __init__(self, template: str, message: str) -> None:
         self.template = template
         super().__init__(f"template {template!r}: {message}")
@@ -67,6 +97,8 @@ class TemplateError(SagaError):
 
 class KeyReuseError(SagaError):
     """An operation key was reused with a different payload: one key must mean one call."""
+
+    kind = ErrorKind.CONFLICT
 
     def __init__(self, key: str, recorded_hash: str, new_hash: str) -> None:
         self.key = key
@@ -81,6 +113,8 @@ class KeyReuseError(SagaError):
 class UnknownToolError(SagaError):
     """A tool name and version is not in the allowlisted catalogue."""
 
+    kind = ErrorKind.NOT_FOUND
+
     def __init__(self, name: str, version: int) -> None:
         self.name = name
         self.version = version
@@ -90,18 +124,24 @@ class UnknownToolError(SagaError):
 class DefinitionMismatchError(SagaError):
     """A saga's log names a different definition (hash) than the one it is being folded with."""
 
+    kind = ErrorKind.INTEGRITY
+
 
 class EventRejected(SagaError):
     """An event cannot apply to the saga state it is folded into (unknown step, after finish)."""
+
+    kind = ErrorKind.INTEGRITY
 
 
 class ApprovalError(SagaError):
     """An approval cannot be accepted for the pending request; subclasses say why."""
 
-    def __init__(self, step_id: str, kind: str, message: str) -> None:
+    kind = ErrorKind.CONFLICT
+
+    def __init__(self, step_id: str, step_kind: str, message: str) -> None:
         self.step_id = step_id
-        self.kind = kind
-        super().__init__(f"approval for {step_id} ({kind}): {message}")
+        self.step_kind = step_kind  # forward or compensation (``kind`` is the error's kind)
+        super().__init__(f"approval for {step_id} ({step_kind}): {message}")
 
 
 class ApprovalNotPending(ApprovalError):
@@ -118,3 +158,20 @@ class ApprovalExpired(ApprovalError):
 
 class ApprovalReplayed(ApprovalError):
     """The grant answers a request that is no longer open (denied or superseded)."""
+
+
+class NothingToResolve(SagaError):
+    """An operator action was asked for a saga that is not waiting for an operator."""
+
+    kind = ErrorKind.CONFLICT
+
+    def __init__(self, saga_id: str, status: str) -> None:
+        self.saga_id = saga_id
+        self.status = status
+        super().__init__(f"saga {saga_id} is {status}, not waiting for an operator")
+
+
+class OperatorActionRejected(SagaError):
+    """An operator action does not fit the saga (no step named, no such operation)."""
+
+    kind = ErrorKind.INVALID_INPUT

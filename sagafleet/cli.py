@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(ExitCode.FAILURE)
     except SagaError as exc:
         code = commands.exit_code_for(exc)
-        emit_error(str(exc), as_json=as_json, kind=type(exc).__name__)
+        emit_error(str(exc), as_json=as_json, error=type(exc).__name__)
         return int(code)
 
 

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from saga_core.errors import SagaError
+from saga_core.errors import ErrorKind, SagaError
 
 
 class EmbeddedServerError(SagaError):
     """An embedded server could not be started or reached; the message says which and why."""
+    kind = ErrorKind.UNAVAILABLE
 
 
 @dataclass(frozen=True)

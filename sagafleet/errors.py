@@ -1,42 +1,47 @@
-"""Map the rooms' typed errors to the command's named exit codes, in one place."""
+"""The command line's own errors, and the exit code of every error kind, in one place."""
 
 from __future__ import annotations
 
-from saga_core.errors import SagaError
-from sagafleet.embedded import EmbeddedServerError
-from sagafleet.exit_codes import ExitCode
-from sagafleet.settings import ConfigurationError
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
 
-# Matched by class name so this module needs no import of every room's error module;
-# the most specific names first.
-_BY_NAME: dict[str, ExitCode] = {
-    "ConcurrencyError": ExitCode.CONFLICT,
-    "DefinitionConflict": ExitCode.CONFLICT,
-    "ToolSetError": ExitCode.USAGE,
-    "EventIdConflict": ExitCode.CONFLICT,
-    "KeyReuseError": ExitCode.CONFLICT,
-    "IdempotencyConflict": ExitCode.CONFLICT,
-    "InvalidRequest": ExitCode.INVALID_INPUT,
-    "InputValidationError": ExitCode.INVALID_INPUT,
-    "MalformedMessage": ExitCode.INVALID_INPUT,
-    "ApprovalError": ExitCode.CONFLICT,
-    "SagaNotFound": ExitCode.NOT_FOUND,
-    "DefinitionNotFound": ExitCode.NOT_FOUND,
-    "StoreUnavailable": ExitCode.UNAVAILABLE,
-    "BrokerUnavailable": ExitCode.UNAVAILABLE,
-    "ProblemsError": ExitCode.INVALID_INPUT,
-    "InvalidEvent": ExitCode.INVALID_INPUT,
-}
+from saga_core.errors import ErrorKind, SagaError
+from sagafleet.exit_codes import ExitCode
+
+
+class InvalidInput(SagaError):
+    """A command-line value is malformed (not JSON, not an object); the message names it."""
+
+    kind = ErrorKind.INVALID_INPUT
+
+
+class NotFound(SagaError):
+    """A file named on the command line cannot be read."""
+
+    kind = ErrorKind.NOT_FOUND
+
+
+class UsageError(SagaError):
+    """A command-line option is out of range; the message names it."""
+
+    # Misconfigured is what the operator fixes in how the command is run: exit code USAGE.
+    kind = ErrorKind.MISCONFIGURED
+
+
+EXIT_CODES: Final[Mapping[ErrorKind, ExitCode]] = MappingProxyType({
+    ErrorKind.INVALID_INPUT: ExitCode.INVALID_INPUT,
+    ErrorKind.NOT_FOUND: ExitCode.NOT_FOUND,
+    ErrorKind.CONFLICT: ExitCode.CONFLICT,
+    ErrorKind.UNAVAILABLE: ExitCode.UNAVAILABLE,
+    # Settings, tool set or schema: the operator fixes how the command is run, like a usage error.
+    ErrorKind.MISCONFIGURED: ExitCode.USAGE,
+    ErrorKind.INTEGRITY: ExitCode.FAILURE,
+    ErrorKind.FAILURE: ExitCode.FAILURE,
+})
+"""The exit code of every error kind."""
 
 
 def exit_code_for(error: SagaError) -> ExitCode:
     """The exit code that names what kind of failure ``error`` is."""
-    if isinstance(error, EmbeddedServerError):
-        return ExitCode.UNAVAILABLE
-    if isinstance(error, ConfigurationError):
-        return ExitCode.USAGE
-    for cls in type(error).__mro__:
-        code = _BY_NAME.get(cls.__name__)
-        if code is not None:
-            return code
-    return ExitCode.FAILURE
+    return EXIT_CODES[error.kind]

@@ -10,7 +10,7 @@ class ExitCode(IntEnum):
 
     OK = 0
     FAILURE = 1  # an unexpected error; the message says what
-    USAGE = 2  # bad command-line arguments (argparse's own code)
+    USAGE = 2  # bad arguments (argparse's own code) or setup: settings, tool set, unmigrated db
     INVALID_INPUT = 3  # input, definition or plan rejected; every problem is printed
     NOT_FOUND = 4  # the saga, definition or step does not exist (for this tenant)
     CONFLICT = 5  # idempotency key reused with other input, stale approval, version race

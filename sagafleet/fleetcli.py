@@ -1,35 +1,48 @@
-"""Building a Fleet from Settings for the commands that need one."""
+"""Building a Fleet from Settings: migrated at a service's start-up, checked for a command."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from sagafleet import runtime
-from sagafleet.migrate import migrate_all
+from sagafleet.migrate import migrate_all, require_migrated
 from sagafleet.settings import Settings
 from workers.fleet import Fleet, FleetConfig
 from workers.tools import load_tool_set
 
 
 def build_fleet(
-    settings: Settings,
-    *,
-    worker_id: str | None = None,
-    migrate: bool = True,
-    tools: str | None = None,
+    settings: Settings, *, worker_id: str | None = None, tools: str | None = None
 ) -> Fleet:
-    """A fleet on the configured (or embedded) servers, schema migrated, trip registered.
+    """A long-running service's fleet (worker, sweeper, MCP server): migrates the schema first.
 
     ``tools`` (else ``SAGAFLEET_TOOLS``) names the tool set to run instead of the trip
     sandbox, as ``package.module:attribute``.
     """
-    ends = runtime.endpoints(settings, need_broker=True)
-    assert ends.broker_url is not None
-    if migrate:
-        migrate_all(ends.database_url)
+    database_url = runtime.database_url(settings)
+    migrate_all(database_url)
+    return _fleet(settings, database_url, worker_id=worker_id, tools=tools)
+
+
+def command_fleet(settings: Settings) -> Fleet:
+    """A one-shot command's fleet (start, approve, resolve, ...): never migrates; a database
+    that is behind raises DatabaseNotMigrated."""
+    fleet = _fleet(settings, runtime.database_url(settings))
+    try:
+        require_migrated(fleet.store)
+    except BaseException:
+        fleet.close()
+        raise
+    return fleet
+
+
+def _fleet(
+    settings: Settings, database_url: str, *, worker_id: str | None = None,
+    tools: str | None = None,
+) -> Fleet:
     config = FleetConfig(
-        database_url=ends.database_url,
-        broker_url=ends.broker_url,
+        database_url=database_url,
+        broker_url=runtime.broker_url(settings),
         lease_s=settings.lease_seconds,
         queue_wait_s=settings.queue_wait_seconds,
         tool_latency_s=settings.tool_latency_seconds,

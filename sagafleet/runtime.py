@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+from projections import ProjectionContext
 from sagafleet import embedded
+from sagafleet.migrate import migrate_all, require_migrated
 from sagafleet.settings import Settings
 
 
@@ -40,3 +44,21 @@ def endpoints(settings: Settings, *, need_broker: bool) -> Endpoints:
         embedded_database=settings.embedded_database,
         embedded_broker=settings.embedded_broker,
     )
+
+
+@contextmanager
+def read_side(settings: Settings) -> Iterator[ProjectionContext]:
+    """The log and read models of an already migrated database, for commands that only read
+    or rebuild: no migration, no broker, no definitions registered."""
+    with ProjectionContext.connect(database_url(settings)) as ctx:
+        require_migrated(ctx.store)
+        yield ctx
+
+
+@contextmanager
+def projector_side(settings: Settings) -> Iterator[ProjectionContext]:
+    """The log and read models for a long-running projections service: migrated at start-up."""
+    url = database_url(settings)
+    migrate_all(url)
+    with ProjectionContext.connect(url) as ctx:
+        yield ctx

@@ -8,11 +8,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from saga_core.errors import SagaError
+from saga_core.errors import ErrorKind, SagaError
 
 
 class ConfigurationError(SagaError):
     """A ``SAGAFLEET_*`` variable is malformed; the message names the variable."""
+    kind = ErrorKind.MISCONFIGURED
 
 
 class Settings(BaseModel):

@@ -25,6 +25,7 @@ from saga_core.contracts import StepKind
 from saga_core.errors import (
     ApprovalNotPending,
     DefinitionError,
+    ErrorKind,
     InputValidationError,
     PlanRejected,
     Problem,
@@ -59,10 +60,12 @@ MAX_REASON_LENGTH = 10_000
 
 class IdempotencyConflict(SagaError):
     """The idempotency key already started a saga with other input or another definition."""
+    kind = ErrorKind.CONFLICT
 
 
 class InvalidRequest(SagaError):
     """A client call's argument is malformed (not the saga input); the message names it."""
+    kind = ErrorKind.INVALID_INPUT
 
 
 def _text(what: str, value: object, limit: int, *, empty: bool = False) -> str:

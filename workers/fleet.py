@@ -20,7 +20,7 @@ from events import EventStore
 from events.definitions import DefinitionConflict, DefinitionStore
 from events.sagas import PostgresSagaLog, saga_registry
 from saga_core.catalogue import ToolCatalogue
-from saga_core.errors import SagaError
+from saga_core.errors import ErrorKind, SagaError
 from saga_core.examples import trip_definition, trip_tool_catalogue
 from workers.celery_app import BrokerSettings, create_celery_app
 from workers.client import SagaClient
@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 class FleetMisconfigured(SagaError):
     """The tool catalogue and the registered implementations disagree."""
+
+    kind = ErrorKind.MISCONFIGURED
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from saga_core.contracts import StepKind
-from saga_core.errors import SagaError
+from saga_core.errors import ErrorKind, SagaError
 
 MAX_MESSAGE_BYTES = 4096
 
 
 class MalformedMessage(SagaError):
     """A broker message that is not a valid step command; the message says what is wrong."""
+    kind = ErrorKind.INVALID_INPUT
 
 
 class StepCommand(BaseModel):

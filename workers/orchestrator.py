@@ -31,7 +31,7 @@ from events import ConcurrencyError
 from events.saga_log import SagaLog, Unit
 from events.sagas import LoadedSaga
 from saga_core import decide, evolve
-from saga_core.errors import SagaError
+from saga_core.errors import ErrorKind, SagaError
 from saga_core.events import (
     ReconciliationScheduled,
     SagaEvent,
@@ -62,6 +62,9 @@ def utc_now() -> datetime:
 
 class RaceLost(SagaError):
     """Too many concurrent writers on one saga in a row; the sweeper will come back to it."""
+
+    # Transient: nothing is wrong with the saga, a later attempt succeeds.
+    kind = ErrorKind.UNAVAILABLE
 
 
 def settle(state: SagaState, now: datetime) -> tuple[list[SagaEvent], SagaState]:

@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import ErrorClass, Receipt
-from saga_core.errors import SagaError
+from saga_core.errors import ErrorKind, SagaError
 from saga_core.errors import UnknownToolError as CatalogueUnknownToolError
 
 __all__ = [
@@ -137,6 +137,7 @@ class UnknownToolError(CatalogueUnknownToolError):
 
 class DuplicateToolError(SagaError):
     """A second tool was registered under a name and version that is already taken."""
+    kind = ErrorKind.MISCONFIGURED
 
     def __init__(self, name: str, version: int) -> None:
         self.name = name
@@ -195,6 +196,7 @@ class ToolSet:
 
 class ToolSetError(SagaError):
     """A ``module:attribute`` tool-set reference cannot be loaded; the message says why."""
+    kind = ErrorKind.MISCONFIGURED
 
 
 def load_tool_set(reference: str) -> ToolSet:

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from sagafleet.exit_codes import ExitCode
-from sagafleet.fleetcli import build_fleet
+from sagafleet.fleetcli import build_fleet, command_fleet
 from sagafleet.output import emit
 from sagafleet.settings import Settings
 
@@ -58,7 +58,9 @@ def _host_port(value: str) -> tuple[str, int]:
 
 
 def run_mcp(args: argparse.Namespace, settings: Settings) -> int:
-    """Serve until the client disconnects (stdio) or the process is stopped (HTTP)."""
+    """Serve until the client disconnects (stdio) or the process is stopped (HTTP).
+
+    A long-running service: its fleet migrates the schema at start-up."""
     # Imported here so the other commands do not pay for loading the MCP SDK.
     from sagafleet.gateway import BindingPolicy, GatewayService, build_mcp_server
 
@@ -91,7 +93,7 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
         gateway_functions,
     )
 
-    fleet = build_fleet(settings)
+    fleet = command_fleet(settings)
     try:
         fleet.register_builtin_definitions()
         service = GatewayService(fleet)

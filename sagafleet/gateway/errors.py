@@ -1,17 +1,20 @@
 """The gateway's typed errors, and how any error becomes a tool error an LLM can act on.
 
 A tool call never answers with a traceback: every :class:`SagaError` is reported with its
-kind and, for rejected inputs and plans, every problem's field (``where``), rule and message.
+class, its kind, a hint chosen by kind (or the class's own), and, for rejected inputs and
+plans, every problem's field (``where``), rule and message.
 Anything else is reported as an internal error without its text (it may hold server details).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Final
 
 from pydantic import ValidationError
 
-from saga_core.errors import Problem, ProblemsError, SagaError
+from saga_core.errors import ErrorKind, Problem, ProblemsError, SagaError
 
 
 class GatewayError(SagaError):
@@ -21,27 +24,39 @@ class GatewayError(SagaError):
 class BindingRefused(GatewayError):
     """The call cannot be bound to a tenant and actor (missing, malformed or not trusted)."""
 
+    kind = ErrorKind.INVALID_INPUT
+    hint = "the server decides tenant and actor; check its configuration"
+
 
 class ArgumentsRejected(ProblemsError):
     """A tool's arguments are malformed; ``problems`` names every bad field at once."""
+
+    hint = "fix the named arguments and call again"
 
     def __init__(self, tool: str, problems: list[Problem]) -> None:
         self.tool = tool
         super().__init__(f"arguments of {tool} are invalid", problems)
 
 
-# What an agent can do about each kind of error, by class name (most specific first).
-_HINTS: dict[str, str] = {
-    "InputValidationError": "fix the named input fields and call again with the same key",
-    "PlanRejected": "fix every listed problem and propose the plan again",
-    "ArgumentsRejected": "fix the named arguments and call again",
-    "IdempotencyConflict": "this key already started a saga with other input: "
-    "use a new idempotency key for a new request",
-    "SagaNotFound": "check the saga id; sagas of other tenants are not visible",
-    "DefinitionNotFound": "call list_sagas to see the registered definitions",
-    "BindingRefused": "the server decides tenant and actor; check its configuration",
-    "StoreUnavailable": "the store is unavailable: retry later with the same key",
-}
+HINTS: Final[Mapping[ErrorKind, str]] = MappingProxyType({
+    ErrorKind.INVALID_INPUT: "fix every listed problem and call again",
+    ErrorKind.NOT_FOUND: "check the saga id or definition name (list_sagas lists the "
+    "definitions); sagas of other tenants are not visible",
+    ErrorKind.CONFLICT: "this contradicts what is already recorded: read the saga's status "
+    "before acting again; a new request needs a new idempotency key",
+    ErrorKind.UNAVAILABLE: "a server is unavailable: retry later with the same key",
+    ErrorKind.MISCONFIGURED: "the server is misconfigured; its operator must fix what the "
+    "message names",
+    ErrorKind.INTEGRITY: "the saga's stored history cannot be read or does not check out; "
+    "an operator must look (sagafleet verify)",
+    ErrorKind.FAILURE: "the call failed; the message says why",
+})
+"""What an agent can do about each kind of error (a class's own ``hint`` comes first)."""
+
+
+def hint_for(error: SagaError) -> str:
+    """What an agent can do about ``error``: its class's own hint, else its kind's."""
+    return error.hint or HINTS[error.kind]
 
 
 def problems_of(error: ValidationError, *, prefix: str = "") -> list[Problem]:
@@ -55,18 +70,16 @@ def problems_of(error: ValidationError, *, prefix: str = "") -> list[Problem]:
 
 
 def tool_error(error: BaseException) -> dict[str, Any]:
-    """A JSON-ready report of ``error``: kind, message, every problem, and a hint."""
+    """A JSON-ready report of ``error``: class, kind, message, every problem, and a hint."""
     if not isinstance(error, SagaError):
         return {"error": "InternalError",
                 "message": "the gateway failed unexpectedly; the server log has details"}
-    report: dict[str, Any] = {"error": type(error).__name__, "message": str(error)}
+    report: dict[str, Any] = {
+        "error": type(error).__name__, "kind": str(error.kind), "message": str(error)
+    }
     if isinstance(error, ProblemsError):
         report["problems"] = [
             {"where": p.where, "rule": p.rule, "message": p.message} for p in error.problems
         ]
-    for cls in type(error).__mro__:
-        hint = _HINTS.get(cls.__name__)
-        if hint is not None:
-            report["hint"] = hint
-            break
+    report["hint"] = hint_for(error)
     return report

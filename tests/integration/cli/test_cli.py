@@ -7,10 +7,12 @@ import os
 import subprocess
 import sys
 
+import psycopg
 import pytest
 import yaml
 
 from saga_core import trip_definition
+from sagafleet.exit_codes import ExitCode
 from sagafleet.migrate import migrate_all
 
 TRIP = {"customer_email": "ada@example.com", "flight_id": "FL1", "hotel_id": "HT1",
@@ -115,3 +117,71 @@ def test_register_refuses_bad_files_with_named_exit_codes(run, tmp_path):
     refused = run("register", str(unknown_tool), "--json")
     assert refused.returncode == 3, refused.stdout + refused.stderr
     assert "shell.exec" in refused.stdout and "Traceback" not in refused.stderr
+
+
+READ_COMMANDS = [
+    ["status", "00000000-0000-0000-0000-000000000000"],
+    ["queue"],
+    ["audit", "00000000-0000-0000-0000-000000000000"],
+    ["stats"],
+    ["alerts"],
+    ["verify"],
+    ["projections", "status"],
+]
+
+
+def test_read_commands_on_a_database_never_migrated_say_to_migrate_and_change_nothing(
+    fresh_database, tmp_path
+):
+    # given a database nobody migrated, and no broker configured (the embedded one would start
+    # under SAGAFLEET_HOME if anything asked for it)
+    env = {**os.environ, "SAGAFLEET_DATABASE_URL": fresh_database, "SAGAFLEET_HOME": str(tmp_path)}
+    env.pop("SAGAFLEET_BROKER_URL", None)
+    # when every read command runs against it
+    procs = [subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "sagafleet", *argv, "--json"], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True) for argv in READ_COMMANDS]
+    for argv, proc in zip(READ_COMMANDS, procs, strict=True):
+        out, err = proc.communicate(timeout=120)
+        # then each stops with a typed error that says what to run
+        assert proc.returncode == ExitCode.USAGE, (argv, out, err)
+        doc = json.loads(out)
+        assert doc["error"] == "DatabaseNotMigrated", (argv, doc)
+        assert "sagafleet db migrate" in doc["message"] and "Traceback" not in err
+    # and none of them migrated the database or started a broker
+    with psycopg.connect(fresh_database) as conn:
+        tables = conn.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname NOT IN ('pg_catalog',"
+            " 'information_schema')").fetchone()
+    assert tables == (0,)
+    assert not (tmp_path / "redis").exists()
+
+
+def test_read_commands_register_nothing_and_need_no_broker(run, fresh_database, tmp_path):
+    # given a migrated database where nothing was ever started, and no broker configured
+    env = {**os.environ, "SAGAFLEET_DATABASE_URL": fresh_database, "SAGAFLEET_HOME": str(tmp_path)}
+    env.pop("SAGAFLEET_BROKER_URL", None)
+    # when the read commands run
+    for argv in READ_COMMANDS:
+        result = subprocess.run([sys.executable, "-m", "sagafleet", *argv, "--json"],  # noqa: S603
+                                env=env, capture_output=True, text=True, timeout=120, check=False)
+        assert result.returncode in (ExitCode.OK, ExitCode.NOT_FOUND), (argv, result.stderr)
+    # then no definition was registered as a side effect, and no broker was started
+    with psycopg.connect(fresh_database) as conn:
+        assert conn.execute("SELECT count(*) FROM eventstore.definitions").fetchone() == (0,)
+    assert not (tmp_path / "redis").exists()
+
+
+def test_resolving_a_saga_that_waits_for_nobody_is_a_named_conflict(run):
+    # given a running saga, not paused for a person
+    doc = json.loads(run("start", "trip", "--input", json.dumps(TRIP), "--key", "rs",
+                         "--json").stdout)
+    # when an operator tries to resolve it
+    result = run("resolve", doc["saga_id"], "resume", "--as", "ada", "--reason", "why", "--json")
+    # then nothing is recorded and the command says why, with the conflict exit code
+    assert result.returncode == ExitCode.CONFLICT, result.stdout + result.stderr
+    refused = json.loads(result.stdout)
+    assert refused["error"] == "NothingToResolve" and "not waiting for an operator" in (
+        refused["message"])
+    status = json.loads(run("status", doc["saga_id"], "--json").stdout)
+    assert status["version"] == doc["version"]

@@ -10,12 +10,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration" / "pr
 from projection_support import SECRET_CARD, TripScript  # noqa: E402
 
 from projections.masking import MASK, mask  # noqa: E402
-from projections.queue import is_repeated_action  # noqa: E402
 from projections.record import SagaRecord, replay  # noqa: E402
 from projections.rows import rows_of  # noqa: E402
 from saga_core import fold  # noqa: E402
-from saga_core.contracts import StepKind  # noqa: E402
-from saga_core.events import OperatorAction  # noqa: E402
 
 
 def record_of(script: TripScript) -> SagaRecord:
@@ -68,20 +65,3 @@ def test_masking_reaches_nested_text_but_not_short_fragments() -> None:
     secrets = ("tok_SECRET_4242", "ab")
     value = {"a": ["declined tok_SECRET_4242 today"], "b": "ab", "c": "abc"}
     assert mask(value, secrets) == {"a": [f"declined {MASK} today"], "b": MASK, "c": "abc"}
-
-
-def test_the_same_operator_action_twice_is_a_repeat() -> None:
-    # given an escalated saga that an operator already resolved
-    script = TripScript().start().succeed("hold_flight").escalate()
-    before = fold(script.definition, script.events)
-    assert not is_repeated_action(before, script.events, "skip", "capture_payment",
-                                  StepKind.COMPENSATION)
-    action = OperatorAction(at=script.t, action="skip", step_id="capture_payment",
-                            kind=StepKind.COMPENSATION, actor="ada", reason="done by hand")
-    events = [*script.events, action]
-    after = fold(script.definition, events)
-
-    # then the same click again is a repeat, another action is not
-    assert is_repeated_action(after, events, "skip", "capture_payment", StepKind.COMPENSATION)
-    assert not is_repeated_action(after, events, "retry_step", "capture_payment",
-                                  StepKind.COMPENSATION)

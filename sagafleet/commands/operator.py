@@ -1,0 +1,168 @@
+"""``sagafleet queue|approve|deny|resolve|cancel``: what a person does about a saga.
+
+``queue`` reads the operator queue (a read command: no migration, no broker). The others
+record one typed operator event through the workers' SagaClient on an already migrated
+database; a second identical click records nothing. Which resolve actions fit a paused saga
+is saga_core's rule (:mod:`saga_core.resolution`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any, cast
+
+from projections import operator_queue
+from saga_core.contracts import StepKind
+from saga_core.events import OperatorActionName
+from saga_core.resolution import OPERATOR_ACTIONS, OperatorRequest, resolve_escalation
+from sagafleet import runtime
+from sagafleet.commands.rendering import QueueReport, ResolveReport, SagaReport
+from sagafleet.errors import InvalidInput
+from sagafleet.exit_codes import ExitCode
+from sagafleet.fleetcli import command_fleet
+from sagafleet.output import emit_report
+from sagafleet.settings import Settings
+from workers.client import SagaClient
+from workers.fleet import Fleet
+from workers.views import SagaView
+
+EXAMPLES = """examples:
+  sagafleet queue
+  sagafleet approve 3f2c… capture_payment --as ada
+  sagafleet resolve 3f2c… mark_compensated --step capture_payment --as ada --reason "refunded"
+"""
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tenant", default=None, help="act for this tenant (SAGAFLEET_TENANT)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def register(sub: Any) -> None:
+    """Add the operator subcommands."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    queue = sub.add_parser("queue", help="the operator queue: what waits for a human",
+                           epilog=EXAMPLES, formatter_class=fmt)
+    queue.add_argument("--tenant", default=None, help="only this tenant's sagas")
+    queue.add_argument("--json", action="store_true", help="print one JSON document")
+    queue.set_defaults(handler=run_queue)
+
+    for name, helptext in (("approve", "approve a pending step"), ("deny", "deny a pending step")):
+        p = sub.add_parser(name, help=helptext, epilog=EXAMPLES, formatter_class=fmt)
+        p.add_argument("saga_id")
+        p.add_argument("step")
+        p.add_argument("--as", dest="actor", required=True, help="the approver's identity")
+        p.add_argument("--compensation", action="store_true",
+                       help="the request is for the step's compensation")
+        if name == "approve":
+            p.add_argument("--action-hash", default=None,
+                           help="the action hash shown in the request (default: the pending one)")
+        else:
+            p.add_argument("--reason", required=True)
+        _common(p)
+        p.set_defaults(handler=run_approve if name == "approve" else run_deny)
+
+    resolve = sub.add_parser("resolve", help="record a typed operator action on a paused saga",
+                             epilog=EXAMPLES, formatter_class=fmt)
+    resolve.add_argument("saga_id")
+    resolve.add_argument("action", choices=OPERATOR_ACTIONS)
+    resolve.add_argument("--as", dest="actor", required=True, help="the operator's identity")
+    resolve.add_argument("--reason", required=True, help="why (recorded on the event)")
+    resolve.add_argument("--step", default=None, help="the step the action is about")
+    resolve.add_argument(
+        "--compensation", action="store_true", help="the action is about the step's compensation"
+    )
+    resolve.add_argument("--evidence", default=None, help="what the operator checked, as JSON")
+    _common(resolve)
+    resolve.set_defaults(handler=run_resolve)
+
+    cancel = sub.add_parser("cancel", help="cancel a saga: compensate what can be compensated")
+    cancel.add_argument("saga_id")
+    cancel.add_argument("--as", dest="actor", required=True)
+    cancel.add_argument("--reason", default="")
+    _common(cancel)
+    cancel.set_defaults(handler=run_cancel)
+
+
+def _kind(args: argparse.Namespace) -> StepKind:
+    return StepKind.COMPENSATION if args.compensation else StepKind.FORWARD
+
+
+def _act(
+    args: argparse.Namespace, settings: Settings, action: Callable[[SagaClient], SagaView]
+) -> int:
+    """Run one client action for the command's tenant and actor, and show the saga after it."""
+    fleet = command_fleet(settings)
+    try:
+        view = action(fleet.client(tenant=args.tenant or settings.tenant, actor=args.actor))
+    finally:
+        fleet.close()
+    emit_report(SagaReport(view), as_json=args.json)
+    return ExitCode.OK
+
+
+def run_queue(args: argparse.Namespace, settings: Settings) -> int:
+    """List the operator queue, nearest deadline first."""
+    with runtime.read_side(settings) as ctx:
+        report = QueueReport(operator_queue(ctx, tenant=args.tenant))
+    emit_report(report, as_json=args.json)
+    return ExitCode.OK
+
+
+def run_approve(args: argparse.Namespace, settings: Settings) -> int:
+    """Approve a pending request."""
+    return _act(args, settings, lambda client: client.approve(
+        args.saga_id, args.step, kind=_kind(args), action_hash=args.action_hash))
+
+
+def run_deny(args: argparse.Namespace, settings: Settings) -> int:
+    """Deny a pending request."""
+    return _act(args, settings, lambda client: client.deny(
+        args.saga_id, args.step, reason=args.reason, kind=_kind(args)))
+
+
+def run_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    """Request cancellation."""
+    return _act(args, settings, lambda client: client.cancel(args.saga_id, reason=args.reason))
+
+
+def run_resolve(args: argparse.Namespace, settings: Settings) -> int:
+    """Record an operator action; the same action clicked again records nothing."""
+    try:
+        evidence = json.loads(args.evidence) if args.evidence else {}
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"--evidence is not JSON: {exc}") from None
+    if not isinstance(evidence, dict):
+        raise InvalidInput("--evidence must be a JSON object")
+    request = OperatorRequest(
+        action=cast(OperatorActionName, args.action),  # argparse checked the choices
+        actor=args.actor, reason=args.reason, step_id=args.step, kind=_kind(args),
+        evidence=evidence,
+    )
+    fleet = command_fleet(settings)
+    try:
+        client = fleet.client(tenant=args.tenant or settings.tenant, actor=args.actor)
+        report = _resolve(fleet, client, args.saga_id, request)
+    finally:
+        fleet.close()
+    emit_report(report, as_json=args.json)
+    return ExitCode.OK
+
+
+def _resolve(
+    fleet: Fleet, client: SagaClient, saga_id: str, request: OperatorRequest
+) -> ResolveReport:
+    """Ask saga_core's rule what the request records, then record it through the client.
+
+    Raises NothingToResolve when nothing waits for a person. Once ``SagaClient.resolve``
+    applies :func:`resolve_escalation` itself and returns what it recorded, this becomes
+    that one call.
+    """
+    loaded = fleet.repo.load(saga_id, tenant=client.tenant)
+    if resolve_escalation(loaded.state, loaded.events, request, fleet.clock()) is None:
+        return ResolveReport(saga_id, request.action, False, client.status(saga_id))
+    view = client.resolve(saga_id, request.action, step_id=request.step_id, kind=request.kind,
+                          reason=request.reason, evidence=dict(request.evidence))
+    return ResolveReport(saga_id, request.action, True, view)

@@ -1,0 +1,283 @@
+"""The commands' typed reports: each renders itself as one JSON document and as text.
+
+A report holds the rooms' own frozen records (or the saga view model); its JSON is theirs
+as data (``asdict`` / ``model_dump``), its text reads their attributes, so a renamed field
+fails type checking instead of printing a KeyError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from projections import (
+    Alert,
+    AuditReport,
+    Metrics,
+    ProjectionStatus,
+    QueueRow,
+    RebuildReport,
+    VerifyReport,
+)
+from workers.views import SagaView
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _alert_line(alert: Alert) -> str:
+    return f"[{alert.severity}] {alert.kind}: {alert.message} ({alert.saga_id})"
+
+
+@dataclass(frozen=True)
+class SagaReport:
+    """A saga's state and steps (``status``, and what ``start``/``approve``/... left)."""
+
+    view: SagaView
+
+    def to_json(self) -> dict[str, Any]:
+        """The saga view as JSON."""
+        return self.view.model_dump(mode="json")
+
+    def to_text(self) -> str:
+        """One line for the saga, one per operation, then approvals and escalation."""
+        v = self.view
+        lines = [f"saga {v.saga_id}  {v.status}  ({v.definition} "
+                 f"v{v.definition_version}, tenant {v.tenant})"]
+        for s in v.steps:
+            lines.append(f"  {s.step_id:<18} {s.kind:<13} {s.status:<18} attempt {s.attempt}")
+        for p in v.pending_approvals:
+            lines.append(f"  awaiting approval: {p['step_id']} ({p['kind']}) "
+                         f"hash {p['action_hash'][:16]}… until {p['expires_at']}")
+        if v.escalation:
+            lines.append(f"  MANUAL INTERVENTION: {v.escalation['reason']}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class RegisteredDefinition:
+    """A definition ``register`` stored: its name and version as given, and its hash."""
+
+    name: Any
+    version: Any
+    hash: str
+
+    def to_json(self) -> dict[str, Any]:
+        """name, version, hash."""
+        return asdict(self)
+
+    def to_text(self) -> str:
+        """One line."""
+        return f"registered {self.name} v{self.version} (hash {self.hash[:16]}…)"
+
+
+@dataclass(frozen=True)
+class ResolveReport:
+    """What ``resolve`` did: whether it recorded the action, and the saga after it."""
+
+    saga_id: str
+    action: str
+    recorded: bool
+    saga: SagaView
+
+    def to_json(self) -> dict[str, Any]:
+        """saga_id, action, recorded, and the saga view."""
+        return {"saga_id": self.saga_id, "action": self.action, "recorded": self.recorded,
+                "saga": self.saga.model_dump(mode="json")}
+
+    def to_text(self) -> str:
+        """One line: recorded and the saga's status, or that it was already recorded."""
+        if self.recorded:
+            return f"{self.action} recorded on saga {self.saga_id}; now {self.saga.status}"
+        return f"{self.action} was already recorded; nothing to do"
+
+
+_EVIDENCE_SHOWN = ("intended_action", "affected_resource", "expected_result", "residual_risk",
+                   "alternatives")
+
+
+@dataclass(frozen=True)
+class QueueReport:
+    """The operator queue, nearest deadline first."""
+
+    entries: Sequence[QueueRow]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """Every entry's row."""
+        return [asdict(e) for e in self.entries]
+
+    def to_text(self) -> str:
+        """Two or more lines per entry: what, deadline, reason and the evidence a human needs."""
+        if not self.entries:
+            return "the operator queue is empty"
+        lines = []
+        for e in self.entries:
+            lines.append(f"{e.saga_id}  {e.entry}  {e.step_id}/{e.kind}  deadline {e.deadline}")
+            lines.append(f"    reason: {e.reason}")
+            # evidence is the escalation's free-form record (a JSON object), shown as stored
+            for key in _EVIDENCE_SHOWN:
+                if e.evidence.get(key):
+                    lines.append(f"    {key.replace('_', ' ')}: {e.evidence[key]}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ProjectionStatusReport:
+    """Every projection's table sets and lag."""
+
+    projections: Sequence[ProjectionStatus]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """Each projection with its table sets and its active set's lag."""
+        return [{**asdict(p), "lag": asdict(p.lag) if p.lag else None} for p in self.projections]
+
+    def to_text(self) -> str:
+        """A line per projection, one per table set."""
+        lines = []
+        for p in self.projections:
+            lines.append(f"{p.name}: active v{p.active_version}")
+            for t in p.table_sets:
+                lines.append(
+                    f"  v{t.version} {t.status:<9} checkpoint {t.checkpoint}"
+                    f"  behind {t.events_behind} events / {t.seconds_behind:.1f}s"
+                )
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class RebuildSummary:
+    """What every rebuild did."""
+
+    rebuilds: Sequence[RebuildReport]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """Each rebuild with its speed."""
+        return [{**asdict(r), "events_per_s": round(r.events_per_s, 1)} for r in self.rebuilds]
+
+    def to_text(self) -> str:
+        """A line per rebuild."""
+        return "\n".join(
+            f"{r.name}: v{r.old_version} -> v{r.new_version}, {r.events_applied} events"
+            f" in {r.elapsed_s:.1f}s ({round(r.events_per_s, 1)} events/s)"
+            for r in self.rebuilds
+        )
+
+
+@dataclass(frozen=True)
+class StatsReport:
+    """The saga metrics per definition and tool, and the business-risk alerts."""
+
+    metrics: Metrics
+    alerts: Sequence[Alert]
+
+    def to_json(self) -> dict[str, Any]:
+        """metrics and alerts."""
+        return {"metrics": asdict(self.metrics), "alerts": [asdict(a) for a in self.alerts]}
+
+    def to_text(self) -> str:
+        """A block per definition, a line per tool, then the alerts."""
+        lines = []
+        for m in self.metrics.definitions:
+            ops = m.operations
+            lines += [
+                f"{m.definition}: {m.sagas} sagas, {m.finished} finished,"
+                f" {m.waiting_for_operator} waiting for an operator",
+                f"  completed {_pct(m.completion_rate)}  compensated"
+                f" {_pct(m.compensation_rate)}  partially"
+                f" {_pct(m.partial_compensation_rate)}  manual"
+                f" {_pct(m.manual_intervention_rate)}",
+                f"  ambiguous {_pct(ops.ambiguous_outcome_rate)}  reconciled"
+                f" {_pct(ops.reconciliation_success_rate)}  duplicate effects"
+                f" {ops.duplicate_effect_incidents}  retry amplification"
+                f" {ops.retry_amplification:.2f}",
+                f"  forward p50/p95 {ops.forward_latency_p50_s}/{ops.forward_latency_p95_s}s"
+                f"  compensation p50/p95 {ops.compensation_latency_p50_s}/"
+                f"{ops.compensation_latency_p95_s}s",
+                f"  invariant restored p50/p95 {m.invariant_restore_p50_s}/"
+                f"{m.invariant_restore_p95_s}s  oldest unfinished"
+                f" {m.stuck_saga_max_age_s:.0f}s",
+            ]
+        for t in self.metrics.tools:
+            ops = t.operations
+            lines.append(
+                f"  tool {t.tool} ({t.kind}): {ops.operations_started} ops,"
+                f" ambiguous {_pct(ops.ambiguous_outcome_rate)}, duplicates"
+                f" {ops.duplicate_effect_incidents}, amplification"
+                f" {ops.retry_amplification:.2f}"
+            )
+        lines += [f"ALERT {_alert_line(a)}" for a in self.alerts]
+        return "\n".join(lines) or "no sagas yet"
+
+
+@dataclass(frozen=True)
+class AlertsReport:
+    """The business-risk alerts."""
+
+    alerts: Sequence[Alert]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """Every alert."""
+        return [asdict(a) for a in self.alerts]
+
+    def to_text(self) -> str:
+        """A line per alert."""
+        return "\n".join(_alert_line(a) for a in self.alerts) or "no alerts"
+
+
+@dataclass(frozen=True)
+class AuditView:
+    """A saga's timeline from the log, its hash chain, and its state as of ``--at``."""
+
+    report: AuditReport
+
+    def to_json(self) -> dict[str, Any]:
+        """The audit report as data."""
+        return asdict(self.report)
+
+    def to_text(self) -> str:
+        """A header with the chain check, a line per event, the state as of then."""
+        r = self.report
+        chain = "intact" if r.chain_ok else f"BROKEN ({r.chain_break})"
+        lines = [f"saga {r.saga_id}: {r.events_total} events, hash chain {chain}"]
+        for e in r.timeline:
+            extra = " ".join(f"{name}={value}" for name, value in
+                             (("step_id", e.step_id), ("kind", e.kind), ("actor", e.actor))
+                             if value)
+            lines.append(
+                f"  v{e.stream_version:<3} @{e.global_position:<8} {e.at}"
+                f"  {e.type:<26} {extra}  #{e.event_hash[:12]}"
+            )
+        if r.state:
+            s = r.state.summary
+            lines.append(f"state as of {r.at or 'now'}: {s.state} (v{s.stream_version})")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class VerifyView:
+    """What verify checked and every difference between the read models and the log."""
+
+    report: VerifyReport
+
+    def to_json(self) -> dict[str, Any]:
+        """The verify report as data, and ``ok``."""
+        return {**asdict(self.report), "ok": self.report.ok}
+
+    def to_text(self) -> str:
+        """A summary line, a line per difference, then OK or the count."""
+        r = self.report
+        lines = [
+            f"{r.projection} v{r.version}: {r.sagas_checked} sagas,"
+            f" {r.streams_checked} streams, {r.broken_chains} broken chains,"
+            f" {len(r.lagging)} lagging"
+        ]
+        for d in r.differences:
+            column = f".{d.column}" if d.column else ""
+            lines.append(
+                f"  {d.saga_id} {d.table}[{d.key}]{column}: {d.problem}"
+                f" (log {d.expected!r}, read model {d.actual!r})"
+            )
+        lines.append("OK" if r.ok else f"{len(r.differences)} differences")
+        return "\n".join(lines)

@@ -1,0 +1,68 @@
+"""The commands' typed reports: the same records as JSON (keys unchanged) and as text."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from projections import Alert, ProjectionStatus, RebuildReport, TableSetStatus, VerifyReport
+from projections.metrics import Metrics
+from projections.verify import Difference
+from sagafleet.commands.rendering import (
+    AlertsReport,
+    ProjectionStatusReport,
+    QueueReport,
+    RebuildSummary,
+    StatsReport,
+    VerifyView,
+)
+from sagafleet.output import emit_report
+
+ALERT = Alert(kind="captured_without_confirmation", severity="critical",
+              message="payment captured, no itinerary", saga_id="s-1",
+              since=datetime(2026, 1, 1, tzinfo=UTC))
+
+
+def test_verify_renders_every_difference_and_keeps_ok_in_its_json() -> None:
+    # given a verify report with one difference
+    report = VerifyReport("sagas", 1, streams_checked=2, sagas_checked=2, broken_chains=0,
+                          differences=[Difference("s-1", "saga_summary", "s-1", "differs",
+                                                  column="state", expected="COMPLETED",
+                                                  actual="COMPENSATED")])
+    view = VerifyView(report)
+    # then the JSON keeps the report's fields and ok, and the text names the difference
+    assert view.to_json()["ok"] is False and view.to_json()["differences"][0]["column"] == "state"
+    text = view.to_text()
+    line = "s-1 saga_summary[s-1].state: differs (log 'COMPLETED', read model 'COMPENSATED')"
+    assert line in text
+    assert text.endswith("1 differences")
+
+
+def test_stats_and_alerts_render_alerts_the_same_way() -> None:
+    stats = StatsReport(Metrics(version=1, definitions=[], tools=[]), [ALERT])
+    assert set(stats.to_json()) == {"metrics", "alerts"}
+    line = "[critical] captured_without_confirmation: payment captured, no itinerary (s-1)"
+    assert stats.to_text() == f"ALERT {line}"
+    assert AlertsReport([ALERT]).to_text() == line
+    assert AlertsReport([]).to_text() == "no alerts"
+    assert StatsReport(Metrics(version=1, definitions=[], tools=[]), []).to_text() == (
+        "no sagas yet")
+
+
+def test_projection_status_json_carries_the_active_sets_lag() -> None:
+    active = TableSetStatus("sagas", 1, "active", "projections.sagas.v1", "1:5", 0, 0.0)
+    report = ProjectionStatusReport([ProjectionStatus("sagas", 1, [active])])
+    (doc,) = report.to_json()
+    assert doc["lag"] == doc["table_sets"][0] and doc["name"] == "sagas"
+    assert report.to_text() == (
+        "sagas: active v1\n  v1 active    checkpoint 1:5  behind 0 events / 0.0s")
+
+
+def test_rebuild_and_empty_queue_text(capsys) -> None:
+    summary = RebuildSummary([RebuildReport("sagas", 1, 2, 100, 2.0)])
+    assert summary.to_json()[0]["events_per_s"] == 50.0
+    assert summary.to_text() == "sagas: v1 -> v2, 100 events in 2.0s (50.0 events/s)"
+    emit_report(QueueReport([]), as_json=False)
+    assert capsys.readouterr().out == "the operator queue is empty\n"
+    emit_report(QueueReport([]), as_json=True)
+    assert json.loads(capsys.readouterr().out) == []
