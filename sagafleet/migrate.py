@@ -1,4 +1,8 @@
-"""Apply every room's schema migrations in order: the event store first, then the rest."""
+"""Apply every room's schema migrations in order: the event store first, then the rest.
+
+The sandbox (a simulator for the demo and the tests) is no room of a real database: its
+schemas come only from :func:`sagafleet.sandbox.install`, called by whoever sets it up.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ from importlib.resources import files
 
 from events import EventStore, apply_migrations
 from projections.context import migrate as projections_migrate
-from workers import sandbox
 
 
 def migrate_all(url: str) -> list[str]:
@@ -18,6 +21,5 @@ def migrate_all(url: str) -> list[str]:
         f"fleet/{name}"
         for name in apply_migrations(url, "fleet", files("workers").joinpath("migrations"))
     )
-    applied.extend(f"sandbox/{name}" for name in sandbox.migrate(url))
     applied.extend(f"projections/{name}" for name in projections_migrate(url))
     return applied

@@ -19,8 +19,8 @@ from saga_core.events import (
     StepStarted,
     StepSucceeded,
 )
+from sagafleet.sandbox import ledger_for_saga
 from workers.messages import StepCommand
-from workers.sandbox import ledger_for_saga
 
 
 def _events(fleet, saga_id):
