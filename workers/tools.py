@@ -219,8 +219,7 @@ class ToolSet:
 
     def check(self) -> None:
         """Raise :class:`ToolSetMismatch` unless catalogue and registry name the same tools."""
-        listed = {(spec.name, spec.version) for spec in self.catalogue.tools}
-        served = set(self.registry.refs())
+        listed, served = set(self.catalogue.refs()), set(self.registry.refs())
         if listed != served:
             raise ToolSetMismatch(
                 missing=tuple(f"{n}@{v}" for n, v in sorted(listed - served)),
