@@ -128,9 +128,13 @@ class Fleet:
     def register_builtin_definitions(self) -> list[str]:
         """Register the shipped trip definition (idempotent); return the hashes registered.
 
-        A stored ``trip`` of the same version with other content (a changed example without
-        a version bump) is kept, with a warning: running sagas need their stored definition,
-        and a worker must not refuse to start over an example.
+        It is stored bound to the shipped trip catalogue it was validated against, not to
+        this fleet's: every fleet that can run the trip (the sandbox's tools, in-memory
+        tools, a command line with no tool set) registers the same content, so none of them
+        meets another's ``trip`` as a conflict. A stored ``trip`` of the same version with
+        other content (a changed example without a version bump) is kept, with a warning:
+        running sagas need their stored definition, and a worker must not refuse to start
+        over an example.
         """
         trip = trip_definition()
         needed = {(s.tool, s.version) for s in trip.steps} | {
@@ -139,7 +143,7 @@ class Fleet:
         if any(self.catalogue.get(name, version) is None for name, version in needed):
             return []  # a fleet running its own tool set has no use for the example trip
         try:
-            return [self.client(actor="sagafleet").register_definition(trip)]
+            return [self.definitions.register(trip, registered_by="sagafleet")]
         except DefinitionConflict as exc:
             log.warning("built-in definition not registered: %s", exc)
             return []

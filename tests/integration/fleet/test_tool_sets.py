@@ -12,6 +12,7 @@ import pytest
 from fleet_harness import LEASE_S, QUEUE_WAIT_S, worker_env
 
 from saga_core.contracts import SagaStatus
+from saga_core.examples import trip_definition, trip_tool_catalogue
 from sagafleet.exit_codes import ExitCode
 from sagafleet.processes import spawn_sagafleet, stop_processes
 from sagafleet.settings import ConfigurationError, Settings
@@ -108,3 +109,16 @@ def test_a_worker_on_a_mismatched_tool_set_refuses_to_start_naming_the_tools(
     # then it does not start, and says which tool lacks an implementation
     assert done.returncode != ExitCode.OK
     assert "notes.erase@1" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_every_fleet_that_can_run_the_trip_registers_the_same_trip(fleet, database, broker):
+    # given the test fleet on the sandbox's tools (its catalogue has a short commit horizon)
+    (on_sandbox,) = fleet.register_builtin_definitions()
+    # when a fleet with only the shipped catalogue (a command line) registers it too
+    cli = Fleet(FleetConfig(database_url=database, broker_url=broker), trip_tool_catalogue())
+    try:
+        (on_cli,) = cli.register_builtin_definitions()
+    finally:
+        cli.close()
+    # then both stored the same content, bound to the shipped trip catalogue
+    assert on_cli == on_sandbox == trip_definition().content_hash()
