@@ -21,6 +21,7 @@ from typing import Any
 
 from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import ErrorClass, Receipt
+from saga_core.errors import SagaError
 from saga_core.examples import trip_tool_catalogue
 from sagafleet.sandbox._db import ConnectionSource
 from sagafleet.sandbox.errors import ProviderError, ProviderTimeout
@@ -141,7 +142,7 @@ def _receipt(response: ProviderResponse) -> Receipt:
     )
 
 
-class SandboxCatalogueError(ValueError):
+class SandboxCatalogueError(SagaError):
     """The sandbox was asked for tools it cannot be: unknown names, or a catalogue promise
     (dedupe by key) that its providers would break."""
 
