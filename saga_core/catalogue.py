@@ -1,7 +1,12 @@
 """The tool catalogue as data: what each allowlisted tool does, returns and how it is undone.
 
-Workers map each :class:`ToolSpec` to an implementation; saga_core needs only these facts to
-validate definitions and plans and to choose between retry, reconcile and escalate.
+A :class:`ToolSpec` is the one owner of every fact about a tool: its semantics, arguments,
+receipt fields, default compensation, whether its provider dedupes by key and its commit
+horizon. Implementations carry none of these (``workers.tools.Tool`` is only ``execute`` and
+``lookup``); a ``workers.tools.ToolSet`` binds each spec's ``(name, version)`` to one.
+saga_core needs only these facts to validate definitions and plans and to choose between
+retry, reconcile and escalate; a validated definition keeps a snapshot of the specs it was
+checked against, so a saga decides by the contract it started under.
 """
 
 from __future__ import annotations
@@ -85,6 +90,10 @@ class ToolCatalogue(BaseModel):
         if spec is None:
             raise UnknownToolError(name, version)
         return spec
+
+    def refs(self) -> list[tuple[str, int]]:
+        """Every allowlisted ``(name, version)``, sorted."""
+        return sorted((t.name, t.version) for t in self.tools)
 
     def versions(self, name: str) -> list[int]:
         """Known versions of a tool name (for error messages)."""

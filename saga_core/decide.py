@@ -34,6 +34,7 @@ from saga_core.decisions import (
 from saga_core.definition import ApprovalPolicy, StepDefinition
 from saga_core.errors import TemplateError
 from saga_core.events import Evidence
+from saga_core.resolution import escalation_alternatives
 from saga_core.state import FORWARD_DONE, IN_DOUBT, RunStatus, SagaState, StepRun
 
 FORWARD, COMPENSATION = StepKind.FORWARD, StepKind.COMPENSATION
@@ -453,12 +454,7 @@ def _escalate(
     reason: str,
     now: datetime,
 ) -> Escalate:
-    if run is not None and run.kind is COMPENSATION:
-        options = ["retry_step", "mark_compensated", "skip"]
-    else:
-        options = ["retry_step", "skip", "force_complete", "resume"]
-        if not state.pivot_passed and state.phase == "forward":
-            options.append("cancel")
+    options = escalation_alternatives(state, run.kind if run is not None else None)
     evidence = _evidence(state, step, run, reason, now, alternatives=options)
     return Escalate(
         reason,

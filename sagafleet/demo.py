@@ -21,7 +21,6 @@ from typing import Any
 from events.definitions import DefinitionConflict
 from events.sagas import LoadedSaga
 from saga_core import SagaDefinition
-from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.errors import SagaError
 from saga_core.events import (
@@ -31,12 +30,13 @@ from saga_core.events import (
     ReconciliationResult,
     StepSucceeded,
 )
-from saga_core.examples import trip_definition, trip_tool_catalogue
+from saga_core.examples import trip_definition
 from saga_core.state import RunStatus
+from sagafleet import sandbox
 from sagafleet.processes import spawn_sagafleet, stop_processes
+from sagafleet.sandbox import TripSandbox, ledger_for_saga, ledger_totals
 from workers.client import SagaClient
 from workers.fleet import Fleet
-from workers.sandbox import FaultInjector, ledger_for_saga, ledger_totals
 
 DEMO_DEFINITION = "trip_demo"
 OPERATOR = "demo-operator"
@@ -53,20 +53,6 @@ def demo_definition() -> SagaDefinition:
         for step in trip.steps
     ]
     return trip.model_copy(update={"name": DEMO_DEFINITION, "steps": steps})
-
-
-# The sandbox providers make a late request visible within a couple of seconds (their
-# slow_visibility fault), so their real commit horizon is short; the shipped catalogue keeps
-# the cautious production figures (up to 120 s), which would make the demo wait minutes.
-SANDBOX_COMMIT_HORIZON_S = 5.0
-
-
-def demo_catalogue() -> ToolCatalogue:
-    """The trip tools with commit horizons that match the sandbox providers."""
-    return ToolCatalogue(tools=[
-        spec.model_copy(update={"commit_horizon_s": SANDBOX_COMMIT_HORIZON_S})
-        for spec in trip_tool_catalogue().tools
-    ])
 
 
 def register_demo_definition(client: SagaClient) -> int:
@@ -203,11 +189,14 @@ class Progress:
             self.stream.write("\n")
 
 
-def run(fleet: Fleet, env: dict[str, str], options: DemoOptions, log_dir: Path) -> dict[str, Any]:
-    """Run the demo on an already-migrated fleet; return the summary document."""
+def run(
+    fleet: Fleet, trip: TripSandbox, env: dict[str, str], options: DemoOptions, log_dir: Path
+) -> dict[str, Any]:
+    """Run the demo on an already-migrated fleet whose tools are ``trip``'s (the sandbox
+    installed); return the summary document."""
     client = fleet.client(actor="demo-agent")
     version = register_demo_definition(client)
-    faults = FaultInjector(fleet.sandbox_pool)
+    faults = trip.faults
     faults.clear()
     if options.fault_rate > 0:
         faults.configure_mix(options.fault_rate, options.seed)
@@ -240,11 +229,11 @@ def run(fleet: Fleet, env: dict[str, str], options: DemoOptions, log_dir: Path) 
     finally:
         processes.stop()
     finals = {sid: fleet.repo.load(sid) for sid in saga_ids}
-    return summarize(fleet, finals, operator, elapsed, faults.hit_counts())
+    return summarize(trip, finals, operator, elapsed, faults.hit_counts())
 
 
 def summarize(
-    fleet: Fleet,
+    trip: TripSandbox,
     finals: dict[str, LoadedSaga],
     operator: Operator,
     elapsed: float,
@@ -274,12 +263,12 @@ def summarize(
                 counts["approvals_granted"] += 1
             elif isinstance(event, ApprovalDenied):
                 counts["approvals_denied"] += 1
-        ledger = ledger_for_saga(fleet.sandbox_pool, saga_id)
+        ledger = ledger_for_saga(trip.db, saga_id)
         if status is SagaStatus.COMPLETED and not ledger.is_complete_trip:
             violations.append(f"{saga_id}: COMPLETED but the ledgers show no complete trip")
         if status is SagaStatus.COMPENSATED and not ledger.is_unwound:
             violations.append(f"{saga_id}: COMPENSATED but holds or a net charge remain")
-    totals = ledger_totals(fleet.sandbox_pool)
+    totals = ledger_totals(trip.db)
     duplicates = [d for d in totals.duplicate_effects if d.saga_id in finals]
     return {
         "sagas": len(finals),
@@ -307,9 +296,9 @@ def summarize(
 def child_env(database_url: str, broker_url: str, options: DemoOptions) -> dict[str, str]:
     """Environment for the demo's processes: the resolved endpoints and short timings."""
     env = dict(os.environ)
-    # The demo runs the trip against the sandbox providers, whatever tools are configured.
-    env.pop("SAGAFLEET_TOOLS", None)
     env.update({
+        # The demo runs the trip against the sandbox providers, whatever tools are configured.
+        "SAGAFLEET_TOOLS": sandbox.TOOL_SET,
         "SAGAFLEET_DATABASE_URL": database_url,
         "SAGAFLEET_BROKER_URL": broker_url,
         "SAGAFLEET_LEASE_SECONDS": str(options.lease_s),

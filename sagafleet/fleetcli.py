@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from saga_core.examples import trip_tool_catalogue
 from sagafleet import runtime
 from sagafleet.migrate import migrate_all, require_migrated
 from sagafleet.settings import Settings
@@ -16,8 +17,9 @@ def build_fleet(
 ) -> Fleet:
     """A long-running service's fleet (worker, sweeper, MCP server): migrates the schema first.
 
-    ``tools`` (else ``SAGAFLEET_TOOLS``) names the tool set to run instead of the trip
-    sandbox, as ``package.module:attribute``.
+    ``tools`` (else ``SAGAFLEET_TOOLS``) names the tool set, as ``package.module:attribute``;
+    with none, the fleet runs no tool and checks definitions against the shipped trip
+    catalogue (a worker refuses to start without a tool set before it gets here).
     """
     database_url = runtime.database_url(settings)
     migrate_all(database_url)
@@ -45,12 +47,10 @@ def _fleet(
         broker_url=runtime.broker_url(settings),
         lease_s=settings.lease_seconds,
         queue_wait_s=settings.queue_wait_seconds,
-        tool_latency_s=settings.tool_latency_seconds,
     )
     if worker_id:
         config = replace(config, worker_id=worker_id)
     reference = tools or settings.tools
     if reference is None:
-        return Fleet(config)
-    tool_set = load_tool_set(reference)
-    return Fleet(config, tools=tool_set.registry, catalogue=tool_set.catalogue)
+        return Fleet(config, trip_tool_catalogue())
+    return Fleet(config, load_tool_set(reference))

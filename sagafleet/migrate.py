@@ -4,6 +4,9 @@ services at start-up, and checked (never applied) by every other command.
 A command that only reads or records must not change a database's schema behind its
 operator's back; on a database that is behind, it stops with :class:`DatabaseNotMigrated`,
 which says to run ``sagafleet db migrate``.
+
+The sandbox (a simulator for the demo and the tests) is no room of a real database: its
+schemas come only from :func:`sagafleet.sandbox.install`, called by whoever sets it up.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from events import EventStore, apply_migrations
 from events.migrate import MIGRATIONS_TABLE, discover
 from events.store import MIGRATIONS_NAMESPACE
 from saga_core.errors import ErrorKind, SagaError
-from workers import sandbox
 
 
 class DatabaseNotMigrated(SagaError):
@@ -40,7 +42,6 @@ class Room:
 ROOMS: Final = (
     Room(MIGRATIONS_NAMESPACE, files("events").joinpath("migrations")),
     Room("fleet", files("workers").joinpath("migrations")),
-    Room(sandbox.NAMESPACE, sandbox.MIGRATIONS_DIR),
     Room("projections", files("projections").joinpath("migrations")),
 )
 """Every room whose schema ``sagafleet db migrate`` applies."""

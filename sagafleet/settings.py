@@ -29,10 +29,12 @@ class Settings(BaseModel):
     lease_seconds: float = Field(default=30.0, gt=0, le=86_400)
     queue_wait_seconds: float = Field(default=10.0, gt=0, le=86_400)
     sweep_interval_seconds: float = Field(default=2.0, gt=0, le=3_600)
-    # Added latency of every sandbox provider call (tests and benchmarks of slow tools).
+    # Added latency of every sandbox provider call (tests and benchmarks of slow tools); read
+    # by sagafleet.sandbox:trip_tool_set.
     tool_latency_seconds: float = Field(default=0.0, ge=0, le=600)
     # The tools a fleet runs: 'package.module:attribute' naming a workers.tools.ToolSet (or a
-    # callable returning one). Unset: the trip sandbox providers.
+    # callable returning one), e.g. sagafleet.sandbox:trip_tool_set. There is no default:
+    # unset, a worker refuses to start (other commands run no tool).
     tools: str | None = Field(default=None, pattern=r"^[\w.]+:\w+$")
 
     @classmethod

@@ -33,7 +33,8 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from celery_chain_baseline import run_baseline  # noqa: E402
 
-from sagafleet import embedded  # noqa: E402
+from saga_core.examples import trip_tool_catalogue  # noqa: E402
+from sagafleet import embedded, sandbox  # noqa: E402
 from sagafleet.migrate import migrate_all  # noqa: E402
 from sagafleet.processes import spawn_sagafleet, stop_processes  # noqa: E402
 from workers.celery_app import broker_redis  # noqa: E402
@@ -119,13 +120,15 @@ def fleet_run(
 ) -> tuple[float, list[tuple[int, int]]]:
     """Trip sagas per second with ``workers`` fleet workers; optional RSS samples."""
     broker_redis(broker).flushdb()
-    child = {**env, "SAGAFLEET_DATABASE_URL": database, "SAGAFLEET_BROKER_URL": broker}
+    child = {**env, "SAGAFLEET_DATABASE_URL": database, "SAGAFLEET_BROKER_URL": broker,
+             "SAGAFLEET_TOOLS": sandbox.TOOL_SET}
     if providers == "memory":
         child["SAGAFLEET_TOOLS"] = "memory_tools:trip_tools"
         child["PYTHONPATH"] = f"{ROOT}{os.pathsep}{ROOT / 'scripts'}"
     procs = [spawn_sagafleet(["worker"], child, logs / f"fleet-{i}.log")
              for i in range(workers)]
-    fleet = Fleet(FleetConfig(database_url=database, broker_url=broker))
+    # This process only starts sagas and counts them: the trip's catalogue, no tools.
+    fleet = Fleet(FleetConfig(database_url=database, broker_url=broker), trip_tool_catalogue())
     samples: list[tuple[int, int]] = []
     try:
         fleet.register_builtin_definitions()
@@ -170,6 +173,7 @@ def fresh_database(server_url: str) -> str:
     params["dbname"] = name
     url = psycopg.conninfo.make_conninfo("", **params)
     migrate_all(url)
+    sandbox.install(url)
     return url
 
 

@@ -48,12 +48,12 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from saga_core.contracts import SagaStatus
 from saga_core.errors import SagaError
 from saga_core.events import ManualInterventionRequired
-from sagafleet import embedded
+from sagafleet import embedded, sandbox
 from sagafleet.demo import DEMO_DEFINITION, Operator, demo_definition, trip_input
 from sagafleet.migrate import migrate_all
 from sagafleet.processes import spawn_sagafleet, stop_processes
+from sagafleet.sandbox import TripSandbox, ledger_for_saga, ledger_totals
 from workers.fleet import Fleet, FleetConfig
-from workers.sandbox import FaultInjector, ledger_for_saga, ledger_totals
 
 LEASE_S = 3.0
 TRANSIENT = (SagaError, psycopg.Error, OSError)
@@ -136,6 +136,7 @@ class ChaosRun:
         params["dbname"] = name
         url = make_conninfo("", **params)
         migrate_all(url)
+        sandbox.install(url)
         return url
 
     def elapsed(self) -> float:
@@ -205,12 +206,15 @@ class ChaosRun:
             "SAGAFLEET_LEASE_SECONDS": str(LEASE_S),
             "SAGAFLEET_QUEUE_WAIT_SECONDS": "1",
             "SAGAFLEET_SWEEP_INTERVAL_SECONDS": "0.5",
+            "SAGAFLEET_TOOLS": sandbox.TOOL_SET,
         })
+        trip = sandbox.open_trip_sandbox(database)
         fleet = Fleet(FleetConfig(database_url=database, broker_url=broker_url,
-                                  lease_s=LEASE_S, queue_wait_s=1.0, worker_id="chaos-operator"))
+                                  lease_s=LEASE_S, queue_wait_s=1.0, worker_id="chaos-operator"),
+                      trip.tools)
         client = fleet.client(actor="chaos-agent")
         client.register_definition(demo_definition())
-        faults = FaultInjector(fleet.sandbox_pool)
+        faults = trip.faults
         if self.args.fault_rate > 0:
             faults.configure_mix(self.args.fault_rate, self.args.seed)
         procs = Fleetprocs(env, self.log_dir)
@@ -247,7 +251,7 @@ class ChaosRun:
             casualties = procs.casualties()
         finally:
             procs.stop()
-        report = self.check(fleet, saga_ids, env, casualties, quiet, faults)
+        report = self.check(fleet, trip, saga_ids, env, casualties, quiet)
         fleet.close()
         return report
 
@@ -279,11 +283,11 @@ class ChaosRun:
     # -- checks --------------------------------------------------------------------------
 
     @staticmethod
-    def check_saga(fleet: Fleet, saga_id: str) -> tuple[SagaStatus, str | None]:
+    def check_saga(fleet: Fleet, trip: TripSandbox, saga_id: str) -> tuple[SagaStatus, str | None]:
         """The saga's state, and what is wrong with it (from its log and the ledgers)."""
         loaded = fleet.repo.load(saga_id)
         status = loaded.state.status
-        ledger = ledger_for_saga(fleet.sandbox_pool, saga_id)
+        ledger = ledger_for_saga(trip.db, saga_id)
         if status is SagaStatus.MANUAL_INTERVENTION:
             manual = [e for e in loaded.events if isinstance(e, ManualInterventionRequired)]
             if not manual or not manual[-1].evidence.reason:
@@ -299,8 +303,8 @@ class ChaosRun:
             return status, f"{status} breaks the trip invariant"
         return status, None
 
-    def check(self, fleet: Fleet, saga_ids: list[str], env: dict[str, str],
-              casualties: list[str], quiet: bool, faults: FaultInjector) -> dict[str, Any]:
+    def check(self, fleet: Fleet, trip: TripSandbox, saga_ids: list[str], env: dict[str, str],
+              casualties: list[str], quiet: bool) -> dict[str, Any]:
         """Every check of the run; violations make the exit code non-zero."""
         violations: list[str] = []
         if not quiet:
@@ -308,7 +312,7 @@ class ChaosRun:
         violations += [f"process died: {c}" for c in casualties]
         states: Counter[str] = Counter()
         for saga_id in saga_ids:
-            found = _retrying(lambda sid=saga_id: self.check_saga(fleet, sid))
+            found = _retrying(lambda sid=saga_id: self.check_saga(fleet, trip, sid))
             if found is None:
                 violations.append(f"{saga_id}: could not be read back")
                 continue
@@ -316,7 +320,7 @@ class ChaosRun:
             states[str(status)] += 1
             if problem:
                 violations.append(f"{saga_id}: {problem}")
-        totals = _retrying(lambda: ledger_totals(fleet.sandbox_pool))
+        totals = _retrying(lambda: ledger_totals(trip.db))
         duplicates = [] if totals is None else list(totals.duplicate_effects)
         if totals is None:
             violations.append("the providers' ledgers could not be read back")
@@ -330,7 +334,7 @@ class ChaosRun:
             "duration_s": self.args.duration,
             "seed": self.args.seed,
             "chaos": [a.__dict__ for a in self.actions],
-            "provider_faults": dict(sorted(faults.hit_counts().items())),
+            "provider_faults": dict(sorted(trip.faults.hit_counts().items())),
             "outcomes": dict(sorted(states.items())),
             "duplicate_effects": len(duplicates),
             "verify": {k: v for k, v in verify.items() if k != "output"},

@@ -42,9 +42,6 @@ class MemoryTool:
     name: str
     status: str
     copied: tuple[str, ...]
-    version: int = 1
-    dedupes_by_key: bool = True
-    commit_horizon_s: float = 30.0
     _done: dict[str, Receipt] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -74,6 +71,8 @@ class MemoryTool:
 
 
 def trip_tools() -> ToolSet:
-    """The trip catalogue with in-memory implementations of its eight tools."""
-    registry = ToolRegistry(MemoryTool(name, status, copied) for name, status, copied in _TRIP)
+    """The trip catalogue with in-memory implementations of its eight tools (version 1)."""
+    registry = ToolRegistry({
+        (name, 1): MemoryTool(name, status, copied) for name, status, copied in _TRIP
+    })
     return ToolSet(trip_tool_catalogue(), registry)

@@ -8,9 +8,9 @@ tenant can never see or touch another tenant's saga.
 from __future__ import annotations
 
 import uuid
-from typing import Any, cast, get_args
+from typing import Any, cast
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from events import ConcurrencyError
 from events.saga_log import Definitions, Secrets
@@ -35,13 +35,13 @@ from saga_core.events import (
     ApprovalDenied,
     CancelRequested,
     OperatorAction,
-    OperatorActionName,
     SagaEvent,
     SagaStarted,
 )
 from saga_core.inputs import validate_input
 from saga_core.keys import json_value_problem, payload_hash, text_argument_problem, text_problem
 from saga_core.plans import AgentPlan
+from saga_core.resolution import OPERATOR_ACTIONS, OperatorRequest, resolve_escalation
 from saga_core.state import SagaState
 from saga_core.validation import validate_definition
 from workers.orchestrator import Build, Orchestrator
@@ -75,6 +75,15 @@ def _text(what: str, value: object, limit: int, *, empty: bool = False) -> str:
     if problem is not None:
         raise InvalidRequest(problem)
     return cast(str, value)  # a str: text_argument_problem checked
+
+
+class Resolution(BaseModel):
+    """What a resolve recorded (None: a repeated click recorded nothing) and the saga after."""
+
+    model_config = ConfigDict(frozen=True)
+
+    recorded: OperatorAction | None
+    saga: SagaView
 
 
 class _StaleDefinition(Exception):
@@ -298,9 +307,13 @@ class SagaClient:
     def resolve(
         self, saga_id: str, action: str, *, step_id: str | None = None,
         kind: StepKind = StepKind.FORWARD, reason: str, evidence: dict[str, Any] | None = None,
-    ) -> SagaView:
-        """Record a typed operator action resolving a manual intervention."""
-        allowed = get_args(OperatorActionName)
+    ) -> Resolution:
+        """Record a typed operator action answering a paused saga (saga_core's resolve rule).
+
+        Returns what was recorded (``None`` for a second click on the same button) and the
+        saga after it; raises ``NothingToResolve`` when nothing waits for a person and
+        ``OperatorActionRejected`` when the action does not fit what the saga waits on.
+        """
         _text("reason", reason, MAX_REASON_LENGTH, empty=True)
         if step_id is not None:
             kind = _step_ref(step_id, kind)
@@ -309,20 +322,27 @@ class SagaClient:
             else json_value_problem(evidence))
         if problem is not None:
             raise InvalidRequest(f"evidence: {problem}")
-        if action not in allowed:
-            raise InvalidRequest(f"operator action {action!r} is not one of {list(allowed)}")
+        if action not in OPERATOR_ACTIONS:
+            raise InvalidRequest(
+                f"operator action {action!r} is not one of {list(OPERATOR_ACTIONS)}")
         if step_id is not None and not self._load(saga_id).definition.has_step(step_id):
             raise InvalidRequest(f"saga {saga_id} has no step {step_id!r}")
+        request = OperatorRequest(action=action, actor=self.actor,
+                                  reason=reason, step_id=step_id, kind=kind,
+                                  evidence=evidence or {})
+        recorded: list[OperatorAction] = []
 
         def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
-            if loaded.state.escalation is None:
-                # Nothing waits for a human (any more): a second click records nothing.
+            recorded.clear()  # a lost race rebuilds from the fresh log
+            event = resolve_escalation(loaded.state, loaded.events, request,
+                                       self.orchestrator.clock())
+            if event is None:
                 return None
-            return [OperatorAction(at=self.orchestrator.clock(), action=action,
-                                   step_id=step_id, kind=kind, actor=self.actor, reason=reason,
-                                   evidence=evidence or {})]
+            recorded.append(event)
+            return [event]
 
-        return self._record(saga_id, build)
+        view = self._record(saga_id, build)
+        return Resolution(recorded=recorded[0] if recorded else None, saga=view)
 
     def _record(self, saga_id: str, build: Build) -> SagaView:
         """Commit what ``build`` makes of this tenant's saga as this actor, publish what the

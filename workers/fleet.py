@@ -14,43 +14,38 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
 
-from psycopg_pool import ConnectionPool
-
 from events import EventStore
 from events.definitions import DefinitionConflict, DefinitionStore
 from events.sagas import PostgresSagaLog, saga_registry
 from saga_core.catalogue import ToolCatalogue
 from saga_core.errors import ErrorKind, SagaError
-from saga_core.examples import trip_definition, trip_tool_catalogue
+from saga_core.examples import trip_definition
 from workers.celery_app import BrokerSettings, create_celery_app
 from workers.client import SagaClient
 from workers.executor import StepExecutor
 from workers.orchestrator import Clock, Orchestrator, utc_now
 from workers.publisher import CeleryPublisher
-from workers.sandbox import build_trip_sandbox
-from workers.sandbox._db import open_pool
 from workers.secrets import SecretVault
-from workers.tools import ToolRegistry
+from workers.tools import ToolRegistry, ToolSet
 
 log = logging.getLogger(__name__)
 
 
-class FleetMisconfigured(SagaError):
-    """The tool catalogue and the registered implementations disagree."""
+class NoToolSet(SagaError):
+    """A fleet given only a catalogue was asked to run a tool (a worker needs a ToolSet)."""
 
     kind = ErrorKind.MISCONFIGURED
 
 
 @dataclass(frozen=True)
 class FleetConfig:
-    """What a fleet process needs: endpoints, timing, and the sandbox's knobs."""
+    """What a fleet process needs: endpoints and timing."""
 
     database_url: str
     broker_url: str
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     lease_s: float = 30.0
     queue_wait_s: float = 10.0
-    tool_latency_s: float = 0.0
     pool_size: int = 8
     inline_steps: int = 8  # steps a worker may run in turn without a broker round trip
     branch_threads: int = 8  # parallel branches of one saga a worker runs side by side
@@ -62,15 +57,20 @@ class Fleet:
     def __init__(
         self,
         config: FleetConfig,
+        tools: ToolSet | ToolCatalogue,
         *,
-        tools: ToolRegistry | None = None,
-        catalogue: ToolCatalogue | None = None,
         clock: Clock = utc_now,
     ) -> None:
+        """``tools``: the ToolSet this process runs steps with, checked here against its own
+        catalogue (:class:`~workers.tools.ToolSetMismatch`: the fleet does not start), or
+        only a catalogue, for a process that records and validates but calls no tool (the
+        command line, the sweeper, an agent's client)."""
         self.config = config
         self.clock = clock
-        self.catalogue = catalogue or trip_tool_catalogue()
+        if isinstance(tools, ToolSet):
+            tools.check()
         self._tools = tools
+        self.catalogue = tools.catalogue if isinstance(tools, ToolSet) else tools
 
     @cached_property
     def store(self) -> EventStore:
@@ -80,22 +80,13 @@ class Fleet:
             registry=saga_registry(), notify=True,
         )
 
-    @cached_property
-    def sandbox_pool(self) -> ConnectionPool:
-        """Connections for the sandbox providers (their own schemas, same server)."""
-        return open_pool(self.config.database_url, max_size=self.config.pool_size)
-
-    @cached_property
-    def tools(self) -> ToolRegistry:
-        """The allowlisted tools: the given registry, or the trip sandbox providers."""
-        registry = self._tools or build_trip_sandbox(
-            self.sandbox_pool, latency_s=self.config.tool_latency_s
-        ).registry
-        missing = [f"{s.name}@{s.version}" for s in self.catalogue.tools
-                   if not registry.has(s.name, s.version)]
-        if missing:
-            raise FleetMisconfigured(f"catalogue tools without an implementation: {missing}")
-        return registry
+    @property
+    def registry(self) -> ToolRegistry:
+        """The implementations this fleet runs; :class:`NoToolSet` if it was given none."""
+        if not isinstance(self._tools, ToolSet):
+            raise NoToolSet("this fleet was given only a tool catalogue; running a step "
+                            "needs a ToolSet (catalogue and implementations)")
+        return self._tools.registry
 
     @cached_property
     def definitions(self) -> DefinitionStore:
@@ -134,7 +125,7 @@ class Fleet:
     @cached_property
     def executor(self) -> StepExecutor:
         """Claims and runs step commands as this worker."""
-        return StepExecutor(self.orchestrator, self.tools, self.secrets,
+        return StepExecutor(self.orchestrator, self.registry, self.secrets,
                             worker_id=self.config.worker_id,
                             lease=timedelta(seconds=self.config.lease_s))
 
@@ -147,9 +138,13 @@ class Fleet:
     def register_builtin_definitions(self) -> list[str]:
         """Register the shipped trip definition (idempotent); return the hashes registered.
 
-        A stored ``trip`` of the same version with other content (a changed example without
-        a version bump) is kept, with a warning: running sagas need their stored definition,
-        and a worker must not refuse to start over an example.
+        It is stored bound to the shipped trip catalogue it was validated against, not to
+        this fleet's: every fleet that can run the trip (the sandbox's tools, in-memory
+        tools, a command line with no tool set) registers the same content, so none of them
+        meets another's ``trip`` as a conflict. A stored ``trip`` of the same version with
+        other content (a changed example without a version bump) is kept, with a warning:
+        running sagas need their stored definition, and a worker must not refuse to start
+        over an example.
         """
         trip = trip_definition()
         needed = {(s.tool, s.version) for s in trip.steps} | {
@@ -158,7 +153,7 @@ class Fleet:
         if any(self.catalogue.get(name, version) is None for name, version in needed):
             return []  # a fleet running its own tool set has no use for the example trip
         try:
-            return [self.client(actor="sagafleet").register_definition(trip)]
+            return [self.definitions.register(trip, registered_by="sagafleet")]
         except DefinitionConflict as exc:
             log.warning("built-in definition not registered: %s", exc)
             return []
@@ -170,11 +165,12 @@ class Fleet:
                                   thread_name_prefix="sagafleet-branch")
 
     def close(self) -> None:
-        """Close pools this fleet opened."""
+        """Close pools this fleet opened, and the tool set it was given (it owns it)."""
         threads = self.__dict__.pop("branches", None)
         if threads is not None:
             threads.shutdown(wait=True)
-        for name in ("store", "sandbox_pool"):
-            resource = self.__dict__.pop(name, None)
-            if resource is not None:
-                resource.close()
+        store = self.__dict__.pop("store", None)
+        if store is not None:
+            store.close()
+        if isinstance(self._tools, ToolSet):
+            self._tools.close()

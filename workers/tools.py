@@ -1,16 +1,21 @@
 """The tool contract: what a side-effecting tool promises the saga, and the allowlist of tools.
 
-A tool is allowlisted by ``(name, version)``. Workers call :meth:`Tool.execute` with the
-step's stable operation key and, after an ambiguous outcome, :meth:`Tool.lookup` with the
-same key to reconcile. Every failure a tool reports is a :class:`ToolError` whose
-:class:`~saga_core.contracts.ErrorClass` tells the orchestrator what to do next; provider
-exceptions are translated into it at the adapter boundary, exactly once.
+A tool is allowlisted by ``(name, version)`` in a :class:`~saga_core.catalogue.ToolCatalogue`,
+the one owner of what the tool is (dedupe by key, commit horizon, receipt fields, default
+compensation); a :class:`ToolSet` pairs that catalogue with the implementations, registered
+under the catalogue's refs, and a fleet refuses to start when the two disagree.
+
+Workers call :meth:`Tool.execute` with the step's stable operation key and, after an
+ambiguous outcome, :meth:`Tool.lookup` with the same key to reconcile. Every failure a tool
+reports is a :class:`ToolError` whose :class:`~saga_core.contracts.ErrorClass` tells the
+orchestrator what to do next; provider exceptions are translated into it at the adapter
+boundary, exactly once.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -25,9 +30,14 @@ __all__ = [
     "LookupResult",
     "Tool",
     "ToolError",
+    "ToolRef",
     "ToolRegistry",
+    "ToolSet",
+    "ToolSetError",
+    "ToolSetMismatch",
     "Unknown",
     "UnknownToolError",
+    "load_tool_set",
 ]
 
 
@@ -36,7 +46,7 @@ class Absent:
     """The provider confirms it holds no committed request under the key (yet).
 
     "Absent" proves nothing about a request that may still commit late: retrying after it
-    is safe only for a tool that dedupes by key (see :attr:`Tool.commit_horizon_s`).
+    is safe only for a tool whose catalogue spec dedupes by key, or after its commit horizon.
     """
 
     reason: str
@@ -80,34 +90,12 @@ class ToolError(SagaError):
 
 @runtime_checkable
 class Tool(Protocol):
-    """An allowlisted side-effecting operation of one external system.
+    """The implementation of one allowlisted tool: its effect and its reconciliation by key.
 
-    ``dedupes_by_key`` says the provider returns the stored result for a repeated key, so
-    the orchestrator may retry with the same key after an ambiguous outcome once lookup
-    confirms absence. ``commit_horizon_s`` is how late after dispatch a request may still
-    commit (or become visible to :meth:`lookup`); a tool that cannot dedupe waits that
-    long before it is retried, or escalates.
+    What the tool *is* (name, version, dedupe by key, commit horizon, receipt fields, default
+    compensation) is the catalogue's :class:`~saga_core.catalogue.ToolSpec`, its one owner;
+    an implementation is bound to a spec by the ``(name, version)`` it is registered under.
     """
-
-    @property
-    def name(self) -> str:
-        """Allowlisted name, e.g. ``"flights.hold"``."""
-        ...
-
-    @property
-    def version(self) -> int:
-        """Contract version; a changed argument or receipt shape is a new version."""
-        ...
-
-    @property
-    def dedupes_by_key(self) -> bool:
-        """Whether the provider deduplicates requests by the operation key."""
-        ...
-
-    @property
-    def commit_horizon_s(self) -> float:
-        """Seconds after dispatch within which a request may still commit or become visible."""
-        ...
 
     def execute(self, args: Mapping[str, Any], key: str) -> Receipt:
         """Perform the effect under ``key`` (passed to the provider); raise :class:`ToolError`."""
@@ -145,23 +133,26 @@ class DuplicateToolError(SagaError):
         super().__init__(f"tool {name}@{version} is already registered")
 
 
+ToolRef = tuple[str, int]
+"""A tool as the catalogue names it: ``(name, version)``."""
+
+
 class ToolRegistry:
-    """The allowlist: tools by ``(name, version)``; anything not registered cannot run."""
+    """The implementations, by the catalogue ref each one serves; nothing else can run."""
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
-        self._tools: dict[tuple[str, int], Tool] = {}
-        for tool in tools:
-            self.register(tool)
+    def __init__(self, tools: Mapping[ToolRef, Tool] | None = None) -> None:
+        self._tools: dict[ToolRef, Tool] = {}
+        for (name, version), tool in (tools or {}).items():
+            self.register(name, version, tool)
 
-    def register(self, tool: Tool) -> None:
-        """Allowlist ``tool``; registering the same ``(name, version)`` twice is an error."""
-        ref = (tool.name, tool.version)
-        if ref in self._tools:
-            raise DuplicateToolError(*ref)
-        self._tools[ref] = tool
+    def register(self, name: str, version: int, tool: Tool) -> None:
+        """Serve ``name@version`` with ``tool``; registering the same ref twice is an error."""
+        if (name, version) in self._tools:
+            raise DuplicateToolError(name, version)
+        self._tools[(name, version)] = tool
 
     def get(self, name: str, version: int) -> Tool:
-        """The tool allowlisted as ``name@version``, or :class:`UnknownToolError` naming it."""
+        """The tool registered as ``name@version``, or :class:`UnknownToolError` naming it."""
         try:
             return self._tools[(name, version)]
         except KeyError:
@@ -169,11 +160,11 @@ class ToolRegistry:
             raise UnknownToolError(name, version, known) from None
 
     def has(self, name: str, version: int) -> bool:
-        """Whether ``name@version`` is allowlisted (definition validation asks this)."""
+        """Whether ``name@version`` has an implementation."""
         return (name, version) in self._tools
 
-    def refs(self) -> list[tuple[str, int]]:
-        """Every allowlisted ``(name, version)``, sorted."""
+    def refs(self) -> list[ToolRef]:
+        """Every registered ``(name, version)``, sorted."""
         return sorted(self._tools)
 
     def __contains__(self, ref: object) -> bool:
@@ -186,12 +177,62 @@ class ToolRegistry:
         return len(self._tools)
 
 
+class ToolSetMismatch(SagaError):
+    """A tool set's catalogue and implementations disagree; names every tool on either side.
+
+    ``missing``: catalogue tools with no implementation (a step would fail at run time);
+    ``unlisted``: implementations the catalogue does not know (nothing could validate a step
+    that uses them, so they would run unchecked).
+    """
+
+    kind = ErrorKind.MISCONFIGURED
+
+    def __init__(self, missing: tuple[str, ...], unlisted: tuple[str, ...]) -> None:
+        self.missing = missing
+        self.unlisted = unlisted
+        problems = []
+        if missing:
+            problems.append(f"catalogue tools without an implementation: {', '.join(missing)}")
+        if unlisted:
+            problems.append(f"implementations not in the catalogue: {', '.join(unlisted)}")
+        super().__init__("tool set does not match its catalogue: " + "; ".join(problems))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.missing, self.unlisted))
+
+
+class Closeable(Protocol):
+    """Something a tool set holds open (a connection pool, a client session)."""
+
+    def close(self) -> None:
+        """Release it."""
+        ...
+
+
 @dataclass(frozen=True)
 class ToolSet:
-    """What a fleet runs: the catalogue (what each tool means) and its implementations."""
+    """What a fleet runs: the catalogue (what each tool is) paired with its implementations.
+
+    ``resources`` are what the implementations hold open; :meth:`close` releases them.
+    """
 
     catalogue: ToolCatalogue
     registry: ToolRegistry
+    resources: tuple[Closeable, ...] = ()
+
+    def check(self) -> None:
+        """Raise :class:`ToolSetMismatch` unless catalogue and registry name the same tools."""
+        listed, served = set(self.catalogue.refs()), set(self.registry.refs())
+        if listed != served:
+            raise ToolSetMismatch(
+                missing=tuple(f"{n}@{v}" for n, v in sorted(listed - served)),
+                unlisted=tuple(f"{n}@{v}" for n, v in sorted(served - listed)),
+            )
+
+    def close(self) -> None:
+        """Release what the implementations hold open."""
+        for resource in self.resources:
+            resource.close()
 
 
 class ToolSetError(SagaError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sagafleet import demo, embedded, runtime
+from sagafleet import demo, embedded, runtime, sandbox
 from sagafleet.exit_codes import ExitCode
 from sagafleet.migrate import migrate_all
 from sagafleet.output import emit
@@ -65,11 +65,14 @@ def run_demo(args: argparse.Namespace, settings: Settings) -> int:
     ends = runtime.endpoints(settings, need_broker=True)
     assert ends.broker_url is not None
     migrate_all(ends.database_url)
+    sandbox.install(ends.database_url)
+    trip = sandbox.open_trip_sandbox(ends.database_url)
     fleet = Fleet(FleetConfig(database_url=ends.database_url, broker_url=ends.broker_url,
                               lease_s=options.lease_s, queue_wait_s=options.queue_wait_s),
-                  catalogue=demo.demo_catalogue())
+                  trip.tools)
     try:
-        summary = demo.run(fleet, demo.child_env(ends.database_url, ends.broker_url, options),
+        summary = demo.run(fleet, trip, demo.child_env(ends.database_url, ends.broker_url,
+                                                       options),
                            options, settings.home / "demo-logs")
     finally:
         fleet.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from typing import Any
 
 from sagafleet.exit_codes import ExitCode
@@ -12,6 +13,12 @@ from sagafleet.settings import Settings
 from workers.celery_app import QUEUE_COMMANDS, QUEUE_STEPS
 from workers.observability import init_sentry
 from workers.sweeper import Sweeper
+
+NO_TOOL_SET = (
+    "sagafleet worker: no tool set; give one with --tools MODULE:ATTRIBUTE or"
+    " SAGAFLEET_TOOLS=MODULE:ATTRIBUTE (the demo's simulated providers:"
+    " sagafleet.sandbox:trip_tool_set)"
+)
 
 
 def register(sub: Any) -> None:
@@ -24,7 +31,7 @@ def register(sub: Any) -> None:
     worker.add_argument("--loglevel", default="WARNING")
     worker.add_argument("--tools", default=None, metavar="MODULE:ATTRIBUTE",
                         help="the tool set to run (a workers.tools.ToolSet; default"
-                             " SAGAFLEET_TOOLS, else the trip sandbox providers)")
+                             " SAGAFLEET_TOOLS; required: there is no default tool set)")
     worker.set_defaults(handler=run_worker)
 
     sweeper = sub.add_parser("sweeper", help="re-enqueue due work the log knows about")
@@ -39,8 +46,12 @@ def run_worker(args: argparse.Namespace, settings: Settings) -> int:
     """Consume step and saga commands until stopped (SIGTERM: warm shutdown)."""
     if args.concurrency < 1:
         raise SystemExit("sagafleet worker: --concurrency must be at least 1")
+    tools = args.tools or settings.tools
+    if tools is None:
+        print(NO_TOOL_SET, file=sys.stderr)
+        return ExitCode.USAGE
     logging.basicConfig(level=args.loglevel.upper())
-    fleet = build_fleet(settings, tools=args.tools)
+    fleet = build_fleet(settings, tools=tools)
     init_sentry(settings.sentry_dsn, component="worker")
     fleet.register_builtin_definitions()
     pool = "solo" if args.concurrency == 1 else "threads"

@@ -16,7 +16,7 @@ from typing import Any, cast
 from projections import operator_queue
 from saga_core.contracts import StepKind
 from saga_core.events import OperatorActionName
-from saga_core.resolution import OPERATOR_ACTIONS, OperatorRequest, resolve_escalation
+from saga_core.resolution import OPERATOR_ACTIONS, OperatorRequest
 from sagafleet import runtime
 from sagafleet.commands.rendering import QueueReport, ResolveReport, SagaReport
 from sagafleet.errors import InvalidInput
@@ -25,7 +25,6 @@ from sagafleet.fleetcli import command_fleet
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
 from workers.client import SagaClient
-from workers.fleet import Fleet
 from workers.views import SagaView
 
 EXAMPLES = """examples:
@@ -144,25 +143,18 @@ def run_resolve(args: argparse.Namespace, settings: Settings) -> int:
     fleet = command_fleet(settings)
     try:
         client = fleet.client(tenant=args.tenant or settings.tenant, actor=args.actor)
-        report = _resolve(fleet, client, args.saga_id, request)
+        report = _resolve(client, args.saga_id, request)
     finally:
         fleet.close()
     emit_report(report, as_json=args.json)
     return ExitCode.OK
 
 
-def _resolve(
-    fleet: Fleet, client: SagaClient, saga_id: str, request: OperatorRequest
-) -> ResolveReport:
-    """Ask saga_core's rule what the request records, then record it through the client.
-
-    Raises NothingToResolve when nothing waits for a person. Once ``SagaClient.resolve``
-    applies :func:`resolve_escalation` itself and returns what it recorded, this becomes
-    that one call.
-    """
-    loaded = fleet.repo.load(saga_id, tenant=client.tenant)
-    if resolve_escalation(loaded.state, loaded.events, request, fleet.clock()) is None:
-        return ResolveReport(saga_id, request.action, False, client.status(saga_id))
-    view = client.resolve(saga_id, request.action, step_id=request.step_id, kind=request.kind,
-                          reason=request.reason, evidence=dict(request.evidence))
-    return ResolveReport(saga_id, request.action, True, view)
+def _resolve(client: SagaClient, saga_id: str, request: OperatorRequest) -> ResolveReport:
+    """Record the request through the client (saga_core's resolve rule decides); a second
+    click on the same button records nothing and says so."""
+    resolution = client.resolve(saga_id, request.action, step_id=request.step_id,
+                                kind=request.kind, reason=request.reason,
+                                evidence=dict(request.evidence))
+    return ResolveReport(saga_id, request.action, resolution.recorded is not None,
+                         resolution.saga)

@@ -27,7 +27,7 @@ from events.memory import MemoryDefinitions, MemorySagaLog, MemorySecrets
 from events.model import Position
 from events.sagas import LoadedSaga, saga_id_of, saga_stream
 from saga_core import SagaDefinition
-from saga_core.errors import SagaError
+from saga_core.errors import ErrorKind, SagaError
 from saga_core.events import SagaEvent
 from saga_core.examples import trip_definition
 from saga_core.state import RunStatus, SagaState
@@ -56,8 +56,10 @@ TRACK_PAGE = 1000
 
 
 class FleetMisconfigured(SagaError):
-    """The fleet's parts do not fit: a catalogue tool without an implementation, or a clock
-    given to the fleet that is not its tools' clock."""
+    """A clock given to the fleet that is not its tools' clock (a tool set that does not
+    match its catalogue is ``workers.tools.ToolSetMismatch``, as in a real fleet)."""
+
+    kind = ErrorKind.MISCONFIGURED
 
 
 class NeverIdle(SagaError):
@@ -96,10 +98,7 @@ class TestFleet:
         self.clock = clock or TestClock()
         self.tools = tools
         tool_set = tools.tool_set() if isinstance(tools, InMemoryTools) else tools
-        missing = [f"{s.name}@{s.version}" for s in tool_set.catalogue.tools
-                   if not tool_set.registry.has(s.name, s.version)]
-        if missing:
-            raise FleetMisconfigured(f"catalogue tools without an implementation: {missing}")
+        tool_set.check()  # ToolSetMismatch, naming each tool, as a real fleet refuses
         self.catalogue = tool_set.catalogue
         self.secrets = MemorySecrets()
         self.definitions = MemoryDefinitions(clock=self.clock)

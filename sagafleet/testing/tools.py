@@ -3,7 +3,7 @@
 An :class:`InMemoryTool` wraps an *effect* (a plain function ``(args, key) -> Receipt``
 that changes some in-memory books and raises :class:`~workers.tools.ToolError` for a
 refusal) with what a provider with idempotency keys does around it, in the same order as
-the sandbox providers (``workers/sandbox/provider.py``)::
+the sandbox providers (``sagafleet/sandbox/provider.py``)::
 
     [timeout_before_dispatch] → [fail_before_commit]
       → known key (and the tool dedupes): replay the stored receipt, or refuse a changed payload
@@ -257,9 +257,8 @@ class InMemoryTools:
 
     def tool_set(self) -> ToolSet:
         """The catalogue with these tools registered, as a fleet runs it."""
-        # The ignore goes when the Tool protocol keeps only execute and lookup (issue 14,
-        # item 5): what a tool promises is the catalogue's to say, not the tool's.
-        return ToolSet(self.catalogue, ToolRegistry(self._tools.values()))  # type: ignore[arg-type]
+        registry = ToolRegistry({(tool.name, tool.version): tool for tool in self._tools.values()})
+        return ToolSet(self.catalogue, registry)
 
     def __getitem__(self, name: str) -> InMemoryTool:
         return self._tools[name]

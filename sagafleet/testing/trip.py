@@ -1,6 +1,6 @@
 """The trip catalogue's eight tools over in-memory books, and the ledger that checks them.
 
-The same business rules as the sandbox providers (``workers/sandbox/providers.py``), so a
+The same business rules as the sandbox providers (``sagafleet/sandbox/providers.py``), so a
 scenario can be written once for both:
 
 * a ``flight_id`` containing ``SOLDOUT`` → sold out; a ``hotel_id`` containing ``FULL`` → no

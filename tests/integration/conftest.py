@@ -9,19 +9,25 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fleet_harness import WorkerProcesses, build_fleet, is_settled, redis_client
+from fleet_harness import (
+    SandboxFleet,
+    WorkerProcesses,
+    build_fleet,
+    install_everything,
+    is_settled,
+    redis_client,
+)
 
 from saga_core.contracts import SagaStatus
-from sagafleet.migrate import migrate_all
+from sagafleet.sandbox import FaultInjector
 from workers.fleet import Fleet
-from workers.sandbox import FaultInjector
 from workers.sweeper import Sweeper
 
 
 @pytest.fixture
 def database(fresh_database: str) -> str:
-    """A fresh database with every room's migrations applied."""
-    migrate_all(fresh_database)
+    """A fresh database with every room's migrations applied, and the sandbox installed."""
+    install_everything(fresh_database)
     return fresh_database
 
 
@@ -36,7 +42,7 @@ def broker(broker_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def fleet(database: str, broker: str) -> Iterator[Fleet]:
+def fleet(database: str, broker: str) -> Iterator[SandboxFleet]:
     """The test process's fleet object (client, sweeper, log reader), trip registered."""
     fleet = build_fleet(database, broker)
     yield fleet
@@ -44,9 +50,9 @@ def fleet(database: str, broker: str) -> Iterator[Fleet]:
 
 
 @pytest.fixture
-def faults(fleet: Fleet) -> FaultInjector:
+def faults(fleet: SandboxFleet) -> FaultInjector:
     """The sandbox's fault injector, empty."""
-    injector = FaultInjector(fleet.sandbox_pool)
+    injector = fleet.sandbox.faults
     injector.clear()
     return injector
 

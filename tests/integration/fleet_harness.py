@@ -1,6 +1,7 @@
 """A real fleet for the reliability, hostile-input and security tests.
 
-Worker processes are real ``sagafleet worker`` subprocesses on real PostgreSQL and Redis;
+Worker processes are real ``sagafleet worker`` subprocesses on real PostgreSQL and Redis,
+running the trip sandbox's tools (``SAGAFLEET_TOOLS``: there is no default tool set);
 the test process plays the sweeper (a :class:`~workers.sweeper.Sweeper` on its own fleet
 object) and reads the providers' ledgers. Imported by file name (tests are not a package).
 
@@ -30,13 +31,14 @@ from events.sagas import LoadedSaga
 from saga_core import due_work
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.events import SagaEvent, StepStarted
+from sagafleet import sandbox
 from sagafleet.migrate import migrate_all
 from sagafleet.processes import spawn_sagafleet, stop_processes
+from sagafleet.sandbox import ConnectionSource, FaultInjector, TripSandbox
 from workers.celery_app import broker_redis
 from workers.fleet import Fleet, FleetConfig
 from workers.messages import StepCommand
-from workers.orchestrator import utc_now
-from workers.sandbox import FaultInjector
+from workers.orchestrator import Clock, utc_now
 from workers.sweeper import Sweeper
 
 TRIP_INPUT: dict[str, Any] = {
@@ -87,13 +89,19 @@ def migrated_database(server_url: str) -> Iterator[str]:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = with_dbname(server_url, name)
     try:
-        migrate_all(url)
+        install_everything(url)
         yield url
     finally:
         with psycopg.connect(server_url, autocommit=True) as conn:
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+def install_everything(database: str) -> None:
+    """The fleet's migrations and, set up explicitly as a test must, the sandbox's schemas."""
+    migrate_all(database)
+    sandbox.install(database)
 
 
 def worker_env(database: str, broker: str, *, tool_latency_s: float = 0.0,
@@ -107,6 +115,7 @@ def worker_env(database: str, broker: str, *, tool_latency_s: float = 0.0,
         "SAGAFLEET_LEASE_SECONDS": str(lease_s),
         "SAGAFLEET_QUEUE_WAIT_SECONDS": str(QUEUE_WAIT_S),
         "SAGAFLEET_SWEEP_INTERVAL_SECONDS": "0.5",
+        "SAGAFLEET_TOOLS": sandbox.TOOL_SET,
     })
     return env
 
@@ -143,10 +152,23 @@ class WorkerProcesses:
         stop_processes(self.procs)
 
 
-def build_fleet(database: str, broker: str, worker_id: str = "test-process") -> Fleet:
+class SandboxFleet(Fleet):
+    """A fleet on the trip sandbox's tools, with the sandbox at hand for the test's checks."""
+
+    def __init__(self, config: FleetConfig, *, clock: Clock = utc_now) -> None:
+        self.sandbox: TripSandbox = sandbox.open_trip_sandbox(config.database_url)
+        super().__init__(config, self.sandbox.tools, clock=clock)
+
+    @property
+    def sandbox_pool(self) -> ConnectionSource:
+        """Where the providers' ledgers and fault rules are (for ledger_for_saga and co)."""
+        return self.sandbox.db
+
+
+def build_fleet(database: str, broker: str, worker_id: str = "test-process") -> SandboxFleet:
     """The test process's own fleet object (client, sweeper, log reader), trip registered."""
-    fleet = Fleet(FleetConfig(database_url=database, broker_url=broker, lease_s=LEASE_S,
-                              queue_wait_s=QUEUE_WAIT_S, worker_id=worker_id))
+    fleet = SandboxFleet(FleetConfig(database_url=database, broker_url=broker, lease_s=LEASE_S,
+                                     queue_wait_s=QUEUE_WAIT_S, worker_id=worker_id))
     fleet.register_builtin_definitions()
     return fleet
 
@@ -193,11 +215,11 @@ def settle(fleet: Fleet, saga_ids: list[str], *, timeout: float = 120.0,
     return states
 
 
-def shifted_fleet(database: str, broker: str, ahead: timedelta) -> Fleet:
+def shifted_fleet(database: str, broker: str, ahead: timedelta) -> SandboxFleet:
     """A fleet in the test process whose clock runs ``ahead`` of the real one."""
-    return Fleet(FleetConfig(database_url=database, broker_url=broker, lease_s=LEASE_S,
-                             queue_wait_s=QUEUE_WAIT_S, worker_id="time-traveller"),
-                 clock=lambda: utc_now() + ahead)
+    return SandboxFleet(FleetConfig(database_url=database, broker_url=broker, lease_s=LEASE_S,
+                                    queue_wait_s=QUEUE_WAIT_S, worker_id="time-traveller"),
+                        clock=lambda: utc_now() + ahead)
 
 
 def drive(fleet: Fleet, saga_id: str, *, max_rounds: int = 200) -> SagaStatus:

@@ -8,7 +8,7 @@ from kit_harness import BOUNCING_INPUT, TRIP_INPUT
 
 from events.sagas import SagaNotFound
 from saga_core.contracts import SagaStatus, StepKind
-from saga_core.errors import ApprovalAltered, ApprovalExpired, ApprovalReplayed
+from saga_core.errors import ApprovalAltered, ApprovalExpired, ApprovalReplayed, NothingToResolve
 from saga_core.events import (
     ApprovalGranted,
     ApprovalRequested,
@@ -139,6 +139,9 @@ def test_operator_actions_are_typed_before_anything_is_recorded() -> None:
         operator.resolve(saga_id, "delete_everything", reason="oops")
     with pytest.raises(InvalidRequest, match="no_such_step"):
         operator.resolve(saga_id, "skip", step_id="no_such_step", reason="oops")
+    # nothing waits for a human yet, so even a valid action is refused and records nothing
+    with pytest.raises(NothingToResolve):
+        operator.resolve(saga_id, "skip", step_id="hold_flight", reason="not needed")
     assert fleet.state(saga_id).version == before
 
 

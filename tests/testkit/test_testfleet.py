@@ -21,7 +21,7 @@ from sagafleet.testing import (
     UnknownFault,
 )
 from sagafleet.testing.clock import EPOCH
-from workers.tools import Absent, LookupResult, ToolRegistry, ToolSet
+from workers.tools import Absent, LookupResult, ToolRegistry, ToolSet, ToolSetMismatch
 
 BIG_TRIP = {**TRIP_INPUT, "amount": 250_000}  # above 1000.00: the capture needs approval
 
@@ -172,7 +172,8 @@ def test_a_users_own_tool_set_of_plain_tools_runs_too() -> None:
         def lookup(self, key: str) -> LookupResult:
             return self.seen.get(key) or Absent("no such note")
 
-    registry = ToolRegistry([Notes("notes.write"), Notes("notes.erase")])  # type: ignore[list-item]
+    registry = ToolRegistry({("notes.write", 1): Notes("notes.write"),
+                             ("notes.erase", 1): Notes("notes.erase")})
     fleet = TestFleet(definitions=[NOTE], tools=ToolSet(NOTES, registry))
     saga_id = fleet.client().start("note", {"text": "hi"}).saga_id
     fleet.run_until_idle()
@@ -182,7 +183,7 @@ def test_a_users_own_tool_set_of_plain_tools_runs_too() -> None:
 def test_a_tool_set_missing_a_catalogue_tool_is_refused_by_name() -> None:
     tools = InMemoryTools(NOTES)
     tools.add("notes.write", lambda args, key: Receipt(resource_id=key))
-    with pytest.raises(FleetMisconfigured, match="notes.erase@1"):
+    with pytest.raises(ToolSetMismatch, match="notes.erase@1"):
         TestFleet(definitions=[NOTE], tools=tools)
     with pytest.raises(UnknownFault):
         tools.fail_next("notes.erase", "fail_before_commit")

@@ -19,8 +19,8 @@ from saga_core.events import (
     StepStarted,
     StepSucceeded,
 )
+from sagafleet.sandbox import ledger_for_saga
 from workers.messages import StepCommand
-from workers.sandbox import ledger_for_saga
 
 
 def _events(fleet, saga_id):
@@ -274,8 +274,11 @@ def test_operator_actions_are_typed_before_anything_is_recorded(fleet):
         operator.resolve(saga.saga_id, "delete_everything", reason="oops")
     with pytest.raises(InvalidRequest, match="no_such_step"):
         operator.resolve(saga.saga_id, "skip", step_id="no_such_step", reason="oops")
-    # nothing waits for a human yet, so even a valid action records nothing
-    operator.resolve(saga.saga_id, "skip", step_id="hold_flight", reason="not needed")
+    # nothing waits for a human yet, so even a valid action is refused and records nothing
+    from saga_core.errors import NothingToResolve
+
+    with pytest.raises(NothingToResolve):
+        operator.resolve(saga.saga_id, "skip", step_id="hold_flight", reason="not needed")
     assert fleet.repo.load(saga.saga_id).version == before
 
 

@@ -7,7 +7,7 @@ from fleet_harness import TRIP_INPUT, redis_client
 from psycopg import sql
 
 from saga_core.contracts import SagaStatus
-from workers.sandbox import ledger_for_saga
+from sagafleet.sandbox import ledger_for_saga
 
 SECRET = "tok_live_SECRET_4242_do_not_leak"
 

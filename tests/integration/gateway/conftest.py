@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sagafleet import sandbox
 from sagafleet.processes import spawn_sagafleet, stop_processes
 
 
@@ -23,6 +24,7 @@ def server_env(database: str, broker: str, tmp_path: Path) -> dict[str, str]:
         "SAGAFLEET_HOME": str(tmp_path / "home"),
         "SAGAFLEET_LEASE_SECONDS": "3",
         "SAGAFLEET_QUEUE_WAIT_SECONDS": "1",
+        "SAGAFLEET_TOOLS": sandbox.TOOL_SET,
     })
     env.pop("SAGAFLEET_TENANT", None)
     return env

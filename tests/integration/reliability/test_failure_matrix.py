@@ -60,8 +60,8 @@ from saga_core.events import (
     StepSucceeded,
 )
 from saga_core.state import RunStatus
+from sagafleet.sandbox import FaultInjector, SagaLedger, build_trip_sandbox, ledger_for_saga
 from workers.orchestrator import utc_now
-from workers.sandbox import FaultInjector, SagaLedger, build_trip_sandbox, ledger_for_saga
 
 FWD, COMP = StepKind.FORWARD, StepKind.COMPENSATION
 FORWARD_STEPS = ("hold_flight", "hold_hotel", "capture_payment", "send_itinerary")

@@ -17,6 +17,7 @@ from fleet_harness import (
     BOUNCING_INPUT,
     TRIP_INPUT,
     AfterCommitFreeze,
+    SandboxFleet,
     drive,
     events_of,
     settle,
@@ -36,10 +37,10 @@ from saga_core.events import (
     StepStarted,
     StepSucceeded,
 )
+from sagafleet.sandbox import ledger_for_saga
 from workers.fleet import Fleet, FleetConfig
 from workers.messages import StepCommand
 from workers.orchestrator import commands_due
-from workers.sandbox import ledger_for_saga
 from workers.sweeper import Sweeper
 
 
@@ -153,9 +154,10 @@ def test_approval_expiring_while_the_fleet_is_down_is_asked_again_and_the_old_on
 
 _REGISTER_ELSEWHERE = """
 import sys
-from saga_core.examples import trip_definition
+from saga_core.examples import trip_definition, trip_tool_catalogue
 from workers.fleet import Fleet, FleetConfig
-fleet = Fleet(FleetConfig(database_url=sys.argv[1], broker_url=sys.argv[2]))
+config = FleetConfig(database_url=sys.argv[1], broker_url=sys.argv[2])
+fleet = Fleet(config, trip_tool_catalogue())
 definition = trip_definition().model_copy(update={"name": "trip_elsewhere"})
 print(fleet.client(actor="planner").register_definition(definition))
 fleet.close()
@@ -176,8 +178,8 @@ def test_saga_resumes_in_fresh_processes_that_never_saw_its_definition(
         env=env, capture_output=True, text=True, check=True)
     saga_id = json.loads(started.stdout)["saga_id"]
     # and a reader process whose fleet never registered or built that definition
-    reader = Fleet(FleetConfig(database_url=database, broker_url=broker, lease_s=2.0,
-                               queue_wait_s=1.0, worker_id="reader"))
+    reader = SandboxFleet(FleetConfig(database_url=database, broker_url=broker, lease_s=2.0,
+                                      queue_wait_s=1.0, worker_id="reader"))
     # when the worker running it dies right after the payment provider committed
     freeze = AfterCommitFreeze(reader, faults, saga_id, "capture_payment", StepKind.FORWARD)
     try:

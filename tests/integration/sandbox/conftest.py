@@ -7,14 +7,14 @@ from collections.abc import Iterator
 import pytest
 from psycopg_pool import ConnectionPool
 
-from workers import sandbox
-from workers.sandbox import TripSandbox
+from sagafleet import sandbox
+from sagafleet.sandbox import TripSandbox
 
 
 @pytest.fixture
 def sandbox_db(fresh_database: str) -> str:
-    """A brand-new database with the sandbox schemas migrated."""
-    sandbox.migrate(fresh_database)
+    """A brand-new database with the sandbox installed (and nothing else)."""
+    sandbox.install(fresh_database)
     return fresh_database
 
 
@@ -27,5 +27,5 @@ def pool(sandbox_db: str) -> Iterator[ConnectionPool]:
 
 @pytest.fixture
 def trip(pool: ConnectionPool) -> TripSandbox:
-    """The four providers, their fault injector and the registry of the eight trip tools."""
+    """The four providers, their fault injector and the tool set of the eight trip tools."""
     return sandbox.build_trip_sandbox(pool)

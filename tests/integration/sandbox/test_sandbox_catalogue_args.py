@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from saga_core.contracts import ErrorClass
-from workers.sandbox import TripSandbox, build_trip_sandbox, ledger_for_saga
+from sagafleet.sandbox import (
+    SandboxCatalogueError,
+    TripSandbox,
+    build_trip_sandbox,
+    ledger_for_saga,
+)
 from workers.tools import ToolError
 
 SAGA = "saga-cat"
@@ -90,11 +95,10 @@ def test_an_unconditional_release_of_a_released_hold_is_a_failed_precondition(
 def test_a_tool_built_as_non_deduping_really_duplicates_on_a_repeated_key(
     sandbox_db: str,
 ) -> None:
-    # given the itinerary tool built as unable to dedupe
+    # given the itinerary tool built as unable to dedupe (as its catalogue entry allows)
     trip = build_trip_sandbox(sandbox_db, non_deduping={"email.send_itinerary"})
+    assert trip.tools.catalogue.require("email.send_itinerary", 1).dedupes_by_key is False
     send = trip.registry.get("email.send_itinerary", 1)
-    assert send.dedupes_by_key is False
-    assert trip.registry.get("email.send_correction", 1).dedupes_by_key is True
     args = {"saga_id": SAGA, "to": "p@example.com", "flight_hold": "fh", "hotel_hold": "hh"}
     # when the same key is sent twice (a blind retry)
     first = send.execute(args, "nd/mail")
@@ -103,3 +107,13 @@ def test_a_tool_built_as_non_deduping_really_duplicates_on_a_repeated_key(
     assert first.resource_id != second.resource_id
     assert [d.effect for d in ledger_for_saga(sandbox_db, SAGA).duplicates] == ["itinerary"]
     assert send.lookup("nd/mail") == first
+
+
+def test_a_tool_the_catalogue_says_dedupes_cannot_be_built_non_deduping(sandbox_db: str) -> None:
+    # given the sandbox catalogue's promise that flights.hold dedupes by key
+    # when a test asks for a flights provider that ignores repeated keys
+    # then the sandbox refuses: the catalogue would lie to the orchestrator
+    with pytest.raises(SandboxCatalogueError, match=r"flights\.hold"):
+        build_trip_sandbox(sandbox_db, non_deduping={"flights.hold"})
+    with pytest.raises(SandboxCatalogueError, match=r"trains\.book"):
+        build_trip_sandbox(sandbox_db, non_deduping={"trains.book"})

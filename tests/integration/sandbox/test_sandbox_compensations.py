@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from saga_core.contracts import ErrorClass, Receipt
-from workers.sandbox import Boundary, TripSandbox, ledger_for_saga
+from sagafleet.sandbox import Boundary, TripSandbox, ledger_for_saga
 from workers.tools import ToolError
 
 SAGA = "saga-c"

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from saga_core.contracts import ErrorClass, Receipt
-from workers.sandbox import (
+from sagafleet.sandbox import (
     Boundary,
     FaultInjector,
     TripSandbox,
     build_trip_sandbox,
     ledger_for_saga,
 )
-from workers.sandbox.faults import TRIP_OPERATIONS
+from sagafleet.sandbox.faults import TRIP_OPERATIONS
 from workers.tools import Absent, ToolError
 
 FLIGHT = {"saga_id": "saga-f", "flight_id": "BA117", "customer_email": "grace@example.com"}
@@ -221,8 +221,7 @@ def test_a_random_mix_arms_every_trip_operation_reproducibly(trip: TripSandbox) 
 def test_a_rule_that_matches_but_does_not_fire_leaves_one_effect_per_key(
     trip: TripSandbox, sandbox_db: str
 ) -> None:
-    # given a rule for this operation at a boundary a call never reaches (lookups only), so
-    # every hold takes the boundary-by-boundary path after its fast-path claim is undone
+    # given a rule for this operation at a boundary a call never reaches (lookups only)
     trip.faults.add("flights", "hold", Boundary.LOOKUP_UNAVAILABLE, count=5)
     # when the same key is used twice, and another key once
     first = hold_flight(trip, "armed-1")

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from saga_core.contracts import ErrorClass
-from workers.sandbox import TripSandbox, ledger_for_saga
+from sagafleet.sandbox import TripSandbox, ledger_for_saga
 from workers.tools import ToolError
 
 HOLD = {"saga_id": "saga-1", "flight_id": "LH400", "customer_email": "ada@example.com"}

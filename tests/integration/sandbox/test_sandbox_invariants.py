@@ -5,8 +5,8 @@ from __future__ import annotations
 import psycopg
 
 from saga_core.contracts import Receipt
-from workers import sandbox
-from workers.sandbox import TripSandbox, duplicate_effects, ledger_for_saga, ledger_totals
+from sagafleet import sandbox
+from sagafleet.sandbox import TripSandbox, duplicate_effects, ledger_for_saga, ledger_totals
 
 
 def book_trip(trip: TripSandbox, saga_id: str) -> dict[str, Receipt]:
@@ -116,11 +116,11 @@ def test_an_untouched_saga_has_an_empty_ledger(sandbox_db: str) -> None:
     assert ledger.is_unwound and ledger.holds_trip_invariant and ledger.net_charge == 0
 
 
-def test_migrate_is_idempotent_and_keeps_each_provider_in_its_own_schema(
+def test_install_is_idempotent_and_keeps_each_provider_in_its_own_schema(
     sandbox_db: str,
 ) -> None:
-    # when migrations run a second time, nothing is applied again
-    assert sandbox.migrate(sandbox_db) == []
+    # when the sandbox is installed a second time, nothing is applied again
+    assert sandbox.install(sandbox_db) == []
     # then each provider has its own schema with an idempotency_keys table
     with psycopg.connect(sandbox_db) as conn:
         applied = conn.execute(

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from saga_core.contracts import ErrorClass, Receipt
-from workers.sandbox import Boundary, TripSandbox, ledger_for_saga
+from sagafleet.sandbox import Boundary, TripSandbox, ledger_for_saga
 from workers.tools import Absent, ToolError, Unknown
 
 HOTEL = {"saga_id": "saga-l", "hotel_id": "H-ZURICH-1", "nights": 3}
@@ -69,7 +69,8 @@ def test_slow_visibility_hides_a_committed_effect_from_lookup_for_a_while(
     # then once the delay has passed lookup finds it
     time.sleep(1.1)
     assert hold.lookup("h4") == receipt
-    assert hold.commit_horizon_s >= 1.0
+    # and the sandbox's catalogue declares a commit horizon past that delay
+    assert trip.tools.catalogue.require("hotels.hold", 1).commit_horizon_s >= 1.0
 
 
 def test_lookup_of_an_ambiguous_request_that_never_dispatched_is_absent(

@@ -8,7 +8,7 @@ import pytest
 
 from saga_core.contracts import ErrorClass
 from saga_core.errors import SagaError
-from workers.sandbox import SandboxTool, TripSandbox, classify_provider_error
+from sagafleet.sandbox import COMMIT_HORIZON_S, SandboxTool, TripSandbox, classify_provider_error
 from workers.tools import DuplicateToolError, Tool, ToolError, ToolRegistry, UnknownToolError
 
 TRIP_TOOLS = [
@@ -31,10 +31,11 @@ def test_trip_registry_allowlists_the_eight_tools_at_version_1(trip: TripSandbox
     assert len(registry) == 8
     for tool in registry:
         assert isinstance(tool, Tool)
-        assert tool.dedupes_by_key is True
-        assert tool.commit_horizon_s > 0
     assert registry.has("flights.hold", 1)
     assert ("flights.hold", 2) not in registry
+    # and what each tool is comes from the sandbox's catalogue, which names the same tools
+    trip.tools.check()
+    assert all(spec.commit_horizon_s == COMMIT_HORIZON_S for spec in trip.tools.catalogue.tools)
 
 
 def test_unknown_name_or_version_is_a_typed_error_naming_it(trip: TripSandbox) -> None:
@@ -54,13 +55,13 @@ def test_unknown_name_or_version_is_a_typed_error_naming_it(trip: TripSandbox) -
 def test_registering_the_same_name_and_version_twice_is_refused(trip: TripSandbox) -> None:
     # given a registry holding flights.hold@1
     hold = trip.registry.get("flights.hold", 1)
-    registry = ToolRegistry([hold])
+    registry = ToolRegistry({("flights.hold", 1): hold})
     # when it is registered again
     with pytest.raises(DuplicateToolError, match=r"flights\.hold@1"):
-        registry.register(hold)
+        registry.register("flights.hold", 1, hold)
     # then a new version of the same tool is still welcome
     assert isinstance(hold, SandboxTool)
-    registry.register(SandboxTool("flights.hold", 2, hold.provider, "hold"))
+    registry.register("flights.hold", 2, SandboxTool(hold.provider, "hold"))
     assert registry.refs() == [("flights.hold", 1), ("flights.hold", 2)]
 
 

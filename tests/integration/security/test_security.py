@@ -22,7 +22,7 @@ from saga_core.contracts import SagaStatus
 from saga_core.errors import ApprovalAltered, ApprovalExpired, ApprovalReplayed
 from saga_core.events import ApprovalGranted, SagaStarted
 from sagafleet.exit_codes import ExitCode
-from workers.sandbox import ledger_for_saga
+from sagafleet.sandbox import ledger_for_saga
 
 ROOT = Path(__file__).resolve().parents[3]
 EXPENSIVE = {**TRIP_INPUT, "amount": 250_000}

@@ -7,7 +7,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from saga_core.errors import InputValidationError
-from saga_core.examples import trip_definition
+from saga_core.examples import trip_definition, trip_tool_catalogue
 from saga_core.inputs import validate_input
 from sagafleet.gateway import (
     BindingPolicy,
@@ -28,7 +28,8 @@ GOOD_INPUT = {
 @pytest.fixture
 def specs():
     """The functions of a server over a fleet that never connects (only schemas are read)."""
-    fleet = Fleet(FleetConfig(database_url="postgresql://unused", broker_url="redis://unused"))
+    fleet = Fleet(FleetConfig(database_url="postgresql://unused", broker_url="redis://unused"),
+                  trip_tool_catalogue())
     server = build_mcp_server(GatewayService(fleet), BindingPolicy("acme", "agent"))
     return gateway_functions([trip_definition()], anyio.run(server.list_tools))
 

@@ -48,9 +48,6 @@ class NotesTool:
     """``notes.write`` or ``notes.erase`` against the ``test_notes`` table."""
 
     name: str
-    version: int = 1
-    dedupes_by_key: bool = True
-    commit_horizon_s: float = 5.0
 
     def _connect(self) -> psycopg.Connection[Any]:
         return psycopg.connect(os.environ["SAGAFLEET_DATABASE_URL"], autocommit=True)
@@ -78,7 +75,14 @@ class NotesTool:
 
 def tool_set() -> ToolSet:
     """The notes catalogue and its two tools."""
-    return ToolSet(CATALOGUE, ToolRegistry([NotesTool("notes.write"), NotesTool("notes.erase")]))
+    return ToolSet(CATALOGUE, ToolRegistry({
+        ("notes.write", 1): NotesTool("notes.write"),
+        ("notes.erase", 1): NotesTool("notes.erase"),
+    }))
 
 
 NOT_A_TOOL_SET = 42
+
+
+HALF_A_TOOL_SET = ToolSet(CATALOGUE, ToolRegistry({("notes.write", 1): NotesTool("notes.write")}))
+"""A catalogue of two tools with one implementation: a fleet must refuse to start on it."""

@@ -8,10 +8,6 @@ A call runs the same way for every provider and operation::
                                apply the effect; store the response (+ [slow_visibility])
             → [commit_then_timeout]
 
-A call that meets no fault rule (most calls) takes two round trips: the rules, BEGIN and
-the key claim, then the effect, the stored response and COMMIT; when a rule matches, the
-claim is rolled back and the call goes boundary by boundary as above.
-
 The key row is written in the same transaction as the effect, so "the key is stored" and
 "the effect happened" are the same fact. A concurrent request with the same key waits on
 the key's unique index and then replays the stored response.
@@ -19,13 +15,11 @@ the key's unique index and then replays the stored response.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, ClassVar
 
 import psycopg
@@ -33,9 +27,9 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import PoolTimeout
 
-from workers.sandbox._db import ConnectionSource, connect
-from workers.sandbox.errors import ProviderError, ProviderTimeout, invalid_request
-from workers.sandbox.faults import ArmedFaults, Boundary, FaultHit, FaultInjector
+from sagafleet.sandbox._db import ConnectionSource, connect
+from sagafleet.sandbox.errors import ProviderError, ProviderTimeout, invalid_request
+from sagafleet.sandbox.faults import ArmedFaults, Boundary, FaultHit, FaultInjector
 
 __all__ = ["ProviderResponse", "SandboxProvider", "StoredRequest", "request_hash"]
 
@@ -199,61 +193,37 @@ class SandboxProvider:
     # -- the shared flow
 
     def _perform(self, conn: psycopg.Connection[Any], request: _Request) -> ProviderResponse:
-        try:
-            # Most calls meet no fault rule: the rules, BEGIN and the key claim travel in
-            # one round trip, the effect, the stored response and COMMIT in a second.
-            with conn.pipeline():
-                pending = self.faults.send_arm(
-                    conn, self.name, request.operation, request.saga_id, request.key
-                )
-                conn.execute("BEGIN")
-                claim = self._send_claim(conn, request, delay_s=0.0)
-            armed = self.faults.arm_sent(pending)
-            if not armed.matched:
-                with conn.pipeline():
-                    response = self._apply(conn, request, claimed=claim.fetchone() is not None)
-                    conn.execute("COMMIT")
-                return response
-        except BaseException:
-            with contextlib.suppress(psycopg.Error):
-                conn.rollback()
-            raise
-        conn.rollback()  # a rule matched: undo the claim and take the call boundary by boundary
-        return self._perform_armed(conn, request, armed)
-
-    def _perform_armed(
-        self, conn: psycopg.Connection[Any], request: _Request, armed: ArmedFaults
-    ) -> ProviderResponse:
+        """One call, boundary by boundary, as the module's diagram draws it."""
         operation, key = request.operation, request.key
-        already_stored = conn.execute(
-            sql.SQL("SELECT operation FROM {} WHERE key = %s").format(
-                self._table("idempotency_keys")
-            ),
-            (key,),
-        ).fetchone() is not None
+        armed = self.faults.arm(conn, self.name, operation, request.saga_id, key)
         if armed.fire(conn, Boundary.TIMEOUT_BEFORE_DISPATCH):
             raise ProviderTimeout(self.name, operation, key)
         hit = armed.fire(conn, Boundary.FAIL_BEFORE_COMMIT)
         if hit:
-            status = int(hit.params.get("status", 503))
             raise ProviderError(
-                status,
+                int(hit.params.get("status", 503)),
                 str(hit.params.get("code", "unavailable")),
                 f"{self.name} failed before commit (injected)",
             )
         delay_s = 0.0
-        if not self.dedupes(operation) or not already_stored:
+        if not self.dedupes(operation) or not self._key_stored(conn, key):
             # Faults that shape a new effect; a replay returns the stored result untouched.
             self._fire_effect_faults(conn, armed, operation, request.args)
             slow = armed.fire(conn, Boundary.SLOW_VISIBILITY)
             delay_s = float(slow.params.get("delay_s", 2.0)) if slow else 0.0
-        # Pipelined: BEGIN rides with the key claim, and the response update with COMMIT.
-        with conn.pipeline(), conn.transaction():
-            claim = self._send_claim(conn, request, delay_s=delay_s)
-            response = self._apply(conn, request, claimed=claim.fetchone() is not None)
+        with conn.transaction():
+            response = self._claim_and_apply(conn, request, delay_s=delay_s)
         if armed.fire(conn, Boundary.COMMIT_THEN_TIMEOUT):
             raise ProviderTimeout(self.name, operation, key)
         return response
+
+    def _key_stored(self, conn: psycopg.Connection[Any], key: str) -> bool:
+        """Whether a request under ``key`` is already committed (then this call replays it)."""
+        row = conn.execute(
+            sql.SQL("SELECT 1 FROM {} WHERE key = %s").format(self._table("idempotency_keys")),
+            (key,),
+        ).fetchone()
+        return row is not None
 
     def _fire_effect_faults(
         self,
@@ -290,26 +260,25 @@ class SandboxProvider:
             f"{self.name} rejected the request: {hit.params.get('code', code)} (injected)",
         )
 
-    def _send_claim(
+    def _claim_and_apply(
         self, conn: psycopg.Connection[Any], request: _Request, *, delay_s: float
-    ) -> psycopg.Cursor[Any]:
-        """Claim ``request.key`` in the open transaction (the row comes with the result).
-
-        Claiming the key first serialises concurrent requests with the same key: the
-        second waits on the unique index, then finds the committed row and replays it.
-        """
-        return conn.execute(
-            self._claim_sql,
-            (request.key, request.operation, request.digest, request.saga_id, delay_s),
-        )
-
-    def _apply(
-        self, conn: psycopg.Connection[Any], request: _Request, *, claimed: bool
     ) -> ProviderResponse:
-        """In the transaction that claimed the key (or found it taken): the effect and its
-        stored response, or the replay of the stored one."""
+        """In one transaction: claim the key, then the effect and its stored response, or the
+        replay of the stored one (or, without dedupe, the effect again).
+
+        Claiming the key first serialises concurrent requests with the same key: the second
+        waits on the unique index, then finds the committed row and replays it.
+        """
         operation, key = request.operation, request.key
-        if not claimed:
+        claimed = conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (key, operation, request_hash, saga_id, visible_at)"
+                " VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s))"
+                " ON CONFLICT (key) DO NOTHING RETURNING key"
+            ).format(self._table("idempotency_keys")),
+            (key, operation, request.digest, request.saga_id, delay_s),
+        ).fetchone()
+        if claimed is None:
             if self.dedupes(operation):
                 return self._replay(conn, operation, key, request.digest)
             # No dedupe: the effect happens again; lookup keeps finding the first one.
@@ -322,14 +291,6 @@ class SandboxProvider:
             (Jsonb(response.to_json()), key),
         )
         return response
-
-    @cached_property
-    def _claim_sql(self) -> sql.Composed:
-        return sql.SQL(
-            "INSERT INTO {} (key, operation, request_hash, saga_id, visible_at)"
-            " VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s))"
-            " ON CONFLICT (key) DO NOTHING RETURNING key"
-        ).format(self._table("idempotency_keys"))
 
     def _replay(
         self, conn: psycopg.Connection[Any], operation: str, key: str, digest: str

@@ -1,14 +1,16 @@
 """Tool adapters for the trip saga: the sandbox providers behind the :class:`Tool` contract.
 
 This is the one place provider exceptions become :class:`ToolError`s
-(:func:`classify_provider_error`). The allowlisted tools are::
+(:func:`classify_provider_error`). The tools, each ``provider.operation`` at version 1::
 
-    flights.hold@1   flights.release@1   hotels.hold@1          hotels.release@1
-    payments.capture@1   payments.refund@1   email.send_itinerary@1   email.send_correction@1
+    flights.hold   flights.release   hotels.hold        hotels.release
+    payments.capture   payments.refund   email.send_itinerary   email.send_correction
 
-All of them dedupe by key by default: every sandbox provider keeps Stripe-like idempotency
-keys, email included (a mail API with idempotency keys, not bare SMTP). A test may build
-the sandbox with ``non_deduping={...}`` to get tools that truly cannot dedupe.
+What each tool is (dedupe by key, commit horizon, receipt fields, compensation) is the
+sandbox's catalogue (:func:`trip_catalogue`), its one owner. Every provider keeps
+Stripe-like idempotency keys, email included (a mail API with idempotency keys, not bare
+SMTP), so a catalogue that says a tool does not dedupe is cautious, never wrong; a test may
+build the sandbox with ``non_deduping={...}`` to get providers that truly cannot dedupe.
 """
 
 from __future__ import annotations
@@ -17,35 +19,46 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import ErrorClass, Receipt
-from workers.sandbox._db import ConnectionSource
-from workers.sandbox.errors import ProviderError, ProviderTimeout
-from workers.sandbox.faults import FaultInjector
-from workers.sandbox.provider import ProviderResponse, SandboxProvider
-from workers.sandbox.providers import (
+from saga_core.errors import SagaError
+from saga_core.examples import trip_tool_catalogue
+from sagafleet.sandbox._db import ConnectionSource
+from sagafleet.sandbox.errors import ProviderError, ProviderTimeout
+from sagafleet.sandbox.faults import FaultInjector
+from sagafleet.sandbox.provider import ProviderResponse, SandboxProvider
+from sagafleet.sandbox.providers import (
     EmailProvider,
     FlightsProvider,
     HotelsProvider,
     PaymentsProvider,
 )
-from workers.tools import Absent, LookupResult, ToolError, ToolRegistry, Unknown
+from workers.tools import Absent, LookupResult, ToolError, ToolRegistry, ToolSet, Unknown
 
-__all__ = ["SandboxTool", "TripSandbox", "build_trip_registry", "build_trip_sandbox"]
+__all__ = [
+    "COMMIT_HORIZON_S",
+    "SandboxCatalogueError",
+    "SandboxTool",
+    "TripSandbox",
+    "build_trip_sandbox",
+    "trip_catalogue",
+]
 
-# Injected slow visibility defaults to 2 s and the demo mix uses 1 s; a request may become
-# visible to lookup this long after it was dispatched. Per-tool horizons follow the trip
-# catalogue (saga_core/examples/trip_tools.yaml).
-DEFAULT_COMMIT_HORIZON_S = 30.0
-TRIP_COMMIT_HORIZONS_S: dict[str, float] = {
-    "flights.hold": 30.0,
-    "flights.release": 30.0,
-    "hotels.hold": 30.0,
-    "hotels.release": 30.0,
-    "payments.capture": 60.0,
-    "payments.refund": 60.0,
-    "email.send_itinerary": 120.0,
-    "email.send_correction": 120.0,
-}
+# How late a sandbox request can still commit or become visible to lookup: the slowest
+# injected visibility is a few seconds (slow_visibility defaults to 2 s, the demo's mix uses
+# 1 s). The shipped trip catalogue keeps the cautious figures of real providers (up to
+# 120 s), which would make every demo and test wait minutes for a horizon to pass.
+COMMIT_HORIZON_S = 5.0
+
+
+def trip_catalogue() -> ToolCatalogue:
+    """The trip tools as the sandbox providers honour them: the shipped trip catalogue with
+    the sandbox's commit horizon."""
+    return ToolCatalogue(tools=[
+        spec.model_copy(update={"commit_horizon_s": COMMIT_HORIZON_S})
+        for spec in trip_tool_catalogue().tools
+    ])
+
 
 _TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
@@ -66,19 +79,15 @@ def classify_provider_error(status: int, code: str) -> ErrorClass:
 
 @dataclass(frozen=True)
 class SandboxTool:
-    """One operation of a sandbox provider, allowlisted as ``name@version``."""
+    """One operation of a sandbox provider, serving the catalogue tool ``provider.operation``."""
 
-    name: str
-    version: int
     provider: SandboxProvider
     operation: str
-    dedupes_by_key: bool = True
-    commit_horizon_s: float = DEFAULT_COMMIT_HORIZON_S
 
     @property
     def ref(self) -> str:
-        """``name@version``, as error messages name the tool."""
-        return f"{self.name}@{self.version}"
+        """``provider.operation``, as error messages name the tool."""
+        return f"{self.provider.name}.{self.operation}"
 
     def execute(self, args: Mapping[str, Any], key: str) -> Receipt:
         """Perform the operation under ``key``; every failure is a classified ToolError."""
@@ -133,68 +142,66 @@ def _receipt(response: ProviderResponse) -> Receipt:
     )
 
 
+class SandboxCatalogueError(SagaError):
+    """The sandbox was asked for tools it cannot be: unknown names, or a catalogue promise
+    (dedupe by key) that its providers would break."""
+
+
 @dataclass(frozen=True)
 class TripSandbox:
-    """The trip providers, their fault injector and the registry of their tools."""
+    """The trip providers, their fault injector and the tool set of their tools, over ``db``
+    (where the ledgers and the fault rules are read: give it to ledger_for_saga and co)."""
 
+    db: ConnectionSource
     flights: FlightsProvider
     hotels: HotelsProvider
     payments: PaymentsProvider
     email: EmailProvider
     faults: FaultInjector
-    registry: ToolRegistry
+    tools: ToolSet
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The implementations of the eight trip tools."""
+        return self.tools.registry
 
 
 def build_trip_sandbox(
     db: ConnectionSource,
     *,
     latency_s: float = 0.0,
-    commit_horizons_s: Mapping[str, float] | None = None,
     non_deduping: Collection[str] = (),
 ) -> TripSandbox:
     """Providers and tools over ``db`` (a conninfo: one connection per call; or a pool the
-    caller owns and closes).
+    caller owns and closes), paired with :func:`trip_catalogue`.
 
     ``non_deduping`` names tools (e.g. ``{"email.send_itinerary"}``) whose provider then
-    ignores repeated keys and which declare ``dedupes_by_key=False``: for tests of the
-    "never blindly retry, wait out the commit horizon" path.
+    ignores repeated keys: for tests of the "never blindly retry, wait out the commit
+    horizon" path. A tool the catalogue says dedupes by key cannot be made one of them.
     """
     faults = FaultInjector(db)
     flights = FlightsProvider(db, faults=faults, latency_s=latency_s)
     hotels = HotelsProvider(db, faults=faults, latency_s=latency_s)
     payments = PaymentsProvider(db, faults=faults, latency_s=latency_s)
     email = EmailProvider(db, faults=faults, latency_s=latency_s)
-    tools: list[tuple[str, SandboxProvider, str]] = [
-        ("flights.hold", flights, "hold"),
-        ("flights.release", flights, "release"),
-        ("hotels.hold", hotels, "hold"),
-        ("hotels.release", hotels, "release"),
-        ("payments.capture", payments, "capture"),
-        ("payments.refund", payments, "refund"),
-        ("email.send_itinerary", email, "send_itinerary"),
-        ("email.send_correction", email, "send_correction"),
-    ]
-    unknown = set(non_deduping) - {name for name, _, _ in tools}
+    catalogue = trip_catalogue()
+    tools = {
+        (f"{provider.name}.{operation}", 1): SandboxTool(provider, operation)
+        for provider in (flights, hotels, payments, email)
+        for operation in provider.operations
+    }
+    unknown = set(non_deduping) - {name for name, _ in tools}
     if unknown:
-        raise ValueError(f"no such trip tools: {sorted(unknown)}")
-    horizons = {**TRIP_COMMIT_HORIZONS_S, **(commit_horizons_s or {})}
-    registry = ToolRegistry()
-    for name, provider, operation in tools:
-        if name in non_deduping:
-            provider.stop_deduping(operation)
-        registry.register(
-            SandboxTool(
-                name,
-                1,
-                provider,
-                operation,
-                dedupes_by_key=provider.dedupes(operation),
-                commit_horizon_s=horizons.get(name, DEFAULT_COMMIT_HORIZON_S),
-            )
+        raise SandboxCatalogueError(f"no such trip tools: {sorted(unknown)}")
+    promised = sorted(
+        name for name in non_deduping
+        if (spec := catalogue.get(name, 1)) is not None and spec.dedupes_by_key
+    )
+    if promised:
+        raise SandboxCatalogueError(
+            f"the sandbox catalogue says {promised} dedupe by key; they cannot be non-deduping"
         )
-    return TripSandbox(flights, hotels, payments, email, faults, registry)
-
-
-def build_trip_registry(db: ConnectionSource, latency_s: float = 0.0) -> ToolRegistry:
-    """The allowlist of the eight trip tools at version 1 over the sandbox providers."""
-    return build_trip_sandbox(db, latency_s=latency_s).registry
+    for name in non_deduping:
+        tools[(name, 1)].provider.stop_deduping(tools[(name, 1)].operation)
+    tool_set = ToolSet(catalogue, ToolRegistry(tools))
+    return TripSandbox(db, flights, hotels, payments, email, faults, tool_set)

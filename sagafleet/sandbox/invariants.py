@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
-from workers.sandbox._db import ConnectionSource, connect
+from sagafleet.sandbox._db import ConnectionSource, connect
 
 __all__ = [
     "DuplicateEffect",

@@ -28,7 +28,7 @@ import psycopg
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from workers.sandbox._db import ConnectionSource, connect
+from sagafleet.sandbox._db import ConnectionSource, connect
 
 __all__ = ["ArmedFaults", "Boundary", "FaultHit", "FaultInjector", "FaultRule"]
 
@@ -91,17 +91,6 @@ SELECT rule_id, provider, operation, boundary, saga_id, key_prefix, remaining, p
 """
 
 
-@dataclass(frozen=True)
-class PendingArm:
-    """A rule query on its way (see :meth:`FaultInjector.send_arm`)."""
-
-    provider: str
-    operation: str
-    saga_id: str | None
-    key: str
-    cursor: psycopg.Cursor[FaultRule]
-
-
 class ArmedFaults:
     """The rules that match one provider call, evaluated boundary by boundary."""
 
@@ -113,11 +102,6 @@ class ArmedFaults:
         self.saga_id = saga_id
         self.key = key
         self._rules = rules
-
-    @property
-    def matched(self) -> bool:
-        """Whether any rule matches this call (most calls meet none)."""
-        return bool(self._rules)
 
     def fire(self, conn: psycopg.Connection[Any], boundary: Boundary) -> FaultHit | None:
         """Whether a rule fires at ``boundary`` for this call; committed on its own."""
@@ -326,32 +310,10 @@ class FaultInjector:
         key: str,
     ) -> ArmedFaults:
         """Load the rules matching one call (one query; nothing fires yet)."""
-        return self.arm_sent(self.send_arm(conn, provider, operation, saga_id, key))
-
-    def send_arm(
-        self,
-        conn: psycopg.Connection[Any],
-        provider: str,
-        operation: str,
-        saga_id: str | None,
-        key: str,
-    ) -> PendingArm:
-        """Send the rule query without waiting (in a pipeline it shares a round trip)."""
         # A single statement: on an autocommit connection it needs no explicit transaction.
         cur = conn.cursor(row_factory=class_row(FaultRule))
-        cur.execute(
+        rules = cur.execute(
             _MATCHING_RULES,
             {"provider": provider, "operation": operation, "saga_id": saga_id, "key": key},
-        )
-        return PendingArm(provider, operation, saga_id, key, cur)
-
-    @staticmethod
-    def arm_sent(pending: PendingArm) -> ArmedFaults:
-        """The armed rules of a query sent by :meth:`send_arm`."""
-        return ArmedFaults(
-            pending.provider,
-            pending.operation,
-            pending.saga_id,
-            pending.key,
-            pending.cursor.fetchall(),
-        )
+        ).fetchall()
+        return ArmedFaults(provider, operation, saga_id, key, rules)

@@ -22,15 +22,15 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from workers.sandbox._db import ConnectionSource
-from workers.sandbox.errors import (
+from sagafleet.sandbox._db import ConnectionSource
+from sagafleet.sandbox.errors import (
     ProviderError,
     invalid_request,
     not_found,
     precondition_failed,
 )
-from workers.sandbox.faults import FaultInjector
-from workers.sandbox.provider import (
+from sagafleet.sandbox.faults import FaultInjector
+from sagafleet.sandbox.provider import (
     ProviderResponse,
     SandboxProvider,
     first_of,
