@@ -9,7 +9,7 @@
     fleet.run_until_idle()
     assert client.status(saga.saga_id).status == "COMPLETED"
 
-See ``README_SECTION.md`` beside this file for the whole kit.
+The README's section "Testing your sagas" documents the whole kit.
 """
 
 from sagafleet.testing.clock import TestClock

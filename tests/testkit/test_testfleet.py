@@ -206,13 +206,12 @@ def test_the_fleet_needs_no_server_at_all(monkeypatch: pytest.MonkeyPatch) -> No
     assert fleet.state(saga_id).status is SagaStatus.COMPLETED
 
 
-def test_the_readme_sections_first_example_runs() -> None:
+def test_the_readmes_test_kit_example_runs_as_written() -> None:
     from pathlib import Path
 
-    import sagafleet.testing
-
-    text = (Path(sagafleet.testing.__file__).parent / "README_SECTION.md").read_text()
-    example = text.split("```python\n", 1)[1].split("```", 1)[0]
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Testing your sagas: `sagafleet.testing`", 1)[1]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
     namespace: dict[str, Any] = {"trip_input": TRIP_INPUT}
-    exec(compile(example, "README_SECTION.md", "exec"), namespace)  # noqa: S102
+    exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102
     namespace["test_a_trip_survives_a_lost_payment_response"]()
