@@ -78,15 +78,6 @@ def test_one_tenant_cannot_read_approve_cancel_or_resolve_anothers_saga(
     assert tracked in ([], [("acme",)])
 
 
-def test_same_key_in_two_tenants_is_two_sagas(fleet):
-    one = fleet.client(tenant="acme").start("trip", TRIP_INPUT, key="shared-key")
-    two = fleet.client(tenant="globex").start("trip", TRIP_INPUT, key="shared-key")
-    assert one.saga_id != two.saga_id and one.tenant == "acme" and two.tenant == "globex"
-
-
-# -- approvals ------------------------------------------------------------------------------
-
-
 def test_approval_is_bound_to_identity_hash_scope_and_expiry(fleet, database, broker, workers):
     workers.start(1)
     client = fleet.client()
