@@ -8,7 +8,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, NamedTuple, cast
 
 from events.errors import InvalidEvent
-from events.hashing import canonical_json, contains_float, json_string, sorted_json
+from events.hashing import (
+    BodyAroundVersion,
+    body_around_version,
+    canonical_json,
+    contains_float,
+    json_string,
+    sorted_json,
+)
 from events.model import NewEvent, new_event_ids
 from saga_core.keys import json_value_problem, text_argument_problem
 
@@ -42,10 +49,10 @@ class PreparedEvent(NamedTuple):
     metadata: dict[str, Any]
     data_json: str
     metadata_json: str
-    wire_json: str
     type_json: str
     tenant_id: str | None
     id_was_given: bool
+    body: BodyAroundVersion
 
 
 def check_name(what: str, value: object, limit: int, *, index: int | None = None) -> str:
@@ -211,11 +218,15 @@ def _prepare_one(
     tenant = metadata.get("tenant")
     tenant_id = tenant if type(tenant) is str else None
     type_json = json_string(event_type)
-    # The element eventstore.append_events unpacks; it hashes data/meta as sent, verbatim.
-    wire = (
-        f'{{"id":"{event_id}","type":{type_json},"sv":{schema_version},'
-        f'"data":{data_json},"meta":{metadata_json},'
-        f'"tenant":{"null" if tenant_id is None else json_string(tenant_id)}}}'
+    body = body_around_version(
+        {
+            "data": data_json,
+            "event_id": f'"{event_id}"',
+            "metadata": metadata_json,
+            "schema_version": str(schema_version),
+            "stream_id": json_string(stream_id),
+            "type": type_json,
+        }
     )
     return PreparedEvent(
         event_id,
@@ -225,10 +236,10 @@ def _prepare_one(
         metadata,
         data_json,
         metadata_json,
-        wire,
         type_json,
         tenant_id,
         given,
+        body,
     )
 
 

@@ -130,7 +130,8 @@ def test_awkward_stream_ids_and_types_hash_alike_in_sql_and_python(
     store: EventStore, stream_id: str, event_type: str
 ) -> None:
     # given a stream id and type that need JSON escaping
-    # when events go through both append paths (new stream: function; then the fast path)
+    # when events go through both append paths (any version: the function; then at the
+    # version this store remembers: the chained insert)
     store.append(stream_id, [NewEvent(event_type, {"k": '"\\'}), NewEvent(event_type, {})])
     store.append(stream_id, [NewEvent(event_type, {"n": 1})], expected_version=2)
     # then Python recomputes every hash the database chained
@@ -148,14 +149,14 @@ def test_appends_whose_chain_is_computed_client_side_verify_like_the_rest(
     import events.appending as appending
 
     computed: list[int] = []
-    real = appending._chained
+    real = appending._chained_insert
 
     def spy(*args: object, **kwargs: object) -> object:
         rows = real(*args, **kwargs)  # type: ignore[arg-type]
         computed.append(len(rows))
         return rows
 
-    monkeypatch.setattr(appending, "_chained", spy)
+    monkeypatch.setattr(appending, "_chained_insert", spy)
     # given a stream this store created (so it knows the hash of version 1)
     store.append(stream_id, [NewEvent(event_type, {"n": 0})], expected_version=0)
     # when batches and single events are appended at the versions it knows
@@ -164,9 +165,9 @@ def test_appends_whose_chain_is_computed_client_side_verify_like_the_rest(
     store.append(stream_id, [NewEvent(event_type, {"n": 3}), NewEvent(event_type, {})],
                  expected_version=3)
     store.append(stream_id, [NewEvent(event_type, {"n": 5})], expected_version=5)
-    # then the creation (chained from the genesis hash) and the batches took the computed
-    # path (a single event on a known stream the server-hashed one), and every hash verifies
-    assert computed == [1, 2, 2]
+    # then every append took the computed path (the creation chained from the genesis
+    # hash, the rest from the remembered tips), and every hash verifies
+    assert computed == [1, 2, 2, 1]
     report = verify_chain(store, stream_id)
     assert report.ok and report.events_checked == 6
 
