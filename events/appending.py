@@ -104,7 +104,7 @@ def _append(
 ) -> list[Row]:
     chain_from = GENESIS_HASH if expected == 0 else tip
     if chain_from is not None:
-        rows = _chained_insert(conn, stream_id, expected, prepared, notify, chain_from)
+        rows = _chained_insert(conn, stream_id, expected, prepared, notify, tip=chain_from)
         if rows:
             return rows
     return _append_function(conn, stream_id, expected, prepared, notify)
@@ -151,6 +151,7 @@ def _chained_insert(
     expected: int,
     prepared: list[PreparedEvent],
     notify: bool,
+    *,
     tip: str,
 ) -> list[Row]:
     """The append with its chain computed here from ``tip`` (the hash of version
