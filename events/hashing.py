@@ -126,9 +126,10 @@ def hash_body(
     return canonical_json({field: values[field] for field in HASH_BODY_FIELDS})
 
 
-# The same layout as a template over each field's JSON text, split where the version goes.
-_BODY_TEMPLATE: Final = "{{" + ",".join(f'"{f}":{{{f}}}' for f in HASH_BODY_FIELDS) + "}}"
-_BEFORE_VERSION, _AFTER_VERSION = _BODY_TEMPLATE.split("{stream_version}")
+# The same layout as a %-template over each field's JSON text (the fastest str formatting
+# here), split where the version goes.
+_BODY_TEMPLATE: Final = "{" + ",".join(f'"{f}":%({f})s' for f in HASH_BODY_FIELDS) + "}"
+_BEFORE_VERSION, _AFTER_VERSION = _BODY_TEMPLATE.split("%(stream_version)s")
 
 
 class BodyAroundVersion(NamedTuple):
@@ -145,7 +146,7 @@ class BodyAroundVersion(NamedTuple):
 def body_around_version(texts: Mapping[str, str]) -> BodyAroundVersion:
     """The hash body split at the version, from the canonical JSON text of every other
     field of :data:`HASH_BODY_FIELDS` (the fast form of :func:`hash_body`, for appends)."""
-    return BodyAroundVersion(_BEFORE_VERSION.format_map(texts), _AFTER_VERSION.format_map(texts))
+    return BodyAroundVersion(_BEFORE_VERSION % texts, _AFTER_VERSION % texts)
 
 
 def chain_hash(prev_hash: str, body: str) -> str:
