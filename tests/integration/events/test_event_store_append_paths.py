@@ -51,29 +51,32 @@ def _function_only(store: EventStore) -> None:
         store.append(STREAM, events)
 
 
-def _chained_only(store: EventStore) -> None:
-    # A new stream, then the versions this store's own appends left it knowing.
+def _chained_after_creation(store: EventStore) -> None:
+    # A new stream, then at the versions this store's own appends left it knowing.
     for events, expected in zip(HISTORY, VERSIONS, strict=True):
         store.append(STREAM, events, expected)
 
 
 def _in_callers_transaction(store: EventStore) -> None:
-    # Each append in a savepoint of its own transaction, which commits with it.
-    for events, expected in zip(HISTORY, VERSIONS, strict=True):
-        with store.transaction() as unit:
+    # Created outside; then one transaction whose appends run in savepoints: the first
+    # chained from the remembered tip, the second (not remembered: uncommitted) by the server.
+    store.append(STREAM, HISTORY[0], VERSIONS[0])
+    with store.transaction() as unit:
+        for events, expected in zip(HISTORY[1:], VERSIONS[1:], strict=True):
             unit.append(STREAM, events, expected)
 
 
 def _pipelined_unit_of_work(store: EventStore) -> None:
-    # The whole history in one pipelined transaction.
+    # As above, in one pipelined transaction.
+    store.append(STREAM, HISTORY[0], VERSIONS[0])
     with store.transaction(pipelined=True) as unit:
-        for events, expected in zip(HISTORY, VERSIONS, strict=True):
+        for events, expected in zip(HISTORY[1:], VERSIONS[1:], strict=True):
             unit.append(STREAM, events, expected)
 
 
 PATHS: dict[str, Callable[[EventStore], None]] = {
     "function": _function_only,
-    "chained insert": _chained_only,
+    "chained insert": _chained_after_creation,
     "caller's transaction": _in_callers_transaction,
     "pipelined unit of work": _pipelined_unit_of_work,
 }
@@ -128,9 +131,9 @@ def test_every_append_path_stores_byte_identical_rows_and_hashes(
     # and each path took the statements it stands for
     assert paths_taken == {
         "function": ["function"] * 3,
-        "chained insert": ["chained"] * 3,
-        "caller's transaction": ["chained", "function", "function"],
-        "pipelined unit of work": ["chained", "function", "function"],
+        "chained insert": ["function", "chained", "chained"],
+        "caller's transaction": ["function", "chained", "function"],
+        "pipelined unit of work": ["function", "chained", "function"],
     }
     # and every path stored the very same rows, hashes and head
     reference = stored["function"]
