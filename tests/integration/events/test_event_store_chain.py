@@ -165,9 +165,9 @@ def test_appends_whose_chain_is_computed_client_side_verify_like_the_rest(
     store.append(stream_id, [NewEvent(event_type, {"n": 3}), NewEvent(event_type, {})],
                  expected_version=3)
     store.append(stream_id, [NewEvent(event_type, {"n": 5})], expected_version=5)
-    # then every append after the creation took the computed path (from the remembered
-    # tips), and every hash verifies
-    assert computed == [2, 2, 1]
+    # then every append took the computed path (the creation from the genesis hash, the
+    # rest from the remembered tips), and every hash verifies
+    assert computed == [1, 2, 2, 1]
     report = verify_chain(store, stream_id)
     assert report.ok and report.events_checked == 6
 
