@@ -8,7 +8,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, NamedTuple, cast
 
 from events.errors import InvalidEvent
-from events.hashing import canonical_json, contains_float, json_string, sorted_json
+from events.hashing import (
+    BodyAroundVersion,
+    body_around_version,
+    canonical_json,
+    contains_float,
+    json_string,
+    sorted_json,
+)
 from events.model import NewEvent, new_event_ids
 from saga_core.keys import json_value_problem, text_argument_problem
 
@@ -42,10 +49,10 @@ class PreparedEvent(NamedTuple):
     metadata: dict[str, Any]
     data_json: str
     metadata_json: str
-    wire_json: str
-    type_json: str
+    columns_json: str
     tenant_id: str | None
     id_was_given: bool
+    body: BodyAroundVersion
 
 
 def check_name(what: str, value: object, limit: int, *, index: int | None = None) -> str:
@@ -174,8 +181,9 @@ def prepare_events(
             raise InvalidEvent(f"event #{index} is a {type(event).__name__}, not a NewEvent")
     # Fresh ids for the events that bring none, drawn at once (one clock and random read).
     fresh = iter(new_event_ids(sum(1 for event in events if event.event_id is None)))
+    stream_json = json_string(stream_id)
     prepared = [
-        _prepare_one(stream_id, index, event, max_event_bytes, fresh)
+        _prepare_one(stream_json, index, event, max_event_bytes, fresh)
         for index, event in enumerate(events)
     ]
     given = [event.event_id for event in prepared if event.id_was_given]
@@ -186,7 +194,7 @@ def prepare_events(
 
 
 def _prepare_one(
-    stream_id: str, index: int, event: NewEvent, limit: int, fresh: Iterator[uuid.UUID]
+    stream_json: str, index: int, event: NewEvent, limit: int, fresh: Iterator[uuid.UUID]
 ) -> PreparedEvent:
     event_type = check_name("type", event.type, MAX_TYPE_LENGTH, index=index)
     schema_version = event.schema_version
@@ -210,12 +218,22 @@ def _prepare_one(
         )
     tenant = metadata.get("tenant")
     tenant_id = tenant if type(tenant) is str else None
-    type_json = json_string(event_type)
-    # The element eventstore.append_events unpacks; it hashes data/meta as sent, verbatim.
-    wire = (
-        f'{{"id":"{event_id}","type":{type_json},"sv":{schema_version},'
-        f'"data":{data_json},"meta":{metadata_json},'
-        f'"tenant":{"null" if tenant_id is None else json_string(tenant_id)}}}'
+    id_text, type_json = str(event_id), json_string(event_type)
+    tenant_json = "null" if tenant_id is None else json_string(tenant_id)
+    # The stored columns as the members of a JSON object; both append statements send them.
+    columns_json = (
+        f'"id":"{id_text}","type":{type_json},"sv":{schema_version},'
+        f'"data":{data_json},"meta":{metadata_json},"tenant":{tenant_json}'
+    )
+    body = body_around_version(
+        {
+            "data": data_json,
+            "event_id": f'"{id_text}"',
+            "metadata": metadata_json,
+            "schema_version": str(schema_version),
+            "stream_id": stream_json,
+            "type": type_json,
+        }
     )
     return PreparedEvent(
         event_id,
@@ -225,10 +243,10 @@ def _prepare_one(
         metadata,
         data_json,
         metadata_json,
-        wire,
-        type_json,
+        columns_json,
         tenant_id,
         given,
+        body,
     )
 
 

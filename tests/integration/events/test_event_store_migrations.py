@@ -113,3 +113,37 @@ def test_malformed_file_names_are_rejected(fresh_database: str, tmp_path: Path) 
     (tmp_path / "create.sql").write_text("SELECT 1;")
     with pytest.raises(MigrationError, match="NNNN_name"):
         apply_migrations(fresh_database, "demo", tmp_path)
+
+
+def test_chains_written_before_0005_still_verify_and_continue_after_it(
+    fresh_database: str, tmp_path: Path
+) -> None:
+    import shutil
+
+    from events import NewEvent, verify_chain
+    from events.hashing import canonical_json, json_string
+
+    # given a database migrated up to 0004, with a stream appended by 0004's function
+    source = Path(__file__).parents[3] / "events" / "migrations"
+    for name in ("0001_event_store", "0002_definitions", "0003_stream_prev_hash",
+                 "0004_append_events_loop"):  # fmt: skip
+        shutil.copy(source / f"{name}.sql", tmp_path)
+    apply_migrations(fresh_database, "events", tmp_path)
+    data = {"b": 1.5, "a": 'q"ü'}
+    element = (
+        '{"id":"01890000-0000-7000-8000-0000000000aa","type":"Old","sv":1,'
+        f'"data":{canonical_json(data)},"meta":{{}},"tenant":null}}'
+    )
+    with psycopg.connect(fresh_database, autocommit=True) as conn:
+        conn.execute(
+            "SELECT * FROM eventstore.append_events(%s, %s, 0, %s::json, false)",
+            ("old-ü", json_string("old-ü"), f"[{element}]"),
+        )
+    # when the store migrates (0005 on) and appends through both of its paths
+    with EventStore.connect(fresh_database) as store:
+        assert store.migrate() == ["0005_append_events_spliced_body"]
+        store.append("old-ü", [NewEvent("New", {"n": 1}), NewEvent("New", {})])  # function
+        store.append("old-ü", [NewEvent("New", {"n": 4})], expected_version=3)  # chained
+        # then the old events' hashes still verify, and the chain runs on through the new
+        report = verify_chain(store, "old-ü")
+    assert report.ok and report.events_checked == 4

@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from events.hashing import canonical_json, chain_hash, hash_body, json_string
+from events.hashing import (
+    HASH_BODY_FIELDS,
+    body_around_version,
+    canonical_json,
+    chain_hash,
+    hash_body,
+    json_string,
+    sorted_json,
+)
 
 texts = st.text(st.characters(blacklist_categories=["Cs"]), max_size=10)
 scalars = (
@@ -23,6 +31,12 @@ values = st.recursive(
 )
 
 
+def test_the_hash_body_fields_are_listed_in_canonical_key_order() -> None:
+    # canonical JSON sorts keys: the templates built from the list must agree with it
+    assert list(HASH_BODY_FIELDS) == sorted(HASH_BODY_FIELDS)
+    assert len(set(HASH_BODY_FIELDS)) == len(HASH_BODY_FIELDS)
+
+
 @given(
     stream_id=texts,
     event_type=texts,
@@ -31,20 +45,25 @@ values = st.recursive(
     data=st.dictionaries(texts, values, max_size=4),
     metadata=st.dictionaries(texts, values, max_size=2),
 )
-def test_the_body_the_database_assembles_is_the_canonical_body(
+def test_the_body_appends_send_around_the_version_is_the_reference_body(
     stream_id: str, event_type: str, version: int, schema: int, data: dict, metadata: dict
 ) -> None:
-    # given an event's parts as the client sends them (canonical texts, JSON literals)
+    # given an event's parts as appends prepare them (canonical texts, JSON literals)
     event_id = "0b6f0a52-8c4b-4f59-9d3c-2f1f7f0c1a11"
-    # when they are concatenated the way eventstore.append_events does it
-    assembled = (
-        '{"data":' + canonical_json(data) + ',"event_id":' + json_string(event_id)
-        + ',"metadata":' + canonical_json(metadata) + ',"schema_version":' + str(schema)
-        + ',"stream_id":' + json_string(stream_id) + ',"stream_version":' + str(version)
-        + ',"type":' + json_string(event_type) + "}"
-    )  # fmt: skip
-    # then it is exactly the canonical body Python hashes when verifying
-    assert assembled == hash_body(
+    around = body_around_version(
+        {
+            "data": canonical_json(data),
+            "event_id": json_string(event_id),
+            "metadata": canonical_json(metadata),
+            "schema_version": str(schema),
+            "stream_id": json_string(stream_id),
+            "type": json_string(event_type),
+        }
+    )
+    # when the version is spliced in, as the append function does (before || v || after)
+    spliced = around.before + str(version) + around.after
+    # then it is exactly the canonical JSON of the HASH_BODY_FIELDS object verification hashes
+    assert spliced == around.at(version) == hash_body(
         stream_id=stream_id,
         stream_version=version,
         event_id=event_id,
@@ -53,6 +72,21 @@ def test_the_body_the_database_assembles_is_the_canonical_body(
         data=data,
         metadata=metadata,
     )
+    assert json.loads(spliced).keys() == set(HASH_BODY_FIELDS)
+
+
+def test_a_body_missing_a_field_is_refused() -> None:
+    with pytest.raises(KeyError):
+        body_around_version({"data": "{}"})
+
+
+def test_sorted_json_turns_cycles_and_deep_nesting_into_value_errors() -> None:
+    cycle: list[object] = []
+    cycle.append(cycle)
+    with pytest.raises(ValueError, match="nested too deeply"):
+        sorted_json(cycle)
+    with pytest.raises(TypeError):
+        sorted_json({"x": object()})
 
 
 def test_canonical_json_ignores_key_order_and_float_integrality() -> None:
