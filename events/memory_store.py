@@ -37,7 +37,7 @@ from events.errors import (
     EventIdConflict,
     InvalidArgument,
 )
-from events.hashing import chain_hash, hash_body_text, json_string
+from events.hashing import chain_hash
 from events.model import (
     ANY,
     GENESIS_HASH,
@@ -220,22 +220,9 @@ class MemoryEventStore:
                 return original
             raise ConcurrencyError(stream_id, expected_version, actual)
         tip = (pending or committed)[-1].record.event_hash if actual else GENESIS_HASH
-        stream_json = json_string(stream_id)
         stored: list[_Stored] = []
         for version, event in enumerate(prepared, actual + 1):
-            event_id = str(event.event_id)
-            digest = chain_hash(
-                tip,
-                hash_body_text(
-                    stream_json=stream_json,
-                    stream_version=version,
-                    event_id=event_id,
-                    type_json=event.type_json,
-                    schema_version=event.schema_version,
-                    data_json=event.data_json,
-                    metadata_json=event.metadata_json,
-                ),
-            )
+            digest = chain_hash(tip, event.body.at(version))  # the body PostgreSQL hashes
             record = RecordedEvent(
                 stream_id=stream_id,
                 stream_version=version,
