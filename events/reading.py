@@ -12,6 +12,7 @@ from events._pg import EVENT_COLUMNS, recorded_event_row
 from events.errors import InvalidArgument
 from events.model import Position, RecordedEvent, ScannedEvent
 from events.prepare import MAX_STREAM_ID_LENGTH
+from events.store_rules import checked_stream_list
 from saga_core.keys import text_argument_problem
 
 START: Final = Position(0, 0)
@@ -39,8 +40,6 @@ SELECT {EVENT_COLUMNS} FROM eventstore.events
  ORDER BY stream_id, stream_version
 """  # noqa: S608 - EVENT_COLUMNS is a constant
 
-MAX_STREAMS_PER_READ: Final = 10_000
-"""The most streams one read_streams call takes (read more in chunks)."""
 
 # The last event below the snapshot horizon: everything up to it is final (no late commit
 # can sort before it), the same rule that keeps read_all gap-safe.
@@ -126,14 +125,8 @@ def read_streams_on(
 ) -> dict[str, list[RecordedEvent]]:
     """Several streams in one query: each id (duplicates once) to its events in version
     order, an empty list for a stream that has none."""
-    if isinstance(stream_ids, str) or not isinstance(stream_ids, Sequence):
-        raise InvalidArgument("stream ids must be a sequence of stream id strings")
-    if len(stream_ids) > MAX_STREAMS_PER_READ:
-        raise InvalidArgument(
-            f"{len(stream_ids)} stream ids in one read; the limit is {MAX_STREAMS_PER_READ}"
-        )
     found: dict[str, list[RecordedEvent]] = {
-        checked_stream_id(stream_id): [] for stream_id in stream_ids
+        checked_stream_id(stream_id): [] for stream_id in checked_stream_list(stream_ids)
     }
     if found:
         with conn.cursor(row_factory=args_row(recorded_event_row), binary=True) as cur:

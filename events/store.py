@@ -31,12 +31,10 @@ from pydantic import BaseModel
 
 from events._pg import configure_connection, recorded_event_row, translated_errors
 from events.appending import run_append
-from events.errors import ConcurrencyError, EventIdConflict, InvalidEvent, UnregisteredEventModel
-from events.hashing import canonical_json
+from events.errors import ConcurrencyError, EventIdConflict
 from events.migrate import apply_migrations
 from events.model import (
     ANY,
-    NO_STREAM,
     AppendResult,
     ExpectedVersion,
     NewEvent,
@@ -54,6 +52,7 @@ from events.reading import (
     read_streams_on,
     scan_streams_on,
 )
+from events.store_rules import expected_code, new_events, original_append
 
 if TYPE_CHECKING:
     from events.registry import EventRegistry
@@ -216,7 +215,8 @@ class EventStore:
         returns the original result even if ``expected_version`` is now stale: the first
         attempt succeeded, so idempotency wins over the version check.
         """
-        prepared = prepare_events(stream_id, self._new_events(events), self._max_event_bytes)
+        envelopes = new_events(self.registry, events)
+        prepared = prepare_events(stream_id, envelopes, self._max_event_bytes)
         if conn is not None:
             return self._append_on(conn, stream_id, prepared, expected_version, savepoint=True)
         with translated_errors(), self._pool.connection() as own:
@@ -231,7 +231,7 @@ class EventStore:
         *,
         savepoint: bool,
     ) -> AppendResult:
-        expected = _expected_code(expected_version)
+        expected = expected_code(expected_version)
         known = self._hashes.get(stream_id)
         tip = known[1] if known is not None and known[0] == expected else None
         try:
@@ -242,7 +242,7 @@ class EventStore:
                     tip=tip,
                 )
         except (ConcurrencyError, EventIdConflict):
-            original = _original_append(conn, stream_id, prepared)
+            original = _original_append_on(conn, stream_id, prepared)
             if original is None:
                 raise
             return original
@@ -271,21 +271,6 @@ class EventStore:
         return AppendResult(
             stream_id=stream_id, version=recorded[-1].stream_version, events=recorded
         )
-
-    def _new_events(self, events: Sequence[NewEvent | BaseModel]) -> list[NewEvent]:
-        if isinstance(events, NewEvent | BaseModel) or not isinstance(events, Sequence):
-            raise InvalidEvent("events must be a sequence of NewEvent or registered models")
-        converted: list[NewEvent] = []
-        for event in events:
-            if isinstance(event, BaseModel):
-                if self.registry is None:
-                    raise UnregisteredEventModel(
-                        f"{type(event).__name__} is a model but this store has no registry"
-                    )
-                converted.append(self.registry.to_new_event(event))
-            else:
-                converted.append(event)
-        return converted
 
     def read_stream(
         self, stream_id: str, *, after_version: int = 0, to_version: int | None = None
@@ -378,43 +363,12 @@ class EventStore:
         return Subscription(self, name)
 
 
-def _expected_code(expected: ExpectedVersion) -> int:
-    # -1 = any, 0 = no stream, n = exactly n (the SQL function's convention).
-    if expected is ANY:
-        return -1
-    if expected is NO_STREAM:
-        return 0
-    if isinstance(expected, bool) or not isinstance(expected, int) or not 0 <= expected < 2**63:
-        raise InvalidEvent(f"expected_version must be ANY, NO_STREAM or an int >= 0: {expected!r}")
-    return expected
-
-
-def _original_append(
+def _original_append_on(
     conn: psycopg.Connection[Any], stream_id: str, prepared: list[PreparedEvent]
 ) -> AppendResult | None:
-    """The earlier append these events repeat, None if none is stored, or EventIdConflict."""
+    """The earlier append these events repeat (see store_rules.original_append), read from
+    the events stored under their ids; only looked up when the caller gave ids."""
     if not any(event.id_was_given for event in prepared):
         return None
     stored = {e.event_id: e for e in events_by_id_on(conn, [e.event_id for e in prepared])}
-    if not stored:
-        return None
-    for event in prepared:
-        original = stored.get(event.event_id)
-        if original is None:
-            raise EventIdConflict(
-                next(iter(stored)),
-                "stored by an earlier append that did not contain "
-                f"event {event.event_id}; a retry must repeat the same batch",
-            )
-        if (original.stream_id, original.type, original.schema_version) != (
-            stream_id,
-            event.type,
-            event.schema_version,
-        ) or canonical_json([original.data, original.metadata]) != canonical_json(
-            [event.data, event.metadata]
-        ):
-            raise EventIdConflict(event.event_id, "with different content")
-    events = tuple(sorted(stored.values(), key=lambda e: e.stream_version))
-    return AppendResult(
-        stream_id=stream_id, version=events[-1].stream_version, events=events, duplicate=True
-    )
+    return original_append(stream_id, prepared, stored)

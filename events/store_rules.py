@@ -2,15 +2,14 @@
 expected version means, how models become envelopes, what a retried append repeats, which
 stream ids a multi-stream read takes.
 
-``events.memory_store`` applies them; ``events.store`` states the same rules (its module
-docstring) in its own private helpers, which should call these instead, so that each rule
-has one owner.
+``events.store`` (PostgreSQL), ``events.reading`` and ``events.memory_store`` all apply
+these, so each rule has one owner and both stores keep it alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 from uuid import UUID
 
 from pydantic import BaseModel
@@ -19,10 +18,13 @@ from events.errors import EventIdConflict, InvalidArgument, InvalidEvent, Unregi
 from events.hashing import canonical_json
 from events.model import ANY, NO_STREAM, AppendResult, ExpectedVersion, NewEvent, RecordedEvent
 from events.prepare import PreparedEvent
-from events.reading import MAX_STREAMS_PER_READ
 
 if TYPE_CHECKING:
     from events.registry import EventRegistry
+
+MAX_STREAMS_PER_READ: Final = 10_000
+"""The most streams one read_streams call takes (read more in chunks)."""
+
 
 def expected_code(expected: ExpectedVersion) -> int:
     """-1 any, 0 no stream, n exactly n (the SQL function's convention), or InvalidEvent."""

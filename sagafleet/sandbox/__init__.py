@@ -34,7 +34,7 @@ from sagafleet.sandbox.faults import Boundary, FaultHit, FaultInjector, FaultRul
 from sagafleet.sandbox.invariants import (
     DuplicateEffect,
     LedgerTotals,
-    SagaLedger,
+    TripLedger,
     duplicate_effects,
     ledger_for_saga,
     ledger_totals,
@@ -68,7 +68,7 @@ __all__ = [
     "ProviderError",
     "ProviderResponse",
     "ProviderTimeout",
-    "SagaLedger",
+    "TripLedger",
     "SandboxCatalogueError",
     "SandboxProvider",
     "SandboxTool",

@@ -22,6 +22,7 @@ from typing import Any
 from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import ErrorClass, Receipt
 from saga_core.examples import trip_tool_catalogue
+from saga_core.examples.ledger import TripLedger
 from sagafleet.testing.clock import TestClock
 from sagafleet.testing.tools import InMemoryTools
 from workers.tools import ToolError
@@ -210,60 +211,6 @@ class TripBooks:
             itineraries_sent=sum(m.kind == "itinerary" for m in messages),
             corrections_sent=sum(m.kind == "correction" for m in messages),
         )
-
-
-@dataclass(frozen=True)
-class TripLedger:
-    """One saga's effects as the providers' books count them (amounts in minor units).
-
-    The trip invariant, as the sandbox's ``SagaLedger`` states it: one trip and one net
-    charge, or no holds and no net charge, and never a duplicate effect.
-    """
-
-    saga_id: str
-    flight_holds: int
-    active_flight_holds: int
-    hotel_holds: int
-    active_hotel_holds: int
-    captures: int
-    captured: int
-    refunded: int
-    itineraries_sent: int
-    corrections_sent: int
-
-    @property
-    def net_charge(self) -> int:
-        """Captured minus refunded."""
-        return self.captured - self.refunded
-
-    @property
-    def duplicates(self) -> list[str]:
-        """Effects the trip can have at most once that happened more often."""
-        found = [f"{count} × {effect}" for effect, count in (
-            ("flight_hold", self.flight_holds), ("hotel_hold", self.hotel_holds),
-            ("capture", self.captures), ("itinerary", self.itineraries_sent)) if count > 1]
-        if self.corrections_sent > max(self.itineraries_sent, 1):
-            found.append(f"{self.corrections_sent} × correction")
-        if self.refunded > self.captured:
-            found.append(f"over_refund of {self.refunded - self.captured}")
-        return found
-
-    @property
-    def is_complete_trip(self) -> bool:
-        """One active flight hold, one active hotel hold, one unrefunded charge."""
-        return (self.active_flight_holds == 1 and self.active_hotel_holds == 1
-                and self.captures == 1 and self.refunded == 0)
-
-    @property
-    def is_unwound(self) -> bool:
-        """No active holds and no net charge."""
-        return self.active_flight_holds == 0 and self.active_hotel_holds == 0 \
-            and self.net_charge == 0
-
-    @property
-    def holds_trip_invariant(self) -> bool:
-        """A complete trip or nothing at all, and no duplicates."""
-        return (self.is_complete_trip or self.is_unwound) and not self.duplicates
 
 
 class TripTools(InMemoryTools):

@@ -60,7 +60,7 @@ from saga_core.events import (
     StepSucceeded,
 )
 from saga_core.state import RunStatus
-from sagafleet.sandbox import FaultInjector, SagaLedger, build_trip_sandbox, ledger_for_saga
+from sagafleet.sandbox import FaultInjector, TripLedger, build_trip_sandbox, ledger_for_saga
 from workers.orchestrator import utc_now
 
 FWD, COMP = StepKind.FORWARD, StepKind.COMPENSATION
@@ -96,11 +96,11 @@ class Outcome:
 
     status: SagaStatus
     events: list[SagaEvent]
-    ledger: SagaLedger
+    ledger: TripLedger
     killed_pid: int | None = None
     # For a saga left waiting out a commit horizon: its journal and ledger at that point.
     parked_events: list[SagaEvent] = field(default_factory=list)
-    parked_ledger: SagaLedger | None = None
+    parked_ledger: TripLedger | None = None
 
     def of(self, cell: Cell, *types: type) -> list[Any]:
         """The cell's step events of the given types, for its operation (step and kind)."""
