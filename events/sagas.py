@@ -214,11 +214,6 @@ class PostgresSagaLog:
         """A pipelined transaction: appends, secrets and definition checks commit together."""
         return self.store.transaction(pipelined=True)
 
-
-SagaRepository = PostgresSagaLog
-"""Deprecated name of :class:`PostgresSagaLog`, kept while other branches move over."""
-
-
 if TYPE_CHECKING:  # mypy checks that each class keeps its port's signatures
 
     def _conforms(

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests/integration/
 from projection_support import TripScript  # noqa: E402
 
 from events.definitions import DefinitionStore  # noqa: E402
-from events.sagas import SagaRepository  # noqa: E402
+from events.sagas import PostgresSagaLog  # noqa: E402
 from projections import ProjectionContext, ProjectionRunner, rebuild  # noqa: E402
 from saga_core import trip_definition  # noqa: E402
 from sagafleet import embedded  # noqa: E402
@@ -59,7 +59,7 @@ def fresh_database(server_url: str) -> str:
 
 
 def write_sagas(ctx: ProjectionContext, sagas: int, threads: int = 8) -> int:
-    repo = SagaRepository(ctx.store, DefinitionStore(ctx.store))
+    repo = PostgresSagaLog(ctx.store, DefinitionStore(ctx.store))
 
     def one(_: int) -> int:
         script = TripScript().completed()

@@ -11,7 +11,7 @@ import argparse
 from typing import Any
 
 from events import InvalidArgument
-from events.sagas import SagaRepository
+from events.sagas import PostgresSagaLog
 from projections import audit, business_alerts, collect_metrics, parse_position, verify
 from sagafleet import runtime
 from sagafleet.commands.rendering import (
@@ -72,7 +72,7 @@ def register(sub: Any) -> None:
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
     """Show a saga, folded from its log (another tenant's saga is not found)."""
     with runtime.read_side(settings) as ctx:
-        loaded = SagaRepository(ctx.store, ctx.definitions).load(
+        loaded = PostgresSagaLog(ctx.store, ctx.definitions).load(
             args.saga_id, tenant=args.tenant or settings.tenant)
     emit_report(SagaReport(view_of(loaded)), as_json=args.json)
     return ExitCode.OK

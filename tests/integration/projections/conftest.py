@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from events.definitions import DefinitionStore
-from events.sagas import SagaRepository
+from events.sagas import PostgresSagaLog
 from projections.context import ProjectionContext
 from saga_core import trip_definition
 
@@ -23,6 +23,6 @@ def ctx(database: str) -> Iterator[ProjectionContext]:
 
 
 @pytest.fixture
-def repo(ctx: ProjectionContext) -> SagaRepository:
+def repo(ctx: ProjectionContext) -> PostgresSagaLog:
     """Appends saga events straight into the log."""
-    return SagaRepository(ctx.store, DefinitionStore(ctx.store))
+    return PostgresSagaLog(ctx.store, DefinitionStore(ctx.store))

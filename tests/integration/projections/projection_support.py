@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from events import UnitOfWork
-from events.sagas import SagaRepository
+from events.sagas import PostgresSagaLog
 from saga_core import operation_key, payload_hash, trip_definition
 from saga_core.contracts import ErrorClass, Receipt, SagaStatus, StepKind
 from saga_core.events import (
@@ -144,7 +144,7 @@ class TripScript:
                 .fail("capture_payment").compensate("hold_flight", "hold_hotel")
                 .finish(SagaStatus.COMPENSATED))
 
-    def write(self, repo: SagaRepository, *, chunk: int | None = None,
+    def write(self, repo: PostgresSagaLog, *, chunk: int | None = None,
               unit: UnitOfWork | None = None) -> None:
         """Append the events (all at once, or in chunks of ``chunk``) at their versions."""
         size = chunk or len(self.events)

@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 from projection_support import SECRET_CARD, TripScript
 
-from events.sagas import SagaRepository
+from events.sagas import PostgresSagaLog
 from projections import (
     MetricsServer,
     ProjectionContext,
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_the_prometheus_endpoint_serves_metrics_over_http(
-    ctx: ProjectionContext, repo: SagaRepository
+    ctx: ProjectionContext, repo: PostgresSagaLog
 ) -> None:
     # given a completed saga and one with a duplicate effect, projected
     TripScript().completed().write(repo)
@@ -54,7 +54,7 @@ def test_the_prometheus_endpoint_serves_metrics_over_http(
 
 
 def test_audit_shows_the_timeline_and_the_state_as_of_a_position(
-    ctx: ProjectionContext, repo: SagaRepository, monkeypatch: pytest.MonkeyPatch
+    ctx: ProjectionContext, repo: PostgresSagaLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # given a compensated saga
     saga = TripScript().compensated()
@@ -79,7 +79,7 @@ def test_audit_shows_the_timeline_and_the_state_as_of_a_position(
 
 
 def test_stats_and_alerts_see_captures_without_reservation(
-    ctx: ProjectionContext, repo: SagaRepository
+    ctx: ProjectionContext, repo: PostgresSagaLog
 ) -> None:
     # given a saga stuck after the payment was captured (long ago, by the saga clock)
     stuck = TripScript().start().succeed("hold_flight").succeed("hold_hotel")
@@ -101,7 +101,7 @@ def test_stats_and_alerts_see_captures_without_reservation(
 
 def test_the_operator_queue_shows_evidence_and_resolve_records_one_event(
     ctx: ProjectionContext,
-    repo: SagaRepository,
+    repo: PostgresSagaLog,
     broker_url: str,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],

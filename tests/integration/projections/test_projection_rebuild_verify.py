@@ -8,7 +8,7 @@ import pytest
 from projection_support import SECRET_CARD, TripScript
 
 from events import CheckpointConflict, Position
-from events.sagas import SagaRepository
+from events.sagas import PostgresSagaLog
 from projections import ProjectionContext, ProjectionRunner, rebuild, verify
 from projections.store import read_rows
 from sagafleet.cli import main
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.mark.parametrize("workers", [1, 3])
 def test_rebuild_while_writing_switches_to_a_complete_new_table_set(
-    ctx: ProjectionContext, repo: SagaRepository, workers: int
+    ctx: ProjectionContext, repo: PostgresSagaLog, workers: int
 ) -> None:
     # workers=3: three processes fold the log up to the horizon in parallel while sagas
     # are still being written; the runner resumes from the horizon and must skip what they
@@ -80,7 +80,7 @@ def test_rebuild_while_writing_switches_to_a_complete_new_table_set(
 
 
 def test_verify_catches_a_hand_edited_row_and_a_hand_edited_event(
-    ctx: ProjectionContext, repo: SagaRepository, monkeypatch: pytest.MonkeyPatch
+    ctx: ProjectionContext, repo: PostgresSagaLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # given a projected log that verifies
     edited_row = TripScript().completed()

@@ -7,7 +7,7 @@ import pytest
 from projection_support import TripScript
 
 from events import Batch, SubscriptionBusy, UnitOfWork
-from events.sagas import SagaRepository
+from events.sagas import PostgresSagaLog
 from projections import ProjectionContext, ProjectionRunner, verify
 from projections.store import read_rows
 from saga_core.contracts import SagaStatus
@@ -21,7 +21,7 @@ def stored(ctx: ProjectionContext):  # type: ignore[no-untyped-def]
 
 
 def test_catch_up_from_zero_builds_every_read_model(
-    ctx: ProjectionContext, repo: SagaRepository
+    ctx: ProjectionContext, repo: PostgresSagaLog
 ) -> None:
     # given a log with a completed, a compensated and an escalated saga, written in pieces
     done = TripScript().completed()
@@ -46,7 +46,7 @@ def test_catch_up_from_zero_builds_every_read_model(
 
 
 def test_a_restart_mid_batch_does_not_double_count(
-    ctx: ProjectionContext, repo: SagaRepository
+    ctx: ProjectionContext, repo: PostgresSagaLog
 ) -> None:
     # given sagas with a duplicate success (a counter that must be exact)
     dup = TripScript().start().succeed("hold_flight").duplicate_success("hold_flight", "other")
@@ -77,7 +77,7 @@ def test_a_restart_mid_batch_does_not_double_count(
 
 
 def test_a_late_committing_event_is_not_skipped(
-    ctx: ProjectionContext, repo: SagaRepository
+    ctx: ProjectionContext, repo: PostgresSagaLog
 ) -> None:
     # given a saga whose next event is appended in a transaction that stays open
     slow = TripScript().start()
@@ -110,7 +110,7 @@ def test_a_late_committing_event_is_not_skipped(
 
 
 def test_only_one_copy_processes_a_projection_at_a_time(
-    ctx: ProjectionContext, repo: SagaRepository
+    ctx: ProjectionContext, repo: PostgresSagaLog
 ) -> None:
     # given one runner that holds the projection
     TripScript().completed().write(repo)
