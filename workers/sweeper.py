@@ -22,15 +22,18 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from events import SubscriptionBusy
 from events.sagas import LoadedSaga, SagaNotFound, saga_id_of
 from saga_core import due_work
 from saga_core.claims import DueWork
 from saga_core.errors import SagaError
-from workers.fleet import Fleet
 from workers.messages import StepCommand
 from workers.orchestrator import Committed, Orchestrator
+
+if TYPE_CHECKING:  # the Sweeper's fleet; sweep_saga needs none (the test kit imports it)
+    from workers.fleet import Fleet
 
 log = logging.getLogger(__name__)
 
