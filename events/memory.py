@@ -16,25 +16,22 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from events.definitions import DefinitionConflict, DefinitionNotFound, DefinitionRecord
 from events.errors import InvalidArgument
 from events.memory_store import Clock, MemoryEventStore, MemoryUnit, utc_now
-from events.model import AppendResult, ExpectedVersion, Position
 from events.saga_log import Definitions, SagaLog, Secrets, Unit, unit_of
-from events.sagas import LoadedSaga, SagaCodec, at_or_before, saga_registry, saga_stream
+from events.sagas import SagaCodec, SagaStreams, saga_registry
 from events.secret_inputs import reveal_with
 from saga_core import SagaDefinition
-from saga_core.errors import SagaError
-from saga_core.events import SagaEvent
 
 __all__ = ["MemoryDefinitions", "MemoryEventStore", "MemorySagaLog", "MemorySecrets", "MemoryUnit"]
 
 
-class MemorySagaLog:
+class MemorySagaLog(SagaStreams):
     """Sagas folded from a :class:`MemoryEventStore` (one of its own unless given)."""
 
     def __init__(
@@ -49,42 +46,13 @@ class MemorySagaLog:
         )
         self.definitions = definitions
         self.registry = self.store.registry or saga_registry()
-        self.codec = SagaCodec(self.registry, definitions)
-
-    def load(
-        self, saga_id: str, *, tenant: str | None = None, at: Position | None = None
-    ) -> LoadedSaga:
-        """Fold a saga's stream (up to ``at`` if given); SagaNotFound if absent or not visible."""
-        records = at_or_before(self.store.read_stream(saga_stream(saga_id)), at)
-        return self.codec.fold(saga_id, records, tenant=tenant)
-
-    def load_many(self, saga_ids: Sequence[str]) -> dict[str, LoadedSaga | SagaError]:
-        """Each id to its folded saga, or to the error that loading it alone would raise."""
-        streams = {saga_stream(saga_id): saga_id for saga_id in saga_ids}
-        return self.codec.fold_each(streams, self.store.read_streams(list(streams)))
-
-    def append(
-        self,
-        saga_id: str,
-        tenant: str,
-        events: Sequence[SagaEvent],
-        expected_version: ExpectedVersion,
-        *,
-        actor: str | None = None,
-        unit: Unit | None = None,
-    ) -> AppendResult:
-        """Append saga events with tenant (and actor) metadata at ``expected_version``;
-        with ``unit`` the append applies (or not) with the rest of that unit."""
-        new = self.codec.new_events(events, tenant, actor)
-        if unit is not None:
-            return self._unit(unit).append(saga_stream(saga_id), new, expected_version)
-        return self.store.append(saga_stream(saga_id), new, expected_version)
+        super().__init__(self.store, SagaCodec(self.registry, definitions))
 
     def unit_of_work(self) -> AbstractContextManager[MemoryUnit]:
         """A unit of work: applied on a clean exit, nothing at all on an exception."""
         return self.store.transaction()
 
-    def _unit(self, unit: Unit) -> MemoryUnit:
+    def _within(self, unit: Unit) -> MemoryUnit:
         mine = unit_of(MemoryUnit, unit)
         if mine.store is not self.store:
             raise InvalidArgument("this unit of work belongs to another in-memory log")

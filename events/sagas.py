@@ -8,10 +8,11 @@ process or the model that started it.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from events.definitions import DefinitionStore
 from events.errors import EventStoreError
@@ -163,29 +164,55 @@ def at_or_before(records: list[RecordedEvent], at: Position | None) -> list[Reco
     return records if at is None else [r for r in records if r.position <= at]
 
 
-class PostgresSagaLog:
-    """The PostgreSQL :class:`~events.saga_log.SagaLog`: sagas folded from an EventStore."""
+class EventStreams(Protocol):
+    """What a saga log needs of an event store (the PostgreSQL one or the in-memory one)."""
 
-    def __init__(self, store: EventStore, definitions: DefinitionStore) -> None:
-        if store.registry is None:
-            raise EventStoreError("a PostgresSagaLog needs a store opened with saga_registry()")
-        self.store = store
-        self.definitions = definitions
-        self.registry = store.registry
-        self.codec = SagaCodec(store.registry, definitions)
+    def read_stream(self, stream_id: str) -> list[RecordedEvent]:
+        """A stream's events in version order."""
+        ...
+
+    def read_streams(self, stream_ids: Sequence[str]) -> dict[str, list[RecordedEvent]]:
+        """Several whole streams: each id to its events."""
+        ...
+
+    def append(
+        self, stream_id: str, events: Sequence[NewEvent], expected_version: ExpectedVersion
+    ) -> AppendResult:
+        """Append at ``expected_version``."""
+        ...
+
+
+class Appender(Protocol):
+    """A unit of work's own append (it commits, or not, with the rest of the unit)."""
+
+    def append(
+        self, stream_id: str, events: Sequence[NewEvent], expected_version: ExpectedVersion
+    ) -> AppendResult:
+        """Append inside the unit at ``expected_version``."""
+        ...
+
+
+class SagaStreams(ABC):
+    """What every :class:`~events.saga_log.SagaLog` shares: sagas folded from a store's
+    ``saga-<id>`` streams and appended with tenant (and actor) metadata. A log says only
+    what its unit of work is (:meth:`unit_of_work`, :meth:`_within`)."""
+
+    def __init__(self, store: EventStreams, codec: SagaCodec) -> None:
+        self.streams = store
+        self.codec = codec
 
     def load(
         self, saga_id: str, *, tenant: str | None = None, at: Position | None = None
     ) -> LoadedSaga:
         """Fold a saga's stream (up to ``at`` if given); SagaNotFound if absent or not visible."""
-        records = at_or_before(self.store.read_stream(saga_stream(saga_id)), at)
+        records = at_or_before(self.streams.read_stream(saga_stream(saga_id)), at)
         return self.codec.fold(saga_id, records, tenant=tenant)
 
     def load_many(self, saga_ids: Sequence[str]) -> dict[str, LoadedSaga | SagaError]:
         """Fold several sagas read in one query: each id to its saga, or to the error that
         loading it alone would raise (SagaNotFound, CorruptSagaStream, ...)."""
         streams = {saga_stream(saga_id): saga_id for saga_id in saga_ids}
-        return self.codec.fold_each(streams, self.store.read_streams(list(streams)))
+        return self.codec.fold_each(streams, self.streams.read_streams(list(streams)))
 
     def fold_records(
         self, saga_id: str, records: Sequence[RecordedEvent], *, tenant: str | None = None
@@ -204,11 +231,29 @@ class PostgresSagaLog:
         unit: Unit | None = None,
     ) -> AppendResult:
         """Append saga events with tenant (and actor) metadata at ``expected_version``;
-        with ``unit`` the append commits (or not) with the rest of that transaction."""
+        with ``unit`` the append commits (or not) with the rest of that unit of work."""
         new = self.codec.new_events(events, tenant, actor)
-        if unit is not None:
-            return unit_of(UnitOfWork, unit).append(saga_stream(saga_id), new, expected_version)
-        return self.store.append(saga_stream(saga_id), new, expected_version)
+        target = self.streams if unit is None else self._within(unit)
+        return target.append(saga_stream(saga_id), new, expected_version)
+
+    @abstractmethod
+    def _within(self, unit: Unit) -> Appender:
+        """This log's own unit of work behind ``unit`` (InvalidArgument for another's)."""
+
+
+class PostgresSagaLog(SagaStreams):
+    """The PostgreSQL :class:`~events.saga_log.SagaLog`: sagas folded from an EventStore."""
+
+    def __init__(self, store: EventStore, definitions: DefinitionStore) -> None:
+        if store.registry is None:
+            raise EventStoreError("a PostgresSagaLog needs a store opened with saga_registry()")
+        super().__init__(store, SagaCodec(store.registry, definitions))
+        self.store = store
+        self.definitions = definitions
+        self.registry = store.registry
+
+    def _within(self, unit: Unit) -> UnitOfWork:
+        return unit_of(UnitOfWork, unit)
 
     def unit_of_work(self) -> AbstractContextManager[UnitOfWork]:
         """A pipelined transaction: appends, secrets and definition checks commit together."""

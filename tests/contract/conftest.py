@@ -8,30 +8,16 @@ promises (and the same exception classes) on both.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from importlib.resources import files
-from typing import Any
 
 import pytest
+from contract_support import Ports
 
 from events import EventStore, apply_migrations
 from events.definitions import DefinitionStore
 from events.memory import MemoryDefinitions, MemorySagaLog, MemorySecrets
-from events.saga_log import Definitions, SagaLog, Secrets
 from events.sagas import PostgresSagaLog, saga_registry
 from workers.secrets import SecretVault
-
-
-@dataclass(frozen=True)
-class Ports:
-    """One implementation's log, definitions and secrets, and the event store under the
-    log (for what only event envelopes can say: event ids)."""
-
-    kind: str
-    log: SagaLog
-    definitions: Definitions
-    secrets: Secrets
-    store: Any  # EventStore or MemoryEventStore: append/read_stream/read_all alike
 
 
 def _memory() -> Iterator[Ports]:

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-
-from conftest import Ports
+from typing import Any
 
 from events.model import NO_STREAM, AppendResult
+from events.saga_log import Definitions, SagaLog, Secrets
 from saga_core import SagaDefinition
 from saga_core.contracts import SagaStatus
 from saga_core.events import CancelRequested, SagaFinished, SagaStarted
 from saga_core.examples import trip_definition
+
+
+@dataclass(frozen=True)
+class Ports:
+    """One implementation's log, definitions and secrets, and the event store under the
+    log (for what only event envelopes can say: event ids)."""
+
+    kind: str
+    log: SagaLog
+    definitions: Definitions
+    secrets: Secrets
+    store: Any  # EventStore or MemoryEventStore: append/read_stream/read_all alike
+
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ import time
 import uuid
 
 import pytest
-from conftest import Ports
+from contract_support import Ports
 
 from events import (
     ANY,

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import Ports
-from contract_support import finished, note, registered, start, started
+from contract_support import Ports, finished, note, registered, start, started
 
 from events import ANY, NO_STREAM, ConcurrencyError, InvalidArgument, InvalidEvent, NewEvent
 from events.chain import verify_chain

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import Ports
-from contract_support import note, registered, start, started, variant
+from contract_support import Ports, note, registered, start, started, variant
 
 from events import NO_STREAM, ConcurrencyError, InvalidArgument
 from events.definitions import DefinitionConflict, DefinitionNotFound
