@@ -10,6 +10,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from importlib import metadata
 
 from saga_core.errors import SagaError
 from sagafleet import commands
@@ -22,11 +23,17 @@ EPILOG = (
     "  sagafleet demo --sagas 50 --workers 2\n"
     "  sagafleet db migrate\n"
     "  sagafleet db url\n"
-    "  sagafleet embedded stop\n\n"
-    "configuration: SAGAFLEET_DATABASE_URL, SAGAFLEET_BROKER_URL, SAGAFLEET_HOME (default\n"
-    "./.sagafleet, where the embedded PostgreSQL and Redis live when no URL is set),\n"
-    "SAGAFLEET_SENTRY_DSN, SAGAFLEET_TENANT.\n\n" + describe()
+    "  sagafleet embedded stop\n\n" + Settings.describe() + "\n\n" + describe()
 )
+
+
+def _version() -> str:
+    """The installed distribution's version (a source checkout that was never installed
+    says so instead of failing)."""
+    try:
+        return metadata.version("sagafleet")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"sagafleet {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for register in commands.REGISTRARS:
         register(sub)
@@ -55,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = Settings.from_env()
         return int(handler(args, settings))
     except KeyboardInterrupt:
-        return int(ExitCode.FAILURE)
+        return int(ExitCode.INTERRUPTED)
     except SagaError as exc:
         code = commands.exit_code_for(exc)
         emit_error(str(exc), as_json=as_json, error=type(exc).__name__)

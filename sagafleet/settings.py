@@ -21,21 +21,31 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    home: Path = Field(default=Path(".sagafleet"))
-    database_url: str | None = None
-    broker_url: str | None = None
-    sentry_dsn: str | None = None
-    tenant: str = Field(default="default", min_length=1, max_length=128)
-    lease_seconds: float = Field(default=30.0, gt=0, le=86_400)
-    queue_wait_seconds: float = Field(default=10.0, gt=0, le=86_400)
-    sweep_interval_seconds: float = Field(default=2.0, gt=0, le=3_600)
+    home: Path = Field(default=Path(".sagafleet"), description=(
+        "where the embedded PostgreSQL and Redis keep their data and sockets"))
+    database_url: str | None = Field(default=None, description=(
+        "PostgreSQL DSN of the event store (unset: the embedded server)"))
+    broker_url: str | None = Field(default=None, description=(
+        "Celery broker URL, redis://... (unset: the embedded Redis)"))
+    sentry_dsn: str | None = Field(default=None, description=(
+        "errors and traces to Sentry (unset: sentry-sdk is never initialised)"))
+    tenant: str = Field(default="default", min_length=1, max_length=128,
+                        description="the tenant a command acts for")
+    lease_seconds: float = Field(default=30.0, gt=0, le=86_400, description=(
+        "how long a claim holds before its outcome counts as unknown"))
+    queue_wait_seconds: float = Field(default=10.0, gt=0, le=86_400, description=(
+        "how long a queued command may wait before the sweeper re-enqueues it"))
+    sweep_interval_seconds: float = Field(default=2.0, gt=0, le=3_600,
+                                          description="time between sweeps")
     # Added latency of every sandbox provider call (tests and benchmarks of slow tools); read
     # by sagafleet.sandbox:trip_tool_set.
-    tool_latency_seconds: float = Field(default=0.0, ge=0, le=600)
+    tool_latency_seconds: float = Field(default=0.0, ge=0, le=600, description=(
+        "added latency of every sandbox provider call"))
     # The tools a fleet runs: 'package.module:attribute' naming a workers.tools.ToolSet (or a
     # callable returning one), e.g. sagafleet.sandbox:trip_tool_set. There is no default:
     # unset, a worker refuses to start (other commands run no tool).
-    tools: str | None = Field(default=None, pattern=r"^[\w.]+:\w+$")
+    tools: str | None = Field(default=None, pattern=r"^[\w.]+:\w+$", description=(
+        "the tool set a worker runs, package.module:attribute (no default)"))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -54,6 +64,15 @@ class Settings(BaseModel):
             raise ConfigurationError(
                 f"SAGAFLEET_{field.upper()} is invalid: {first['msg']}"
             ) from None
+
+    @classmethod
+    def describe(cls) -> str:
+        """Every ``SAGAFLEET_*`` variable with its default and meaning (for ``--help``)."""
+        lines = ["configuration (environment variables):"]
+        for name, field in cls.model_fields.items():
+            default = "unset" if field.default is None else str(field.default)
+            lines.append(f"  SAGAFLEET_{name.upper()} [{default}]\n      {field.description}")
+        return "\n".join(lines)
 
     @property
     def embedded_database(self) -> bool:

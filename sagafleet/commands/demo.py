@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from sagafleet import demo, embedded, runtime, sandbox
+from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.migrate import migrate_all
 from sagafleet.output import emit
@@ -57,7 +58,7 @@ def _text(d: dict[str, Any]) -> str:
 def run_demo(args: argparse.Namespace, settings: Settings) -> int:
     """Run the demo and report; fail loudly on a duplicate effect or an unsettled saga."""
     if args.sagas < 1 or args.workers < 1 or not 0.0 <= args.fault_rate <= 1.0:
-        raise SystemExit("sagafleet demo: --sagas and --workers must be >= 1, "
+        raise UsageError("sagafleet demo: --sagas and --workers must be >= 1, "
                          "--fault-rate within [0, 1]")
     options = demo.DemoOptions(sagas=args.sagas, workers=args.workers,
                                fault_rate=args.fault_rate, seed=args.seed,

@@ -7,6 +7,7 @@ import logging
 import sys
 from typing import Any
 
+from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import build_fleet
 from sagafleet.settings import Settings
@@ -45,7 +46,7 @@ def register(sub: Any) -> None:
 def run_worker(args: argparse.Namespace, settings: Settings) -> int:
     """Consume step and saga commands until stopped (SIGTERM: warm shutdown)."""
     if args.concurrency < 1:
-        raise SystemExit("sagafleet worker: --concurrency must be at least 1")
+        raise UsageError("sagafleet worker: --concurrency must be at least 1")
     tools = args.tools or settings.tools
     if tools is None:
         print(NO_TOOL_SET, file=sys.stderr)

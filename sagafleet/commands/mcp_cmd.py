@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import build_fleet, command_fleet
 from sagafleet.output import emit
@@ -53,7 +54,7 @@ def register(sub: Any) -> None:
 def _host_port(value: str) -> tuple[str, int]:
     host, _, port = value.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise SystemExit(f"sagafleet mcp: --http wants HOST:PORT, not {value!r}")
+        raise UsageError(f"sagafleet mcp: --http wants HOST:PORT, not {value!r}")
     return host.strip("[]"), int(port)
 
 
