@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +37,19 @@ def register(sub: Any) -> None:
 
     start = sub.add_parser("start", help="start a saga (idempotent by --key)")
     start.add_argument("definition", help="definition name, e.g. trip")
-    start.add_argument("--input", required=True, help="the input as a JSON object")
+    start.add_argument("--input", required=True,
+                       help="the input as a JSON object; @FILE reads it from a file, - from stdin")
     start.add_argument("--key", default=None, help="idempotency key: a retry returns the same saga")
     start.add_argument("--version", type=int, default=None, help="definition version (latest)")
     start.add_argument("--as", dest="actor", default="cli", help="who starts it")
     start.add_argument("--reason", default="", help="why (recorded on SagaStarted)")
     _common(start)
     start.set_defaults(handler=run_start)
+
+    find = sub.add_parser("find", help="the saga this tenant started with an idempotency key")
+    find.add_argument("key", help="the idempotency key given to start")
+    _common(find)
+    find.set_defaults(handler=run_find)
 
 
 def run_register(args: argparse.Namespace, settings: Settings) -> int:
@@ -69,10 +76,7 @@ def run_register(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_start(args: argparse.Namespace, settings: Settings) -> int:
     """Start a saga from a JSON input."""
-    try:
-        data = json.loads(args.input)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"--input is not JSON: {exc}") from None
+    data = _input_document(args.input)
     fleet = command_fleet(settings)
     try:
         fleet.register_builtin_definitions()
@@ -84,3 +88,38 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
     emit_report(SagaReport(view), as_json=args.json)
     return ExitCode.OK
 
+
+
+def run_find(args: argparse.Namespace, settings: Settings) -> int:
+    """Show the saga started with an idempotency key (another tenant's is not found)."""
+    fleet = command_fleet(settings)
+    try:
+        view = fleet.client(tenant=args.tenant or settings.tenant).find(args.key)
+    finally:
+        fleet.close()
+    if view is None:
+        raise NotFound(f"no saga was started with key {args.key!r} for this tenant")
+    emit_report(SagaReport(view), as_json=args.json)
+    return ExitCode.OK
+
+
+def _input_document(value: str) -> Any:
+    """``--input``'s JSON: the text itself, ``@FILE``'s content, or ``-`` for stdin."""
+    source = "--input"
+    if value == "-":
+        text, source = sys.stdin.read(), "--input - (stdin)"
+    elif value.startswith("@"):
+        path = Path(value[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise NotFound(f"--input {value}: cannot read {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise InvalidInput(f"--input {value}: {path} is not UTF-8 text") from None
+        source = f"--input {value}"
+    else:
+        text = value
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{source} is not JSON: {exc}") from None

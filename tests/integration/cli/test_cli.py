@@ -185,3 +185,35 @@ def test_resolving_a_saga_that_waits_for_nobody_is_a_named_conflict(run):
         refused["message"])
     status = json.loads(run("status", doc["saga_id"], "--json").stdout)
     assert status["version"] == doc["version"]
+
+
+def test_input_comes_from_a_file_or_stdin_and_find_returns_the_saga_by_key(
+    run, fresh_database, broker_url, tmp_path
+):
+    # given the trip input in a file, and the same input on stdin under another key
+    path = tmp_path / "trip.json"
+    path.write_text(json.dumps(TRIP), encoding="utf-8")
+    from_file = run("start", "trip", "--input", f"@{path}", "--key", "from-file", "--json")
+    assert from_file.returncode == 0, from_file.stderr
+    env = {**os.environ, "SAGAFLEET_DATABASE_URL": fresh_database,
+           "SAGAFLEET_BROKER_URL": broker_url}
+    from_stdin = subprocess.run(
+        [sys.executable, "-m", "sagafleet", "start", "trip", "--input", "-", "--key",
+         "from-stdin", "--json"], input=json.dumps(TRIP), env=env, capture_output=True,
+        text=True, timeout=120, check=False)
+    assert from_stdin.returncode == 0, from_stdin.stderr
+    # when each is looked up by its key
+    found = json.loads(run("find", "from-file", "--json").stdout)
+    also = json.loads(run("find", "from-stdin", "--json").stdout)
+    # then each key names its own saga, and an unknown key (or another tenant's) is not found
+    assert found["saga_id"] == json.loads(from_file.stdout)["saga_id"]
+    assert also["saga_id"] == json.loads(from_stdin.stdout)["saga_id"] != found["saga_id"]
+    assert run("find", "no-such-key", "--json").returncode == ExitCode.NOT_FOUND
+    assert run("find", "from-file", "--tenant", "other", "--json").returncode == \
+        ExitCode.NOT_FOUND
+    # and an unreadable file or a non-JSON one is a typed error, not a traceback
+    missing = run("start", "trip", "--input", f"@{tmp_path / 'nope.json'}", "--json")
+    assert missing.returncode == ExitCode.NOT_FOUND and "Traceback" not in missing.stderr
+    path.write_text("{not json", encoding="utf-8")
+    broken = run("start", "trip", "--input", f"@{path}", "--json")
+    assert broken.returncode == ExitCode.INVALID_INPUT and "is not JSON" in broken.stdout
