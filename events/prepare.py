@@ -15,6 +15,7 @@ from events.hashing import (
     contains_float,
     json_string,
     sorted_json,
+    sorted_json_each,
 )
 from events.model import NewEvent, new_event_ids
 from saga_core.keys import json_value_problem, text_argument_problem
@@ -68,17 +69,24 @@ def check_name(what: str, value: object, limit: int, *, index: int | None = None
 _PLAIN = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def _normalised_json(what: str, value: object) -> tuple[dict[str, Any], str]:
-    """The JSON object as PostgreSQL will hand it back, and its canonical text."""
+def _normalised_json(
+    what: str, value: object, encoded: str | None = None
+) -> tuple[dict[str, Any], str]:
+    """The JSON object as PostgreSQL will hand it back, and its canonical text
+    (``encoded``: its sorted_json, when the batch already has it)."""
     if not isinstance(value, Mapping):
         raise InvalidEvent(f"{what} must be a JSON object (a mapping), got {type(value).__name__}")
     if not value:
         return {}, "{}"
     try:
-        try:
-            text, sorted_input = sorted_json(value), True
-        except TypeError:  # keys of mixed types cannot be sorted; plain may still work
-            text, sorted_input = _PLAIN.encode(value), False
+        sorted_input = True
+        if encoded is not None:
+            text = encoded
+        else:
+            try:
+                text = sorted_json(value)
+            except TypeError:  # keys of mixed types cannot be sorted; plain may still work
+                text, sorted_input = _PLAIN.encode(value), False
         if not text.isascii():
             text.encode("utf-8")  # lone surrogates cannot be stored
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
@@ -182,8 +190,21 @@ def prepare_events(
     # Fresh ids for the events that bring none, drawn at once (one clock and random read).
     fresh = iter(new_event_ids(sum(1 for event in events if event.event_id is None)))
     stream_json = json_string(stream_id)
+    # A batch's data encoded in one call (see sorted_json_each); one by one if that fails,
+    # which also names the event at fault.
+    texts = sorted_json_each([event.data for event in events]) if len(events) > 1 else None
+    # Each type checked and written as JSON once per batch (a batch mostly repeats one).
+    types: dict[str, str] = {}
     prepared = [
-        _prepare_one(stream_json, index, event, max_event_bytes, fresh)
+        _prepare_one(
+            stream_json,
+            index,
+            event,
+            max_event_bytes,
+            fresh,
+            data_text=None if texts is None else texts[index],
+            types=types,
+        )
         for index, event in enumerate(events)
     ]
     given = [event.event_id for event in prepared if event.id_was_given]
@@ -194,16 +215,27 @@ def prepare_events(
 
 
 def _prepare_one(
-    stream_json: str, index: int, event: NewEvent, limit: int, fresh: Iterator[uuid.UUID]
+    stream_json: str,
+    index: int,
+    event: NewEvent,
+    limit: int,
+    fresh: Iterator[uuid.UUID],
+    *,
+    data_text: str | None,
+    types: dict[str, str],
 ) -> PreparedEvent:
-    event_type = check_name("type", event.type, MAX_TYPE_LENGTH, index=index)
+    event_type = event.type
+    type_json = types.get(event_type) if type(event_type) is str else None
+    if type_json is None:
+        event_type = check_name("type", event_type, MAX_TYPE_LENGTH, index=index)
+        type_json = types[event_type] = json_string(event_type)
     schema_version = event.schema_version
     if type(schema_version) is not int or not 1 <= schema_version <= 2**31 - 1:
         _refuse_schema_version(index, event_type, schema_version)
     event_id, given = (next(fresh), False) if event.event_id is None else _event_id(event.event_id)
     # Error labels are formatted only on failure: this runs for every appended event.
     try:
-        data, data_json = _normalised_json("data", event.data)
+        data, data_json = _normalised_json("data", event.data, data_text)
         metadata, metadata_json = (
             _normalised_json("metadata", event.metadata) if event.metadata else ({}, "{}")
         )
@@ -218,7 +250,7 @@ def _prepare_one(
         )
     tenant = metadata.get("tenant")
     tenant_id = tenant if type(tenant) is str else None
-    id_text, type_json = str(event_id), json_string(event_type)
+    id_text = str(event_id)
     tenant_json = "null" if tenant_id is None else json_string(tenant_id)
     # The stored columns as the members of a JSON object; both append statements send them.
     columns_json = (

@@ -58,6 +58,12 @@ def _chained_only(store: EventStore) -> None:
         store.append(STREAM, events, expected)
 
 
+def _chained_one_by_one(store: EventStore) -> None:
+    # Each event on its own: a new stream, then moves, every row sent as scalars.
+    for expected, event in enumerate(event for events in HISTORY for event in events):
+        store.append(STREAM, [event], expected if expected else NO_STREAM)
+
+
 def _in_callers_transaction(store: EventStore) -> None:
     # Created outside; then one transaction whose appends run in savepoints: the first
     # chained from the remembered tip, the second (not remembered: uncommitted) by the server.
@@ -78,6 +84,7 @@ def _pipelined_unit_of_work(store: EventStore) -> None:
 PATHS: dict[str, Callable[[EventStore], None]] = {
     "function": _function_only,
     "chained insert": _chained_only,
+    "chained insert, one event at a time": _chained_one_by_one,
     "caller's transaction": _in_callers_transaction,
     "pipelined unit of work": _pipelined_unit_of_work,
 }
@@ -133,6 +140,7 @@ def test_every_append_path_stores_byte_identical_rows_and_hashes(
     assert paths_taken == {
         "function": ["function"] * 3,
         "chained insert": ["chained"] * 3,
+        "chained insert, one event at a time": ["chained"] * 5,
         "caller's transaction": ["chained", "chained", "function"],
         "pipelined unit of work": ["chained", "chained", "function"],
     }

@@ -16,6 +16,7 @@ from events.hashing import (
     hash_body,
     json_string,
     sorted_json,
+    sorted_json_each,
 )
 
 texts = st.text(st.characters(blacklist_categories=["Cs"]), max_size=10)
@@ -78,6 +79,27 @@ def test_the_body_appends_send_around_the_version_is_the_reference_body(
 def test_a_body_missing_a_field_is_refused() -> None:
     with pytest.raises(KeyError):
         body_around_version({"data": "{}"})
+
+
+@given(st.lists(st.dictionaries(texts, values, max_size=3), min_size=1, max_size=5))
+def test_a_batch_encoded_at_once_splits_back_into_each_values_own_text(
+    batch: list[dict]
+) -> None:
+    # given a batch of event data (any text, NUL included)
+    # when it is encoded in one call
+    texts_each = sorted_json_each(batch)
+    # then each part is exactly that value's text, or the batch is refused as a whole
+    assert texts_each is None or texts_each == [sorted_json(value) for value in batch]
+    if "\\u0000" not in "".join(sorted_json(value) for value in batch):
+        assert texts_each is not None
+
+
+def test_a_batch_that_cannot_be_split_back_or_encoded_is_refused() -> None:
+    # a value holding the separator itself, one that cannot be encoded, keys unsortable
+    assert sorted_json_each([{"a": 1}, {"x": [1, "\0", 2]}, {"b": 2}]) is None
+    assert sorted_json_each([{"a": 1}, {"x": object()}]) is None
+    assert sorted_json_each([{1: "a", "b": 2}, {}]) is None
+    assert sorted_json_each([{"b": [1.5, None]}, {}]) == ['{"b":[1.5,null]}', "{}"]
 
 
 def test_sorted_json_turns_cycles_and_deep_nesting_into_value_errors() -> None:

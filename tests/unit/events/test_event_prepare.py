@@ -87,3 +87,38 @@ def test_data_too_deep_for_readers_or_circular_is_refused_with_a_typed_error(
 def test_data_nested_up_to_the_limit_is_stored_as_is() -> None:
     (prepared,) = prepare_events("s", [NewEvent("A", {"x": _nested(127)})], 1024)
     assert prepared.data_json == '{"x":' + "[" * 127 + "1" + "]" * 127 + "}"
+
+
+@pytest.mark.parametrize(
+    ("bad", "fragment"),
+    [
+        ({"x": [1, "\0", 2]}, "event #1 (T) data contains a NUL character"),
+        ({"x": object()}, "event #1 (T) data is not JSON-serialisable"),
+        ({"x": float("nan")}, "event #1 (T) data is not JSON-serialisable"),
+    ],
+)
+def test_a_batch_names_the_event_whose_data_is_refused(bad: dict, fragment: str) -> None:
+    # given a batch whose second event's data cannot be stored (its data encoded with the
+    # batch's, then one by one)
+    events = [NewEvent("T", {"a": 1}), NewEvent("T", bad), NewEvent("T", {"b": 2})]
+    # when it is prepared, then the error names that event
+    with pytest.raises(InvalidEvent, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        prepare_events("s", events, 1024)
+
+
+def test_a_batch_is_prepared_as_each_of_its_events_alone() -> None:
+    # given a batch mixing types, floats, unsortable-free nesting and empty data
+    events = [
+        NewEvent("A", {"b": 1.0, "a": [2, {"z": None}]}, metadata={"tenant": "t"}),
+        NewEvent("B", {}),
+        NewEvent("A", {"s": "ü\u2028"}, schema_version=2),
+    ]
+    ids = [uuid.uuid4() for _ in events]
+    batch = [
+        NewEvent(e.type, e.data, event_id=i, metadata=e.metadata, schema_version=e.schema_version)
+        for e, i in zip(events, ids, strict=True)
+    ]
+    # when prepared together and one at a time, then every prepared field is the same
+    together = prepare_events("s", batch, 1 << 20)
+    alone = [prepare_events("s", [event], 1 << 20)[0] for event in batch]
+    assert together == alone
