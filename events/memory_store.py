@@ -48,7 +48,7 @@ from events.model import (
     RecordedEvent,
 )
 from events.prepare import DEFAULT_MAX_EVENT_BYTES, PreparedEvent, prepare_events
-from events.reading import MAX_VERSION, START, checked_stream_id, checked_version
+from events.reading import MAX_VERSION, checked_stream_id, checked_version, read_all_start
 from events.registry import EventRegistry
 from events.store_rules import (
     checked_stream_list,
@@ -312,13 +312,7 @@ class MemoryEventStore:
 
     def read_all(self, after: Position | None = None, limit: int = 1000) -> list[RecordedEvent]:
         """A gap-safe page of the global log after ``after`` (None: from the start)."""
-        if after is not None and not isinstance(after, Position):
-            raise InvalidArgument(
-                f"after must be a Position or None, got {type(after).__name__}"
-                " (Position.parse reads the text form back)"
-            )
-        checked_version("limit", limit)
-        cursor = after or START
+        cursor = read_all_start(after, limit)
         with self._lock:
             horizon = min(self._open, default=None)
             page = []

@@ -82,17 +82,23 @@ def checked_version(what: str, value: object) -> int:
     raise InvalidArgument(f"{what} must be an int in 0..{MAX_VERSION}, got {value!r}")
 
 
-def read_all_on(
-    conn: psycopg.Connection[Any], after: Position | None, limit: int
-) -> list[RecordedEvent]:
-    """A gap-safe page of the global log strictly after ``after``, in cursor order."""
+def read_all_start(after: object, limit: object) -> Position:
+    """Where a ``read_all`` page starts (the log's start for None), or InvalidArgument for
+    a cursor that is not a Position or a limit that is not a count (an int >= 0)."""
     if after is not None and not isinstance(after, Position):
         raise InvalidArgument(
             f"after must be a Position or None, got {type(after).__name__}"
             " (Position.parse reads the text form back)"
         )
     checked_version("limit", limit)
-    cursor = after or START
+    return after or START
+
+
+def read_all_on(
+    conn: psycopg.Connection[Any], after: Position | None, limit: int
+) -> list[RecordedEvent]:
+    """A gap-safe page of the global log strictly after ``after``, in cursor order."""
+    cursor = read_all_start(after, limit)
     # Binary results parse faster; prepare=False keeps a custom plan per call, so the
     # planner always sees the real cursor and picks the index walk (a generic plan could
     # choose bitmap-scan-and-sort over the whole tail of the log).

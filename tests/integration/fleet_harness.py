@@ -41,17 +41,6 @@ from workers.messages import StepCommand
 from workers.orchestrator import Clock, utc_now
 from workers.sweeper import Sweeper
 
-TRIP_INPUT: dict[str, Any] = {
-    "customer_email": "ada@example.com",
-    "flight_id": "FL123",
-    "hotel_id": "HT456",
-    "nights": 2,
-    "amount": 42_000,
-    "currency": "EUR",
-    "card_token": "tok_visa_4242",
-}
-BOUNCING_INPUT: dict[str, Any] = {**TRIP_INPUT, "customer_email": "ada@bounce.invalid"}
-
 LEASE_S = 2.0
 QUEUE_WAIT_S = 1.0
 

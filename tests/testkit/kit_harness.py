@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import StepKind
 
-TRIP_INPUT: dict[str, Any] = {
-    "customer_email": "ada@example.com",
-    "flight_id": "FL123",
-    "hotel_id": "HT456",
-    "nights": 2,
-    "amount": 42_000,
-    "currency": "EUR",
-    "card_token": "tok_visa_4242",
-}
-# The pivot's recipient bounces: the saga unwinds, so every compensation runs.
-BOUNCING_INPUT: dict[str, Any] = {**TRIP_INPUT, "customer_email": "ada@bounce.invalid"}
 AMOUNT = TRIP_INPUT["amount"]
 
 # The tool each trip step's forward and compensation operation calls.

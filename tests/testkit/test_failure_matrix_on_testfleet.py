@@ -22,7 +22,8 @@ from failure_matrix_spec import (
     recovered_after_lost_receipt,
     waits_out_a_horizon,
 )
-from kit_harness import BOUNCING_INPUT, TRIP_INPUT, TRIP_TOOLS
+from kit_harness import TRIP_TOOLS
+from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
 from saga_core.events import SagaEvent
 from sagafleet.testing import TestFleet, TripLedger, TripTools

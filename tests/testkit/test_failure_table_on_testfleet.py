@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kit_harness import AMOUNT, BOUNCING_INPUT, TRIP_INPUT
+from kit_harness import AMOUNT
+from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
 from saga_core import AgentPlan, PlannedAction, SagaDefinition, ToolCatalogue
 from saga_core.contracts import ErrorClass, Receipt, SagaStatus, StepKind

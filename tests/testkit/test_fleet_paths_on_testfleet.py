@@ -4,7 +4,7 @@ that are about the engine's decisions, not the servers: the same scenarios on Te
 from __future__ import annotations
 
 import pytest
-from kit_harness import BOUNCING_INPUT, TRIP_INPUT
+from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
 from events.sagas import SagaNotFound
 from saga_core.contracts import SagaStatus, StepKind

@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from kit_harness import TRIP_INPUT
+from trip_inputs import TRIP_INPUT
 
 from saga_core import SagaDefinition, ToolCatalogue
 from saga_core.contracts import Receipt, SagaStatus

@@ -6,7 +6,7 @@ import time
 
 import psycopg
 from celery import Celery
-from fleet_harness import TRIP_INPUT
+from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import SagaStatus
 

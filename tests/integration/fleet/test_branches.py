@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from fleet_harness import TRIP_INPUT
+from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import SagaStatus, StepKind
 from workers.branches import SagaBranches

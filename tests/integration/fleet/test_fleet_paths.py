@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import time
 
-from fleet_harness import TRIP_INPUT, redis_client
+from fleet_harness import redis_client
+from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.events import (

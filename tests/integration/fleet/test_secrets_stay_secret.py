@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import psycopg
-from fleet_harness import TRIP_INPUT, redis_client
+from fleet_harness import redis_client
 from psycopg import sql
+from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import SagaStatus
 from sagafleet.sandbox import ledger_for_saga

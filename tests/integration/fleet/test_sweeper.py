@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from fleet_harness import TRIP_INPUT
+from trip_inputs import TRIP_INPUT
 
 from events import ConcurrencyError
 from events.sagas import saga_stream

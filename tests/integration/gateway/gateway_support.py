@@ -8,8 +8,8 @@ import subprocess
 import time
 from typing import Any
 
-from fleet_harness import TRIP_INPUT as FLEET_TRIP_INPUT
 from mcp import ClientSession
+from trip_inputs import TRIP_INPUT as FLEET_TRIP_INPUT
 
 # The trip input of every fleet test, with a token easy to search for in outputs.
 TRIP_INPUT = {**FLEET_TRIP_INPUT, "card_token": "tok_visa_4242_secret"}

@@ -15,10 +15,11 @@ import uuid
 import psycopg
 import pytest
 from celery import Celery
-from fleet_harness import TRIP_INPUT, settle, worker_env
+from fleet_harness import settle, worker_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kombu import Connection, Exchange, Producer
+from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import SagaStatus
 from saga_core.errors import SagaError

@@ -28,8 +28,6 @@ from failure_matrix_spec import (
     waits_out_a_horizon,
 )
 from fleet_harness import (
-    BOUNCING_INPUT,
-    TRIP_INPUT,
     TRIP_TOOLS,
     AfterCommitFreeze,
     WorkerProcesses,
@@ -41,6 +39,7 @@ from fleet_harness import (
     settle,
     shifted_fleet,
 )
+from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
 from events.sagas import LoadedSaga
 from saga_core.events import (

@@ -14,8 +14,6 @@ import psycopg
 import pytest
 from celery import Celery
 from fleet_harness import (
-    BOUNCING_INPUT,
-    TRIP_INPUT,
     AfterCommitFreeze,
     SandboxFleet,
     drive,
@@ -24,6 +22,7 @@ from fleet_harness import (
     shifted_fleet,
     worker_env,
 )
+from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.errors import ApprovalExpired

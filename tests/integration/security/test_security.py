@@ -14,8 +14,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from fleet_harness import TRIP_INPUT, events_of, settle, shifted_fleet, worker_env
+from fleet_harness import events_of, settle, shifted_fleet, worker_env
 from kombu import Connection, Exchange, Producer
+from trip_inputs import TRIP_INPUT
 
 from events.sagas import SagaNotFound
 from saga_core.contracts import SagaStatus
