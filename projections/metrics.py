@@ -2,7 +2,8 @@
 
 Rates are over the sagas or operations they can apply to (a completion rate over finished
 sagas, an ambiguous-outcome rate over operations that started). Retry amplification adds
-the sweeper's re-enqueues from ``fleet.redeliveries`` when that table exists.
+the sweeper's re-enqueues from ``fleet.redeliveries`` when that table exists; the dead
+letters (agent commands that could never succeed) are counted from ``fleet.dead_letters``.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ SELECT {group},
            - r.first_started_at)) FILTER (WHERE r.kind = 'compensation')
   FROM {steps} r JOIN {summary} s USING (saga_id)
  GROUP BY {group}
+"""
+
+# Before fleet migration 0003 there is no status column: every letter then counts as open.
+_DEAD_LETTERS = """
+SELECT count(*), count(*) FILTER (WHERE {open}) FROM fleet.dead_letters
 """
 
 _REDELIVERIES = """
@@ -118,12 +124,22 @@ class ToolMetrics:
 
 
 @dataclass(frozen=True)
+class DeadLetterMetrics:
+    """Messages that could never succeed: recorded ever (a counter: rows are never deleted)
+    and still open (a gauge: waiting for an operator to requeue or discard them)."""
+
+    recorded: int = 0
+    open: int = 0
+
+
+@dataclass(frozen=True)
 class Metrics:
     """Everything ``sagafleet stats`` shows."""
 
     version: int
     definitions: list[DefinitionMetrics]
     tools: list[ToolMetrics]
+    dead_letters: DeadLetterMetrics = DeadLetterMetrics()
 
 
 def _operations(row: tuple[Any, ...], redeliveries: int) -> OperationMetrics:
@@ -169,6 +185,7 @@ def collect_metrics(ctx: ProjectionContext, name: str = "sagas") -> Metrics:
         per_definition = conn.execute(query, {"terminal": list(TERMINAL)}).fetchall()
         by_definition = _grouped(conn, _PER_OPERATIONS, ["s.definition_name"], version)
         by_tool = _grouped(conn, _PER_OPERATIONS, ["r.tool", "r.kind"], version)
+        dead_letters = _dead_letters(conn)
         redelivered_def: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         redelivered_tool: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         if has_redeliveries:
@@ -203,4 +220,16 @@ def collect_metrics(ctx: ProjectionContext, name: str = "sagas") -> Metrics:
         )
         for key, ops in sorted(by_tool.items())
     ]
-    return Metrics(version, definitions, tools)
+    return Metrics(version, definitions, tools, dead_letters)
+
+
+def _dead_letters(conn: psycopg.Connection[Any]) -> DeadLetterMetrics:
+    columns = {name for (name,) in conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass('fleet.dead_letters')"
+        " AND attnum > 0 AND NOT attisdropped")}
+    if not columns:
+        return DeadLetterMetrics()
+    is_open = "status = 'open'" if "status" in columns else "true"
+    row = conn.execute(sql.SQL(_DEAD_LETTERS).format(open=sql.SQL(is_open))).fetchone()
+    recorded, still_open = row if row else (0, 0)
+    return DeadLetterMetrics(recorded=int(recorded), open=int(still_open))

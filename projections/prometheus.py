@@ -56,6 +56,12 @@ def render(metrics: Metrics, statuses: list[ProjectionStatus], alerts: Counter[s
         lines += _operation_lines("definition", labels, d.operations)
     for t in metrics.tools:
         lines += _operation_lines("tool", {"tool": t.tool, "kind": t.kind}, t.operations)
+    lines += [
+        "# TYPE sagafleet_dead_letters_recorded_total counter",
+        _line("dead_letters_recorded_total", {}, metrics.dead_letters.recorded),
+        "# TYPE sagafleet_dead_letters_open gauge",
+        _line("dead_letters_open", {}, metrics.dead_letters.open),
+    ]
     for kind in (
         "captured_without_confirmation",
         "compensation_failing",

@@ -47,6 +47,7 @@ def _fleet(
         broker_url=runtime.broker_url(settings),
         lease_s=settings.lease_seconds,
         queue_wait_s=settings.queue_wait_seconds,
+        visibility_timeout_s=settings.visibility_timeout_seconds,
     )
     if worker_id:
         config = replace(config, worker_id=worker_id)

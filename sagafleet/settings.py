@@ -35,6 +35,9 @@ class Settings(BaseModel):
         "how long a claim holds before its outcome counts as unknown"))
     queue_wait_seconds: float = Field(default=10.0, gt=0, le=86_400, description=(
         "how long a queued command may wait before the sweeper re-enqueues it"))
+    visibility_timeout_seconds: float = Field(default=600.0, ge=2, le=86_400, description=(
+        "how long a message a worker took stays invisible to the others; what a killed "
+        "worker held (a step, an agent's command) is redelivered after it"))
     sweep_interval_seconds: float = Field(default=2.0, gt=0, le=3_600,
                                           description="time between sweeps")
     # Added latency of every sandbox provider call (tests and benchmarks of slow tools); read

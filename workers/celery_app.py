@@ -8,7 +8,10 @@ never deserialize anything but JSON, never retry in this layer".
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Final
 
 import redis
 from celery import Celery
@@ -16,6 +19,23 @@ from celery import Celery
 STEP_TASK = "sagafleet.step"
 QUEUE_STEPS = "sagafleet.steps"
 QUEUE_COMMANDS = "sagafleet.commands"
+
+COMMAND_TASK_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType({
+    # An agent's command exists only as its message until it takes effect, so the message
+    # is acknowledged only after the outcome (the saga's events, or a dead letter) is
+    # committed. A worker that dies mid-command leaves it unacknowledged: redelivered.
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    # Never acknowledge a command that failed or timed out: the task itself turns every
+    # failure into a retry or a dead letter (workers.tasks), so one that escapes is a
+    # worker in trouble, and a timed-out command is requeued rather than dropped.
+    "acks_on_failure_or_timeout": False,
+    # Transient failures are retried for as long as they last (capped backoff in
+    # workers.command_failures); only a command that can never succeed is dead-lettered.
+    "max_retries": None,
+    "ignore_result": True,
+})
+"""Celery task options of the ``sagafleet.commands.*`` tasks (see workers.tasks)."""
 
 
 @dataclass(frozen=True)
@@ -25,6 +45,20 @@ class BrokerSettings:
     broker_url: str
     visibility_timeout_s: float = 600.0
     step_time_limit_s: float = 300.0
+
+    @classmethod
+    def for_visibility_timeout(cls, broker_url: str, visibility_timeout_s: float
+                               ) -> BrokerSettings:
+        """Settings whose step time limit fits inside ``visibility_timeout_s``: half of it,
+        at most the default (a short timeout is for tests of redelivery after a kill)."""
+        return cls(broker_url=broker_url, visibility_timeout_s=visibility_timeout_s,
+                   step_time_limit_s=min(cls.step_time_limit_s, visibility_timeout_s / 2))
+
+    @property
+    def unacked_restore_interval_s(self) -> float:
+        """How often a worker looks for messages whose visibility timeout ran out (a killed
+        worker's): often enough that they come back soon after it, never more than 10 s."""
+        return max(0.5, min(10.0, self.visibility_timeout_s / 4))
 
 
 def broker_redis(broker_url: str) -> redis.Redis:
@@ -62,6 +96,10 @@ def create_celery_app(settings: BrokerSettings, *, name: str = "sagafleet") -> C
         task_soft_time_limit=settings.step_time_limit_s,
         broker_transport_options={
             "visibility_timeout": settings.visibility_timeout_s,
+            # kombu scans only every interval x throttle seconds (100 s by default); one scan
+            # per interval is a single ZRANGE on the unacked index.
+            "unacked_restore_interval": settings.unacked_restore_interval_s,
+            "unacked_restore_throttle": 1,
             "socket_timeout": 30,
             "socket_connect_timeout": 10,
             "health_check_interval": 25,

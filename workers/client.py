@@ -58,6 +58,16 @@ MAX_REASON_LENGTH = 10_000
 """Longest free-text reason (start, cancel, deny, resolve) a client call accepts."""
 
 
+PLAN_NAME_PREFIX = "agent-plan-"
+"""Names of definitions made from agent plans that were given no name of their own."""
+
+
+def plan_definition_name(plan: AgentPlan) -> str:
+    """The definition name of a plan given no name: ``agent-plan-`` and 16 hex digits of the
+    plan's canonical hash (its content decides it, so a redelivery names it the same)."""
+    return f"{PLAN_NAME_PREFIX}{payload_hash(plan.model_dump(mode='json'))[:16]}"
+
+
 class IdempotencyConflict(SagaError):
     """The idempotency key already started a saga with other input or another definition."""
     kind = ErrorKind.CONFLICT
@@ -142,9 +152,14 @@ class SagaClient:
         return self.definitions.register(validated, registered_by=self.actor)
 
     def submit_plan(
-        self, plan: AgentPlan | dict[str, Any], *, name: str = "agent_plan", version: int = 1
+        self, plan: AgentPlan | dict[str, Any], *, name: str | None = None, version: int = 1
     ) -> SagaDefinition:
-        """Validate an agent's plan into an ad-hoc definition and register it."""
+        """Validate an agent's plan into an ad-hoc definition and register it.
+
+        Without a ``name`` the definition is named by the plan's content
+        (:func:`plan_definition_name`): the same plan submitted again registers nothing new,
+        and a different plan never collides with it.
+        """
         if not isinstance(plan, AgentPlan):
             try:
                 plan = AgentPlan.model_validate(plan)
@@ -154,6 +169,8 @@ class SagaClient:
                             err["msg"])
                     for err in exc.errors()
                 ]) from None
+        if name is None:
+            name = plan_definition_name(plan)
         definition = validate_plan(plan, self.catalogue, name=name, version=version)
         self.definitions.register(definition, registered_by=self.actor)
         return definition

@@ -22,6 +22,7 @@ from saga_core.errors import ErrorKind, SagaError
 from saga_core.examples import trip_definition
 from workers.celery_app import BrokerSettings, create_celery_app
 from workers.client import SagaClient
+from workers.dead_letters import DeadLetters
 from workers.executor import StepExecutor
 from workers.orchestrator import Clock, Orchestrator, utc_now
 from workers.publisher import CeleryPublisher
@@ -49,6 +50,9 @@ class FleetConfig:
     pool_size: int = 8
     inline_steps: int = 8  # steps a worker may run in turn without a broker round trip
     branch_threads: int = 8  # parallel branches of one saga a worker runs side by side
+    # How long a message a worker took stays invisible to the others: what a killed worker
+    # held comes back to another after it (celery_app.BrokerSettings).
+    visibility_timeout_s: float = 600.0
 
 
 class Fleet:
@@ -108,9 +112,15 @@ class Fleet:
         """The Celery app with the fleet's tasks bound to this fleet."""
         from workers.tasks import bind_tasks
 
-        app = create_celery_app(BrokerSettings(broker_url=self.config.broker_url))
+        app = create_celery_app(BrokerSettings.for_visibility_timeout(
+            self.config.broker_url, self.config.visibility_timeout_s))
         bind_tasks(app, self)
         return app
+
+    @cached_property
+    def dead_letters(self) -> DeadLetters:
+        """Messages that can never succeed, kept whole for an operator."""
+        return DeadLetters(self.store)
 
     @cached_property
     def publisher(self) -> CeleryPublisher:

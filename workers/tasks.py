@@ -2,30 +2,60 @@
 
 ``sagafleet.step`` is internal: ``[saga_id, step_id, kind, attempt]``. The
 ``sagafleet.commands.*`` tasks let an agent in any language with a Celery client enqueue
-saga commands with JSON arguments, without importing sagafleet:
+saga commands with JSON keyword arguments, without importing sagafleet:
 
 * ``sagafleet.commands.start_saga(definition, input, key, tenant, actor, reason)``
 * ``sagafleet.commands.cancel_saga(saga_id, tenant, actor, reason)``
 * ``sagafleet.commands.submit_plan(plan, tenant, actor, name)``
 
-Malformed messages and rejected commands are dead-lettered (kept in ``fleet.dead_letters``
-with the reason), never retried and never allowed to crash the worker.
+No agent command is ever lost
+-----------------------------
+Until a command takes effect, its broker message is the only record of it. So a command
+message is acknowledged only once its outcome is committed — the saga's events, or a dead
+letter (``celery_app.COMMAND_TASK_OPTIONS``: acks late, never acknowledged on a failure or a
+time-out). What a failure means is one rule, :mod:`workers.command_failures`:
+
+* **transient** (a ``StoreUnavailable`` or any other ``UNAVAILABLE`` error, ``RaceLost``,
+  a psycopg/redis/kombu connection error, an ``OSError``, a misconfigured deployment): the
+  command is published again with a capped exponential backoff (``Task.retry``: the later
+  copy carries the same task id, and the message in hand is acknowledged only after that
+  copy is in the broker). If that publish fails, Celery would reject the message *without*
+  requeue, dropping it; we reject it *with* requeue instead, and if even that cannot reach
+  the broker, the message is still in kombu's unacknowledged set, from which Redis hands it
+  out again once its visibility timeout ends. A worker killed mid-command ends the same way.
+* **permanent** (malformed message, invalid input, unknown definition or saga, an
+  idempotency key taken by other input, an unexpected error): the whole message is kept in
+  ``fleet.dead_letters`` with its reason and error kind (:mod:`workers.dead_letters`), and
+  only then acknowledged. ``sagafleet dead-letters`` lists, shows, requeues and discards.
+  If the dead letter cannot be written, the command is retried instead.
+
+Every command is idempotent under redelivery (the price of never losing one): a start with
+a ``key`` lands on the saga that key started; a start without one gets the key
+``celery-task:<task id>``, which a redelivery, a retry and a requeue all keep; a cancel
+records ``CancelRequested`` once; a plan without a ``name`` is named by its content
+(``SagaClient.submit_plan``), so registering it again changes nothing.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from celery import Celery
+from celery import Celery, Task
+from celery.exceptions import Reject
+from kombu.exceptions import KombuError, OperationalError
 
-from saga_core.errors import SagaError
+from saga_core.errors import ErrorKind, SagaError
 from workers.branches import SagaBranches
-from workers.celery_app import STEP_TASK
+from workers.celery_app import COMMAND_TASK_OPTIONS, STEP_TASK
+from workers.command_failures import CommandFailure, judge_failure, retry_delay_s
+from workers.dead_letters import DeadLetter, dead_letter_body
 from workers.messages import MalformedMessage, StepCommand
 
 if TYPE_CHECKING:
+    from workers.client import SagaClient
     from workers.fleet import Fleet
 
 log = logging.getLogger(__name__)
@@ -34,22 +64,27 @@ START_SAGA = "sagafleet.commands.start_saga"
 CANCEL_SAGA = "sagafleet.commands.cancel_saga"
 SUBMIT_PLAN = "sagafleet.commands.submit_plan"
 
+DERIVED_KEY_PREFIX = "celery-task:"
+"""A start without a key is keyed by its Celery task id, so a redelivery starts nothing new."""
 
-def dead_letter(fleet: Fleet, task: str, body: Any, reason: str) -> None:
-    """Keep a rejected message (truncated) for an operator; never raise from here."""
-    try:
-        text = json.dumps(body, default=str)[:4000]
-    except (TypeError, ValueError):
-        text = repr(body)[:4000]
-    log.warning("dead-lettered %s: %s", task, reason)
-    try:
-        with fleet.store.connection() as conn:
-            conn.execute(
-                "INSERT INTO fleet.dead_letters (task, body, reason) VALUES (%s, %s, %s)",
-                (task, text, reason[:2000]),
-            )
-    except SagaError as exc:
-        log.error("could not dead-letter %s: %s", task, exc)
+#: A command's effect: (fleet, its keyword arguments, its Celery task id).
+CommandAction = Callable[["Fleet", dict[str, Any], "str | None"], None]
+
+
+@dataclass(frozen=True)
+class CommandMessage:
+    """One command message as it arrived: its task name, Celery task id and arguments."""
+
+    task: str
+    task_id: str | None
+    args: Any
+    kwargs: Any
+
+
+class BrokerUnavailable(SagaError):
+    """The broker could not take a message (a requeued dead letter); nothing was marked."""
+
+    kind = ErrorKind.UNAVAILABLE
 
 
 def run_step(fleet: Fleet, args: Any, kwargs: Any) -> None:
@@ -57,7 +92,7 @@ def run_step(fleet: Fleet, args: Any, kwargs: Any) -> None:
     try:
         command = StepCommand.parse(args, kwargs)
     except MalformedMessage as exc:
-        dead_letter(fleet, STEP_TASK, {"args": args, "kwargs": kwargs}, str(exc))
+        _dead_letter_step(fleet, args, kwargs, str(exc))
         return
     branches = SagaBranches(fleet.executor, fleet.publisher, fleet.branches,
                             budget=fleet.config.inline_steps)
@@ -68,59 +103,142 @@ def run_step(fleet: Fleet, args: Any, kwargs: Any) -> None:
         branches.join()
 
 
+def _dead_letter_step(fleet: Fleet, args: Any, kwargs: Any, reason: str) -> None:
+    """Keep a malformed step message; if that fails, log it and let it go: a step message
+    is only a wake-up call, and the sweeper re-enqueues from the log whatever is due."""
+    try:
+        fleet.dead_letters.record(STEP_TASK, None, dead_letter_body(STEP_TASK, args, kwargs),
+                                  reason, ErrorKind.INVALID_INPUT)
+    except SagaError as exc:
+        log.error("could not dead-letter a malformed step message (%s): %s", reason, exc)
+    else:
+        log.warning("dead-lettered %s: %s", STEP_TASK, reason)
+
+
 def bind_tasks(app: Celery, fleet: Fleet) -> None:
     """Register the fleet's tasks on ``app``, closing over ``fleet`` (no global state)."""
 
     def step(*args: Any, **kwargs: Any) -> None:
         run_step(fleet, list(args), kwargs)
 
-    def start_saga(*args: Any, **kwargs: Any) -> None:
-        _command(fleet, START_SAGA, args, kwargs, _start)
-
-    def cancel_saga(*args: Any, **kwargs: Any) -> None:
-        _command(fleet, CANCEL_SAGA, args, kwargs, _cancel)
-
-    def submit_plan(*args: Any, **kwargs: Any) -> None:
-        _command(fleet, SUBMIT_PLAN, args, kwargs, _plan)
-
     app.task(name=STEP_TASK, acks_late=True, ignore_result=True)(step)
-    for name, fn in ((START_SAGA, start_saga), (CANCEL_SAGA, cancel_saga),
-                     (SUBMIT_PLAN, submit_plan)):
-        app.task(name=name, ignore_result=True)(fn)
+    for name, action in ((START_SAGA, _start), (CANCEL_SAGA, _cancel), (SUBMIT_PLAN, _plan)):
+        app.task(name=name, bind=True, **COMMAND_TASK_OPTIONS)(
+            _command_task(fleet, name, action))
 
 
-def _command(fleet: Fleet, name: str, args: Any, kwargs: Any, action: Any) -> None:
+def _command_task(fleet: Fleet, name: str, action: CommandAction) -> Callable[..., None]:
+    def command(task: Task, *args: Any, **kwargs: Any) -> None:
+        run_command(fleet, task, CommandMessage(name, task.request.id, args, kwargs), action)
+
+    command.__name__ = name.rsplit(".", 1)[-1]
+    return command
+
+
+def run_command(fleet: Fleet, task: Task, message: CommandMessage,
+                action: CommandAction) -> None:
+    """Take one agent command to its outcome (effect or dead letter), or leave it in the
+    broker to be tried again (raises celery's ``Retry`` or ``Reject``)."""
     try:
-        if args:
-            raise MalformedMessage("saga commands take keyword arguments only")
-        if not isinstance(kwargs, dict):
-            raise MalformedMessage("keyword arguments must be a JSON object")
-        action(fleet, dict(kwargs))
-    except (SagaError, TypeError, ValueError, KeyError) as exc:
-        dead_letter(fleet, name, {"args": args, "kwargs": kwargs}, f"{type(exc).__name__}: {exc}")
+        action(fleet, _command_arguments(message.args, message.kwargs), message.task_id)
+        return  # took effect, or was already in effect (a redelivery)
+    except Exception as exc:  # every failure is judged by the one rule, none escapes unjudged
+        failure = judge_failure(exc)
+    if not failure.retry:
+        kept = _keep_dead_letter(fleet, message, failure)
+        if kept is None:
+            return
+        failure = kept
+    _retry_later(fleet, task, message, failure)
 
 
-def _client(fleet: Fleet, kw: dict[str, Any]):  # type: ignore[no-untyped-def]
+def _command_arguments(args: Any, kwargs: Any) -> dict[str, Any]:
+    """The command's keyword arguments (a copy the action consumes), or MalformedMessage."""
+    if args:
+        raise MalformedMessage("saga commands take keyword arguments only")
+    if not isinstance(kwargs, dict):
+        raise MalformedMessage("keyword arguments must be a JSON object")
+    return dict(kwargs)
+
+
+def _keep_dead_letter(fleet: Fleet, message: CommandMessage,
+                      failure: CommandFailure) -> CommandFailure | None:
+    """Dead-letter a command that can never succeed; None once kept, else why it must be
+    retried (nothing was kept, so the broker must keep the message)."""
+    name, task_id = message.task, message.task_id
+    try:
+        fleet.dead_letters.record(name, task_id,
+                                  dead_letter_body(name, message.args, message.kwargs),
+                                  failure.reason, failure.kind)
+    except Exception as exc:  # noqa: BLE001 - whatever it is, the message must not be dropped
+        log.error("%s[%s]: could not dead-letter (%s): %s", name, task_id, failure.reason, exc)
+        return CommandFailure(retry=True, kind=judge_failure(exc).kind,
+                              reason=f"dead letter not written: {type(exc).__name__}: {exc}")
+    log.warning("%s[%s] dead-lettered (%s): %s", name, task_id, failure.kind, failure.reason)
+    return None
+
+
+def _retry_later(fleet: Fleet, task: Task, message: CommandMessage,
+                 failure: CommandFailure) -> NoReturn:
+    """Publish the command again after a backoff and acknowledge this copy (celery's
+    ``Retry``); if the broker cannot take the later copy, requeue this one instead."""
+    # Capped well inside the visibility timeout: a copy waiting for its countdown is held
+    # unacknowledged, and would otherwise be handed to another worker meanwhile.
+    retries = task.request.retries or 0
+    delay = retry_delay_s(retries, fleet.config.visibility_timeout_s / 4)
+    log.warning("%s[%s] will be tried again in %.1fs (retry %d): %s", message.task,
+                message.task_id, delay, retries + 1, failure.reason)
+    try:
+        task.retry(countdown=delay)  # raises Retry once the later copy is in the broker
+    except Reject:
+        # Celery turns a failed re-publish into Reject(requeue=False), which drops the
+        # message; requeue it instead (if the broker is gone for that too, the message
+        # stays unacknowledged and comes back after the visibility timeout).
+        log.warning("%s[%s]: the retry could not be published; requeued", message.task,
+                    message.task_id)
+        raise Reject(failure.reason, requeue=True) from None
+    raise AssertionError("Task.retry always raises")  # pragma: no cover
+
+
+def republish(app: Celery, letter: DeadLetter) -> None:
+    """Publish a dead letter's message again: to its task, under its task id (a requeue)."""
+    try:
+        app.send_task(letter.task, args=letter.args, kwargs=letter.kwargs,
+                      task_id=letter.task_id)
+    except (KombuError, OperationalError, OSError) as exc:
+        raise BrokerUnavailable(f"could not publish dead letter {letter.id}: {exc}") from exc
+
+
+def _client(fleet: Fleet, kw: dict[str, Any]) -> SagaClient:
     tenant, actor = kw.pop("tenant", "default"), kw.pop("actor", "agent")
     if not isinstance(tenant, str) or not isinstance(actor, str):
         raise MalformedMessage("tenant and actor must be strings")
     return fleet.client(tenant=tenant, actor=actor)
 
 
-def _start(fleet: Fleet, kw: dict[str, Any]) -> None:
+def _required(kw: dict[str, Any], name: str) -> Any:
+    if name not in kw:
+        raise MalformedMessage(f"missing argument {name!r}")
+    return kw.pop(name)
+
+
+def _start(fleet: Fleet, kw: dict[str, Any], task_id: str | None) -> None:
     client = _client(fleet, kw)
-    client.start(kw.pop("definition"), kw.pop("input"), key=kw.pop("key", None),
+    key = kw.pop("key", None)
+    if key is None and task_id is not None:
+        key = f"{DERIVED_KEY_PREFIX}{task_id}"
+    client.start(_required(kw, "definition"), _required(kw, "input"), key=key,
                  reason=kw.pop("reason", ""), **_no_more(kw))
 
 
-def _cancel(fleet: Fleet, kw: dict[str, Any]) -> None:
+def _cancel(fleet: Fleet, kw: dict[str, Any], task_id: str | None) -> None:
     client = _client(fleet, kw)
-    client.cancel(kw.pop("saga_id"), reason=kw.pop("reason", ""), **_no_more(kw))
+    client.cancel(_required(kw, "saga_id"), reason=kw.pop("reason", ""), **_no_more(kw))
 
 
-def _plan(fleet: Fleet, kw: dict[str, Any]) -> None:
+def _plan(fleet: Fleet, kw: dict[str, Any], task_id: str | None) -> None:
     client = _client(fleet, kw)
-    client.submit_plan(kw.pop("plan"), name=kw.pop("name", "agent_plan"), **_no_more(kw))
+    client.submit_plan(_required(kw, "plan"), name=kw.pop("name", None), **_no_more(kw))
 
 
 def _no_more(kw: dict[str, Any]) -> dict[str, Any]:

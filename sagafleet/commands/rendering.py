@@ -207,6 +207,10 @@ class StatsReport:
                 f" {ops.duplicate_effect_incidents}, amplification"
                 f" {ops.retry_amplification:.2f}"
             )
+        letters = self.metrics.dead_letters
+        if letters.recorded:
+            lines.append(f"dead letters: {letters.open} open, {letters.recorded} recorded"
+                         " (sagafleet dead-letters)")
         lines += [f"ALERT {_alert_line(a)}" for a in self.alerts]
         return "\n".join(lines) or "no sagas yet"
 

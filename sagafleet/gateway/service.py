@@ -14,18 +14,17 @@ from pydantic import ValidationError
 
 from saga_core.definition import SagaDefinition
 from saga_core.errors import PlanRejected, Problem
-from saga_core.keys import payload_hash
 from saga_core.plans import AgentPlan
 from sagafleet.gateway.binding import CallerBinding
 from sagafleet.gateway.describe import describe_definition, outlook, step_semantics
 from sagafleet.gateway.errors import ArgumentsRejected, problems_of
 from sagafleet.gateway.readable import audit_timeline, compact_status
-from workers.client import MAX_KEY_LENGTH, SagaClient
+from workers.client import MAX_KEY_LENGTH, PLAN_NAME_PREFIX, SagaClient
 from workers.fleet import Fleet
 
 # Definitions registered from agent plans; kept out of list_sagas (they are per request,
 # and one tenant's plan is no business of another tenant).
-PLAN_PREFIX = "agent-plan-"
+PLAN_PREFIX = PLAN_NAME_PREFIX
 MAX_REASON = 2000
 
 
@@ -84,10 +83,9 @@ class GatewayService:
             plan = AgentPlan.model_validate({"goal": goal, "actions": steps})
         except ValidationError as exc:
             raise PlanRejected(_plan_shape_problems(exc)) from None
-        # Named by the plan's content: the same plan always gets the same definition, and a
-        # different plan can never collide with an existing (name, version).
-        name = f"{PLAN_PREFIX}{payload_hash(plan.model_dump(mode='json'))[:16]}"
-        definition = self._client(who).submit_plan(plan, name=name, version=1)
+        # Named by the plan's content (the client's default): the same plan always gets the
+        # same definition, and a different plan can never collide with an existing one.
+        definition = self._client(who).submit_plan(plan)
         return {
             "accepted": True,
             "definition": definition.name,

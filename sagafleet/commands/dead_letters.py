@@ -1,0 +1,177 @@
+"""``sagafleet dead-letters [show|requeue|discard]``: messages that could never succeed.
+
+An agent's command that no retry can help (malformed, invalid input, unknown definition,
+idempotency conflict) is kept whole in ``fleet.dead_letters`` (:mod:`workers.dead_letters`).
+Listing and showing only read (no broker). ``requeue`` publishes the original message again,
+to its task under its task id, once the cause is fixed — the command is idempotent, so a
+requeue can never act twice — and ``discard`` closes a letter saying why. Each resolves a
+letter once: doing it again does nothing and says so; the other action on a resolved
+letter is a conflict (exit 5). An unknown id exits 4.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sagafleet import runtime
+from sagafleet.exit_codes import ExitCode
+from sagafleet.fleetcli import command_fleet
+from sagafleet.output import emit_report
+from sagafleet.settings import Settings
+from workers.dead_letters import DeadLetter, DeadLetters, Resolution
+from workers.tasks import republish
+
+EXAMPLES = """examples:
+  sagafleet dead-letters --json
+  sagafleet dead-letters show 12
+  sagafleet dead-letters requeue 12 --as ada --reason "definition trip-v2 registered"
+  sagafleet dead-letters discard 13 --as ada --reason "test message from a broken agent"
+"""
+
+
+def _letter_json(letter: DeadLetter) -> dict[str, Any]:
+    return {**asdict(letter), "args": letter.args, "kwargs": letter.kwargs,
+            "message": None if letter.message is None else
+            {"args": letter.args, "kwargs": letter.kwargs}}
+
+
+def _headline(letter: DeadLetter) -> str:
+    return (f"#{letter.id}  {letter.status:<9} {letter.task}  [{letter.error_kind or '?'}]"
+            f"  {letter.recorded_at:%Y-%m-%d %H:%M:%S}  {letter.reason}")
+
+
+@dataclass(frozen=True)
+class DeadLettersReport:
+    """The open dead letters, oldest first."""
+
+    letters: Sequence[DeadLetter]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """Every open letter, with its whole message."""
+        return [_letter_json(letter) for letter in self.letters]
+
+    def to_text(self) -> str:
+        """A line per letter."""
+        if not self.letters:
+            return "no open dead letters"
+        return "\n".join(_headline(letter) for letter in self.letters)
+
+
+@dataclass(frozen=True)
+class DeadLetterReport:
+    """One dead letter, its whole message, and how it was resolved."""
+
+    letter: DeadLetter
+
+    def to_json(self) -> dict[str, Any]:
+        """The letter with its whole message."""
+        return _letter_json(self.letter)
+
+    def to_text(self) -> str:
+        """The headline, the task id, the message, and the resolution if any."""
+        letter = self.letter
+        lines = [_headline(letter), f"  task id: {letter.task_id or '-'}"]
+        if letter.message is None:
+            lines.append(f"  body (truncated, recorded before whole messages): {letter.body}")
+        else:
+            lines.append(f"  args: {json.dumps(letter.args)}")
+            lines.append(f"  kwargs: {json.dumps(letter.kwargs, sort_keys=True)}")
+        if letter.resolved_at is not None:
+            lines.append(f"  {letter.status} by {letter.resolved_by} at {letter.resolved_at}:"
+                         f" {letter.resolution}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ResolutionReport:
+    """What a requeue or discard did: whether it changed anything, and the letter after it."""
+
+    action: str
+    resolution: Resolution
+
+    def to_json(self) -> dict[str, Any]:
+        """action, changed, and the letter."""
+        return {"action": self.action, "changed": self.resolution.changed,
+                "letter": _letter_json(self.resolution.letter)}
+
+    def to_text(self) -> str:
+        """One line: done, or already done (nothing was done again)."""
+        letter = self.resolution.letter
+        if self.resolution.changed:
+            return f"dead letter {letter.id} {letter.status} ({letter.task})"
+        return (f"dead letter {letter.id} was already {letter.status} by {letter.resolved_by}"
+                f" at {letter.resolved_at}; nothing done")
+
+
+def register(sub: Any) -> None:
+    """Add ``dead-letters`` and its actions."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    letters = sub.add_parser("dead-letters", help="commands that could never succeed: list, "
+                             "show, requeue, discard", epilog=EXAMPLES, formatter_class=fmt)
+    letters.add_argument("--json", action="store_true", help="print one JSON document")
+    letters.set_defaults(handler=run_list)
+    actions = letters.add_subparsers(dest="action", metavar="ACTION")
+
+    def action(name: str, helptext: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = actions.add_parser(
+            name, help=helptext, epilog=EXAMPLES, formatter_class=fmt)
+        parser.add_argument("letter_id", type=int, metavar="ID")
+        # SUPPRESS: an action's default must not undo a --json given before its name.
+        parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                            help="print one JSON document")
+        return parser
+
+    show = action("show", "one dead letter and its whole message")
+    show.set_defaults(handler=run_show)
+    requeue = action("requeue", "publish the message again to its task (once)")
+    requeue.add_argument("--as", dest="actor", required=True, help="who requeues it")
+    requeue.add_argument("--reason", default="", help="why (recorded on the letter)")
+    requeue.set_defaults(handler=run_requeue)
+    discard = action("discard", "close the letter without running it (once)")
+    discard.add_argument("--as", dest="actor", required=True, help="who discards it")
+    discard.add_argument("--reason", required=True, help="why (recorded on the letter)")
+    discard.set_defaults(handler=run_discard)
+
+
+def run_list(args: argparse.Namespace, settings: Settings) -> int:
+    """List the open dead letters."""
+    with runtime.read_side(settings) as ctx:
+        report = DeadLettersReport(DeadLetters(ctx.store).open_letters())
+    emit_report(report, as_json=args.json)
+    return ExitCode.OK
+
+
+def run_show(args: argparse.Namespace, settings: Settings) -> int:
+    """Show one dead letter (NotFound: exit 4)."""
+    with runtime.read_side(settings) as ctx:
+        report = DeadLetterReport(DeadLetters(ctx.store).get(args.letter_id))
+    emit_report(report, as_json=args.json)
+    return ExitCode.OK
+
+
+def run_requeue(args: argparse.Namespace, settings: Settings) -> int:
+    """Publish a letter's message again and mark it requeued (a second time: nothing)."""
+    fleet = command_fleet(settings)
+    try:
+        resolution = fleet.dead_letters.requeue(
+            args.letter_id, args.actor, args.reason,
+            lambda letter: republish(fleet.celery, letter))
+    finally:
+        fleet.close()
+    emit_report(ResolutionReport("requeue", resolution), as_json=args.json)
+    return ExitCode.OK
+
+
+def run_discard(args: argparse.Namespace, settings: Settings) -> int:
+    """Mark a letter discarded, with who and why (a second time: nothing)."""
+    fleet = command_fleet(settings)
+    try:
+        resolution = fleet.dead_letters.discard(args.letter_id, args.actor, args.reason)
+    finally:
+        fleet.close()
+    emit_report(ResolutionReport("discard", resolution), as_json=args.json)
+    return ExitCode.OK

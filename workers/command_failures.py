@@ -1,0 +1,101 @@
+"""Which failures of an agent command are retried and which are dead-lettered (the one rule).
+
+An agent's command (``sagafleet.commands.*``) exists only as its broker message until it
+takes effect: there is no saga yet for the orchestrator's retries to own. So the command
+task itself decides, by this rule, what a failure means:
+
+* **retry** — the command may well succeed later; it stays in the broker (redelivered
+  after an exponential, capped backoff), is never dead-lettered and never dropped:
+
+  - a :class:`~saga_core.errors.SagaError` of kind ``UNAVAILABLE`` (``StoreUnavailable``,
+    ``RaceLost``, an embedded server that is down),
+  - a ``MISCONFIGURED`` one (the deployment is wrong, not the command: it runs once the
+    operator fixes the deployment),
+  - a driver's connection error anywhere in the exception's cause chain: psycopg
+    ``OperationalError``/``InterfaceError``, a pool timeout, redis ``ConnectionError``/
+    ``TimeoutError``, kombu ``OperationalError``, any ``OSError``.
+
+* **dead-letter** — nothing about a later attempt would differ: the message is malformed,
+  the input invalid, the definition or saga unknown, the idempotency key taken by another
+  input (kinds ``INVALID_INPUT``, ``NOT_FOUND``, ``CONFLICT``, ``INTEGRITY``), or an
+  unexpected error (kind ``FAILURE``: kept for an operator, who requeues it after a fix,
+  rather than retried in a loop).
+
+A worker killed mid-command is not a failure this module sees: the unacknowledged message
+comes back through the broker (acks late, visibility timeout).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import psycopg
+import psycopg_pool
+import redis.exceptions
+from kombu.exceptions import OperationalError as KombuOperationalError
+
+from saga_core.errors import ErrorKind, SagaError
+
+RETRIED_KINDS: Final = frozenset({ErrorKind.UNAVAILABLE, ErrorKind.MISCONFIGURED})
+"""Error kinds after which a command is tried again."""
+
+TRANSIENT_DRIVER_ERRORS: Final = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    psycopg_pool.PoolTimeout,
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    KombuOperationalError,
+    OSError,
+)
+"""Driver errors that mean "a server could not be reached", wherever they were wrapped."""
+
+FIRST_RETRY_DELAY_S: Final = 1.0
+MAX_RETRY_DELAY_S: Final = 60.0
+
+
+@dataclass(frozen=True)
+class CommandFailure:
+    """What a command's failure means: retry it later, or dead-letter it as ``kind``."""
+
+    retry: bool
+    kind: ErrorKind
+    reason: str
+
+
+def judge_failure(exc: BaseException) -> CommandFailure:
+    """The verdict on ``exc`` by the rule above, with a reason naming the error."""
+    reason = f"{type(exc).__name__}: {exc}"
+    if _caused_by_transient_driver_error(exc):
+        return CommandFailure(retry=True, kind=ErrorKind.UNAVAILABLE, reason=reason)
+    if isinstance(exc, SagaError):
+        return CommandFailure(retry=exc.kind in RETRIED_KINDS, kind=exc.kind, reason=reason)
+    if isinstance(exc, TypeError | ValueError | KeyError):  # pydantic's errors among them
+        return CommandFailure(retry=False, kind=ErrorKind.INVALID_INPUT, reason=reason)
+    return CommandFailure(retry=False, kind=ErrorKind.FAILURE, reason=reason)
+
+
+def _caused_by_transient_driver_error(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, TRANSIENT_DRIVER_ERRORS):
+            return True
+        seen.add(id(current))
+        # Only what it was raised *from* (how every boundary wraps a driver error); an
+        # error merely raised while handling another is judged on its own.
+        current = current.__cause__
+    return False
+
+
+def retry_delay_s(retries: int, cap_s: float,
+                  rand: Callable[[], float] = random.random) -> float:
+    """Seconds before retry number ``retries + 1``: doubling from 1 s, capped at ``cap_s``
+    (and at :data:`MAX_RETRY_DELAY_S`), the upper half jittered so that commands that failed
+    together (a database restart) do not all come back in the same instant."""
+    doubled = FIRST_RETRY_DELAY_S * 2.0 ** min(retries, 16)
+    ceiling = min(cap_s, MAX_RETRY_DELAY_S, doubled)
+    return float(ceiling / 2 + rand() * ceiling / 2)
