@@ -27,8 +27,6 @@ comes back through the broker (acks late, visibility timeout).
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -37,6 +35,8 @@ import psycopg_pool
 import redis.exceptions
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from saga_core.backoff import backoff_delay
+from saga_core.definition import RetryPolicy
 from saga_core.errors import ErrorKind, SagaError
 
 RETRIED_KINDS: Final = frozenset({ErrorKind.UNAVAILABLE, ErrorKind.MISCONFIGURED})
@@ -91,11 +91,11 @@ def _caused_by_transient_driver_error(exc: BaseException) -> bool:
     return False
 
 
-def retry_delay_s(retries: int, cap_s: float,
-                  rand: Callable[[], float] = random.random) -> float:
-    """Seconds before retry number ``retries + 1``: doubling from 1 s, capped at ``cap_s``
-    (and at :data:`MAX_RETRY_DELAY_S`), the upper half jittered so that commands that failed
-    together (a database restart) do not all come back in the same instant."""
-    doubled = FIRST_RETRY_DELAY_S * 2.0 ** min(retries, 16)
-    ceiling = min(cap_s, MAX_RETRY_DELAY_S, doubled)
-    return float(ceiling / 2 + rand() * ceiling / 2)
+def retry_delay_s(retries: int, cap_s: float, task_id: str) -> float:
+    """Seconds before retry number ``retries + 1`` of the command ``task_id``: the project's
+    backoff (:func:`saga_core.backoff_delay`: doubling from 1 s, full jitter drawn from the
+    task id, so commands that failed together do not all come back at once), capped at
+    ``cap_s`` and at :data:`MAX_RETRY_DELAY_S`."""
+    policy = RetryPolicy(base_delay_s=FIRST_RETRY_DELAY_S,
+                         max_delay_s=min(cap_s, MAX_RETRY_DELAY_S))
+    return backoff_delay(policy, task_id, retries + 1).total_seconds()

@@ -185,7 +185,8 @@ def _retry_later(fleet: Fleet, task: Task, message: CommandMessage,
     # Capped well inside the visibility timeout: a copy waiting for its countdown is held
     # unacknowledged, and would otherwise be handed to another worker meanwhile.
     retries = task.request.retries or 0
-    delay = retry_delay_s(retries, fleet.config.visibility_timeout_s / 4)
+    delay = retry_delay_s(retries, fleet.config.visibility_timeout_s / 4,
+                          message.task_id or message.task)
     log.warning("%s[%s] will be tried again in %.1fs (retry %d): %s", message.task,
                 message.task_id, delay, retries + 1, failure.reason)
     try:

@@ -117,13 +117,16 @@ class WorkerProcesses:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, count: int = 1, *, tool_latency_s: float = 0.0,
-              lease_s: float = LEASE_S) -> list[subprocess.Popen[bytes]]:
-        """Spawn ``count`` workers; return them."""
+              lease_s: float = LEASE_S, extra_env: dict[str, str] | None = None,
+              args: tuple[str, ...] = ()) -> list[subprocess.Popen[bytes]]:
+        """Spawn ``count`` workers (``extra_env``: more SAGAFLEET_* settings, ``args``: more
+        ``sagafleet worker`` options); return them."""
         env = worker_env(self.database, self.broker, tool_latency_s=tool_latency_s,
-                         lease_s=lease_s)
+                         lease_s=lease_s) | (extra_env or {})
         started = []
         for _ in range(count):
-            proc = spawn_sagafleet(["worker"], env, self.log_dir / f"worker-{len(self.procs)}.log")
+            proc = spawn_sagafleet(["worker", *args], env,
+                                   self.log_dir / f"worker-{len(self.procs)}.log")
             self.procs.append(proc)
             started.append(proc)
         return started

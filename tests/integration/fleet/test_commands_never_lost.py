@@ -1,0 +1,226 @@
+"""No agent command is lost, none acts twice, and what can never succeed waits in the dead
+letters for an operator (list, show, requeue, discard on real servers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import psycopg
+from celery import Celery
+from trip_inputs import TRIP_INPUT
+
+from projections import ProjectionContext
+from projections.prometheus import scrape
+from saga_core import trip_definition
+from sagafleet.exit_codes import ExitCode
+from workers.fleet import Fleet
+from workers.tasks import CANCEL_SAGA, DERIVED_KEY_PREFIX, START_SAGA, SUBMIT_PLAN
+
+COMMANDS = "sagafleet.commands"
+ROOM_PLAN = {"goal": "a room", "actions": [
+    {"tool": "hotels.hold", "args": {"hotel_id": "HT1", "nights": 1, "guest_email": "a@b.c"}}]}
+LONGER_ROOM_PLAN = {"goal": "a room", "actions": [
+    {"tool": "hotels.hold", "args": {"hotel_id": "HT1", "nights": 3, "guest_email": "a@b.c"}}]}
+# Needs an approval before the capture: it cannot finish before the test cancels it.
+WAITS_FOR_APPROVAL = {**TRIP_INPUT, "amount": 250_000}
+
+
+def _agent(broker: str) -> Celery:
+    # What an agent in any language does: name the task, send JSON keyword arguments.
+    app = Celery("agent", broker=broker, set_as_current=False)
+    app.conf.update(task_serializer="json", accept_content=["json"])
+    return app
+
+
+def _send(agent: Celery, task: str, task_id: str | None = None, *, args: Any = (),
+          **kwargs: Any) -> str:
+    task_id = task_id or str(uuid.uuid4())
+    agent.send_task(task, args=list(args), kwargs=kwargs, queue=COMMANDS, task_id=task_id)
+    return task_id
+
+
+def _wait_for_saga(fleet: Fleet, tenant: str, key: str, timeout: float = 60.0) -> str:
+    client = fleet.client(tenant=tenant)
+    deadline = time.monotonic() + timeout
+    while (saga := client.find(key)) is None:
+        assert time.monotonic() < deadline, f"no saga was started with key {key!r}"
+        time.sleep(0.1)
+    return saga.saga_id
+
+
+def _barrier(agent: Celery, fleet: Fleet, tenant: str) -> None:
+    """Once a start queued behind everything sent so far has run, the one worker has handled
+    every command before it (one queue, first in, first out)."""
+    key = f"barrier-{uuid.uuid4().hex[:8]}"
+    _send(agent, START_SAGA, definition="trip", input=TRIP_INPUT, key=key, tenant=tenant)
+    _wait_for_saga(fleet, tenant, key)
+
+
+def _scalar(database: str, query: str, *params: Any) -> Any:
+    with psycopg.connect(database) as conn:
+        row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def _sagas_started(database: str, tenant: str) -> int:
+    return int(_scalar(database, "SELECT count(*) FROM eventstore.events"
+                       " WHERE event_type = 'SagaStarted' AND tenant_id = %s", tenant))
+
+
+def test_every_command_delivered_twice_acts_once(fleet, database, broker, workers):
+    # given one worker, and a saga that waits for an approval (so a cancel has work to do)
+    workers.start(1)
+    agent = _agent(broker)
+    tenant = "twice"
+    waiting = fleet.client(tenant=tenant).start("trip", WAITS_FOR_APPROVAL, key="waits")
+    # when every kind of command is delivered twice (the same message: the same task id)
+    sent = {
+        "keyed": (START_SAGA, {"definition": "trip", "input": TRIP_INPUT, "key": "k-1"}),
+        "keyless": (START_SAGA, {"definition": "trip", "input": TRIP_INPUT}),
+        "cancel": (CANCEL_SAGA, {"saga_id": waiting.saga_id, "reason": "plans changed"}),
+        "plan": (SUBMIT_PLAN, {"plan": ROOM_PLAN}),
+    }
+    ids = {}
+    for name, (task, kwargs) in sent.items():
+        ids[name] = _send(agent, task, **kwargs, tenant=tenant)
+        _send(agent, task, ids[name], **kwargs, tenant=tenant)
+    # and a different plan, also without a name
+    _send(agent, SUBMIT_PLAN, plan=LONGER_ROOM_PLAN, tenant=tenant)
+    _barrier(agent, fleet, tenant)
+    # then each start started one saga: the keyless one keyed by its task id
+    _wait_for_saga(fleet, tenant, "k-1")
+    _wait_for_saga(fleet, tenant, f"{DERIVED_KEY_PREFIX}{ids['keyless']}")
+    assert _sagas_started(database, tenant) == 1 + 2 + 1  # waiting, keyed, keyless, barrier
+    # and the cancel was recorded once
+    assert _scalar(database, "SELECT count(*) FROM eventstore.events WHERE stream_id = %s"
+                   " AND event_type = 'CancelRequested'", f"saga-{waiting.saga_id}") == 1
+    # and each plan registered once, under a name of its own
+    with psycopg.connect(database) as conn:
+        plans = conn.execute("SELECT name, version FROM eventstore.definitions"
+                             " WHERE name LIKE 'agent-plan-%%'").fetchall()
+    assert len(plans) == 2 and {version for _, version in plans} == {1}
+    # and nothing was dead-lettered
+    assert _scalar(database, "SELECT count(*) FROM fleet.dead_letters") == 0
+
+
+def test_a_worker_killed_while_handling_commands_loses_none(fleet, database, broker, workers):
+    # given a consuming worker whose unacknowledged messages come back after 3 s
+    short = {"SAGAFLEET_VISIBILITY_TIMEOUT_SECONDS": "3"}
+    (victim,) = workers.start(1, extra_env=short)
+    agent = _agent(broker)
+    tenant = "killed"
+    _barrier(agent, fleet, tenant)
+    # and a definition it has never read
+    fleet.client().register_definition(
+        {**trip_definition().model_dump(mode="json"), "name": "killed-trip"})
+    with psycopg.connect(database) as held, psycopg.connect(database, autocommit=True) as look:
+        # and the definitions table held, so the worker stops reading it for a start, before
+        # anything of the start is written or sent
+        held.execute("LOCK TABLE eventstore.definitions IN ACCESS EXCLUSIVE MODE")
+        for n in range(2):
+            _send(agent, START_SAGA, definition="killed-trip", input=TRIP_INPUT, tenant=tenant,
+                  key=f"kill-{n}")
+        keyless = _send(agent, START_SAGA, definition="killed-trip", input=TRIP_INPUT,
+                        tenant=tenant)
+        deadline = time.monotonic() + 60
+        while not look.execute(
+                "SELECT count(*) FROM pg_locks JOIN pg_stat_activity USING (pid)"
+                " WHERE NOT granted AND query LIKE 'SELECT hash FROM eventstore.definitions%%'"
+                ).fetchone()[0]:
+            assert time.monotonic() < deadline, "the worker never started on a command"
+            time.sleep(0.05)
+        # when the worker is SIGKILLed there, and the table let go
+        victim.kill()
+        victim.wait()
+        held.rollback()
+    # and a replacement worker comes up
+    workers.start(1, extra_env=short)
+    # then every command takes effect, once
+    for n in range(2):
+        _wait_for_saga(fleet, tenant, f"kill-{n}")
+    _wait_for_saga(fleet, tenant, f"{DERIVED_KEY_PREFIX}{keyless}")
+    assert _sagas_started(database, tenant) == 1 + 3  # the barrier, and the three
+    assert _scalar(database, "SELECT count(*) FROM fleet.dead_letters") == 0
+
+
+def _cli(database: str, broker: str):  # type: ignore[no-untyped-def]
+    env = {**os.environ, "SAGAFLEET_DATABASE_URL": database, "SAGAFLEET_BROKER_URL": broker}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "sagafleet", *args], env=env,  # noqa: S603
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    return run
+
+
+def test_commands_that_can_never_succeed_wait_in_the_dead_letters_for_an_operator(
+    fleet, database, broker, workers
+):
+    workers.start(1)
+    agent = _agent(broker)
+    run = _cli(database, broker)
+    tenant = "letters"
+    # given a start of a definition nobody registered yet, a malformed one, an invalid one
+    later = {"definition": "later-trip", "input": TRIP_INPUT, "key": "later", "tenant": tenant}
+    later_id = _send(agent, START_SAGA, **later)
+    _send(agent, START_SAGA, args=["positional"])
+    _send(agent, START_SAGA, definition="trip", tenant=tenant)  # no input
+    _barrier(agent, fleet, tenant)
+    # when the operator lists the dead letters
+    listed = run("dead-letters", "--json")
+    assert listed.returncode == ExitCode.OK, listed.stderr
+    letters = json.loads(listed.stdout)
+    assert [letter["error_kind"] for letter in letters] == [
+        "not_found", "invalid_input", "invalid_input"]
+    unknown, malformed, no_input = (letter["id"] for letter in letters)
+    assert "later-trip" in letters[0]["reason"]
+    assert "keyword arguments only" in letters[1]["reason"]
+    assert "missing argument 'input'" in letters[2]["reason"]
+    # then each keeps the whole message, as sent
+    shown = json.loads(run("dead-letters", "show", str(unknown), "--json").stdout)
+    assert shown["kwargs"] == later and shown["task_id"] == later_id
+    assert shown["status"] == "open" and shown["task"] == START_SAGA
+    assert "later-trip" in run("dead-letters", "show", str(unknown)).stdout
+
+    # when the missing definition is registered and the letter requeued
+    fleet.client().register_definition(
+        {**trip_definition().model_dump(mode="json"), "name": "later-trip"})
+    requeued = run("dead-letters", "requeue", str(unknown), "--as", "ada", "--json")
+    assert requeued.returncode == ExitCode.OK, requeued.stderr
+    assert json.loads(requeued.stdout)["changed"]
+    # then the saga starts, under the key the agent gave
+    _wait_for_saga(fleet, tenant, "later")
+    # and a second requeue does nothing, and says so
+    again = run("dead-letters", "requeue", str(unknown), "--as", "bob")
+    assert again.returncode == ExitCode.OK and "already requeued by ada" in again.stdout
+
+    # when the malformed one is discarded
+    discarded = run("dead-letters", "discard", str(malformed), "--as", "ada",
+                    "--reason", "a broken agent", "--json")
+    assert discarded.returncode == ExitCode.OK, discarded.stderr
+    letter = json.loads(discarded.stdout)["letter"]
+    assert letter["status"] == "discarded" and letter["resolved_by"] == "ada"
+    assert letter["resolution"] == "a broken agent"
+    # then it cannot be requeued any more, and only the invalid one stays open
+    assert run("dead-letters", "requeue", str(malformed), "--as", "bob").returncode == (
+        ExitCode.CONFLICT)
+    assert [letter["id"] for letter in json.loads(run("dead-letters", "--json").stdout)] == [
+        no_input]
+    # and an unknown id is not found
+    missing = run("dead-letters", "show", "999999", "--json")
+    assert missing.returncode == ExitCode.NOT_FOUND
+    assert json.loads(missing.stdout)["error"] == "DeadLetterNotFound"
+    # and the metrics count them: three recorded, one still open
+    stats = json.loads(run("stats", "--json").stdout)
+    assert stats["metrics"]["dead_letters"] == {"recorded": 3, "open": 1}
+    with ProjectionContext.connect(database) as ctx:
+        exposition = scrape(ctx)
+    assert "sagafleet_dead_letters_open{} 1.0" in exposition
+    assert "sagafleet_dead_letters_recorded_total{} 3.0" in exposition

@@ -1,0 +1,131 @@
+"""Agent commands sent while PostgreSQL is down are retried, not lost: once it is back, every
+one of them starts its saga, once. The test runs its own embedded PostgreSQL (in a temporary
+SAGAFLEET_HOME), since it stops it; the broker is the test broker."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from celery import Celery
+from fleet_harness import WorkerProcesses, install_everything, redis_client
+from trip_inputs import TRIP_INPUT
+
+from sagafleet import embedded
+from workers.tasks import DERIVED_KEY_PREFIX, START_SAGA
+
+TENANT = "outage"
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[tuple[Path, str]]:
+    """An embedded PostgreSQL of this test's own (home, URL), migrated; removed afterwards."""
+    home = Path(tempfile.mkdtemp(prefix="sfo-", dir="/tmp"))
+    try:
+        url = embedded.start_postgres(home).url
+        install_everything(url)
+        yield home, url
+    finally:
+        embedded.stop_postgres(home)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def broker(broker_url: str) -> Iterator[str]:
+    """The test broker, emptied before and after the test."""
+    client = redis_client(broker_url)
+    client.flushdb()
+    yield broker_url
+    client.flushdb()
+    client.close()
+
+
+def _start_postgres_again(home: Path) -> str:
+    # pgserver remembers a server per process: a fresh process starts the stopped cluster.
+    code = ("import sys; from pathlib import Path; from sagafleet import embedded;"
+            " print(embedded.start_postgres(Path(sys.argv[1])).url)")
+    done = subprocess.run([sys.executable, "-c", code, str(home)],  # noqa: S603
+                          capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout.strip()
+
+
+def _eventually(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if condition():
+                return
+        except psycopg.OperationalError:
+            pass  # the server is still coming back
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def _started_keys(url: str) -> list[str]:
+    with psycopg.connect(url, connect_timeout=2) as conn:
+        rows = conn.execute(
+            "SELECT data->>'idempotency_key' FROM eventstore.events"
+            " WHERE event_type = 'SagaStarted' AND tenant_id = %s", (TENANT,)).fetchall()
+    return [key for (key,) in rows]
+
+
+def _retried_task_ids(broker: str) -> set[str]:
+    """Task ids of command messages in the broker that were already tried and put back for
+    later (queued, or held by the worker until their countdown ends)."""
+    client = redis_client(broker)
+    try:
+        queued = [json.loads(raw) for raw in client.lrange("sagafleet.commands", 0, -1)]
+        held = [json.loads(raw)[0] for raw in client.hvals("unacked")]
+    finally:
+        client.close()
+    return {m["headers"]["id"] for m in queued + held if m["headers"].get("retries", 0) >= 1}
+
+
+def _send(agent: Celery, **kwargs: Any) -> str:
+    task_id = str(uuid.uuid4())
+    agent.send_task(START_SAGA, kwargs={"definition": "trip", "input": TRIP_INPUT,
+                                        "tenant": TENANT, **kwargs},
+                    queue="sagafleet.commands", task_id=task_id)
+    return task_id
+
+
+def test_commands_sent_while_postgres_is_down_all_start_their_sagas_once_it_is_back(
+    own_postgres: tuple[Path, str], broker: str, tmp_path: Path
+) -> None:
+    home, url = own_postgres
+    workers = WorkerProcesses(url, broker, tmp_path)
+    agent = Celery("agent", broker=broker, set_as_current=False)
+    agent.conf.update(task_serializer="json", accept_content=["json"])
+    try:
+        # given a worker that handles commands (a first one took effect)
+        workers.start(1, args=("--concurrency", "3"))
+        _send(agent, key="before")
+        _eventually(lambda: _started_keys(url) == ["before"], "the first start never ran")
+        # when PostgreSQL stops, and agents send commands (with and without a key)
+        assert embedded.stop_postgres(home)
+        sent = [_send(agent, key="during-1"), _send(agent, key="during-2"), _send(agent)]
+        # then each is tried, and put back for later rather than dropped or dead-lettered
+        _eventually(lambda: _retried_task_ids(broker) >= set(sent),
+                    "the commands were not retried while the database was down")
+        # when PostgreSQL is back
+        assert _start_postgres_again(home) == url
+        # then every command started its saga, once
+        expected = {"before", "during-1", "during-2", f"{DERIVED_KEY_PREFIX}{sent[2]}"}
+        _eventually(lambda: set(_started_keys(url)) == expected,
+                    "not every command started its saga after the database came back")
+        assert sorted(_started_keys(url)) == sorted(expected)
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT count(*) FROM fleet.dead_letters").fetchone() == (0,)
+        assert all(proc.poll() is None for proc in workers.procs)  # no worker died of it
+    finally:
+        workers.stop()
