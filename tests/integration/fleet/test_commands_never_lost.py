@@ -111,9 +111,10 @@ def test_every_command_delivered_twice_acts_once(fleet, database, broker, worker
 
 
 def test_a_worker_killed_while_handling_commands_loses_none(fleet, database, broker, workers):
-    # given a consuming worker whose unacknowledged messages come back after 3 s
+    # given a consuming worker (two threads: its broker loop keeps running while a command
+    # waits) whose unacknowledged messages come back after 3 s
     short = {"SAGAFLEET_VISIBILITY_TIMEOUT_SECONDS": "3"}
-    (victim,) = workers.start(1, extra_env=short)
+    (victim,) = workers.start(1, extra_env=short, args=("--concurrency", "2"))
     agent = _agent(broker)
     tenant = "killed"
     _barrier(agent, fleet, tenant)
