@@ -121,9 +121,11 @@ def bind_tasks(app: Celery, fleet: Fleet) -> None:
     def step(*args: Any, **kwargs: Any) -> None:
         run_step(fleet, list(args), kwargs)
 
-    app.task(name=STEP_TASK, acks_late=True, ignore_result=True)(step)
+    # shared=False: a task closes over *this* fleet, so it must not be added to every other
+    # Celery app of the process (Celery's default), where it would act on the wrong fleet.
+    app.task(name=STEP_TASK, acks_late=True, ignore_result=True, shared=False)(step)
     for name, action in ((START_SAGA, _start), (CANCEL_SAGA, _cancel), (SUBMIT_PLAN, _plan)):
-        app.task(name=name, bind=True, **COMMAND_TASK_OPTIONS)(
+        app.task(name=name, bind=True, shared=False, **COMMAND_TASK_OPTIONS)(
             _command_task(fleet, name, action))
 
 

@@ -1,0 +1,68 @@
+"""A command whose retry cannot be published is requeued, never dropped.
+
+Celery's ``Task.retry`` turns a failed re-publish into ``Reject(requeue=False)``, which
+drops the message; the command task must answer ``Reject(requeue=True)`` instead. The
+broker here is a real address that refuses connections (a broker that is down).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from celery.exceptions import Reject, Retry
+
+from events import StoreUnavailable
+from saga_core.examples import trip_tool_catalogue
+from workers.fleet import Fleet, FleetConfig
+from workers.tasks import START_SAGA, CommandMessage, run_command
+
+DOWN = "redis://127.0.0.1:1/0"
+
+
+def _unavailable(fleet: Fleet, kwargs: dict[str, Any], task_id: str | None) -> None:
+    raise StoreUnavailable("database unavailable: connection refused")
+
+
+def test_a_retry_the_broker_cannot_take_requeues_the_command(broker_url: str) -> None:
+    # given a command that fails for a transient reason, on a worker whose broker is down
+    fleet = Fleet(FleetConfig(database_url="postgresql://unused", broker_url=DOWN),
+                  trip_tool_catalogue())
+    task = fleet.celery.tasks[START_SAGA]
+    task_id = str(uuid.uuid4())
+    kwargs = {"definition": "trip", "input": {}}
+    task.push_request(id=task_id, retries=0, args=[], kwargs=kwargs, delivery_info={},
+                      called_directly=False, is_eager=False)
+    try:
+        # when it is handled
+        with pytest.raises(Reject) as rejected:
+            run_command(fleet, task, CommandMessage(START_SAGA, task_id, (), kwargs),
+                        _unavailable)
+    finally:
+        task.pop_request()
+        fleet.close()
+    # then the message is handed back to the broker, not dropped
+    assert rejected.value.requeue
+    assert "StoreUnavailable" in str(rejected.value.reason)
+
+
+def test_a_retry_the_broker_takes_is_published_for_later(broker_url: str) -> None:
+    # given the same failure on a worker whose broker is up
+    fleet = Fleet(FleetConfig(database_url="postgresql://unused", broker_url=broker_url),
+                  trip_tool_catalogue())
+    task = fleet.celery.tasks[START_SAGA]
+    task_id = str(uuid.uuid4())
+    kwargs = {"definition": "trip", "input": {}}
+    task.push_request(id=task_id, retries=2, args=[], kwargs=kwargs, delivery_info={},
+                      called_directly=False, is_eager=False)
+    try:
+        with pytest.raises(Retry) as retried:
+            run_command(fleet, task, CommandMessage(START_SAGA, task_id, (), kwargs),
+                        _unavailable)
+    finally:
+        task.pop_request()
+        fleet.close()
+    # then a later copy of the same task id is in the broker, its countdown capped
+    assert retried.value.sig is not None and retried.value.sig.id == task_id
+    assert 0 <= float(retried.value.when) <= 4.0  # doubling from 1 s: at most 4 s at retry 3
