@@ -9,13 +9,42 @@ never deserialize anything but JSON, never retry in this layer".
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import redis
-from celery import Celery
+from celery import Celery, Task
+from celery.worker.request import Request
 
 STEP_TASK = "sagafleet.step"
 QUEUE_STEPS = "sagafleet.steps"
 QUEUE_COMMANDS = "sagafleet.commands"
+
+
+WITHHELD_ARGUMENTS = "'[withheld]'"
+"""What Celery's log records say instead of a task's arguments."""
+
+
+class ArgumentsWithheldRequest(Request):  # type: ignore[misc]
+    """A task request whose argument reprs say ``'[withheld]'``.
+
+    The sender of a message sets ``argsrepr``/``kwargsrepr`` (protocol 2; for protocol 1
+    the worker makes them from the arguments), and Celery puts them in the ``extra`` data
+    of its "received", "succeeded" and "raised" log records, where a structured log
+    handler or an error tracker ships them. A saga command from an agent may hold a secret
+    input (a raw value that is about to be refused), so no task of the fleet lets its
+    arguments reach a log record; our own log lines name saga, step and reason instead.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._request_dict["argsrepr"] = self._request_dict["kwargsrepr"] = WITHHELD_ARGUMENTS
+        self._argsrepr = self._kwargsrepr = WITHHELD_ARGUMENTS
+
+
+class FleetTask(Task):  # type: ignore[misc]
+    """The base of the fleet's tasks: requests with their arguments withheld from logs."""
+
+    Request = ArgumentsWithheldRequest
 
 
 @dataclass(frozen=True)
@@ -40,7 +69,7 @@ def create_celery_app(settings: BrokerSettings, *, name: str = "sagafleet") -> C
     if settings.visibility_timeout_s <= settings.step_time_limit_s:
         # A message whose task outlives the visibility timeout is redelivered while it runs.
         raise ValueError("visibility_timeout_s must exceed step_time_limit_s")
-    app = Celery(name, broker=settings.broker_url, set_as_current=False)
+    app = Celery(name, broker=settings.broker_url, set_as_current=False, task_cls=FleetTask)
     app.conf.update(
         # JSON only: a writable broker must never become code execution (no pickle).
         task_serializer="json",

@@ -24,6 +24,7 @@ from saga_core.errors import SagaError
 from workers.branches import SagaBranches
 from workers.celery_app import STEP_TASK
 from workers.messages import MalformedMessage, StepCommand
+from workers.secrets import withhold_secrets
 
 if TYPE_CHECKING:
     from workers.fleet import Fleet
@@ -37,6 +38,7 @@ SUBMIT_PLAN = "sagafleet.commands.submit_plan"
 
 def dead_letter(fleet: Fleet, task: str, body: Any, reason: str) -> None:
     """Keep a rejected message (truncated) for an operator; never raise from here."""
+    body, reason = withhold_secrets(fleet.definitions, task, body, reason)
     try:
         text = json.dumps(body, default=str)[:4000]
     except (TypeError, ValueError):
@@ -108,7 +110,7 @@ def _client(fleet: Fleet, kw: dict[str, Any]):  # type: ignore[no-untyped-def]
 
 
 def _start(fleet: Fleet, kw: dict[str, Any]) -> None:
-    client = _client(fleet, kw)
+    client = _client(fleet, kw).via_broker()
     client.start(kw.pop("definition"), kw.pop("input"), key=kw.pop("key", None),
                  reason=kw.pop("reason", ""), **_no_more(kw))
 
