@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from sagafleet.commands import db, demo, fleet, mcp_cmd, operator, projector, reports, sagas
+from sagafleet.commands import (
+    db,
+    demo,
+    fleet,
+    mcp_cmd,
+    operator,
+    projector,
+    reports,
+    sagas,
+    secrets,
+)
 from sagafleet.errors import exit_code_for
 
 REGISTRARS = [demo.register, db.register, fleet.register, sagas.register, operator.register,
-              reports.register, mcp_cmd.register, projector.register]
+              reports.register, mcp_cmd.register, projector.register, secrets.register]
 
 __all__ = ["REGISTRARS", "exit_code_for"]
