@@ -44,6 +44,7 @@ SECRETS = {
     "mcp_raw": "tok_MCPRAW_1b9d6a48c3_leakcheck",
     "refused": "tok_RAWBROKER_5e0f2b7d94_leakcheck",
     "unused": "tok_UNUSEDREF_8a3c1e6f20_leakcheck",
+    "misnamed": "tok_MISNAMED_3f7a9c0d51_leakcheck",
 }
 TENANT = "acme"
 
@@ -178,14 +179,14 @@ def test_no_secret_is_left_in_clear_after_sagas_on_every_path_and_a_refused_comm
                          "--actor", "mcp-bot"], env, tmp_path / "mcp.log"),
     ]
     try:
-        _run_every_path(fleet, database, broker, env, port, procs)
+        _run_every_path(fleet, database, broker, env, port, procs, tmp_path)
     finally:
         stop_processes(procs)
     # then, with every process stopped and its log flushed, no secret is anywhere in clear
     assert _leaks(database, broker, tmp_path) == []
 
 
-def _run_every_path(fleet, database, broker, env, port, procs) -> None:  # type: ignore[no-untyped-def]
+def _run_every_path(fleet, database, broker, env, port, procs, logs) -> None:  # type: ignore[no-untyped-def]
     client = fleet.client(tenant=TENANT, actor="py-agent")
     agent = _bare_celery(broker)
     sagas: dict[str, str] = {}
@@ -215,6 +216,10 @@ def _run_every_path(fleet, database, broker, env, port, procs) -> None:  # type:
         **command, "input": {**TRIP_INPUT, "card_token": SECRETS["refused"]},
         "key": "celery-raw"})
     _secrets_put(env, SECRETS["unused"], "--ttl", "1")
+    # and one misspells the task's name (Celery drops the message; its report must not
+    # show what it carried)
+    agent.send_task("sagafleet.commands.start_sagas", queue="sagafleet.commands", kwargs={
+        **command, "input": {**TRIP_INPUT, "card_token": SECRETS["misnamed"]}})
 
     # then every started trip completes, the tool having received the token
     for path, saga_id in sagas.items():
@@ -235,8 +240,12 @@ def _run_every_path(fleet, database, broker, env, port, procs) -> None:  # type:
 
     # and once acknowledged the message is gone from the broker; the sweeper has purged the
     # finished sagas' secrets and the unused deposit once it expired
-    _wait_for("the refused message to leave the broker",
-              lambda: SECRETS["refused"].encode() not in _broker_dump(broker))
+    _wait_for("the refused and misnamed messages to leave the broker",
+              lambda: not any(SECRETS[m].encode() in _broker_dump(broker)
+                              for m in ("refused", "misnamed")))
+    _wait_for("the worker to report the misnamed task",
+              lambda: "unregistered task of type 'sagafleet.commands.start_sagas'"
+              in (logs / "worker.log").read_text(errors="replace"))
     _wait_for("the vault to empty", lambda: _vault_rows(database) == (0, 0))
 
 
