@@ -40,7 +40,7 @@ from events.secret_inputs import (
     secret_ref,
 )
 from saga_core import SagaDefinition
-from saga_core.errors import InputValidationError, Problem, SagaError
+from saga_core.errors import InputValidationError, Problem
 from saga_core.inputs import field_problems
 from workers.celery_app import STEP_TASK
 
@@ -52,6 +52,7 @@ __all__ = [
     "SecretRefRejected",
     "SecretUnavailable",
     "SecretVault",
+    "WITHHELD",
     "checked_values",
     "placeholder",
     "raw_secret_problems",
@@ -272,8 +273,8 @@ def _withheld_input(
         try:
             definition = definitions.get(name, cached_latest=True)
             secret = {field for field, spec in definition.input.items() if spec.secret}
-        except SagaError:
-            secret = None  # not found or unreadable: withhold every value below
+        except Exception:  # noqa: BLE001 - not found, unreadable, anything: a dead letter
+            secret = None  # must still be written, so every value below is withheld
     hidden = [value for field, value in data.items() if secret is None or field in secret]
     masked = {field: WITHHELD if secret is None or field in secret else value
               for field, value in data.items()}
