@@ -18,6 +18,8 @@ import json
 import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from events.definitions import DefinitionConflict, DefinitionNotFound, DefinitionRecord
@@ -25,7 +27,13 @@ from events.errors import InvalidArgument
 from events.memory_store import Clock, MemoryEventStore, MemoryUnit, utc_now
 from events.saga_log import Definitions, SagaLog, Secrets, Unit, unit_of
 from events.sagas import SagaCodec, SagaStreams, saga_registry
-from events.secret_inputs import reveal_with
+from events.secret_inputs import (
+    SecretRefRejected,
+    new_ref,
+    ref_digest,
+    ref_problem,
+    reveal_with,
+)
 from saga_core import SagaDefinition
 
 __all__ = ["MemoryDefinitions", "MemoryEventStore", "MemorySagaLog", "MemorySecrets", "MemoryUnit"]
@@ -130,12 +138,24 @@ class MemoryDefinitions:
         return self._records[(name, max(versions))] if versions else None
 
 
+@dataclass
+class _Deposit:
+    """One deposited secret: whose, until when, and (once spent) by which saga."""
+
+    tenant: str
+    text: str | None  # JSON text; None once spent (the value moved to the saga)
+    expires_at: datetime
+    spent_by: str | None = None
+    held_by: MemoryUnit | None = None  # an open unit redeeming it (until it ends)
+
+
 class MemorySecrets:
     """Secret saga inputs in this process: kept with the unit that starts the saga."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._values: dict[str, dict[str, str]] = {}  # saga id -> name -> JSON text
+        self._deposits: dict[str, _Deposit] = {}  # ref digest -> deposit
 
     def keep(self, saga_id: str, secrets: Mapping[str, Any], unit: Unit) -> None:
         """Store values for a saga when ``unit`` applies; the first write wins, so a
@@ -166,6 +186,64 @@ class MemorySecrets:
         """Forget a finished saga's secrets."""
         with self._lock:
             self._values.pop(saga_id, None)
+
+    def deposit(self, tenant: str, value: Any, expires_at: datetime) -> str:
+        """Hold ``value`` for ``tenant`` until ``expires_at`` under a new ref (kept by its
+        digest, as the database keeps it)."""
+        ref = new_ref()
+        text = json.dumps(value)
+        with self._lock:
+            self._deposits[ref_digest(ref)] = _Deposit(tenant, text, expires_at)
+        return ref
+
+    def redeem(
+        self, tenant: str, refs: Mapping[str, str], saga_id: str, now: datetime, unit: Unit
+    ) -> dict[str, Any]:
+        """The values behind ``refs`` by field, each ref spent when ``unit`` commits. A ref
+        another open unit is redeeming counts as spent (PostgreSQL would make this one
+        wait for that unit's end instead)."""
+        mine = unit_of(MemoryUnit, unit)
+        mine.live()
+        if not refs:
+            return {}
+        digests = {field: ref_digest(ref) for field, ref in refs.items()}
+        with self._lock:
+            states = {field: self._state(self._deposits.get(d), tenant, now, mine)
+                      for field, d in digests.items()}
+            refused = sorted(field for field, state in states.items() if state != "ok")
+            if refused:
+                raise SecretRefRejected([ref_problem(f, states[f]) for f in refused])
+            texts = {}
+            for field, digest in digests.items():
+                deposit = self._deposits[digest]
+                deposit.held_by = mine
+                texts[field] = deposit.text
+        mine.on_commit(lambda: self._spend(set(digests.values()), saga_id))
+        return {field: json.loads(text) for field, text in texts.items() if text is not None}
+
+    @staticmethod
+    def _state(deposit: _Deposit | None, tenant: str, now: datetime, unit: MemoryUnit) -> str:
+        if deposit is None or deposit.tenant != tenant:
+            return "unknown"
+        held = deposit.held_by is not None and deposit.held_by.open and deposit.held_by is not unit
+        if deposit.spent_by is not None or held:
+            return "used"
+        return "expired" if deposit.expires_at <= now else "ok"
+
+    def _spend(self, digests: set[str], saga_id: str) -> None:
+        with self._lock:
+            for digest in digests:
+                deposit = self._deposits.get(digest)
+                if deposit is not None:
+                    deposit.text, deposit.spent_by, deposit.held_by = None, saga_id, None
+
+    def purge_expired(self, now: datetime) -> int:
+        """Forget every ref that expired by ``now``, spent or not."""
+        with self._lock:
+            gone = [d for d, deposit in self._deposits.items() if deposit.expires_at <= now]
+            for digest in gone:
+                del self._deposits[digest]
+        return len(gone)
 
 
 

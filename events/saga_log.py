@@ -12,7 +12,9 @@ same promises, not a mock:
 * **Definitions** — register a validated definition by ``(name, version, hash)``, load it
   by hash or by name (highest version when none is given).
 * **Secrets** — keep a saga's secret inputs (in the unit that starts it), reveal them into
-  a tool call's arguments, purge them when the saga ends.
+  a tool call's arguments, purge them when the saga ends; hold a value deposited ahead of
+  a start under a single-use ref (``events.secret_inputs``), redeem it in the unit that
+  starts the saga, forget refs that expired.
 
 A :class:`Unit` is opaque to callers: whatever is written with it commits together on a
 clean exit of ``SagaLog.unit_of_work()`` and not at all on an exception. A conflict may
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from events.errors import InvalidArgument
@@ -123,4 +126,22 @@ class Secrets(Protocol):
 
     def purge(self, saga_id: str) -> None:
         """Forget a finished saga's secrets."""
+        ...
+
+    def deposit(self, tenant: str, value: Any, expires_at: datetime) -> str:
+        """Hold ``value`` for ``tenant`` until ``expires_at``; return a new unguessable ref
+        (``events.secret_inputs.new_ref``). Only the ref's digest is stored with it."""
+        ...
+
+    def redeem(
+        self, tenant: str, refs: Mapping[str, str], saga_id: str, now: datetime, unit: Unit
+    ) -> dict[str, Any]:
+        """Inside the unit that starts ``saga_id``: the value behind each ref (field -> ref)
+        by field, each ref spent when the unit commits (and not at all otherwise).
+        ``SecretRefRejected`` names every field whose ref is unknown to ``tenant`` (or
+        another tenant's), expired at ``now``, or spent by another unit."""
+        ...
+
+    def purge_expired(self, now: datetime) -> int:
+        """Forget every ref that expired by ``now``, spent or not; return how many."""
         ...

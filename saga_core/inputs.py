@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from saga_core.definition import InputField, SagaDefinition
@@ -63,8 +64,15 @@ def field_problems(name: str, spec: InputField, value: Any) -> list[Problem]:
     return problems
 
 
-def validate_input(definition: SagaDefinition, data: Any) -> dict[str, Any]:
-    """Return the normalized input (defaults filled) or raise listing every bad field."""
+def validate_input(
+    definition: SagaDefinition, data: Any, *, by_ref: Collection[str] = ()
+) -> dict[str, Any]:
+    """Return the normalized input (defaults filled) or raise listing every bad field.
+
+    Fields named in ``by_ref`` hold a reference to a value stored elsewhere (a secret
+    ref): they are left out here, and their values checked with :func:`field_problems`
+    once known.
+    """
     if not isinstance(data, dict):
         raise InputValidationError(
             definition.name, [Problem("input", "wrong_type", "input must be a JSON object")]
@@ -75,6 +83,8 @@ def validate_input(definition: SagaDefinition, data: Any) -> dict[str, Any]:
         if name not in definition.input:
             problems.append(Problem(f"input.{name}", "unknown_field", "not declared"))
     for name, spec in definition.input.items():
+        if name in by_ref:
+            continue
         if name not in data:
             if spec.required:
                 problems.append(Problem(f"input.{name}", "missing", "required field"))

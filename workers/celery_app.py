@@ -14,7 +14,10 @@ from types import MappingProxyType
 from typing import Any, Final
 
 import redis
-from celery import Celery
+from celery import Celery, Task
+from celery.utils.log import get_logger
+from celery.worker.consumer import Consumer
+from celery.worker.request import Request
 
 STEP_TASK = "sagafleet.step"
 QUEUE_STEPS = "sagafleet.steps"
@@ -36,6 +39,68 @@ COMMAND_TASK_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType({
     "ignore_result": True,
 })
 """Celery task options of the ``sagafleet.commands.*`` tasks (see workers.tasks)."""
+
+
+WITHHELD_ARGUMENTS = "'[withheld]'"
+"""What Celery's log records say instead of a task's arguments."""
+
+
+class ArgumentsWithheldRequest(Request):  # type: ignore[misc]
+    """A task request whose argument reprs say ``'[withheld]'``.
+
+    The sender of a message sets ``argsrepr``/``kwargsrepr`` (protocol 2; for protocol 1
+    the worker makes them from the arguments), and Celery puts them in the ``extra`` data
+    of its "received", "succeeded" and "raised" log records, where a structured log
+    handler or an error tracker ships them. A saga command from an agent may hold a secret
+    input (a raw value that is about to be refused), so no task of the fleet lets its
+    arguments reach a log record; our own log lines name saga, step and reason instead.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._request_dict["argsrepr"] = self._request_dict["kwargsrepr"] = WITHHELD_ARGUMENTS
+        self._argsrepr = self._kwargsrepr = WITHHELD_ARGUMENTS
+
+
+class BodiesWithheldConsumer(Consumer):  # type: ignore[misc]
+    """The worker's consumer, reporting a message it cannot run without what it carries.
+
+    Celery logs the whole body and headers (``argsrepr``/``kwargsrepr`` included) of a
+    message for an unknown task name, an invalid one, or one it cannot decode; an agent
+    that misspells ``sagafleet.commands.start_saga`` may have put a secret in it. The
+    reports keep the task name, id and reason; the message is dropped as before.
+    """
+
+    def on_unknown_message(self, body: Any, message: Any) -> None:
+        super().on_unknown_message(WITHHELD_ARGUMENTS, _headers_withheld(message))
+
+    def on_unknown_task(self, body: Any, message: Any, exc: Exception) -> None:
+        super().on_unknown_task(WITHHELD_ARGUMENTS, _headers_withheld(message), exc)
+
+    def on_invalid_task(self, body: Any, message: Any, exc: Exception) -> None:
+        super().on_invalid_task(WITHHELD_ARGUMENTS, _headers_withheld(message), exc)
+
+    def on_decode_error(self, message: Any, exc: Exception) -> None:
+        get_logger(__name__).critical(
+            "Can't decode message body: %r [type:%r encoding:%r]; body withheld",
+            exc, message.content_type, message.content_encoding)
+        message.ack()
+
+
+def _headers_withheld(message: Any) -> Any:
+    """``message`` with the argument reprs of its headers replaced (it is being dropped)."""
+    headers = getattr(message, "headers", None)
+    if isinstance(headers, dict):
+        for name in ("argsrepr", "kwargsrepr"):
+            if name in headers:
+                headers[name] = WITHHELD_ARGUMENTS
+    return message
+
+
+class FleetTask(Task):  # type: ignore[misc]
+    """The base of the fleet's tasks: requests with their arguments withheld from logs."""
+
+    Request = ArgumentsWithheldRequest
 
 
 @dataclass(frozen=True)
@@ -74,7 +139,7 @@ def create_celery_app(settings: BrokerSettings, *, name: str = "sagafleet") -> C
     if settings.visibility_timeout_s <= settings.step_time_limit_s:
         # A message whose task outlives the visibility timeout is redelivered while it runs.
         raise ValueError("visibility_timeout_s must exceed step_time_limit_s")
-    app = Celery(name, broker=settings.broker_url, set_as_current=False)
+    app = Celery(name, broker=settings.broker_url, set_as_current=False, task_cls=FleetTask)
     app.conf.update(
         # JSON only: a writable broker must never become code execution (no pickle).
         task_serializer="json",
@@ -119,6 +184,9 @@ def create_celery_app(settings: BrokerSettings, *, name: str = "sagafleet") -> C
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
         worker_enable_remote_control=False,
+        # Neither the arguments of a task nor the body of a message the worker drops reach
+        # a log record: a saga command may carry a secret an agent should not have sent.
+        worker_consumer=f"{__name__}:BodiesWithheldConsumer",
         task_create_missing_queues=True,
     )
     return app

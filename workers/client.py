@@ -7,7 +7,9 @@ tenant can never see or touch another tenant's saga.
 
 from __future__ import annotations
 
+import json
 import uuid
+from datetime import timedelta
 from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -46,7 +48,15 @@ from saga_core.state import SagaState
 from saga_core.validation import validate_definition
 from workers.orchestrator import Build, Orchestrator
 from workers.publisher import Publisher
-from workers.secrets import split_secrets
+from workers.secrets import (
+    RawSecretRefused,
+    SecretRef,
+    SecretRefRejected,
+    checked_values,
+    raw_secret_problems,
+    refs_in,
+    split_secrets,
+)
 from workers.views import SagaView, view_of
 
 # Saga ids for idempotency keys: uuid5 over (tenant, key) in sagafleet's own namespace.
@@ -56,6 +66,11 @@ MAX_NAME_LENGTH = 200
 """Longest definition name, step id, tenant or actor a client call accepts."""
 MAX_REASON_LENGTH = 10_000
 """Longest free-text reason (start, cancel, deny, resolve) a client call accepts."""
+DEFAULT_SECRET_TTL = timedelta(minutes=15)
+"""How long a deposited secret waits for its start, unless told otherwise."""
+MIN_SECRET_TTL, MAX_SECRET_TTL = timedelta(seconds=1), timedelta(days=1)
+MAX_SECRET_BYTES = 65_536
+"""Largest secret value (as JSON) put_secret keeps."""
 
 
 PLAN_NAME_PREFIX = "agent-plan-"
@@ -119,7 +134,11 @@ class SagaClient:
         publisher: Publisher,
         tenant: str = "default",
         actor: str = "agent",
+        refuse_raw_secrets: bool = False,
     ) -> None:
+        """``refuse_raw_secrets``: this client serves commands that crossed the broker, so a
+        secret field must come by ref (:class:`~workers.secrets.RawSecretRefused`)."""
+        self.refuse_raw_secrets = refuse_raw_secrets
         self.orchestrator = orchestrator
         self.definitions = definitions
         self.catalogue = catalogue
@@ -132,7 +151,42 @@ class SagaClient:
         """The same client acting as someone else (or for another tenant)."""
         return SagaClient(self.orchestrator, self.definitions, self.catalogue,
                           secrets=self.secrets, publisher=self.publisher,
-                          tenant=tenant or self.tenant, actor=actor)
+                          tenant=tenant or self.tenant, actor=actor,
+                          refuse_raw_secrets=self.refuse_raw_secrets)
+
+    def via_broker(self) -> SagaClient:
+        """The same client for commands that crossed the broker: the message sat in Redis,
+        so a secret field holding a value (not a ref) is refused, naming the field."""
+        return SagaClient(self.orchestrator, self.definitions, self.catalogue,
+                          secrets=self.secrets, publisher=self.publisher,
+                          tenant=self.tenant, actor=self.actor, refuse_raw_secrets=True)
+
+    # -- secrets ------------------------------------------------------------------------
+
+    def put_secret(self, value: Any, *, ttl: timedelta = DEFAULT_SECRET_TTL) -> SecretRef:
+        """Deposit a secret input for this tenant ahead of a start; returns its ref.
+
+        Put ``ref.as_input()`` (``{"$secret_ref": "sr_…"}``) in the secret field of a start's
+        input — the only way a secret may cross the broker. The ref is spent by the first
+        start that uses it (its value moves to that saga); unused, it expires after ``ttl``
+        and the sweeper forgets it. Errors never show the value.
+        """
+        if not isinstance(ttl, timedelta) or not MIN_SECRET_TTL <= ttl <= MAX_SECRET_TTL:
+            raise InvalidRequest(
+                f"secret ttl must be a timedelta from {MIN_SECRET_TTL} to {MAX_SECRET_TTL}")
+        problem = json_value_problem(value)
+        if problem is not None:
+            raise InvalidRequest(f"secret value: {problem}")
+        try:
+            size = len(json.dumps(value).encode("utf-8"))
+        except (TypeError, ValueError):
+            raise InvalidRequest("secret value must be JSON (text, number, object, ...)") from None
+        if size > MAX_SECRET_BYTES:
+            raise InvalidRequest(f"secret value is {size} bytes as JSON; at most "
+                                 f"{MAX_SECRET_BYTES} are kept")
+        expires_at = self.orchestrator.clock() + ttl
+        ref = self.secrets.deposit(self.tenant, value, expires_at)
+        return SecretRef(ref=ref, expires_at=expires_at)
 
     # -- definitions ----------------------------------------------------------------------
 
@@ -206,36 +260,53 @@ class SagaClient:
         self, definition: str, version: int | None, input: dict[str, Any], key: str | None,
         reason: str, *, cached: bool,
     ) -> Started | None:
-        """One start on the definition found (None: the cached one was stale, retry)."""
+        """One start on the definition found (None: the cached one was stale, retry).
+
+        Secret fields given by ref are validated once their values are redeemed, inside the
+        start's unit of work; the rest before it. The input hash is over the input as the
+        log records it (secret fields as placeholders), never over a secret value or ref:
+        a repeated key compares equal whether the secret comes as a value, as the same ref
+        (already spent by the first start) or as a new one.
+        """
         spec = self.definitions.get(definition, version, cached_latest=cached)
+        refs = refs_in(spec, input)
+        if self.refuse_raw_secrets:
+            problems = raw_secret_problems(spec, input)
+            if problems:
+                raise RawSecretRefused(spec.name, problems)
         try:
-            normalized = validate_input(spec, input)
+            given = validate_input(spec, input, by_ref=refs)
         except InputValidationError:
             if cached:
                 return None  # judge the input by the registry's current latest, not a cache
             raise
-        public, secrets = split_secrets(spec, normalized)
+        recorded, _ = split_secrets(spec, {**given, **dict.fromkeys(refs)})
         saga_id = self._id_for_key(key) if key else str(uuid.uuid4())
-        started = SagaStarted(
-            at=self.orchestrator.clock(),
-            saga_id=saga_id,
-            tenant=self.tenant,
-            definition_name=spec.name,
-            definition_version=spec.version,
-            definition_hash=spec.content_hash(),
-            input=public,
-            input_hash=payload_hash(normalized),
-            idempotency_key=key,
-            actor=self.actor,
-            reason=reason,
-            retry_budget=spec.retry_budget,
-        )
+        now = self.orchestrator.clock()
         fresh = LoadedSaga(saga_id, spec, SagaState.initial(spec), (), ())
         try:
-            # One transaction: the secrets and the saga's first events commit together, and
-            # version 0 (the stream must not exist) keeps a repeated key from starting twice.
+            # One transaction: the refs spent, the secrets kept and the saga's first events
+            # commit together, and version 0 (the stream must not exist) keeps a repeated
+            # key from starting twice.
             with self.orchestrator.log.unit_of_work() as unit:
                 still_latest = self.definitions.send_latest_check(unit, spec) if cached else None
+                redeemed = self.secrets.redeem(self.tenant, refs, saga_id, now, unit)
+                normalized = {**given, **checked_values(spec, redeemed)}
+                public, secrets = split_secrets(spec, normalized)
+                started = SagaStarted(
+                    at=now,
+                    saga_id=saga_id,
+                    tenant=self.tenant,
+                    definition_name=spec.name,
+                    definition_version=spec.version,
+                    definition_hash=spec.content_hash(),
+                    input=public,
+                    input_hash=payload_hash(public),
+                    idempotency_key=key,
+                    actor=self.actor,
+                    reason=reason,
+                    retry_budget=spec.retry_budget,
+                )
                 self.secrets.keep(saga_id, secrets, unit)
                 committed = self.orchestrator.commit(fresh, [started], actor=self.actor,
                                                      unit=unit)
@@ -243,21 +314,44 @@ class SagaClient:
                     raise _StaleDefinition  # rolls the start back
         except _StaleDefinition:
             return None
-        except ConcurrencyError:
+        except (ConcurrencyError, SecretRefRejected) as exc:
             if cached:
                 return None  # compare a repeated key against the current latest definition
-            existing = self.orchestrator.log.load(saga_id)
-            first = existing.events[0]
-            assert isinstance(first, SagaStarted)
-            same = (first.input_hash, first.definition_hash) == (
-                started.input_hash, started.definition_hash)
-            if not same:
-                raise IdempotencyConflict(
-                    f"key {key!r} already started saga {saga_id} with other input or definition"
-                ) from None
-            return Started(**view_of(existing).model_dump(), created=False)
+            # A repeated start (a redelivered command, a retry) whose ref the first one
+            # spent lands here too: the saga its key names answers it.
+            existing = self._started_by_key(key) if key else None
+            if existing is None:
+                if isinstance(exc, SecretRefRejected):
+                    raise
+                existing = self.orchestrator.log.load(saga_id)
+            return self._repeated(key, existing, spec, recorded, None if refs else given)
         self.publisher.publish(committed.wake_ups)  # after the unit committed
         return Started(**view_of(committed.loaded).model_dump(), created=True)
+
+    def _started_by_key(self, key: str) -> LoadedSaga | None:
+        try:
+            return self.orchestrator.log.load(self._id_for_key(key))
+        except SagaNotFound:
+            return None
+
+    def _repeated(
+        self, key: str | None, existing: LoadedSaga, spec: SagaDefinition,
+        recorded: dict[str, Any], with_values: dict[str, Any] | None,
+    ) -> Started:
+        """The saga a repeated key started, if it was started with this input (as the log
+        records it) and definition; ``with_values``: the whole input, when no field came
+        by ref (sagas started before refs existed hashed it with its secret values)."""
+        first = existing.events[0]
+        assert isinstance(first, SagaStarted)
+        hashes = {payload_hash(recorded)}
+        if with_values is not None:
+            hashes.add(payload_hash(with_values))
+        if first.definition_hash != spec.content_hash() or first.input_hash not in hashes:
+            raise IdempotencyConflict(
+                f"key {key!r} already started saga {existing.saga_id} with other input or "
+                "definition"
+            ) from None
+        return Started(**view_of(existing).model_dump(), created=False)
 
     def find(self, key: str) -> SagaView | None:
         """The saga this tenant started with idempotency ``key``, or None."""

@@ -5,27 +5,111 @@
 placeholder (so request hashes and evidence never contain the value), and the executor
 reveals it only in the arguments it passes to the tool. The sweeper purges a saga's
 secrets when it finishes.
+
+A value can also be deposited ahead of the start (``SagaClient.put_secret``) under a
+single-use ref, kept in ``fleet.secret_refs`` per tenant until it expires; the start that
+names ``{"$secret_ref": "sr_…"}`` in the field moves it into ``fleet.secrets`` in its own
+transaction. That is how a command crossing the broker carries a secret: by ref only. A
+broker command holding a raw value in a secret field is refused (:func:`raw_secret_problems`)
+and dead-lettered with every secret value withheld (:func:`withhold_secrets`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict
+
 from events import EventStore, UnitOfWork
-from events.saga_log import Secrets, Unit, unit_of
-from events.secret_inputs import PLACEHOLDER_KEY, SecretUnavailable, placeholder, reveal_with
+from events.saga_log import Definitions, Secrets, Unit, unit_of
+from events.secret_inputs import (
+    PLACEHOLDER_KEY,
+    REF_KEY,
+    SecretRefRejected,
+    SecretUnavailable,
+    is_secret_ref,
+    new_ref,
+    placeholder,
+    ref_digest,
+    ref_problem,
+    refs_in,
+    reveal_with,
+    secret_ref,
+)
 from saga_core import SagaDefinition
+from saga_core.errors import InputValidationError, Problem
+from saga_core.inputs import field_problems
+from workers.celery_app import STEP_TASK
 
 __all__ = [
     "PLACEHOLDER_KEY",
+    "REF_KEY",
+    "RawSecretRefused",
+    "SecretRef",
+    "SecretRefRejected",
     "SecretUnavailable",
     "SecretVault",
+    "WITHHELD",
+    "checked_values",
     "placeholder",
+    "raw_secret_problems",
+    "refs_in",
     "scrub",
     "split_secrets",
+    "withhold_secrets",
 ]
+
+WITHHELD = "[secret withheld]"
+"""What a dead letter holds instead of a secret input (value or ref)."""
+
+
+class SecretRef(BaseModel):
+    """A deposited secret: put :meth:`as_input` in the secret field of a start's input."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ref: str
+    expires_at: datetime
+
+    def as_input(self) -> dict[str, str]:
+        """``{"$secret_ref": ref}``, what the secret field carries instead of the value."""
+        return secret_ref(self.ref)
+
+
+class RawSecretRefused(InputValidationError):
+    """A command that crossed the broker holds a value in a field the definition marks
+    secret; ``problems`` names each field. The value must come by ref instead."""
+
+    hint = ("store the secret first (MCP put_secret, SagaClient.put_secret or `sagafleet "
+            'secrets put`) and send {"$secret_ref": "<ref>"} in the field instead')
+
+
+def checked_values(definition: SagaDefinition, values: Mapping[str, Any]) -> dict[str, Any]:
+    """Values redeemed from refs, checked against their fields as an input's would be
+    (InputValidationError naming each bad field; the messages never show a value)."""
+    problems = [problem for name, value in values.items()
+                for problem in field_problems(name, definition.input[name], value)]
+    if problems:
+        raise InputValidationError(definition.name, problems)
+    return dict(values)
+
+
+def raw_secret_problems(definition: SagaDefinition, data: Any) -> list[Problem]:
+    """The secret fields of ``data`` that hold a value rather than a ref."""
+    if not isinstance(data, dict):
+        return []
+    return [
+        Problem(f"input.{name}", "secret_over_broker",
+                "a secret value must not cross the broker: put it with put_secret (MCP), "
+                "SagaClient.put_secret or `sagafleet secrets put`, and send "
+                '{"$secret_ref": "<ref>"} here')
+        for name, value in data.items()
+        if (spec := definition.input.get(name)) is not None and spec.secret
+        and not is_secret_ref(value)
+    ]
 
 
 def split_secrets(
@@ -82,6 +166,119 @@ class SecretVault:
             return
         with self._store.connection() as own:
             own.execute("DELETE FROM fleet.secrets WHERE saga_id = %s", (saga_id,))
+
+    def deposit(self, tenant: str, value: Any, expires_at: datetime) -> str:
+        """Hold ``value`` for ``tenant`` until ``expires_at`` under a new ref (its digest
+        is the key: the table holds no usable ref)."""
+        ref = new_ref()
+        text = json.dumps(value)
+        with self._store.connection() as conn:
+            conn.execute(
+                "INSERT INTO fleet.secret_refs (ref_digest, tenant, value, expires_at)"
+                " VALUES (%s, %s, %s::jsonb, %s)",
+                (ref_digest(ref), tenant, text, expires_at),
+            )
+        return ref
+
+    def redeem(
+        self, tenant: str, refs: Mapping[str, str], saga_id: str, now: datetime, unit: Unit
+    ) -> dict[str, Any]:
+        """Spend each ref in the caller's unit and return the values by field. A concurrent
+        start on the same ref waits for this unit's row lock, then finds it spent."""
+        if not refs:
+            return {}
+        digests = {field: ref_digest(ref) for field, ref in refs.items()}
+        wanted = sorted(set(digests.values()))
+        conn = unit_of(UnitOfWork, unit).connection
+        rows = conn.execute(
+            "WITH taken AS (SELECT ref_digest, value FROM fleet.secret_refs"
+            "  WHERE ref_digest = ANY(%s) AND tenant = %s AND spent_by IS NULL"
+            "  AND expires_at > %s ORDER BY ref_digest FOR UPDATE)"
+            " UPDATE fleet.secret_refs AS r SET value = NULL, spent_by = %s, spent_at = %s"
+            " FROM taken WHERE r.ref_digest = taken.ref_digest"
+            " RETURNING taken.ref_digest, taken.value",
+            (wanted, tenant, now, saga_id, now),
+        ).fetchall()
+        values = {digest: value for digest, value in rows}
+        missing = {field for field, digest in digests.items() if digest not in values}
+        if missing:
+            states = conn.execute(
+                "SELECT ref_digest, tenant, expires_at, spent_by FROM fleet.secret_refs"
+                " WHERE ref_digest = ANY(%s)",
+                ([digests[field] for field in missing],),
+            ).fetchall()
+            found = {digest: (owner, expires, spent) for digest, owner, expires, spent in states}
+            raise SecretRefRejected([
+                ref_problem(field, _ref_state(found.get(digests[field]), tenant, now))
+                for field in sorted(missing)
+            ])
+        return {field: values[digest] for field, digest in digests.items()}
+
+    def purge_expired(self, now: datetime) -> int:
+        """Delete every ref that expired by ``now``, spent or not."""
+        with self._store.connection() as conn:
+            cur = conn.execute("DELETE FROM fleet.secret_refs WHERE expires_at <= %s", (now,))
+            return cur.rowcount
+
+
+def _ref_state(found: tuple[str, datetime, str | None] | None, tenant: str,
+               now: datetime) -> str:
+    """Why a ref could not be redeemed; another tenant's ref reads as unknown."""
+    if found is None or found[0] != tenant:
+        return "unknown"
+    if found[2] is not None:
+        return "used"
+    return "expired" if found[1] <= now else "used"  # spent by a unit that just committed
+
+
+def withhold_secrets(
+    definitions: Definitions, task: str, body: Any, reason: str
+) -> tuple[Any, str]:
+    """A rejected message's body and reason as a dead letter may keep them.
+
+    A step command carries identifiers only and is kept as it is. Any other (a saga
+    command) has its positional arguments withheld whole (commands take keyword arguments
+    only, so they cannot be told apart), and in its ``input`` each field the named
+    definition marks secret — value or ref — is withheld; when the definition cannot be
+    found, every input value is. The reason is scrubbed of every withheld string. Never
+    raises: a dead letter must always be written.
+    """
+    if task == STEP_TASK or not isinstance(body, dict):
+        return body, reason
+    withheld: list[Any] = []
+    kept = dict(body)
+    args = kept.get("args")
+    if args:
+        withheld.append(args)
+        kept["args"] = f"[{len(args)} positional arguments withheld]"
+    kwargs = kept.get("kwargs")
+    if isinstance(kwargs, dict) and "input" in kwargs:
+        masked, hidden = _withheld_input(definitions, kwargs.get("definition"), kwargs["input"])
+        kept["kwargs"] = {**kwargs, "input": masked}
+        withheld.append(hidden)
+    elif kwargs is not None and not isinstance(kwargs, dict):
+        withheld.append(kwargs)
+        kept["kwargs"] = WITHHELD
+    return kept, scrub(reason, withheld)
+
+
+def _withheld_input(
+    definitions: Definitions, name: Any, data: Any
+) -> tuple[Any, list[Any]]:
+    """``data`` with its secret fields withheld, and the withheld values."""
+    if not isinstance(data, dict):
+        return WITHHELD, [data]
+    secret: set[str] | None = None
+    if isinstance(name, str):
+        try:
+            definition = definitions.get(name, cached_latest=True)
+            secret = {field for field, spec in definition.input.items() if spec.secret}
+        except Exception:  # noqa: BLE001 - not found, unreadable, anything: a dead letter
+            secret = None  # must still be written, so every value below is withheld
+    hidden = [value for field, value in data.items() if secret is None or field in secret]
+    masked = {field: WITHHELD if secret is None or field in secret else value
+              for field, value in data.items()}
+    return masked, hidden
 
 
 def scrub(text: str, args: Any) -> str:

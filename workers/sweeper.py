@@ -50,6 +50,7 @@ class SweepReport:
     active: int = 0
     republished: int = 0
     advanced: int = 0
+    expired_refs: int = 0  # deposited secrets forgotten: expired, spent or not
     errors: list[str] = field(default_factory=list)
 
 
@@ -132,6 +133,9 @@ class Sweeper:
                 return report  # another sweeper is at work
             try:
                 report.tracked = self.track()
+                # A deposited secret no start used in time is forgotten, as a finished
+                # saga's secrets are (a spent ref's row only remembers who spent it).
+                report.expired_refs = self.vault.purge_expired(self.fleet.clock())
                 active = self._active_ids()
                 # Read in chunks (one query each), not one saga at a time: a pass over
                 # many waiting sagas is a few queries, not one round trip per saga.

@@ -53,6 +53,7 @@ from workers.celery_app import COMMAND_TASK_OPTIONS, STEP_TASK
 from workers.command_failures import CommandFailure, judge_failure, retry_delay_s
 from workers.dead_letters import DeadLetter, dead_letter_body
 from workers.messages import MalformedMessage, StepCommand
+from workers.secrets import withhold_secrets
 
 if TYPE_CHECKING:
     from workers.client import SagaClient
@@ -168,10 +169,13 @@ def _keep_dead_letter(fleet: Fleet, message: CommandMessage,
     """Dead-letter a command that can never succeed; None once kept, else why it must be
     retried (nothing was kept, so the broker must keep the message)."""
     name, task_id = message.task, message.task_id
+    # Secret input fields (values and refs) never reach the dead letter or the log line.
+    body, reason = withhold_secrets(fleet.definitions, name,
+                                    dead_letter_body(name, message.args, message.kwargs),
+                                    failure.reason)
+    failure = CommandFailure(retry=False, kind=failure.kind, reason=reason)
     try:
-        fleet.dead_letters.record(name, task_id,
-                                  dead_letter_body(name, message.args, message.kwargs),
-                                  failure.reason, failure.kind)
+        fleet.dead_letters.record(name, task_id, body, failure.reason, failure.kind)
     except Exception as exc:  # noqa: BLE001 - whatever it is, the message must not be dropped
         log.error("%s[%s]: could not dead-letter (%s): %s", name, task_id, failure.reason, exc)
         return CommandFailure(retry=True, kind=judge_failure(exc).kind,
@@ -226,7 +230,7 @@ def _required(kw: dict[str, Any], name: str) -> Any:
 
 
 def _start(fleet: Fleet, kw: dict[str, Any], task_id: str | None) -> None:
-    client = _client(fleet, kw)
+    client = _client(fleet, kw).via_broker()
     key = kw.pop("key", None)
     if key is None and task_id is not None:
         key = f"{DERIVED_KEY_PREFIX}{task_id}"

@@ -12,10 +12,12 @@ from sagafleet.commands import (
     projector,
     reports,
     sagas,
+    secrets,
 )
 from sagafleet.errors import exit_code_for
 
 REGISTRARS = [demo.register, db.register, fleet.register, sagas.register, operator.register,
-              reports.register, dead_letters.register, mcp_cmd.register, projector.register]
+              reports.register, dead_letters.register, mcp_cmd.register, projector.register,
+              secrets.register]
 
 __all__ = ["REGISTRARS", "exit_code_for"]

@@ -122,6 +122,7 @@ class FunctionRouter:
         simple: dict[str, Callable[..., dict[str, Any]]] = {
             "list_sagas": service.list_sagas,
             "start_saga": service.start_saga,
+            "put_secret": service.put_secret,
             "propose_plan": service.propose_plan,
             "saga_status": service.saga_status,
             "saga_audit": service.saga_audit,

@@ -29,7 +29,9 @@ INSTRUCTIONS = (
     "sagafleet runs multi-step, side-effecting workflows (sagas) under a deterministic "
     "orchestrator. Call list_sagas to see what can be started and what each step does; "
     "start_saga with an idempotency key (retrying with the same key is always safe); follow "
-    "it with saga_status. To run your own sequence of allowlisted tools, propose_plan first. "
+    "it with saga_status. A secret input field (a card token) takes the value, or a ref "
+    "from put_secret, which is the only way a secret may travel in a Celery command. "
+    "To run your own sequence of allowlisted tools, propose_plan first. "
     "Approvals are given by people, never by agents."
 )
 
@@ -82,6 +84,19 @@ class _Tools:
         return self._call(ctx, lambda who: self.service.start_saga(
             who, definition, input, idempotency_key, reason))
 
+    def put_secret(
+        self,
+        value: Annotated[Any, Field(description="the secret value (a card token, a "
+                                    "password, ...), as the secret input field expects it")],
+        ctx: Context,
+        ttl_seconds: Annotated[float, Field(description="seconds it waits for its start "
+                                            "(1 to 86400)")] = 900.0,
+    ) -> CallToolResult:
+        """Store a secret input and get a single-use ref to send instead of the value: the
+        ref, not the secret, then travels in start_saga or a Celery command. It expires
+        unused after ttl_seconds; the value is never shown back."""
+        return self._call(ctx, lambda who: self.service.put_secret(who, value, ttl_seconds))
+
     def propose_plan(
         self,
         steps: Annotated[list[dict[str, Any]], Field(
@@ -129,6 +144,7 @@ def build_mcp_server(service: GatewayService, policy: BindingPolicy) -> MCPServe
     for fn, hints in (
         (tools.list_sagas, read_only),
         (tools.start_saga, writes),
+        (tools.put_secret, ToolAnnotations(idempotent_hint=False, destructive_hint=False)),
         (tools.propose_plan, writes),
         (tools.saga_status, read_only),
         (tools.saga_audit, read_only),

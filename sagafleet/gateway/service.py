@@ -8,6 +8,7 @@ come from people through the operator commands.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,7 +20,14 @@ from sagafleet.gateway.binding import CallerBinding
 from sagafleet.gateway.describe import describe_definition, outlook, step_semantics
 from sagafleet.gateway.errors import ArgumentsRejected, problems_of
 from sagafleet.gateway.readable import audit_timeline, compact_status
-from workers.client import MAX_KEY_LENGTH, PLAN_NAME_PREFIX, SagaClient
+from workers.client import (
+    DEFAULT_SECRET_TTL,
+    MAX_KEY_LENGTH,
+    MAX_SECRET_TTL,
+    MIN_SECRET_TTL,
+    PLAN_NAME_PREFIX,
+    SagaClient,
+)
 from workers.fleet import Fleet
 
 # Definitions registered from agent plans; kept out of list_sagas (they are per request,
@@ -74,6 +82,25 @@ class GatewayService:
             reply["note"] = ("this idempotency key already started this saga with the same "
                              "input: nothing new was started")
         return reply
+
+    def put_secret(
+        self, who: CallerBinding, value: Any,
+        ttl_seconds: float = DEFAULT_SECRET_TTL.total_seconds(),
+    ) -> dict[str, Any]:
+        """Deposit a secret input; returns the ref to send in the secret field instead."""
+        low, high = MIN_SECRET_TTL.total_seconds(), MAX_SECRET_TTL.total_seconds()
+        if (isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float)
+                or not low <= ttl_seconds <= high):
+            raise ArgumentsRejected("put_secret", [Problem(
+                "ttl_seconds", "out_of_range", f"must be a number from {low:g} to {high:g}")])
+        ref = self._client(who).put_secret(value, ttl=timedelta(seconds=ttl_seconds))
+        return {
+            "secret_ref": ref.as_input(),
+            "expires_at": ref.expires_at.isoformat(),
+            "use": "put secret_ref, as it is, in the secret field of one start's input "
+                   "(start_saga here, or a sagafleet.commands.start_saga message); the "
+                   "first start spends it",
+        }
 
     def propose_plan(
         self, who: CallerBinding, steps: list[dict[str, Any]], goal: str = ""

@@ -152,6 +152,7 @@ class TestFleet:
         """One sweeper pass over the unfinished sagas: re-enqueue what is due, record what
         decide wants now (expired leases and approvals); return how many items were due."""
         self._track()
+        self.secrets.purge_expired(self.clock())  # deposited secrets no start used in time
         found = 0
         for loaded in self._unfinished():
             # Nothing is in flight between runs, so no queue wait: all due work is lost work.

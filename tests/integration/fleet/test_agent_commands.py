@@ -27,10 +27,14 @@ def test_start_saga_task_by_name_runs_a_saga(fleet, database, broker, workers, w
     # given a worker and an agent with nothing but a Celery client
     workers.start(1)
     agent = _bare_celery(broker)
-    # when it enqueues sagafleet.commands.start_saga with JSON keyword arguments
+    # when it deposits its secret card token (a direct call: never through the broker)
+    ref = fleet.client(tenant="acme").put_secret(TRIP_INPUT["card_token"])
+    # and enqueues sagafleet.commands.start_saga with JSON keyword arguments, the ref in
+    # the secret field
     agent.send_task(
         "sagafleet.commands.start_saga", queue="sagafleet.commands",
-        kwargs={"definition": "trip", "input": TRIP_INPUT, "key": "agent-1",
+        kwargs={"definition": "trip", "input": {**TRIP_INPUT, "card_token": ref.as_input()},
+                "key": "agent-1",
                 "tenant": "acme", "actor": "travel-agent", "reason": "user asked for a trip"},
     )
     # then a saga with that key exists for that tenant and completes

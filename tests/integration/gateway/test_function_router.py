@@ -31,3 +31,22 @@ def test_exported_start_function_starts_once_and_rejects_field_by_field(fleet):
     # and another tenant cannot read the saga through the router either
     other = router.call(CallerBinding("beta", "x"), "saga_status", {"saga_id": first["saga_id"]})
     assert other["error"] == "SagaNotFound"
+
+
+def test_put_secret_returns_a_ref_that_starts_a_saga_for_its_tenant_only(fleet):
+    # given an agent that deposits its card token through the gateway
+    router = FunctionRouter(GatewayService(fleet))
+    who = CallerBinding("acme", "fc-bot")
+    put = router.call(who, "put_secret", {"value": TRIP_INPUT["card_token"]})
+    assert set(put["secret_ref"]) == {"$secret_ref"} and put["expires_at"]
+    assert TRIP_INPUT["card_token"] not in repr(put)
+    # when another tenant tries the ref, it is unknown to it; acme's start uses it
+    data = {"input": {**TRIP_INPUT, "card_token": put["secret_ref"]}, "reason": "by ref"}
+    beta = router.call(CallerBinding("beta", "x"), "start_trip", data | {"idempotency_key": "b"})
+    assert beta["error"] == "SecretRefRejected"
+    assert beta["problems"][0]["where"] == "input.card_token"
+    started = router.call(who, "start_trip", data | {"idempotency_key": "a"})
+    assert started["created"]
+    # and a ttl out of range is named
+    bad = router.call(who, "put_secret", {"value": "x", "ttl_seconds": 0})
+    assert bad["problems"][0]["where"] == "ttl_seconds"
