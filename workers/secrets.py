@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from events import EventStore, UnitOfWork
+from events.definitions import DefinitionNotFound
 from events.saga_log import Definitions, Secrets, Unit, unit_of
 from events.secret_inputs import (
     PLACEHOLDER_KEY,
@@ -273,8 +274,14 @@ def _withheld_input(
         try:
             definition = definitions.get(name, cached_latest=True)
             secret = {field for field, spec in definition.input.items() if spec.secret}
-        except Exception:  # noqa: BLE001 - not found, unreadable, anything: a dead letter
-            secret = None  # must still be written, so every value below is withheld
+        except DefinitionNotFound:
+            # Secret fields are what a definition declares; one nobody registered declares
+            # none. Its input is kept whole, so the letter can be requeued once the
+            # definition is registered (the usual fix). Agents send secrets as refs
+            # whatever the definition (README, "Secret inputs").
+            secret = set()
+        except Exception:  # noqa: BLE001 - unreadable, anything else: a dead letter must
+            secret = None  # still be written, so every value below is withheld
     hidden = [value for field, value in data.items() if secret is None or field in secret]
     masked = {field: WITHHELD if secret is None or field in secret else value
               for field, value in data.items()}

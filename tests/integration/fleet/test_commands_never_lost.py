@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 from celery import Celery
-from trip_inputs import TRIP_INPUT
+from trip_inputs import TRIP_INPUT, by_secret_ref
 
 from projections import ProjectionContext
 from projections.prometheus import scrape
@@ -58,7 +58,8 @@ def _barrier(agent: Celery, fleet: Fleet, tenant: str) -> None:
     """Once a start queued behind everything sent so far has run, the one worker has handled
     every command before it (one queue, first in, first out)."""
     key = f"barrier-{uuid.uuid4().hex[:8]}"
-    _send(agent, START_SAGA, definition="trip", input=TRIP_INPUT, key=key, tenant=tenant)
+    _send(agent, START_SAGA, definition="trip", input=by_secret_ref(fleet.client(tenant=tenant)),
+          key=key, tenant=tenant)
     _wait_for_saga(fleet, tenant, key)
 
 
@@ -81,9 +82,11 @@ def test_every_command_delivered_twice_acts_once(fleet, database, broker, worker
     tenant = "twice"
     waiting = fleet.client(tenant=tenant).start("trip", WAITS_FOR_APPROVAL, key="waits")
     # when every kind of command is delivered twice (the same message: the same task id)
+    by_ref = fleet.client(tenant=tenant)
     sent = {
-        "keyed": (START_SAGA, {"definition": "trip", "input": TRIP_INPUT, "key": "k-1"}),
-        "keyless": (START_SAGA, {"definition": "trip", "input": TRIP_INPUT}),
+        "keyed": (START_SAGA, {"definition": "trip", "input": by_secret_ref(by_ref),
+                               "key": "k-1"}),
+        "keyless": (START_SAGA, {"definition": "trip", "input": by_secret_ref(by_ref)}),
         "cancel": (CANCEL_SAGA, {"saga_id": waiting.saga_id, "reason": "plans changed"}),
         "plan": (SUBMIT_PLAN, {"plan": ROOM_PLAN}),
     }
@@ -126,9 +129,10 @@ def test_a_worker_killed_while_handling_commands_loses_none(fleet, database, bro
         # anything of the start is written or sent
         held.execute("LOCK TABLE eventstore.definitions IN ACCESS EXCLUSIVE MODE")
         for n in range(2):
-            _send(agent, START_SAGA, definition="killed-trip", input=TRIP_INPUT, tenant=tenant,
-                  key=f"kill-{n}")
-        keyless = _send(agent, START_SAGA, definition="killed-trip", input=TRIP_INPUT,
+            _send(agent, START_SAGA, definition="killed-trip", tenant=tenant,
+                  input=by_secret_ref(fleet.client(tenant=tenant)), key=f"kill-{n}")
+        keyless = _send(agent, START_SAGA, definition="killed-trip",
+                        input=by_secret_ref(fleet.client(tenant=tenant)),
                         tenant=tenant)
         deadline = time.monotonic() + 60
         while not look.execute(
@@ -169,7 +173,8 @@ def test_commands_that_can_never_succeed_wait_in_the_dead_letters_for_an_operato
     run = _cli(database, broker)
     tenant = "letters"
     # given a start of a definition nobody registered yet, a malformed one, an invalid one
-    later = {"definition": "later-trip", "input": TRIP_INPUT, "key": "later", "tenant": tenant}
+    later = {"definition": "later-trip", "input": by_secret_ref(fleet.client(tenant=tenant)),
+             "key": "later", "tenant": tenant}
     later_id = _send(agent, START_SAGA, **later)
     _send(agent, START_SAGA, args=["positional"])
     _send(agent, START_SAGA, definition="trip", tenant=tenant)  # no input

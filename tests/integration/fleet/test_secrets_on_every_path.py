@@ -236,7 +236,7 @@ def _run_every_path(fleet, database, broker, env, port, procs, logs) -> None:  #
     assert len(letter) == 1
     body, reason = letter[0]
     assert "input.card_token" in reason and "$secret_ref" in reason and "put_secret" in reason
-    assert json.loads(body)["kwargs"]["input"]["card_token"] == "[secret withheld]"
+    assert body["kwargs"]["input"]["card_token"] == "[secret withheld]"
 
     # and once acknowledged the message is gone from the broker; the sweeper has purged the
     # finished sagas' secrets and the unused deposit once it expired
@@ -260,9 +260,9 @@ def _listening(port: int, proc: subprocess.Popen[bytes]) -> bool:
     return True
 
 
-def _dead_letters(database: str) -> list[tuple[str, str]]:
+def _dead_letters(database: str) -> list[tuple[dict[str, Any], str]]:
     with psycopg.connect(database) as conn:
-        return conn.execute("SELECT body, reason FROM fleet.dead_letters").fetchall()
+        return conn.execute("SELECT message, reason FROM fleet.dead_letters").fetchall()
 
 
 def _vault_rows(database: str) -> tuple[int, int]:

@@ -5,6 +5,7 @@ SAGAFLEET_HOME), since it stops it; the broker is the test broker."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -91,9 +92,19 @@ def _retried_task_ids(broker: str) -> set[str]:
     return {m["headers"]["id"] for m in queued + held if m["headers"].get("retries", 0) >= 1}
 
 
-def _send(agent: Celery, **kwargs: Any) -> str:
+def _deposit(url: str) -> dict[str, Any]:
+    """The trip input as an agent sends it over the broker: its card token deposited first
+    (with ``sagafleet secrets put``, while the database is up) and carried as a ref."""
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("sagafleet")), "secrets", "put", "--tenant", TENANT,
+         "--json"], input=TRIP_INPUT["card_token"], capture_output=True, text=True,
+        env={**os.environ, "SAGAFLEET_DATABASE_URL": url}, check=True, timeout=120)
+    return {**TRIP_INPUT, "card_token": json.loads(done.stdout)["secret_ref"]}
+
+
+def _send(agent: Celery, input: dict[str, Any], **kwargs: Any) -> str:
     task_id = str(uuid.uuid4())
-    agent.send_task(START_SAGA, kwargs={"definition": "trip", "input": TRIP_INPUT,
+    agent.send_task(START_SAGA, kwargs={"definition": "trip", "input": input,
                                         "tenant": TENANT, **kwargs},
                     queue="sagafleet.commands", task_id=task_id)
     return task_id
@@ -109,11 +120,14 @@ def test_commands_sent_while_postgres_is_down_all_start_their_sagas_once_it_is_b
     try:
         # given a worker that handles commands (a first one took effect)
         workers.start(1, args=("--concurrency", "3"))
-        _send(agent, key="before")
+        _send(agent, _deposit(url), key="before")
+        # and an agent that deposited its secrets before the outage
+        inputs = [_deposit(url) for _ in range(3)]
         _eventually(lambda: _started_keys(url) == ["before"], "the first start never ran")
         # when PostgreSQL stops, and agents send commands (with and without a key)
         assert embedded.stop_postgres(home)
-        sent = [_send(agent, key="during-1"), _send(agent, key="during-2"), _send(agent)]
+        sent = [_send(agent, inputs[0], key="during-1"), _send(agent, inputs[1], key="during-2"),
+                _send(agent, inputs[2])]
         # then each is tried, and put back for later rather than dropped or dead-lettered
         _eventually(lambda: _retried_task_ids(broker) >= set(sent),
                     "the commands were not retried while the database was down")
