@@ -181,11 +181,12 @@ def pending_key_reuse(state: SagaState, step_id: str, kind: StepKind) -> KeyReus
 def _changed_references(state: SagaState, step_id: str, kind: StepKind) -> tuple[str, ...]:
     """The receipt references of the operation's templates whose value differs between the
     receipts its key was first claimed with and today's (input and identity never change)."""
-    first = state.run(step_id, kind).first_receipts
+    first = state.run(step_id, kind).forward_at_first_claim
     if first is None:
         return ()
-    then, now = _receipt_context(state, step_id, kind, first), template_context(
-        state, step_id, kind)
+    receipts = {sid: run.receipt for sid, run in first.items() if run.receipt is not None}
+    then = _receipt_context(state, step_id, kind, receipts)
+    now = template_context(state, step_id, kind)
     changed: list[str] = []
     for template in _templates(state, step_id, kind):
         for ref in references(template):

@@ -112,10 +112,12 @@ class StepRun:
     # The operation version the key is derived from: the definition's, raised by one each
     # time an operator retries the operation as a new operation (a new key).
     operation_version: int = 1
-    # The request hash this key was first claimed with, and the forward receipts its
-    # templates resolved from then: one key must mean one request (saga_core.commands).
+    # The request hash this key was first claimed with, and the forward runs as they stood
+    # then (whose receipts its templates resolved from; the fold never mutates a runs
+    # mapping, so keeping it costs no copy): one key must mean one request, see
+    # saga_core.commands.key_reuse.
     request_hash: str | None = None
-    first_receipts: Mapping[str, Receipt] | None = None
+    forward_at_first_claim: Mapping[str, StepRun] | None = None
     receipt: Receipt | None = None
     via: str | None = None
     error_class: ErrorClass | None = None
@@ -277,7 +279,7 @@ def _step(state: SagaState, event: StepEvent) -> SagaState:
                 status=RunStatus.STARTED,
                 attempt=event.attempt,
                 request_hash=event.request_hash,
-                first_receipts=state.receipts(),
+                forward_at_first_claim=state.forward,
                 worker_id=event.worker_id,
                 lease_expires_at=event.lease_expires_at,
             )
@@ -410,7 +412,7 @@ def _as_new_operation(state: SagaState, run: StepRun) -> StepRun:
         operation_version=version,
         operation_key=operation_key(state.saga_id, run.step_id, run.kind, version),
         request_hash=None,
-        first_receipts=None,
+        forward_at_first_claim=None,
         reconciliations=0,
         approval_requests=0,
         lookup_receipt=None,
