@@ -154,8 +154,6 @@ def key_reuse(state: SagaState, resolved: ResolvedCommand) -> KeyReuse | None:
     recorded = run.request_hash
     if recorded is None or recorded == resolved.request_hash:
         return None
-    if run.operation_key != resolved.operation_key:
-        raise ValueError(f"{resolved.operation_key} is not the key of {run.kind} {run.step_id}")
     return KeyReuse(
         step_id=run.step_id,
         kind=run.kind,

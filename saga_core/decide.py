@@ -306,13 +306,21 @@ def _advance(state: SagaState, step: StepDefinition, run: StepRun, now: datetime
     """Progress a run that has left PENDING; never towards an attempt that would reuse the
     run's operation key with another request (that escalates instead)."""
     outcome = _progress(state, step, run, now)
-    if run.status is RunStatus.SCHEDULED or any(
+    next_attempt = run.status is RunStatus.SCHEDULED or any(
         isinstance(d, _NEXT_ATTEMPT) for d in outcome.decisions
-    ):
+    )
+    if next_attempt and not _forward_stopped(state, run):
         reuse = pending_key_reuse(state, step.id, run.kind)
         if reuse is not None:
             return _Outcome(escalation=escalate_key_reuse(state, reuse, now))
     return outcome
+
+
+def _forward_stopped(state: SagaState, run: StepRun) -> bool:
+    """Whether no attempt of this forward run will be claimed any more: the saga compensates,
+    or a cancel arrived before the pivot (it compensates next); its key is used no more."""
+    stopping = state.phase == "compensating" or (state.cancel_requested and not state.pivot_passed)
+    return run.kind is FORWARD and stopping
 
 
 def escalate_key_reuse(state: SagaState, reuse: KeyReuse, now: datetime) -> Escalate:

@@ -12,6 +12,7 @@ import pytest
 from core_harness import C, F, Saga, kinds, trip_input
 
 from saga_core import (
+    CancelRequested,
     ErrorClass,
     Escalate,
     OperatorActionRejected,
@@ -226,3 +227,20 @@ def test_a_retry_under_the_new_key_is_held_to_the_request_it_was_first_claimed_w
     saga.succeed("hold_hotel", receipt=OTHER_HOTEL.model_copy(update={"resource_id": "HH-3"}))
     escalate = the_escalation(saga)
     assert second.operation_key in escalate.reason and second.request_hash in escalate.reason
+
+
+def test_a_cancel_before_the_pivot_unwinds_a_saga_paused_on_a_reused_key() -> None:
+    # given a saga paused on a capture whose request changed (before the pivot)
+    saga, _ = capture_failed_once()
+    saga.succeed("hold_hotel", receipt=OTHER_HOTEL)
+    assert "cancel" in the_escalation(saga).evidence.alternatives
+    # when an operator cancels it
+    saga.append(CancelRequested(at=saga.now, actor="ada", reason="customer gave up"))
+    # then the capture is never retried: the holds are released instead
+    decisions = saga.settle()
+    assert kinds(decisions)[0] == "BeginCompensation"
+    assert "Escalate" not in kinds(decisions)
+    for step in ("hold_flight", "hold_hotel"):
+        saga.run_ok(step, C)
+        saga.settle()
+    assert saga.state.status is SagaStatus.COMPENSATED
