@@ -7,7 +7,9 @@ expected version and call decide again until it returns nothing.
 
 Each batch has one shape: facts first (a lease expired, a lookup found the effect); otherwise
 at most one escalation, or one BeginCompensation, or one Finish; otherwise the schedules,
-retries, reconciliations and approval requests that are due.
+retries, reconciliations and approval requests that are due. No decision leads to an attempt
+that would reuse an operation key with another request (``saga_core.commands.key_reuse``):
+that attempt escalates instead.
 """
 
 from __future__ import annotations
