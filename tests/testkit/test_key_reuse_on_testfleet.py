@@ -12,12 +12,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from trip_inputs import TRIP_INPUT
 
 from saga_core import OperatorActionRejected, SagaDefinition, ToolCatalogue
 from saga_core.contracts import Receipt, SagaStatus, StepKind
 from saga_core.events import ManualInterventionRequired, StepStarted, StepSucceeded
 from saga_core.state import RunStatus
-from sagafleet.testing import Fault, InMemoryTools, TestFleet
+from sagafleet.testing import Fault, InMemoryTools, TestFleet, TripTools
 from workers.messages import StepCommand
 
 F = StepKind.FORWARD
@@ -130,3 +131,35 @@ def test_the_operator_retries_the_order_as_a_new_operation_under_a_new_key() -> 
     claims = [e for e in fleet.events(saga_id)
               if isinstance(e, StepStarted) and e.step_id == "place"]
     assert [(c.attempt, c.operation_key == old_key) for c in claims] == [(1, True), (3, False)]
+
+
+def test_a_re_claim_after_the_lease_ran_out_is_refused_when_the_request_changed() -> None:
+    # given a trip whose capture committed and whose worker died before recording it (the
+    # provider dedupes by key, so the claim may be taken again once its lease runs out)
+    fleet = TestFleet()
+    tools = fleet.tools
+    assert isinstance(tools, TripTools)
+    saga_id = fleet.client().start("trip", TRIP_INPUT).saga_id
+    tools.fail_next("payments.capture", Fault.WORKER_CRASH_AFTER_COMMIT, saga_id=saga_id)
+    fleet.run_until_idle()
+    assert fleet.crashed and tools.ledger(saga_id).captures == 1
+    # and a hotel receipt recorded anew meanwhile by a writer that did not decide
+    loaded = fleet.log.load(saga_id)
+    hotel = loaded.state.run("hold_hotel", F)
+    assert hotel.receipt is not None
+    moved = StepSucceeded(at=fleet.clock(), step_id="hold_hotel", kind=F, attempt=hotel.attempt,
+                          operation_key=hotel.operation_key,
+                          receipt=hotel.receipt.model_copy(update={"resource_id": "HH-other"}))
+    fleet.log.append(saga_id, loaded.tenant, [moved], loaded.version)
+    # when the lease has run out and a worker takes the capture's claim again
+    fleet.clock.advance(31)
+    outcome = fleet.executor.handle(StepCommand(saga_id=saga_id, step_id="capture_payment",
+                                                kind=F, attempt=1))
+    # then it records the escalation in place of the claim (and so calls nothing)
+    assert outcome.verdict == "escalated" and outcome.committed is not None
+    assert [type(e) for e in outcome.committed.events] == [ManualInterventionRequired]
+    assert "${steps.hold_hotel.receipt.resource_id}" in outcome.reason
+    claims = [e for e in fleet.events(saga_id)
+              if isinstance(e, StepStarted) and e.step_id == "capture_payment"]
+    assert len(claims) == 1 and tools.ledger(saga_id).captures == 1
+    assert fleet.state(saga_id).status is SagaStatus.MANUAL_INTERVENTION
