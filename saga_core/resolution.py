@@ -29,8 +29,9 @@ ACTION_EFFECTS: Final[Mapping[OperatorActionName, str]] = MappingProxyType({
     "retry_step": "run the operation again, with the same operation key",
     "retry_as_new_operation": (
         "run the operation again under a new operation key (its next operation version), "
-        "with the request as it resolves now; the provider cannot dedupe it against earlier "
-        "attempts, so first check that they left no effect"
+        "with the request as it resolves now (asking its approval again if it needs one); "
+        "the provider cannot dedupe it against earlier attempts, so first check that they "
+        "left no effect"
     ),
     "skip": "leave the operation undone and go on",
     "force_complete": "declare the operation done (checked out of band); go on",

@@ -403,12 +403,14 @@ def _operator(state: SagaState, event: OperatorAction) -> SagaState:
 
 
 def _as_new_operation(state: SagaState, run: StepRun) -> StepRun:
-    """The run retried under the next operation version: a new key, with nothing recorded
-    under it yet (its first claim records its request), and no lookups of the old key."""
+    """The run retried under the next operation version: a new key with nothing recorded
+    under it yet (its first claim records its request) and no lookups of the old key. It is
+    pending like any operation never claimed, so decide treats it as one: its request is
+    resolved anew and its approval policy, if any, asks again for it."""
     version = run.operation_version + 1
     return replace(
         run,
-        status=RunStatus.RETRY_REQUESTED,
+        status=RunStatus.PENDING,
         operation_version=version,
         operation_key=operation_key(state.saga_id, run.step_id, run.kind, version),
         request_hash=None,

@@ -22,6 +22,7 @@ from saga_core import (
     RetryAfterBackoff,
     SagaStatus,
     StepStarted,
+    check_approval,
     check_claim,
     key_reuse,
     operation_key,
@@ -244,3 +245,28 @@ def test_a_cancel_before_the_pivot_unwinds_a_saga_paused_on_a_reused_key() -> No
         saga.run_ok(step, C)
         saga.settle()
     assert saga.state.status is SagaStatus.COMPENSATED
+
+
+def test_a_new_operation_asks_its_approval_again() -> None:
+    # given a capture above the approval limit, approved, claimed once, failed transiently
+    saga = Saga(trip_definition(), trip_input(amount=250_000))
+    saga.settle()
+    saga.run_ok("hold_flight")
+    saga.run_ok("hold_hotel")
+    (asked,) = saga.settle()
+    assert isinstance(asked, RequestApproval)
+    grant = check_approval(saga.state, "capture_payment", F, asked.action_hash, "fin", saga.now)
+    assert grant is not None
+    saga.append(grant)
+    saga.settle()
+    saga.claim("capture_payment")
+    saga.fail("capture_payment", ErrorClass.TRANSIENT)
+    # and paused because the hotel receipt changed since
+    saga.succeed("hold_hotel", receipt=OTHER_HOTEL)
+    the_escalation(saga)
+    # when the operator retries it as a new operation
+    saga.append(resolve_escalation(saga.state, saga.events, OperatorRequest(
+        "retry_as_new_operation", actor="ops", step_id="capture_payment"), saga.now))
+    # then the approver is asked again, for the request as it now resolves
+    (again,) = saga.settle()
+    assert isinstance(again, RequestApproval) and again.action_hash != asked.action_hash
