@@ -115,9 +115,12 @@ class StepRun:
     # The request hash this key was first claimed with, and the forward runs as they stood
     # then (whose receipts its templates resolved from; the fold never mutates a runs
     # mapping, so keeping it costs no copy): one key must mean one request, see
-    # saga_core.commands.key_reuse.
+    # saga_core.commands.key_reuse. Those runs keep their own earlier runs, so this field
+    # stays out of == and repr (derived from the same log, it never decides equality).
     request_hash: str | None = None
-    forward_at_first_claim: Mapping[str, StepRun] | None = None
+    forward_at_first_claim: Mapping[str, StepRun] | None = field(
+        default=None, compare=False, repr=False
+    )
     receipt: Receipt | None = None
     via: str | None = None
     error_class: ErrorClass | None = None
