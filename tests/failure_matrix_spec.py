@@ -120,7 +120,7 @@ def _cells() -> list[Cell]:
         # (The provider refuses here. The engine's own refusal, before any call, of a later
         # attempt whose request changed is no tool fault to arm: tests/unit/saga_core/
         # test_key_reuse.py, tests/testkit/test_key_reuse_on_testfleet.py and
-        # tests/integration/fleet/test_key_reuse.py play it.)
+        # tests/integration/fleet/test_key_reuse_on_fleet.py play it.)
         Cell("hold_flight", FWD, "key_reused_with_other_payload", reuse_key=True),
     ]
     return cells
