@@ -11,14 +11,17 @@ from saga_core.backoff import backoff_delay, jitter_fraction
 from saga_core.catalogue import ArgSpec, DefaultCompensation, ToolCatalogue, ToolSpec
 from saga_core.claims import ClaimVerdict, DueWork, check_claim, due_work
 from saga_core.commands import (
+    KeyReuse,
     ResolvedCommand,
+    key_reuse,
     operation_action_hash,
+    pending_key_reuse,
     redacted_arguments,
     resolve_arguments,
     resolve_command,
 )
 from saga_core.contracts import ErrorClass, Receipt, SagaStatus, Semantics, StepKind
-from saga_core.decide import decide
+from saga_core.decide import decide, escalate_key_reuse
 from saga_core.decisions import (
     AcceptReconciledReceipt,
     BeginCompensation,
@@ -165,6 +168,7 @@ __all__ = [
     "ReconciliationScheduled",
     "RequestApproval",
     "ResolutionOption",
+    "KeyReuse",
     "ResolvedCommand",
     "RetryAfterBackoff",
     "RetryPolicy",
@@ -203,14 +207,17 @@ __all__ = [
     "definition_problems",
     "due_work",
     "dump_event",
+    "escalate_key_reuse",
     "evolve",
     "fold",
     "is_repeated_action",
     "jitter_fraction",
+    "key_reuse",
     "load_event",
     "operation_action_hash",
     "operation_key",
     "payload_hash",
+    "pending_key_reuse",
     "record",
     "redacted_arguments",
     "references",

@@ -2,17 +2,26 @@
 
 Workers call :func:`resolve_command` (or :func:`resolve_arguments`) right before claiming; the
 orchestrator resolves templates, a model never does.
+
+One operation key must mean one request. A key is stable across attempts (retries, lookups,
+re-claims after a lease ran out, redelivered messages), so every later attempt under it must
+send what the first one was claimed with. :func:`key_reuse` is the one owner of that rule:
+``decide`` asks it before it schedules another attempt (or asks for an approval of one), and
+a worker asks it again inside the claim's commit, so no tool is called under a key with
+another payload; the saga escalates instead.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from saga_core.contracts import StepKind
+from saga_core.contracts import Receipt, StepKind
+from saga_core.errors import TemplateError
 from saga_core.keys import action_hash, payload_hash
 from saga_core.state import SagaState
-from saga_core.templates import TemplateContext, resolve_template
+from saga_core.templates import Reference, TemplateContext, references, resolve_template
 
 REDACTED = "<redacted>"
 
@@ -97,3 +106,109 @@ def redacted_arguments(state: SagaState, step_id: str, kind: StepKind) -> dict[s
 def operation_action_hash(state: SagaState, step_id: str, kind: StepKind) -> str:
     """The hash an approval of this operation is bound to (saga, step, kind, resolved args)."""
     return action_hash(state.saga_id, step_id, kind, resolve_arguments(state, step_id, kind))
+
+
+@dataclass(frozen=True)
+class KeyReuse:
+    """An attempt whose request differs from the one its operation key was first claimed
+    with, and which of the references its templates resolve changed since then."""
+
+    step_id: str
+    kind: StepKind
+    operation_key: str
+    recorded_hash: str
+    request_hash: str
+    changed: tuple[str, ...]
+
+    @property
+    def reason(self) -> str:
+        """One paragraph for the escalation: the key, the step, both hashes, what differs."""
+        if self.changed:
+            what = f"changed since the first attempt: {', '.join(self.changed)}"
+        else:
+            what = (
+                "nothing it resolves from changed since the first attempt, so the "
+                "resolution itself differs (was the first attempt recorded by another "
+                "sagafleet version?)"
+            )
+        return (
+            f"operation key {self.operation_key} of the {self.kind} operation of step "
+            f"{self.step_id!r} was first claimed with request hash {self.recorded_hash}; "
+            f"this attempt's request hashes to {self.request_hash} ({what}). One key must "
+            "mean one request: the tool is not called under this key again"
+        )
+
+    def evidence(self) -> dict[str, Any]:
+        """What the escalation's evidence adds to its details."""
+        return {
+            "recorded_request_hash": self.recorded_hash,
+            "request_hash": self.request_hash,
+            "changed_since_first_attempt": list(self.changed),
+        }
+
+
+def key_reuse(state: SagaState, resolved: ResolvedCommand) -> KeyReuse | None:
+    """Whether sending ``resolved`` would reuse its operation key with another payload (None:
+    nothing was claimed under the key yet, or the same request was)."""
+    run = state.run(resolved.step_id, resolved.kind)
+    recorded = run.request_hash
+    if recorded is None or recorded == resolved.request_hash:
+        return None
+    return KeyReuse(
+        step_id=run.step_id,
+        kind=run.kind,
+        operation_key=run.operation_key,
+        recorded_hash=recorded,
+        request_hash=resolved.request_hash,
+        changed=_changed_references(state, resolved.step_id, resolved.kind),
+    )
+
+
+def pending_key_reuse(state: SagaState, step_id: str, kind: StepKind) -> KeyReuse | None:
+    """:func:`key_reuse` for the operation's next attempt as it would resolve now (None
+    also when it cannot resolve: that is a failure of its own, recorded elsewhere)."""
+    if state.run(step_id, kind).request_hash is None:
+        return None  # the common case, without resolving anything
+    try:
+        resolved = resolve_command(state, step_id, kind)
+    except TemplateError:
+        return None
+    return key_reuse(state, resolved)
+
+
+def _changed_references(state: SagaState, step_id: str, kind: StepKind) -> tuple[str, ...]:
+    """The receipt references of the operation's templates whose value differs between the
+    receipts its key was first claimed with and today's (input and identity never change)."""
+    first = state.run(step_id, kind).forward_at_first_claim
+    if first is None:
+        return ()
+    receipts = {sid: run.receipt for sid, run in first.items() if run.receipt is not None}
+    then = _receipt_context(state, step_id, kind, receipts)
+    now = template_context(state, step_id, kind)
+    changed: list[str] = []
+    for template in _templates(state, step_id, kind):
+        for ref in references(template):
+            if ref.receipt_field is None:
+                continue
+            text = "${" + ref.text + "}"
+            if _value(then, ref) != _value(now, ref) and text not in changed:
+                changed.append(text)
+    return tuple(changed)
+
+
+def _receipt_context(
+    state: SagaState, step_id: str, kind: StepKind, receipts: Mapping[str, Receipt]
+) -> TemplateContext:
+    own = receipts.get(step_id) if kind is StepKind.COMPENSATION else None
+    return TemplateContext(saga_id=state.saga_id, tenant=state.tenant, input=dict(state.input),
+                           receipts=dict(receipts), own_receipt=own)
+
+
+_MISSING = object()
+
+
+def _value(context: TemplateContext, ref: Reference) -> Any:
+    try:
+        return context.lookup(ref)
+    except TemplateError:
+        return _MISSING

@@ -7,16 +7,26 @@ expected version and call decide again until it returns nothing.
 
 Each batch has one shape: facts first (a lease expired, a lookup found the effect); otherwise
 at most one escalation, or one BeginCompensation, or one Finish; otherwise the schedules,
-retries, reconciliations and approval requests that are due.
+retries, reconciliations and approval requests that are due. No decision leads to an attempt
+that would reuse an operation key with another request (``saga_core.commands.key_reuse``):
+that attempt escalates instead.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from saga_core.backoff import backoff_delay
-from saga_core.commands import operation_action_hash, redacted_arguments, resolve_arguments
+from saga_core.commands import (
+    KeyReuse,
+    operation_action_hash,
+    pending_key_reuse,
+    redacted_arguments,
+    resolve_arguments,
+)
 from saga_core.contracts import ErrorClass, SagaStatus, Semantics, StepKind
 from saga_core.decisions import (
     AcceptReconciledReceipt,
@@ -290,8 +300,41 @@ def _approval(
     return _Outcome([RequestApproval(step.id, run.kind, current, scope, evidence, expires)])
 
 
+#: Decisions that lead to another attempt of the run they are about (an approval asks for one).
+_NEXT_ATTEMPT = (ScheduleStep, ScheduleCompensation, RetryAfterBackoff, RequestApproval)
+
+
 def _advance(state: SagaState, step: StepDefinition, run: StepRun, now: datetime) -> _Outcome:
-    """Progress a run that has left PENDING."""
+    """Progress a run that has left PENDING; never towards an attempt that would reuse the
+    run's operation key with another request (that escalates instead)."""
+    outcome = _progress(state, step, run, now)
+    next_attempt = run.status is RunStatus.SCHEDULED or any(
+        isinstance(d, _NEXT_ATTEMPT) for d in outcome.decisions
+    )
+    if next_attempt and not _forward_stopped(state, run):
+        reuse = pending_key_reuse(state, step.id, run.kind)
+        if reuse is not None:
+            return _Outcome(escalation=escalate_key_reuse(state, reuse, now))
+    return outcome
+
+
+def _forward_stopped(state: SagaState, run: StepRun) -> bool:
+    """Whether no attempt of this forward run will be claimed any more: the saga compensates,
+    or a cancel arrived before the pivot (it compensates next); its key is used no more."""
+    stopping = state.phase == "compensating" or (state.cancel_requested and not state.pivot_passed)
+    return run.kind is FORWARD and stopping
+
+
+def escalate_key_reuse(state: SagaState, reuse: KeyReuse, now: datetime) -> Escalate:
+    """The escalation for an attempt that would reuse its operation key with another request;
+    ``decide`` records it before scheduling such an attempt, a worker in place of its claim."""
+    step = state.definition.step(reuse.step_id)
+    run = state.run(reuse.step_id, reuse.kind)
+    return _escalate(state, step, run, reuse.reason, now, details=reuse.evidence())
+
+
+def _progress(state: SagaState, step: StepDefinition, run: StepRun, now: datetime) -> _Outcome:
+    """What a run that has left PENDING asks for next, by its status."""
     status = run.status
     if status is RunStatus.AWAITING_APPROVAL:
         policy = state.definition.approval_policy(step.id, run.kind) or ApprovalPolicy()
@@ -406,6 +449,7 @@ def _evidence(
     *,
     alternatives: list[str],
     deadline: datetime | None = None,
+    details: Mapping[str, Any] | None = None,
 ) -> Evidence:
     deadline = deadline or now + timedelta(seconds=state.definition.escalation_deadline_s)
     if step is None or run is None:
@@ -443,6 +487,7 @@ def _evidence(
             "operation_key": run.operation_key,
             "status": str(run.status),
             "error_class": str(run.error_class) if run.error_class else None,
+            **(details or {}),
         },
     )
 
@@ -453,9 +498,12 @@ def _escalate(
     run: StepRun | None,
     reason: str,
     now: datetime,
+    *,
+    details: Mapping[str, Any] | None = None,
 ) -> Escalate:
-    options = escalation_alternatives(state, run.kind if run is not None else None)
-    evidence = _evidence(state, step, run, reason, now, alternatives=options)
+    kind = run.kind if run is not None else None
+    options = escalation_alternatives(state, kind, step.id if step is not None else None)
+    evidence = _evidence(state, step, run, reason, now, alternatives=options, details=details)
     return Escalate(
         reason,
         step.id if step is not None else None,

@@ -210,7 +210,9 @@ class ManualInterventionRequired(SagaEvent):
     evidence: Evidence
 
 
-OperatorActionName = Literal["retry_step", "mark_compensated", "skip", "force_complete", "resume"]
+OperatorActionName = Literal[
+    "retry_step", "retry_as_new_operation", "mark_compensated", "skip", "force_complete", "resume"
+]
 
 
 class OperatorAction(SagaEvent):

@@ -16,6 +16,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Final, get_args
 
+from saga_core.commands import pending_key_reuse
 from saga_core.contracts import StepKind
 from saga_core.errors import NothingToResolve, OperatorActionRejected
 from saga_core.events import OperatorAction, OperatorActionName, SagaEvent
@@ -26,6 +27,12 @@ OPERATOR_ACTIONS: Final[tuple[OperatorActionName, ...]] = get_args(OperatorActio
 
 ACTION_EFFECTS: Final[Mapping[OperatorActionName, str]] = MappingProxyType({
     "retry_step": "run the operation again, with the same operation key",
+    "retry_as_new_operation": (
+        "run the operation again under a new operation key (its next operation version), "
+        "with the request as it resolves now (asking its approval again if it needs one); "
+        "the provider cannot dedupe it against earlier attempts, so first check that they "
+        "left no effect"
+    ),
     "skip": "leave the operation undone and go on",
     "force_complete": "declare the operation done (checked out of band); go on",
     "mark_compensated": "declare the step's compensation done (checked out of band); go on",
@@ -62,15 +69,22 @@ def target_kind(action: str, kind: StepKind) -> StepKind:
     return StepKind.COMPENSATION if action == "mark_compensated" else kind
 
 
-def escalation_alternatives(state: SagaState, kind: StepKind | None) -> list[str]:
-    """What a person may do when the saga pauses on an operation of ``kind``.
+def escalation_alternatives(
+    state: SagaState, kind: StepKind | None, step_id: str | None = None
+) -> list[str]:
+    """What a person may do when the saga pauses on step ``step_id``'s operation of ``kind``.
 
     ``decide`` records these as the escalation evidence's alternatives; ``cancel`` is the
-    cancel command (``CancelRequested``), every other one an operator action.
+    cancel command (``CancelRequested``), every other one an operator action. When the
+    operation's next attempt would reuse its key with another request, retrying under the
+    same key cannot run; retrying as a new operation (a new key) replaces it.
     """
+    retry = "retry_step"
+    if step_id is not None and kind is not None and pending_key_reuse(state, step_id, kind):
+        retry = "retry_as_new_operation"
     if kind is StepKind.COMPENSATION:
-        return ["retry_step", "mark_compensated", "skip"]
-    alternatives = ["retry_step", "skip", "force_complete", "resume"]
+        return [retry, "mark_compensated", "skip"]
+    alternatives = [retry, "skip", "force_complete", "resume"]
     if not state.pivot_passed and state.phase == "forward":
         alternatives.append("cancel")
     return alternatives
@@ -88,7 +102,7 @@ def resolution_options(state: SagaState) -> tuple[ResolutionOption, ...]:
     return tuple(
         ResolutionOption(action, escalation.step_id, escalation.kind, ACTION_EFFECTS[action])
         for action in OPERATOR_ACTIONS
-        if action in escalation_alternatives(state, escalation.kind)
+        if action in escalation_alternatives(state, escalation.kind, escalation.step_id)
         and (escalation.step_id is not None or action == "resume")
     )
 

@@ -109,7 +109,18 @@ class StepRun:
     operation_key: str
     status: RunStatus = RunStatus.PENDING
     attempt: int = 0
+    # The operation version the key is derived from: the definition's, raised by one each
+    # time an operator retries the operation as a new operation (a new key).
+    operation_version: int = 1
+    # The request hash this key was first claimed with, and the forward runs as they stood
+    # then (whose receipts its templates resolved from; the fold never mutates a runs
+    # mapping, so keeping it costs no copy): one key must mean one request, see
+    # saga_core.commands.key_reuse. Those runs keep their own earlier runs, so this field
+    # stays out of == and repr (derived from the same log, it never decides equality).
     request_hash: str | None = None
+    forward_at_first_claim: Mapping[str, StepRun] | None = field(
+        default=None, compare=False, repr=False
+    )
     receipt: Receipt | None = None
     via: str | None = None
     error_class: ErrorClass | None = None
@@ -217,13 +228,20 @@ def _start(state: SagaState, event: SagaStarted) -> SagaState:
     forward, compensation = {}, {}
     for step in definition.steps:
         key = operation_key(event.saga_id, step.id, StepKind.FORWARD, step.operation_version)
-        forward[step.id] = replace(_PENDING_FORWARD, step_id=step.id, operation_key=key)
+        forward[step.id] = replace(
+            _PENDING_FORWARD,
+            step_id=step.id,
+            operation_key=key,
+            operation_version=step.operation_version,
+        )
         if step.compensation is not None:
-            c_key = operation_key(
-                event.saga_id, step.id, StepKind.COMPENSATION, step.compensation.operation_version
-            )
+            c_version = step.compensation.operation_version
+            c_key = operation_key(event.saga_id, step.id, StepKind.COMPENSATION, c_version)
             compensation[step.id] = replace(
-                _PENDING_COMPENSATION, step_id=step.id, operation_key=c_key
+                _PENDING_COMPENSATION,
+                step_id=step.id,
+                operation_key=c_key,
+                operation_version=c_version,
             )
     return replace(
         state,
@@ -256,13 +274,24 @@ def _step(state: SagaState, event: StepEvent) -> SagaState:
             )
             if event.spends_retry_budget:
                 state = replace(state, retry_budget_left=max(0, state.retry_budget_left - 1))
+        case StepStarted() if run.request_hash is None:
+            # The key's first claim: what it was claimed with, and what that resolved from.
+            new = replace(
+                run,
+                changed_at=at,
+                status=RunStatus.STARTED,
+                attempt=event.attempt,
+                request_hash=event.request_hash,
+                forward_at_first_claim=state.forward,
+                worker_id=event.worker_id,
+                lease_expires_at=event.lease_expires_at,
+            )
         case StepStarted():
             new = replace(
                 run,
                 changed_at=at,
                 status=RunStatus.STARTED,
                 attempt=event.attempt,
-                request_hash=run.request_hash or event.request_hash,
                 worker_id=event.worker_id,
                 lease_expires_at=event.lease_expires_at,
             )
@@ -366,12 +395,35 @@ def _operator(state: SagaState, event: OperatorAction) -> SagaState:
     run = state.run(event.step_id, kind)
     if event.action == "retry_step":
         run = replace(run, status=RunStatus.RETRY_REQUESTED, reconciliations=0, approval_requests=0)
+    elif event.action == "retry_as_new_operation":
+        run = _as_new_operation(state, run)
     elif event.action == "skip":
         run = replace(run, status=RunStatus.SKIPPED)
     else:  # force_complete, mark_compensated
         receipt = event.receipt or run.receipt or run.lookup_receipt
         run = replace(run, status=RunStatus.FORCED, receipt=receipt)
     return state.with_run(replace(run, changed_at=event.at))
+
+
+def _as_new_operation(state: SagaState, run: StepRun) -> StepRun:
+    """The run retried under the next operation version: a new key with nothing recorded
+    under it yet (its first claim records its request) and no lookups of the old key. It is
+    pending like any operation never claimed, so decide treats it as one: its request is
+    resolved anew and its approval policy, if any, asks again for it."""
+    version = run.operation_version + 1
+    return replace(
+        run,
+        status=RunStatus.PENDING,
+        operation_version=version,
+        operation_key=operation_key(state.saga_id, run.step_id, run.kind, version),
+        request_hash=None,
+        forward_at_first_claim=None,
+        reconciliations=0,
+        approval_requests=0,
+        lookup_receipt=None,
+        unknown_at=None,
+        absent_at=None,
+    )
 
 
 def _saga(state: SagaState, event: SagaEvent) -> SagaState:

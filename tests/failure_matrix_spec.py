@@ -117,6 +117,10 @@ def _cells() -> list[Cell]:
         Cell("hold_hotel", FWD, "after_commit_slow_visibility",
              (("slow_visibility", 1, {"delay_s": 300.0}), ("commit_then_timeout", 1, {}))),
         # The operation key was already used with another payload: refused loudly, no 2nd hold.
+        # (The provider refuses here. The engine's own refusal, before any call, of a later
+        # attempt whose request changed is no tool fault to arm: tests/unit/saga_core/
+        # test_key_reuse.py, tests/testkit/test_key_reuse_on_testfleet.py and
+        # tests/integration/fleet/test_key_reuse_on_fleet.py play it.)
         Cell("hold_flight", FWD, "key_reused_with_other_payload", reuse_key=True),
     ]
     return cells

@@ -9,6 +9,11 @@ The order is the contract (DESIGN.md, execution rules 1-3 and 9):
    or ``StepOutcomeUnknown``) together with whatever decide schedules next; the caller
    publishes the commit's wake-ups after it.
 
+One operation key means one request: before step 1 commits ``StepStarted`` the worker
+compares the request it is about to send with the hash the key was first claimed with
+(``saga_core.key_reuse``); if they differ it records the escalation saga_core builds for
+that instead, in the same commit at the same expected version, and calls no tool.
+
 A receipt is a fact: a worker whose lease expired meanwhile still records it. Any other
 result is recorded only while this worker still holds the claim, and a step this worker
 no longer holds is never acted on. Every append goes through
@@ -31,7 +36,14 @@ from typing import Any, Literal
 
 from events.saga_log import Secrets
 from events.sagas import LoadedSaga, SagaNotFound
-from saga_core import ResolvedCommand, check_claim, resolve_command
+from saga_core import (
+    KeyReuse,
+    ResolvedCommand,
+    check_claim,
+    escalate_key_reuse,
+    key_reuse,
+    resolve_command,
+)
 from saga_core.contracts import ErrorClass, Receipt
 from saga_core.errors import EventRejected, TemplateError
 from saga_core.events import (
@@ -42,6 +54,7 @@ from saga_core.events import (
     StepStarted,
     StepSucceeded,
 )
+from saga_core.keys import check_key_payload
 from saga_core.state import IN_DOUBT, RunStatus, SagaState
 from workers.messages import StepCommand
 from workers.observability import step_scope
@@ -51,7 +64,7 @@ from workers.tools import Absent, ToolError, ToolRegistry, Unknown
 
 log = logging.getLogger(__name__)
 
-Verdict = Literal["executed", "reconciled", "dropped"]
+Verdict = Literal["executed", "reconciled", "escalated", "dropped"]
 
 #: Claimed-ahead resolutions a worker keeps for resolution(); more only costs a re-resolve.
 MAX_RESOLVED_AHEAD = 256
@@ -146,6 +159,9 @@ class StepExecutor:
             # The definition was validated, so a receipt lacks a field the tool promised:
             # a permanent, definite failure (nothing was dispatched).
             return self._unresolvable(command, loaded, str(exc))
+        reuse = key_reuse(loaded.state, resolved)
+        if reuse is not None:
+            return self._refuse_key_reuse(command, loaded, reuse)
         started = self._started(command, resolved, now)
         return Claimed(command, resolved, self.orchestrator.commit(loaded, [started], claim=ahead))
 
@@ -165,6 +181,8 @@ class StepExecutor:
                 resolved = resolve_command(state, run.step_id, run.kind)
             except TemplateError:
                 continue  # left to the plain path, which records the failure
+            if key_reuse(state, resolved) is not None:
+                continue  # left to the plain path, which records the escalation
             self._keep_resolved(candidate, resolved)
             found.append((candidate, self._started(candidate, resolved, now)))
         return found
@@ -175,6 +193,9 @@ class StepExecutor:
             resolved = self._resolved.pop(command, None)
         if resolved is None:
             resolved = resolve_command(loaded.state, command.step_id, command.kind)
+            # The claim compared its own resolution; this one must send the same request.
+            recorded = loaded.state.run(command.step_id, command.kind).request_hash
+            check_key_payload(recorded, resolved.request_hash, resolved.operation_key)
         return resolved
 
     def _started(self, command: StepCommand, resolved: ResolvedCommand,
@@ -307,6 +328,17 @@ class StepExecutor:
 
         committed = self.orchestrator.record(command.saga_id, build, known=loaded)
         return StepOutcome(command, "reconciled", result.result, committed)
+
+    def _refuse_key_reuse(
+        self, command: StepCommand, loaded: LoadedSaga, reuse: KeyReuse
+    ) -> StepOutcome:
+        """Record, in place of the claim and at its version, that this attempt would reuse
+        its operation key with another request: the saga escalates, no tool is called."""
+        now = self.orchestrator.clock()
+        escalation = escalate_key_reuse(loaded.state, reuse, now).to_event(at=now)
+        log.warning("not calling %s: %s", command, reuse.reason)
+        committed = self.orchestrator.commit(loaded, [escalation])
+        return StepOutcome(command, "escalated", reuse.reason, committed)
 
     def _unresolvable(self, command: StepCommand, loaded: LoadedSaga, message: str) -> StepOutcome:
         """Record that a scheduled step's arguments cannot be resolved (in this attempt's
