@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from sagafleet.commands import db, demo, fleet, mcp_cmd, operator, projector, reports, sagas
+from sagafleet.commands import anchor, db, demo, fleet, mcp_cmd, operator, projector, reports, sagas
 from sagafleet.errors import exit_code_for
 
 REGISTRARS = [demo.register, db.register, fleet.register, sagas.register, operator.register,
-              reports.register, mcp_cmd.register, projector.register]
+              reports.register, mcp_cmd.register, projector.register,
+              anchor.register]
 
 __all__ = ["REGISTRARS", "exit_code_for"]
