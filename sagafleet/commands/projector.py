@@ -13,9 +13,9 @@ import os
 import signal
 from typing import Any
 
+from events.anchors import AnchorLoop
 from projections import PROJECTIONS, MetricsServer, Projector, projection_status, rebuild
 from projections.rebuild import RebuildProgress
-from events.anchors import AnchorLoop
 from sagafleet import runtime
 from sagafleet.anchor_key import anchor_key
 from sagafleet.commands.rendering import ProjectionStatusReport, RebuildSummary
