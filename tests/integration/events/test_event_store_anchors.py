@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
+from collections.abc import Callable
 
 import psycopg
 import pytest
 
 from events import GENESIS_HASH, EventStore, NewEvent, verify_chain
 from events.anchor_audit import AnchorProblem, AnchorReport, audit_anchors, load_checkpoints
-from events.anchors import AnchorKey, anchor_hash, take_checkpoint
+from events.anchors import AnchorKey, AnchorLoop, anchor_hash, take_checkpoint
 from events.hashing import chain_hash, hash_body
 
 pytestmark = pytest.mark.integration
@@ -236,3 +238,26 @@ def test_two_takers_at_once_build_one_unbroken_chain(store):
     assert [c.seq for c in taken if c is not None] == [1]
     report = audit_anchors(store, KEY)
     assert report.ok and report.checkpoints == 1 and report.events_not_anchored == 0
+
+
+def test_the_anchor_loop_takes_checkpoints_until_stopped(store):
+    # given a loop anchoring every 50 ms
+    loop = AnchorLoop(store, KEY, 0.05).start()
+    try:
+        # when events arrive in two bursts
+        _write(store, {"a": 2})
+        _wait_until(lambda: audit_anchors(store, KEY).events_not_anchored == 0)
+        _write(store, {"b": 2})
+        _wait_until(lambda: audit_anchors(store, KEY).events_not_anchored == 0)
+    finally:
+        loop.stop()
+    # then both are anchored, in an unbroken signed chain
+    report = audit_anchors(store, KEY)
+    assert report.ok and report.checkpoints == loop.taken >= 2 and report.events_anchored == 4
+
+
+def _wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
