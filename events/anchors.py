@@ -183,9 +183,11 @@ def _take_on(conn: psycopg.Connection[Any], key: AnchorKey | None) -> Checkpoint
             return None
         params = (str(after.transaction_id), after.global_position,
                   str(upto.transaction_id), upto.global_position)
+        # prepare=False: a custom plan sees the real slice and walks the cursor index (a
+        # generic plan may scan the whole log for a slice of a few events).
         heads = tuple(
             AnchorHead(str(row[0]), int(row[1]), int(row[2]), str(row[3]))
-            for row in conn.execute(_SLICE_HEADS, params)
+            for row in conn.execute(_SLICE_HEADS, params, prepare=False)
         )
         events = sum(h.events for h in heads)
         taken_at = datetime.now(UTC)
