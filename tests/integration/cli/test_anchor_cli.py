@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,11 @@ def logged(fresh_database: str) -> str:
     with EventStore.connect(fresh_database, pool_size=2) as store:
         store.append("ledger-1", [NewEvent("Noted", {"n": n}) for n in range(3)])
         store.append("ledger-2", [NewEvent("Noted", {"n": n}) for n in range(2)])
+        # The server is shared: another client's open transaction holds the horizon back.
+        deadline = time.monotonic() + 30
+        while store.horizon() != store.head_position():
+            assert time.monotonic() < deadline, "the horizon did not reach the head in time"
+            time.sleep(0.02)
     return fresh_database
 
 
