@@ -137,3 +137,30 @@ def test_the_embedded_default_makes_an_owner_only_key_file_once(tmp_path):
     again = anchor_key(settings, create=True)
     assert again is not None and again.key_id == made.key_id
     assert [p.name for p in tmp_path.iterdir()] == ["anchor.key"]
+
+
+def test_the_projector_takes_checkpoints_on_its_interval(logged, tmp_path):
+    # given a projector anchoring every 200 ms
+    env = {**os.environ, "SAGAFLEET_DATABASE_URL": logged, "SAGAFLEET_HOME": str(tmp_path),
+           "SAGAFLEET_ANCHOR_KEY": KEY, "SAGAFLEET_ANCHOR_INTERVAL_SECONDS": "0.2"}
+    env.pop("SAGAFLEET_BROKER_URL", None)
+    projector = subprocess.Popen([sys.executable, "-m", "sagafleet", "projector"],  # noqa: S603
+                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        # when it runs, the log it found is anchored, signed with the configured key
+        with EventStore.connect(logged, pool_size=1) as store:
+            deadline = time.monotonic() + 60
+            while True:
+                with store.connection() as conn:
+                    row = conn.execute("SELECT count(*), sum(events) FROM eventstore.anchors"
+                                       " WHERE signature IS NOT NULL").fetchone()
+                if row is not None and row[1] == 5:
+                    break
+                assert projector.poll() is None, projector.stderr.read() if projector.stderr else ""
+                assert time.monotonic() < deadline, "no checkpoint within 60 s"
+                time.sleep(0.1)
+    finally:
+        projector.terminate()
+        projector.wait(timeout=60)
+    # then verify finds the log intact
+    assert _run(logged, tmp_path, "verify").returncode == ExitCode.OK
