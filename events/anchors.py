@@ -198,7 +198,7 @@ def _take_on(conn: psycopg.Connection[Any], key: AnchorKey | None) -> Checkpoint
         conn.execute(_INSERT, (seq, prev_hash, str(after.transaction_id), after.global_position,
                                str(upto.transaction_id), upto.global_position, events,
                                taken_at, digest, key_id, signature))
-        with conn.cursor().copy(
+        with conn.cursor() as cursor, cursor.copy(
             "COPY eventstore.anchor_heads (seq, stream_id, stream_version, events, event_hash)"
             " FROM STDIN"
         ) as copy:
