@@ -25,7 +25,7 @@ import enum
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -99,9 +99,6 @@ class AnchorReport:
         return ("unsigned checkpoints (no key configured): detects deletion and truncation, "
                 "not a deliberate recompute")
 
-
-GENESIS: Final = GENESIS_HASH
-"""The prev_hash of the first checkpoint."""
 
 _ANCHORS = """
 SELECT seq, prev_hash, after_xid::text::bigint, after_position, upto_xid::text::bigint,
@@ -200,7 +197,7 @@ def audit_anchors(
 def _chain_findings(
     checkpoints: list[Checkpoint], key: AnchorKey | None
 ) -> Iterator[AnchorFinding]:
-    prev_hash, after, expected_seq = GENESIS, START, 1
+    prev_hash, after, expected_seq = GENESIS_HASH, START, 1  # what checkpoint 1 continues
     for c in checkpoints:
         if c.seq != expected_seq:
             missing = (f"checkpoint {expected_seq}" if c.seq == expected_seq + 1
