@@ -42,9 +42,11 @@ SELECT {EVENT_COLUMNS} FROM eventstore.events
 
 
 # The last event below the snapshot horizon: everything up to it is final (no late commit
-# can sort before it), the same rule that keeps read_all gap-safe.
+# can sort before it), the same rule that keeps read_all gap-safe. Aliased (see
+# EVENT_COLUMNS): unnamed, the cast would be the column ORDER BY sorts on, and a backward
+# index walk of one row would become a sort of every event below the horizon.
 _HORIZON = """
-SELECT transaction_id::text::bigint, global_position FROM eventstore.events
+SELECT transaction_id::text::bigint AS xid, global_position FROM eventstore.events
  WHERE transaction_id < pg_snapshot_xmin(pg_current_snapshot())
  ORDER BY transaction_id DESC, global_position DESC
  LIMIT 1

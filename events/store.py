@@ -325,7 +325,9 @@ class EventStore:
         """The highest position in the log (committed, maybe not yet readable), for lag."""
         with self.connection() as conn:
             row = conn.execute(
-                "SELECT transaction_id::text, global_position FROM eventstore.events"
+                # Aliased: an output column named transaction_id (the text cast) would be
+                # what ORDER BY sorts on: text order ("99" after "100"), and no index.
+                "SELECT transaction_id::text AS xid, global_position FROM eventstore.events"
                 " ORDER BY transaction_id DESC, global_position DESC LIMIT 1"
             ).fetchone()
         return Position(int(row[0]), int(row[1])) if row else None

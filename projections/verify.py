@@ -1,4 +1,5 @@
-"""Verification: every read-model row equals a fresh fold of the log; every chain is intact.
+"""Verification: every read-model row equals a fresh fold of the log; every chain is intact;
+the log still holds what its checkpoints anchored (events.anchor_audit).
 
 A row reflects its saga up to the ``stream_version`` it records, so each saga is folded
 afresh up to that version and compared column by column; a projector that is merely
@@ -11,6 +12,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from events import Position, RecordedEvent, verify_chain
+from events.anchor_audit import AnchorReport, audit_anchors
+from events.anchors import AnchorKey
 from events.sagas import CorruptSagaStream, saga_id_of
 from projections.context import ProjectionContext
 from projections.record import replay
@@ -45,11 +48,17 @@ class VerifyReport:
     broken_chains: int
     lagging: list[str] = field(default_factory=list)
     differences: list[Difference] = field(default_factory=list)
+    anchors: AnchorReport | None = None
+
+    @property
+    def tampered(self) -> bool:
+        """The log no longer holds what its checkpoints anchored (or they were tampered with)."""
+        return self.anchors is not None and not self.anchors.ok
 
     @property
     def ok(self) -> bool:
-        """No difference and no broken chain."""
-        return not self.differences
+        """No difference, no broken chain, no anchor finding."""
+        return not self.differences and not self.tampered
 
 
 def _compare_row(
@@ -119,8 +128,17 @@ def _expected_rows(
     return rows_of(record) if record is not None else None
 
 
-def verify(ctx: ProjectionContext, name: str = "sagas") -> VerifyReport:
-    """Fold every saga afresh, compare with the active read model, check every chain."""
+def verify(
+    ctx: ProjectionContext,
+    name: str = "sagas",
+    *,
+    key: AnchorKey | None = None,
+    expect: tuple[int, str] | None = None,
+) -> VerifyReport:
+    """Fold every saga afresh, compare with the active read model, check every chain, and
+    check the log against its checkpoints (signatures with ``key``; ``expect`` is a
+    checkpoint's (seq, hash) kept elsewhere, which must still be there)."""
+    anchors = audit_anchors(ctx.store, key, expect=expect)
     with ctx.connection() as conn:
         version = active_version(conn, name)
         streams = [r[0] for r in conn.execute("SELECT stream_id FROM eventstore.streams")]
@@ -183,7 +201,9 @@ def verify(ctx: ProjectionContext, name: str = "sagas") -> VerifyReport:
         differences += compare_rows(saga_id, expected, rows)
     for saga_id, rows in sorted(stored.items()):
         differences += compare_rows(saga_id, None, rows)
-    return VerifyReport(name, version, len(streams), sagas, broken, lagging, differences)
+    return VerifyReport(
+        name, version, len(streams), sagas, broken, lagging, differences, anchors
+    )
 
 
 def _checkpoint(ctx: ProjectionContext, name: str, version: int) -> Position | None:

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from saga_core.errors import ErrorKind, SagaError
 
@@ -49,6 +49,15 @@ class Settings(BaseModel):
     # unset, a worker refuses to start (other commands run no tool).
     tools: str | None = Field(default=None, pattern=r"^[\w.]+:\w+$", description=(
         "the tool set a worker runs, package.module:attribute (no default)"))
+    # Whole-log tamper evidence (events.anchors): the key that signs the log's checkpoints
+    # must live outside the database, or whoever can rewrite the log can re-sign it.
+    anchor_key: SecretStr | None = Field(default=None, description=(
+        "the secret (16+ characters) that signs log checkpoints; keep it out of the database"))
+    anchor_key_file: Path | None = Field(default=None, description=(
+        "a file holding the anchor key (unset, with the embedded database: "
+        "SAGAFLEET_HOME/anchor.key, made on first use with mode 0600)"))
+    anchor_interval_seconds: float = Field(default=10.0, ge=0, le=86_400, description=(
+        "time between log checkpoints taken by the projector (0: none)"))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

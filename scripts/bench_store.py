@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import secrets
 import shutil
 import statistics
 import tempfile
@@ -30,6 +31,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from events import EventStore, NewEvent, Position, new_event_id
+from events.anchors import AnchorKey, AnchorLoop
 from events.hashing import chain_hash, hash_body
 from events.model import GENESIS_HASH
 
@@ -194,50 +196,74 @@ def concurrent_throughput(store: EventStore, threads: int, per_thread: int) -> f
     return threads * per_thread / (time.perf_counter() - start)
 
 
-def run(url: str, quick: bool, ops: int) -> dict[str, Any]:
-    """All measurements against one fresh database; returns the figures."""
+def run(url: str, quick: bool, ops: int, anchor_interval: float = 0.0) -> dict[str, Any]:
+    """All measurements against one fresh database; returns the figures. With
+    ``anchor_interval`` > 0, signed checkpoints are taken that often all along (on a store of
+    their own, as the projector would), to measure what anchoring costs the appends."""
     results: dict[str, Any] = {}
     with (
         EventStore.connect(url, pool_size=16) as store,
         EventStore.connect(url, pool_size=16, notify=False) as quiet,
+        EventStore.connect(url, pool_size=2) as anchoring,
         psycopg.connect(url, autocommit=True) as raw,
     ):
         store.migrate()
-        raw.execute(RAW_TABLE.encode())
-        results["server"] = " ".join(
-            f"{name}={raw.execute(f'SHOW {name}').fetchone()[0]}"  # type: ignore[index]
-            for name in ("server_version", "fsync", "synchronous_commit", "shared_buffers")
+        loop = (
+            AnchorLoop(anchoring, AnchorKey(secrets.token_bytes(32)), anchor_interval).start()
+            if anchor_interval > 0 else None
         )
-        fill(raw, 10_000)
-
-        single = interleaved({"store": Appender(store, "one"), "raw": RawInserter(raw, "one")}, ops)
-        results["single_append_ms"] = single
-        results["single_append_ratio"] = single["raw"] / single["store"]
-
-        store_batch, raw_batch = Appender(store, "hundred"), RawInserter(raw, "hundred")
-        batch = interleaved(
-            {"store": lambda: store_batch(100), "raw": lambda: raw_batch(100)}, ops // 4
-        )
-        results["batch100_append_ms"] = batch
-        results["batch100_append_ratio"] = batch["raw"] / batch["store"]
-
-        results["read_all_page1000_ms"] = paging(store, raw)
-        page = results["read_all_page1000_ms"]
-        results["read_all_ratio"] = page["raw"] / page["store"]
-
-        notify = interleaved(
-            {"notify_on": Appender(store, "n1"), "notify_off": Appender(quiet, "n0")}, ops
-        )
-        results["notify_single_append_ms"] = notify
-        results["notify_concurrent_8x_appends_per_s"] = {
-            "notify_on": concurrent_throughput(store, 8, ops // 4),
-            "notify_off": concurrent_throughput(quiet, 8, ops // 4),
-        }
-
-        results["growth"] = growth(
-            store, raw, [10_000, 100_000] if quick else [10_000, 100_000, 1_000_000], ops
-        )
+        try:
+            _measure(store, quiet, raw, results, quick, ops)
+        finally:
+            if loop is not None:
+                loop.stop()
+                results["checkpoints_taken"] = loop.taken
     return results
+
+
+def _measure(  # noqa: PLR0913, PLR0917 - the run's open handles, passed along
+    store: EventStore,
+    quiet: EventStore,
+    raw: psycopg.Connection[Any],
+    results: dict[str, Any],
+    quick: bool,
+    ops: int,
+) -> None:
+    """Every measurement, into ``results``."""
+    raw.execute(RAW_TABLE.encode())
+    results["server"] = " ".join(
+        f"{name}={raw.execute(f'SHOW {name}').fetchone()[0]}"  # type: ignore[index]
+        for name in ("server_version", "fsync", "synchronous_commit", "shared_buffers")
+    )
+    fill(raw, 10_000)
+
+    single = interleaved({"store": Appender(store, "one"), "raw": RawInserter(raw, "one")}, ops)
+    results["single_append_ms"] = single
+    results["single_append_ratio"] = single["raw"] / single["store"]
+
+    store_batch, raw_batch = Appender(store, "hundred"), RawInserter(raw, "hundred")
+    batch = interleaved(
+        {"store": lambda: store_batch(100), "raw": lambda: raw_batch(100)}, ops // 4
+    )
+    results["batch100_append_ms"] = batch
+    results["batch100_append_ratio"] = batch["raw"] / batch["store"]
+
+    results["read_all_page1000_ms"] = paging(store, raw)
+    page = results["read_all_page1000_ms"]
+    results["read_all_ratio"] = page["raw"] / page["store"]
+
+    notify = interleaved(
+        {"notify_on": Appender(store, "n1"), "notify_off": Appender(quiet, "n0")}, ops
+    )
+    results["notify_single_append_ms"] = notify
+    results["notify_concurrent_8x_appends_per_s"] = {
+        "notify_on": concurrent_throughput(store, 8, ops // 4),
+        "notify_off": concurrent_throughput(quiet, 8, ops // 4),
+    }
+
+    results["growth"] = growth(
+        store, raw, [10_000, 100_000] if quick else [10_000, 100_000, 1_000_000], ops
+    )
 
 
 def paging(store: EventStore, raw: psycopg.Connection[Any]) -> dict[str, float]:
@@ -394,9 +420,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="grow the log to 100k, not 1M")
     parser.add_argument("--ops", type=int, default=1000, help="operations per measurement")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--anchor-interval", type=float, default=0.0, help=(
+        "take signed checkpoints this often (seconds) during the run; 0: none"))
     args = parser.parse_args()
     with server(args.url) as server_url, fresh_database(server_url) as url:
-        results = run(url, args.quick, args.ops)
+        results = run(url, args.quick, args.ops, args.anchor_interval)
     if args.json:
         print(json.dumps(results, indent=2))
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sagafleet.commands import (
+    anchor,
     db,
     dead_letters,
     demo,
@@ -17,7 +18,7 @@ from sagafleet.commands import (
 from sagafleet.errors import exit_code_for
 
 REGISTRARS = [demo.register, db.register, fleet.register, sagas.register, operator.register,
-              reports.register, dead_letters.register, mcp_cmd.register, projector.register,
-              secrets.register]
+              reports.register, anchor.register, dead_letters.register, mcp_cmd.register,
+              projector.register, secrets.register]
 
 __all__ = ["REGISTRARS", "exit_code_for"]

@@ -13,9 +13,11 @@ import os
 import signal
 from typing import Any
 
+from events.anchors import AnchorLoop
 from projections import PROJECTIONS, MetricsServer, Projector, projection_status, rebuild
 from projections.rebuild import RebuildProgress
 from sagafleet import runtime
+from sagafleet.anchor_key import anchor_key
 from sagafleet.commands.rendering import ProjectionStatusReport, RebuildSummary
 from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
@@ -70,6 +72,12 @@ def run_projector(args: argparse.Namespace, settings: Settings) -> int:
     with runtime.projector_side(settings) as ctx:
         projector = Projector(ctx, batch_size=args.batch, poll_s=args.poll).start()
         server = MetricsServer(ctx, port=args.metrics_port).start() if args.metrics_port else None
+        # Tamper evidence: checkpoints of the log, off the append path (events.anchors).
+        anchors = (
+            AnchorLoop(ctx.store, anchor_key(settings, create=True),
+                       settings.anchor_interval_seconds).start()
+            if settings.anchor_interval_seconds > 0 else None
+        )
         signal.signal(signal.SIGTERM, lambda *_: projector.stop_event.set())
         try:
             while not projector.stop_event.is_set():
@@ -78,6 +86,8 @@ def run_projector(args: argparse.Namespace, settings: Settings) -> int:
             pass
         finally:
             projector.stop()
+            if anchors is not None:
+                anchors.stop()
             if server is not None:
                 server.close()
     return ExitCode.OK

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from events.anchor_audit import AnchorReport
+from events.anchors import Checkpoint
 from projections import (
     Alert,
     AuditReport,
@@ -266,8 +268,13 @@ class VerifyView:
     report: VerifyReport
 
     def to_json(self) -> dict[str, Any]:
-        """The verify report as data, and ``ok``."""
-        return {**asdict(self.report), "ok": self.report.ok}
+        """The verify report as data (the anchor findings under ``anchors``), ``ok`` and
+        ``tampered``."""
+        doc = {**asdict(self.report), "ok": self.report.ok, "tampered": self.report.tampered}
+        if self.report.anchors is not None:
+            doc["anchors"] |= {"ok": self.report.anchors.ok,
+                               "protection": self.report.anchors.protection}
+        return doc
 
     def to_text(self) -> str:
         """A summary line, a line per difference, then OK or the count."""
@@ -283,5 +290,56 @@ class VerifyView:
                 f"  {d.saga_id} {d.table}[{d.key}]{column}: {d.problem}"
                 f" (log {d.expected!r}, read model {d.actual!r})"
             )
-        lines.append("OK" if r.ok else f"{len(r.differences)} differences")
+        if r.anchors is not None:
+            lines += _anchor_lines(r.anchors)
+        if r.ok:
+            lines.append("OK")
+        else:
+            found = r.anchors.findings if r.anchors is not None else []
+            counts = [f"{len(found)} anchor findings"] if found else []
+            counts += [f"{len(r.differences)} differences"] if r.differences else []
+            lines.append(", ".join(counts))
         return "\n".join(lines)
+
+
+def _anchor_lines(a: AnchorReport) -> list[str]:
+    """The checkpoints verify checked, what they can prove here, and every finding."""
+    if a.checkpoints:
+        covered = (f"checkpoints: {a.checkpoints} (last {a.last_seq}, hash"
+                   f" {(a.last_hash or '')[:16]}…, taken {a.last_taken_at}),"
+                   f" {a.events_anchored} events anchored up to {a.anchored_upto},"
+                   f" {a.events_not_anchored} after the last checkpoint (not yet anchored)")
+    else:
+        covered = f"checkpoints: none yet, {a.events_not_anchored} events not anchored"
+    lines = [covered, f"  {a.protection}"]
+    for f in a.findings:
+        where = f" (position {f.position})" if f.position else ""
+        lines.append(f"  TAMPERED {f.problem}: {f.message}{where}")
+    return lines
+
+
+@dataclass(frozen=True)
+class AnchorView:
+    """What ``sagafleet anchor`` did: the checkpoint it took, or that nothing new was final."""
+
+    taken: Checkpoint | None
+
+    def to_json(self) -> dict[str, Any]:
+        """``taken`` and, when one was, the checkpoint without its heads (their count)."""
+        c = self.taken
+        if c is None:
+            return {"taken": False}
+        return {"taken": True, "seq": c.seq, "anchor_hash": c.anchor_hash,
+                "after": str(c.after), "upto": str(c.upto), "events": c.events,
+                "streams": len(c.heads), "taken_at": c.taken_at.isoformat(),
+                "signed": c.signed, "key_id": c.key_id}
+
+    def to_text(self) -> str:
+        """One line; the seq and hash are worth keeping elsewhere (verify --expect-anchor)."""
+        c = self.taken
+        if c is None:
+            return "nothing new below the horizon: no checkpoint taken"
+        signed = f"signed with key {c.key_id}" if c.signed else "UNSIGNED (no key configured)"
+        return (f"checkpoint {c.seq}: {c.events} events of {len(c.heads)} streams, slice"
+                f" ({c.after}, {c.upto}], {signed}\n  keep elsewhere:"
+                f" --expect-anchor {c.seq}:{c.anchor_hash}")

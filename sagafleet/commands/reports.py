@@ -8,12 +8,14 @@ they stop with DatabaseNotMigrated, which says to run ``sagafleet db migrate``.
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from events import InvalidArgument
 from events.sagas import PostgresSagaLog
 from projections import audit, business_alerts, collect_metrics, parse_position, verify
 from sagafleet import runtime
+from sagafleet.anchor_key import anchor_key
 from sagafleet.commands.rendering import (
     AlertsReport,
     AuditView,
@@ -31,7 +33,14 @@ EXAMPLES = """examples:
   sagafleet stats
   sagafleet audit 3f2c… --at 1234 --json
   sagafleet verify
+  sagafleet verify --expect-anchor 42:9f3c… --json
 """
+
+VERIFY_DESCRIPTION = """Every read model equals a fresh fold of the log, every stream's hash chain
+is intact, and the log still holds what its checkpoints anchored: no stream deleted, truncated,
+rewritten or forged below a checkpoint, no checkpoint edited or deleted, every signature the
+configured key's (SAGAFLEET_ANCHOR_KEY / _FILE). Exit 9 (log-tampered) names what was changed;
+exit 7 (verify-failed) a read model that differs or a broken chain."""
 
 
 def _json_flag(parser: argparse.ArgumentParser) -> None:
@@ -64,7 +73,14 @@ def register(sub: Any) -> None:
     _json_flag(audit_p)
     audit_p.set_defaults(handler=run_audit)
 
-    verify_p = sub.add_parser("verify", help="every read model equals a fresh fold of the log")
+    verify_p = sub.add_parser(
+        "verify",
+        help="read models equal a fresh fold; chains intact; the log matches its checkpoints",
+        description=VERIFY_DESCRIPTION, epilog=EXAMPLES, formatter_class=fmt)
+    verify_p.add_argument(
+        "--expect-anchor", default=None, metavar="SEQ:HASH",
+        help="a checkpoint kept elsewhere (as `sagafleet anchor` printed it) that must still"
+             " be there: catches the newest checkpoints deleted")
     _json_flag(verify_p)
     verify_p.set_defaults(handler=run_verify)
 
@@ -107,8 +123,21 @@ def run_audit(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_verify(args: argparse.Namespace, settings: Settings) -> int:
-    """Fold every saga afresh and compare with every read model; check every chain."""
+    """Fold every saga afresh and compare with every read model; check every chain; check
+    the log against its checkpoints. Exit 9 when the log was tampered with, else 7 on a
+    difference."""
+    expect = _expected_anchor(args.expect_anchor) if args.expect_anchor else None
+    key = anchor_key(settings, create=False)
     with runtime.read_side(settings) as ctx:
-        report = verify(ctx)
+        report = verify(ctx, key=key, expect=expect)
     emit_report(VerifyView(report), as_json=args.json)
+    if report.tampered:
+        return ExitCode.LOG_TAMPERED
     return ExitCode.OK if report.ok else ExitCode.VERIFY_FAILED
+
+
+def _expected_anchor(text: str) -> tuple[int, str]:
+    seq, _, digest = text.partition(":")
+    if not (seq.isascii() and seq.isdigit() and re.fullmatch(r"[0-9a-f]{64}", digest)):
+        raise InvalidArgument(f"--expect-anchor wants SEQ:HASH (a number, 64 hex), not {text!r}")
+    return int(seq), digest

@@ -1,0 +1,291 @@
+"""Checking the log against its checkpoints (see :mod:`events.anchors`), naming what differs.
+
+Four checks, each finding names the checkpoint, stream and position it is about:
+
+1. The checkpoints form an unbroken chain (1, 2, 3, … each naming its predecessor's hash,
+   each slice starting where the previous one ended), every stored hash matches the
+   checkpoint's content, and, with a key, every signature is that key's.
+2. Every head a checkpoint names still exists with the same event hash at that version:
+   a stream deleted whole, truncated, or rewritten with recomputed hashes fails here.
+3. Every slice holds exactly the events its checkpoint counted, stream by stream: an event
+   inserted below a checkpoint (a forged stream) or removed from inside one fails here.
+4. How many events lie after the last checkpoint: not yet anchored, so not yet evidence.
+
+What it proves together with each stream's hash chain (``verify_chain``): the chain ties
+every event's content to its stored hash, the checkpoints tie the stored hashes to what was
+there when they were taken. Without a key, someone who rewrites the log and recomputes every
+checkpoint after it goes unnoticed; the report says so. Deleting the newest checkpoints is
+noticed only by comparing with a copy kept elsewhere (``expect``: the seq and hash that
+``sagafleet anchor`` printed).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from events._pg import translated_errors
+from events.anchors import AnchorHead, AnchorKey, Checkpoint, anchor_hash
+from events.model import GENESIS_HASH, Position
+from events.reading import START
+
+if TYPE_CHECKING:
+    from events.store import EventStore
+
+
+class AnchorProblem(enum.StrEnum):
+    """What kind of tampering (or mismatch) a finding is."""
+
+    CHECKPOINT_MISSING = "checkpoint_missing"  # a seq is absent: a checkpoint row deleted
+    CHECKPOINT_EDITED = "checkpoint_edited"  # its content no longer matches its hash
+    CHECKPOINT_CHAIN_BROKEN = "checkpoint_chain_broken"  # prev_hash or slice start wrong
+    SIGNATURE_INVALID = "signature_invalid"  # not this key's signature of its hash
+    WRONG_KEY = "wrong_key"  # signed by a key other than the one configured
+    UNSIGNED = "unsigned"  # no signature although a key is configured
+    STREAM_DELETED = "stream_deleted"  # a named stream has no events at all
+    STREAM_TRUNCATED = "stream_truncated"  # a named stream ends before the named version
+    STREAM_REWRITTEN = "stream_rewritten"  # the event at a named version has another hash
+    SLICE_MISMATCH = "slice_mismatch"  # a slice holds other events than were counted
+    EXPECTED_CHECKPOINT_ABSENT = "expected_checkpoint_absent"  # the witness is not there
+
+
+@dataclass(frozen=True)
+class AnchorFinding:
+    """One way the log and its checkpoints disagree, with where."""
+
+    problem: AnchorProblem
+    message: str
+    checkpoint: int | None = None
+    stream_id: str | None = None
+    position: str | None = None
+
+
+@dataclass(frozen=True)
+class AnchorReport:
+    """What the anchor check found: the checkpoints, what they cover, every finding."""
+
+    checkpoints: int
+    signed: int
+    signatures_checked: bool
+    key_id: str | None
+    last_seq: int | None
+    last_hash: str | None
+    anchored_upto: str | None
+    last_taken_at: datetime | None
+    events_anchored: int
+    events_not_anchored: int
+    findings: list[AnchorFinding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No finding."""
+        return not self.findings
+
+    @property
+    def protection(self) -> str:
+        """In one phrase, what the checkpoints can prove as configured here."""
+        if not self.checkpoints:
+            return "no checkpoints yet: nothing is anchored"
+        if self.signatures_checked:
+            return "signed checkpoints, signatures checked with the configured key"
+        if self.signed:
+            return ("signed checkpoints, but no key is configured here: signatures NOT "
+                    "checked (detects deletion and truncation, not a deliberate recompute)")
+        return ("unsigned checkpoints (no key configured): detects deletion and truncation, "
+                "not a deliberate recompute")
+
+
+_ANCHORS = """
+SELECT seq, prev_hash, after_xid::text::bigint, after_position, upto_xid::text::bigint,
+       upto_position, events, taken_at, anchor_hash, key_id, signature
+  FROM eventstore.anchors ORDER BY seq
+"""
+
+_HEADS = """
+SELECT seq, stream_id, stream_version, events, event_hash
+  FROM eventstore.anchor_heads ORDER BY seq, stream_id
+"""
+
+# Named heads the log no longer backs, with how far the stream goes now (NULL: no events).
+_BROKEN_HEADS = """
+SELECT h.seq, h.stream_id, h.stream_version, e.event_hash, e.global_position,
+       (SELECT max(x.stream_version) FROM eventstore.events x WHERE x.stream_id = h.stream_id)
+  FROM eventstore.anchor_heads h
+  LEFT JOIN eventstore.events e
+         ON e.stream_id = h.stream_id AND e.stream_version = h.stream_version
+ WHERE e.event_hash IS DISTINCT FROM h.event_hash
+ ORDER BY h.stream_id, h.seq DESC
+"""
+
+# Each checkpoint's slice as the log holds it now, per stream, next to what was counted.
+_SLICES = """
+WITH found AS (
+    SELECT a.seq, e.stream_id, count(*) AS events, max(e.stream_version) AS version,
+           min(e.global_position) AS first_position
+      FROM eventstore.anchors a
+      JOIN eventstore.events e
+        ON (e.transaction_id, e.global_position) > (a.after_xid, a.after_position)
+       AND (e.transaction_id, e.global_position) <= (a.upto_xid, a.upto_position)
+     GROUP BY a.seq, e.stream_id
+), named AS (
+    SELECT h.* FROM eventstore.anchor_heads h JOIN eventstore.anchors a ON a.seq = h.seq
+)
+SELECT coalesce(f.seq, n.seq), coalesce(f.stream_id, n.stream_id), n.events,
+       n.stream_version, f.events, f.version, f.first_position
+  FROM found f FULL JOIN named n ON n.seq = f.seq AND n.stream_id = f.stream_id
+ WHERE n.events IS DISTINCT FROM f.events OR n.stream_version IS DISTINCT FROM f.version
+ ORDER BY 1, 2
+"""
+
+_AFTER = """
+SELECT count(*) FROM eventstore.events
+ WHERE (transaction_id, global_position) > (%s::text::xid8, %s)
+"""
+
+
+def load_checkpoints(conn: psycopg.Connection[Any]) -> list[Checkpoint]:
+    """Every stored checkpoint in seq order, with its heads (orphan heads are left out)."""
+    heads: dict[int, list[AnchorHead]] = {}
+    for seq, stream_id, version, events, event_hash in conn.execute(_HEADS):
+        heads.setdefault(int(seq), []).append(
+            AnchorHead(str(stream_id), int(version), int(events), str(event_hash)))
+    return [
+        Checkpoint(int(r[0]), str(r[1]), Position(int(r[2]), int(r[3])),
+                   Position(int(r[4]), int(r[5])), int(r[6]), r[7],
+                   tuple(heads.get(int(r[0]), ())), str(r[8]), r[9], r[10])
+        for r in conn.execute(_ANCHORS)
+    ]
+
+
+def audit_anchors(
+    store: EventStore, key: AnchorKey | None, *, expect: tuple[int, str] | None = None
+) -> AnchorReport:
+    """Check the log against its checkpoints (read only). ``expect`` is a (seq, hash) kept
+    elsewhere: the checkpoint that must still be there, unchanged."""
+    with translated_errors(context="checking the checkpoints"), store.connection() as conn:
+        checkpoints = load_checkpoints(conn)
+        findings = list(_chain_findings(checkpoints, key))
+        if expect is not None:
+            findings += _witness_findings(checkpoints, expect)
+        named = _head_findings(conn)
+        findings += named
+        gone = {f.stream_id for f in named}
+        findings += [f for f in _slice_findings(conn) if f.stream_id not in gone]
+        last = checkpoints[-1] if checkpoints else None
+        upto = last.upto if last else START
+        row = conn.execute(_AFTER, (str(upto.transaction_id), upto.global_position)).fetchone()
+    return AnchorReport(
+        checkpoints=len(checkpoints),
+        signed=sum(1 for c in checkpoints if c.signed),
+        signatures_checked=key is not None,
+        key_id=key.key_id if key is not None else None,
+        last_seq=last.seq if last else None,
+        last_hash=last.anchor_hash if last else None,
+        anchored_upto=str(last.upto) if last else None,
+        last_taken_at=last.taken_at if last else None,
+        events_anchored=sum(c.events for c in checkpoints),
+        events_not_anchored=int(row[0]) if row else 0,
+        findings=findings,
+    )
+
+
+def _chain_findings(
+    checkpoints: list[Checkpoint], key: AnchorKey | None
+) -> Iterator[AnchorFinding]:
+    prev_hash, after, expected_seq = GENESIS_HASH, START, 1  # what checkpoint 1 continues
+    for c in checkpoints:
+        if c.seq != expected_seq:
+            missing = (f"checkpoint {expected_seq}" if c.seq == expected_seq + 1
+                       else f"checkpoints {expected_seq}..{c.seq - 1}")
+            yield AnchorFinding(AnchorProblem.CHECKPOINT_MISSING,
+                                f"{missing} missing (deleted): the chain jumps to {c.seq}",
+                                checkpoint=expected_seq)
+        elif c.prev_hash != prev_hash or c.after != after:
+            yield AnchorFinding(
+                AnchorProblem.CHECKPOINT_CHAIN_BROKEN,
+                f"checkpoint {c.seq} does not continue checkpoint {c.seq - 1}"
+                " (its predecessor's hash or slice end differs: one of them was replaced)",
+                checkpoint=c.seq, position=str(c.after))
+        recomputed = anchor_hash(seq=c.seq, prev_hash=c.prev_hash, after=c.after, upto=c.upto,
+                                 events=c.events, taken_at=c.taken_at, heads=c.heads)
+        if recomputed != c.anchor_hash:
+            yield AnchorFinding(AnchorProblem.CHECKPOINT_EDITED,
+                                f"checkpoint {c.seq} was edited: its content (row or heads)"
+                                " no longer matches its hash", checkpoint=c.seq)
+        if key is not None:
+            yield from _signature_findings(c, key)
+        prev_hash, after, expected_seq = c.anchor_hash, c.upto, c.seq + 1
+
+
+def _signature_findings(c: Checkpoint, key: AnchorKey) -> Iterator[AnchorFinding]:
+    if c.signature is None:
+        yield AnchorFinding(AnchorProblem.UNSIGNED,
+                            f"checkpoint {c.seq} is unsigned although a key is configured"
+                            " (taken before the key was set, or its signature was stripped)",
+                            checkpoint=c.seq)
+    elif c.key_id != key.key_id:
+        yield AnchorFinding(AnchorProblem.WRONG_KEY,
+                            f"checkpoint {c.seq} was signed with key {c.key_id}, the configured"
+                            f" key is {key.key_id}: wrong key, or a forged signature",
+                            checkpoint=c.seq)
+    elif not key.signed(c.anchor_hash, c.signature):
+        yield AnchorFinding(AnchorProblem.SIGNATURE_INVALID,
+                            f"checkpoint {c.seq}: the signature is not the configured key's"
+                            " (checkpoint recomputed or forged without the key)",
+                            checkpoint=c.seq)
+
+
+def _witness_findings(
+    checkpoints: list[Checkpoint], expect: tuple[int, str]
+) -> list[AnchorFinding]:
+    seq, digest = expect
+    found = next((c for c in checkpoints if c.seq == seq), None)
+    if found is not None and found.anchor_hash == digest:
+        return []
+    now = "absent" if found is None else f"there with hash {found.anchor_hash[:16]}…"
+    return [AnchorFinding(AnchorProblem.EXPECTED_CHECKPOINT_ABSENT,
+                          f"expected checkpoint {seq} with hash {digest[:16]}…, it is {now}"
+                          " (the newest checkpoints were deleted or replaced)", checkpoint=seq)]
+
+
+def _head_findings(conn: psycopg.Connection[Any]) -> list[AnchorFinding]:
+    findings: list[AnchorFinding] = []
+    seen: set[str] = set()
+    for seq, stream_id, version, found_hash, position, now_at in conn.execute(_BROKEN_HEADS):
+        if stream_id in seen:
+            continue  # the newest checkpoint naming the stream says enough
+        seen.add(stream_id)
+        where = f"stream {stream_id!r}: checkpoint {seq} named version {version}"
+        if now_at is None:
+            problem, text = AnchorProblem.STREAM_DELETED, f"{where}; the stream is gone"
+        elif found_hash is None:
+            problem = AnchorProblem.STREAM_TRUNCATED
+            text = f"{where}; the stream now ends at version {now_at}"
+        else:
+            problem = AnchorProblem.STREAM_REWRITTEN
+            text = f"{where}; the event there now has another hash (rewritten)"
+        findings.append(AnchorFinding(problem, text, checkpoint=int(seq), stream_id=stream_id,
+                                      position=None if position is None else str(position)))
+    return findings
+
+
+def _slice_findings(conn: psycopg.Connection[Any]) -> list[AnchorFinding]:
+    findings = []
+    for seq, stream_id, counted, named, found, version, first in conn.execute(_SLICES):
+        if counted is None:
+            text = (f"stream {stream_id!r} has {found} event(s) in checkpoint {seq}'s slice"
+                    f" (up to version {version}) that the checkpoint does not name:"
+                    " inserted below a checkpoint")
+        else:
+            text = (f"stream {stream_id!r}: checkpoint {seq} counted {counted} event(s) up to"
+                    f" version {named} in its slice, the log now holds {found or 0}"
+                    + (f" up to version {version}" if version is not None else ""))
+        findings.append(AnchorFinding(AnchorProblem.SLICE_MISMATCH, text, checkpoint=int(seq),
+                                      stream_id=str(stream_id),
+                                      position=None if first is None else str(first)))
+    return findings
