@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from saga_core.catalogue import ToolSpec
 from saga_core.contracts import EFFECT_FREE_SEMANTICS, Semantics, StepKind
+from saga_core.documents import load_document
 from saga_core.keys import JsonArgs, payload_hash
+from saga_core.limits import DEFINITION_BYTES, DEFINITION_STEPS, measure_json
 
 _NAME = r"^[a-z][a-z0-9_.\-]*$"
 _STEP_ID = r"^[a-z][a-z0-9_]*$"
@@ -192,8 +194,8 @@ class SagaDefinition(BaseModel):
 
     @classmethod
     def from_json(cls, text: str) -> SagaDefinition:
-        """Load a definition from JSON."""
-        return cls.model_validate_json(text)
+        """Load a definition from JSON text (size and nesting bounded, see saga_core.limits)."""
+        return cls.from_document(load_document(text, "definition", DEFINITION_BYTES, "json"))
 
     def to_yaml(self) -> str:
         """The definition as a YAML document (PyYAML, safe dumper)."""
@@ -201,8 +203,14 @@ class SagaDefinition(BaseModel):
 
     @classmethod
     def from_yaml(cls, text: str) -> SagaDefinition:
-        """Load a definition from YAML (PyYAML, safe loader)."""
-        return cls.model_validate(yaml.safe_load(text))
+        """Load a definition from YAML (PyYAML's safe loader, aliases and size bounded)."""
+        return cls.from_document(load_document(text, "definition", DEFINITION_BYTES, "yaml"))
+
+    @classmethod
+    def from_document(cls, document: Any) -> SagaDefinition:
+        """A definition from a parsed document, its size checked before pydantic copies it."""
+        check_definition_document(document)
+        return cls.model_validate(document)
 
     def input_json_schema(self) -> dict[str, Any]:
         """JSON Schema of the input, so an agent's tool-calling can fill it."""
@@ -308,3 +316,12 @@ class SagaDefinition(BaseModel):
         """The snapshotted tool contract of a step's operation (None if not bound)."""
         name, version = self.tool_for(step_id, kind)
         return next((t for t in self.tools if (t.name, t.version) == (name, version)), None)
+
+
+def check_definition_document(document: Any, what: str = "definition") -> None:
+    """Refuse a definition document over ``definition_bytes`` or ``definition_steps`` before
+    any model is built from it (:class:`~saga_core.limits.LimitExceeded`)."""
+    measure_json(what, document, DEFINITION_BYTES)
+    steps = document.get("steps") if isinstance(document, dict) else None
+    if isinstance(steps, list):
+        DEFINITION_STEPS.check(f"{what} steps", len(steps))

@@ -7,6 +7,7 @@ from typing import Any
 from saga_core.definition import InputField, SagaDefinition
 from saga_core.errors import InputValidationError, Problem
 from saga_core.keys import json_value_problem
+from saga_core.limits import SAGA_INPUT_BYTES, measure_json
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
@@ -64,7 +65,10 @@ def field_problems(name: str, spec: InputField, value: Any) -> list[Problem]:
 
 
 def validate_input(definition: SagaDefinition, data: Any) -> dict[str, Any]:
-    """Return the normalized input (defaults filled) or raise listing every bad field."""
+    """Return the normalized input (defaults filled) or raise listing every bad field
+    (:class:`~saga_core.limits.LimitExceeded`, before anything else, for one over
+    ``saga_input_bytes`` or ``json_depth``)."""
+    measure_json("saga input", data, SAGA_INPUT_BYTES)
     if not isinstance(data, dict):
         raise InputValidationError(
             definition.name, [Problem("input", "wrong_type", "input must be a JSON object")]

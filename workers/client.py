@@ -22,6 +22,7 @@ from saga_core import (
 )
 from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import StepKind
+from saga_core.definition import check_definition_document
 from saga_core.errors import (
     ApprovalNotPending,
     DefinitionError,
@@ -40,7 +41,8 @@ from saga_core.events import (
 )
 from saga_core.inputs import validate_input
 from saga_core.keys import json_value_problem, payload_hash, text_argument_problem, text_problem
-from saga_core.plans import AgentPlan
+from saga_core.limits import EVIDENCE_BYTES, KEY_CHARS, NAME_CHARS, REASON_CHARS, measure_json
+from saga_core.plans import AgentPlan, check_plan_document
 from saga_core.resolution import OPERATOR_ACTIONS, OperatorRequest, resolve_escalation
 from saga_core.state import SagaState
 from saga_core.validation import validate_definition
@@ -51,11 +53,10 @@ from workers.views import SagaView, view_of
 
 # Saga ids for idempotency keys: uuid5 over (tenant, key) in sagafleet's own namespace.
 _KEY_NAMESPACE = uuid.UUID("5a6af1ee-7000-4000-8000-000000000001")
-MAX_KEY_LENGTH = 200
-MAX_NAME_LENGTH = 200
-"""Longest definition name, step id, tenant or actor a client call accepts."""
-MAX_REASON_LENGTH = 10_000
-"""Longest free-text reason (start, cancel, deny, resolve) a client call accepts."""
+# The limits and why: saga_core.limits (one place for every entry's bounds).
+MAX_KEY_LENGTH = KEY_CHARS.value
+MAX_NAME_LENGTH = NAME_CHARS.value
+MAX_REASON_LENGTH = REASON_CHARS.value
 
 
 class IdempotencyConflict(SagaError):
@@ -129,6 +130,7 @@ class SagaClient:
     def register_definition(self, definition: SagaDefinition | dict[str, Any]) -> str:
         """Validate a definition against the tool catalogue and store it; return its hash."""
         if not isinstance(definition, SagaDefinition):
+            check_definition_document(definition)  # bounded before pydantic copies it
             try:
                 definition = SagaDefinition.model_validate(definition)
             except ValidationError as exc:
@@ -146,6 +148,7 @@ class SagaClient:
     ) -> SagaDefinition:
         """Validate an agent's plan into an ad-hoc definition and register it."""
         if not isinstance(plan, AgentPlan):
+            check_plan_document(plan)  # bounded before pydantic copies it
             try:
                 plan = AgentPlan.model_validate(plan)
             except ValidationError as exc:
@@ -317,6 +320,8 @@ class SagaClient:
         _text("reason", reason, MAX_REASON_LENGTH, empty=True)
         if step_id is not None:
             kind = _step_ref(step_id, kind)
+        if evidence is not None:
+            measure_json("evidence", evidence, EVIDENCE_BYTES)
         problem = None if evidence is None else (
             "must be a JSON object" if not isinstance(evidence, dict)
             else json_value_problem(evidence))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 
 from saga_core.errors import SagaError
+from saga_core.limits import check_command_message
 from workers.branches import SagaBranches
 from workers.celery_app import STEP_TASK
 from workers.messages import MalformedMessage, StepCommand
@@ -91,6 +92,7 @@ def bind_tasks(app: Celery, fleet: Fleet) -> None:
 
 def _command(fleet: Fleet, name: str, args: Any, kwargs: Any, action: Any) -> None:
     try:
+        check_command_message(args, kwargs)  # bounded before any model is built from it
         if args:
             raise MalformedMessage("saga commands take keyword arguments only")
         if not isinstance(kwargs, dict):
