@@ -11,11 +11,12 @@ from functools import cached_property
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from saga_core.catalogue import ToolSpec
 from saga_core.contracts import EFFECT_FREE_SEMANTICS, Semantics, StepKind
 from saga_core.documents import load_document
+from saga_core.errors import DefinitionError, Problem
 from saga_core.keys import JsonArgs, payload_hash
 from saga_core.limits import DEFINITION_BYTES, DEFINITION_STEPS, measure_json
 
@@ -316,6 +317,22 @@ class SagaDefinition(BaseModel):
         """The snapshotted tool contract of a step's operation (None if not bound)."""
         name, version = self.tool_for(step_id, kind)
         return next((t for t in self.tools if (t.name, t.version) == (name, version)), None)
+
+
+def parse_definition(document: Any) -> SagaDefinition:
+    """A definition from an untrusted document: its size checked first
+    (:class:`~saga_core.limits.LimitExceeded`), then every malformed field listed at once
+    (:class:`~saga_core.errors.DefinitionError`). Not yet validated against a catalogue."""
+    check_definition_document(document)
+    try:
+        return SagaDefinition.model_validate(document)
+    except ValidationError as exc:
+        name = document.get("name", "?") if isinstance(document, dict) else "?"
+        raise DefinitionError(str(name), [
+            Problem(".".join(str(p) for p in err["loc"]) or "definition", "malformed",
+                    err["msg"])
+            for err in exc.errors()
+        ]) from None
 
 
 def check_definition_document(document: Any, what: str = "definition") -> None:

@@ -47,6 +47,20 @@ class AgentPlan(BaseModel):
     actions: list[PlannedAction]
 
 
+def parse_plan(document: Any) -> AgentPlan:
+    """A plan from an untrusted document: its size checked first
+    (:class:`~saga_core.limits.LimitExceeded`), then every malformed field listed at once
+    (:class:`~saga_core.errors.PlanRejected`). Not yet validated against a catalogue."""
+    check_plan_document(document)
+    try:
+        return AgentPlan.model_validate(document)
+    except ValidationError as exc:
+        raise PlanRejected([
+            Problem("plan." + ".".join(str(p) for p in err["loc"]), "malformed", err["msg"])
+            for err in exc.errors()
+        ]) from None
+
+
 def check_plan_document(document: Any, what: str = "agent plan") -> None:
     """Refuse a plan document over ``plan_bytes`` or ``plan_actions`` before any model is
     built from it (:class:`~saga_core.limits.LimitExceeded`)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, cast
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from events import ConcurrencyError
 from events.saga_log import Definitions, Secrets
@@ -22,14 +22,11 @@ from saga_core import (
 )
 from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import StepKind
-from saga_core.definition import check_definition_document
+from saga_core.definition import parse_definition
 from saga_core.errors import (
     ApprovalNotPending,
-    DefinitionError,
     ErrorKind,
     InputValidationError,
-    PlanRejected,
-    Problem,
     SagaError,
 )
 from saga_core.events import (
@@ -42,7 +39,7 @@ from saga_core.events import (
 from saga_core.inputs import validate_input
 from saga_core.keys import json_value_problem, payload_hash, text_argument_problem, text_problem
 from saga_core.limits import EVIDENCE_BYTES, KEY_CHARS, NAME_CHARS, REASON_CHARS, measure_json
-from saga_core.plans import AgentPlan, check_plan_document
+from saga_core.plans import AgentPlan, parse_plan
 from saga_core.resolution import OPERATOR_ACTIONS, OperatorRequest, resolve_escalation
 from saga_core.state import SagaState
 from saga_core.validation import validate_definition
@@ -130,16 +127,7 @@ class SagaClient:
     def register_definition(self, definition: SagaDefinition | dict[str, Any]) -> str:
         """Validate a definition against the tool catalogue and store it; return its hash."""
         if not isinstance(definition, SagaDefinition):
-            check_definition_document(definition)  # bounded before pydantic copies it
-            try:
-                definition = SagaDefinition.model_validate(definition)
-            except ValidationError as exc:
-                name = definition.get("name", "?") if isinstance(definition, dict) else "?"
-                raise DefinitionError(str(name), [
-                    Problem(".".join(str(p) for p in err["loc"]) or "definition", "malformed",
-                            err["msg"])
-                    for err in exc.errors()
-                ]) from None
+            definition = parse_definition(definition)  # size bounded before pydantic copies
         validated = validate_definition(definition, self.catalogue)
         return self.definitions.register(validated, registered_by=self.actor)
 
@@ -148,15 +136,7 @@ class SagaClient:
     ) -> SagaDefinition:
         """Validate an agent's plan into an ad-hoc definition and register it."""
         if not isinstance(plan, AgentPlan):
-            check_plan_document(plan)  # bounded before pydantic copies it
-            try:
-                plan = AgentPlan.model_validate(plan)
-            except ValidationError as exc:
-                raise PlanRejected([
-                    Problem("plan." + ".".join(str(p) for p in err["loc"]), "malformed",
-                            err["msg"])
-                    for err in exc.errors()
-                ]) from None
+            plan = parse_plan(plan)  # size bounded before pydantic copies
         definition = validate_plan(plan, self.catalogue, name=name, version=version)
         self.definitions.register(definition, registered_by=self.actor)
         return definition
