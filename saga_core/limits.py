@@ -171,7 +171,7 @@ POSITION_MAX: Final = Limit(
 QUEUE_PAGE_ROWS: Final = Limit(
     "queue_page_rows", 1_000, "rows",
     "operator-queue entries one `sagafleet queue` prints (--limit, default the maximum): "
-    "a page a person can read; the rest waits for the next page.",
+    "a page a person can read, the nearest deadlines first.",
 )
 BATCH_EVENTS: Final = Limit(
     "batch_events", 10_000, "events",

@@ -38,7 +38,14 @@ from saga_core.events import (
 )
 from saga_core.inputs import validate_input
 from saga_core.keys import json_value_problem, payload_hash, text_argument_problem, text_problem
-from saga_core.limits import EVIDENCE_BYTES, KEY_CHARS, NAME_CHARS, REASON_CHARS, measure_json
+from saga_core.limits import (
+    EVIDENCE_BYTES,
+    KEY_CHARS,
+    NAME_CHARS,
+    REASON_CHARS,
+    Limit,
+    measure_json,
+)
 from saga_core.plans import AgentPlan, parse_plan
 from saga_core.resolution import OPERATOR_ACTIONS, OperatorRequest, resolve_escalation
 from saga_core.state import SagaState
@@ -50,10 +57,7 @@ from workers.views import SagaView, view_of
 
 # Saga ids for idempotency keys: uuid5 over (tenant, key) in sagafleet's own namespace.
 _KEY_NAMESPACE = uuid.UUID("5a6af1ee-7000-4000-8000-000000000001")
-# The limits and why: saga_core.limits (one place for every entry's bounds).
-MAX_KEY_LENGTH = KEY_CHARS.value
-MAX_NAME_LENGTH = NAME_CHARS.value
-MAX_REASON_LENGTH = REASON_CHARS.value
+# The lengths of names, keys and reasons, and why: saga_core.limits (NAME_CHARS, ...).
 
 
 class IdempotencyConflict(SagaError):
@@ -66,11 +70,14 @@ class InvalidRequest(SagaError):
     kind = ErrorKind.INVALID_INPUT
 
 
-def _text(what: str, value: object, limit: int, *, empty: bool = False) -> str:
+def _text(what: str, value: object, limit: Limit | int, *, empty: bool = False) -> str:
     """A caller's text argument, or InvalidRequest naming it (see text_argument_problem;
-    ``empty`` lets it be empty or blank)."""
-    problem = text_argument_problem(what, value, limit, blank=empty)
+    ``empty`` lets it be empty or blank); a text too long also names the limit."""
+    longest = limit.value if isinstance(limit, Limit) else limit
+    problem = text_argument_problem(what, value, longest, blank=empty)
     if problem is not None:
+        if isinstance(limit, Limit) and isinstance(value, str) and len(value) > longest:
+            problem += f" ({limit.name})"
         raise InvalidRequest(problem)
     return cast(str, value)  # a str: text_argument_problem checked
 
@@ -113,8 +120,8 @@ class SagaClient:
         self.catalogue = catalogue
         self.secrets = secrets
         self.publisher = publisher
-        self.tenant = _text("tenant", tenant, MAX_NAME_LENGTH)
-        self.actor = _text("actor", actor, MAX_NAME_LENGTH)
+        self.tenant = _text("tenant", tenant, NAME_CHARS)
+        self.actor = _text("actor", actor, NAME_CHARS)
 
     def as_actor(self, actor: str, tenant: str | None = None) -> SagaClient:
         """The same client acting as someone else (or for another tenant)."""
@@ -154,9 +161,9 @@ class SagaClient:
     ) -> Started:
         """Start a saga; with ``key``, the same key and input return the same saga."""
         if key is not None:
-            _text("idempotency key", key, MAX_KEY_LENGTH)
-        _text("definition name", definition, MAX_NAME_LENGTH)
-        _text("reason", reason, MAX_REASON_LENGTH, empty=True)
+            _text("idempotency key", key, KEY_CHARS)
+        _text("definition name", definition, NAME_CHARS)
+        _text("reason", reason, REASON_CHARS, empty=True)
         if version is not None and (type(version) is not int or not 1 <= version <= 2**31 - 1):
             raise InvalidRequest(f"definition version must be a positive int, got {version!r}")
         # The highest version is taken from this process's cache and confirmed inside the
@@ -227,7 +234,7 @@ class SagaClient:
 
     def find(self, key: str) -> SagaView | None:
         """The saga this tenant started with idempotency ``key``, or None."""
-        _text("idempotency key", key, MAX_KEY_LENGTH)
+        _text("idempotency key", key, KEY_CHARS)
         try:
             return view_of(self._load(self._id_for_key(key)))
         except SagaNotFound:
@@ -263,7 +270,7 @@ class SagaClient:
     ) -> SagaView:
         """Deny the pending request; before the pivot this starts compensation."""
         kind = _step_ref(step_id, kind)
-        _text("reason", reason, MAX_REASON_LENGTH, empty=True)
+        _text("reason", reason, REASON_CHARS, empty=True)
 
         def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
             run = loaded.state.run(step_id, kind)
@@ -277,7 +284,7 @@ class SagaClient:
 
     def cancel(self, saga_id: str, *, reason: str = "") -> SagaView:
         """Ask to cancel: compensate what can be compensated (before the pivot)."""
-        _text("reason", reason, MAX_REASON_LENGTH, empty=True)
+        _text("reason", reason, REASON_CHARS, empty=True)
 
         def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
             if loaded.state.cancel_requested or loaded.state.finished is not None:
@@ -297,7 +304,7 @@ class SagaClient:
         saga after it; raises ``NothingToResolve`` when nothing waits for a person and
         ``OperatorActionRejected`` when the action does not fit what the saga waits on.
         """
-        _text("reason", reason, MAX_REASON_LENGTH, empty=True)
+        _text("reason", reason, REASON_CHARS, empty=True)
         if step_id is not None:
             kind = _step_ref(step_id, kind)
         if evidence is not None:
@@ -348,7 +355,7 @@ class SagaClient:
 
 def _step_ref(step_id: object, kind: object) -> StepKind:
     """A checked step id and its kind (``"forward"`` or ``"compensation"`` as text too)."""
-    _text("step id", step_id, MAX_NAME_LENGTH)
+    _text("step id", step_id, NAME_CHARS)
     if isinstance(kind, StepKind):
         return kind
     if isinstance(kind, str) and kind in StepKind._value2member_map_:
