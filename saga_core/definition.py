@@ -196,7 +196,7 @@ class SagaDefinition(BaseModel):
     @classmethod
     def from_json(cls, text: str) -> SagaDefinition:
         """Load a definition from JSON text (size and nesting bounded, see saga_core.limits)."""
-        return cls.from_document(load_document(text, "definition", DEFINITION_BYTES, "json"))
+        return parse_definition(load_document(text, "definition", DEFINITION_BYTES, "json"))
 
     def to_yaml(self) -> str:
         """The definition as a YAML document (PyYAML, safe dumper)."""
@@ -205,13 +205,7 @@ class SagaDefinition(BaseModel):
     @classmethod
     def from_yaml(cls, text: str) -> SagaDefinition:
         """Load a definition from YAML (PyYAML's safe loader, aliases and size bounded)."""
-        return cls.from_document(load_document(text, "definition", DEFINITION_BYTES, "yaml"))
-
-    @classmethod
-    def from_document(cls, document: Any) -> SagaDefinition:
-        """A definition from a parsed document, its size checked before pydantic copies it."""
-        check_definition_document(document)
-        return cls.model_validate(document)
+        return parse_definition(load_document(text, "definition", DEFINITION_BYTES, "yaml"))
 
     def input_json_schema(self) -> dict[str, Any]:
         """JSON Schema of the input, so an agent's tool-calling can fill it."""

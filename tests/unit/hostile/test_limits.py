@@ -16,7 +16,12 @@ import pytest
 from saga_core import validate_definition, validate_plan
 from saga_core.catalogue import ToolCatalogue, ToolSpec
 from saga_core.contracts import Semantics
-from saga_core.definition import InputField, SagaDefinition, check_definition_document
+from saga_core.definition import (
+    InputField,
+    SagaDefinition,
+    check_definition_document,
+    parse_definition,
+)
 from saga_core.documents import MalformedDocument, load_document
 from saga_core.errors import ErrorKind
 from saga_core.examples import trip_definition
@@ -111,7 +116,7 @@ def test_a_definition_document_of_exactly_the_limit_validates_and_a_byte_more_is
     trip = trip_definition().model_dump(mode="json", exclude={"tools"})
     largest = _padded(trip, "description", DEFINITION_BYTES.value)
     check_definition_document(largest)
-    assert validate_definition(SagaDefinition.from_document(largest),
+    assert validate_definition(parse_definition(largest),
                                _trip_catalogue()).description == largest["description"]
     with _refused(DEFINITION_BYTES, DEFINITION_BYTES.value + 1):
         check_definition_document(_padded(trip, "description", DEFINITION_BYTES.value + 1))
