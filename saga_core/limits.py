@@ -226,17 +226,19 @@ def measure_json(what: str, value: Any, limit: Limit, *, depth: Limit = JSON_DEP
     total, level, levels = 0, [value], 0
     while level:
         below: list[Any] = []
+        containers = False  # a level holding an array or object is one level of nesting
         for item in level:
             total += _lower_bound(item)
             if total > limit.value:
                 raise LimitExceeded(limit, what, total, at_least=True)
             if isinstance(item, Mapping):
                 below.extend(item.values())
+                containers = True
             elif isinstance(item, list | tuple):
                 below.extend(item)
-        if below:
-            levels += 1
-            depth.check(f"{what} nesting", levels)
+                containers = True
+        levels += containers
+        depth.check(f"{what} nesting", levels)
         level = below
     try:
         exact = len(canonical_json(value).encode("utf-8", "surrogatepass"))
