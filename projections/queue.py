@@ -15,15 +15,17 @@ from projections.tables import active_version, table
 
 
 def operator_queue(
-    ctx: ProjectionContext, *, tenant: str | None = None, name: str = "sagas"
+    ctx: ProjectionContext, *, tenant: str | None = None, name: str = "sagas",
+    limit: int | None = None,
 ) -> list[QueueRow]:
-    """Every queue entry (of one tenant, if given), the nearest deadline first."""
+    """Every queue entry (of one tenant, if given), the nearest deadline first; at most
+    ``limit`` of them when given (a page: see saga_core.limits.QUEUE_PAGE_ROWS)."""
     with ctx.connection() as conn:
         version = active_version(conn, name)
         cols = sql.SQL(", ").join(map(sql.Identifier, columns(QueueRow)))
         query = sql.SQL("SELECT {cols} FROM {t} WHERE (%s::text IS NULL OR tenant = %s)").format(
             cols=cols, t=table("operator_queue", version)
         )
-        query += sql.SQL(" ORDER BY deadline NULLS LAST, requested_at, saga_id")
+        query += sql.SQL(" ORDER BY deadline NULLS LAST, requested_at, saga_id LIMIT %s")
         with conn.cursor(row_factory=class_row(QueueRow)) as cur:
-            return cur.execute(query, (tenant, tenant)).fetchall()
+            return cur.execute(query, (tenant, tenant, limit)).fetchall()

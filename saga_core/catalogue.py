@@ -17,7 +17,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from saga_core.contracts import Semantics
+from saga_core.documents import load_document
 from saga_core.errors import UnknownToolError
+from saga_core.limits import DEFINITION_BYTES
 
 ArgType = Literal["string", "integer", "number", "boolean", "object", "array", "any"]
 
@@ -101,8 +103,8 @@ class ToolCatalogue(BaseModel):
 
     @classmethod
     def from_yaml(cls, text: str) -> ToolCatalogue:
-        """Load a catalogue from YAML."""
-        return cls.model_validate(yaml.safe_load(text))
+        """Load a catalogue from YAML (the bounded loader: sized like a definition file)."""
+        return cls.model_validate(load_document(text, "tool catalogue", DEFINITION_BYTES, "yaml"))
 
     def to_yaml(self) -> str:
         """The catalogue as YAML."""

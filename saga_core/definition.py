@@ -11,11 +11,14 @@ from functools import cached_property
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from saga_core.catalogue import ToolSpec
 from saga_core.contracts import EFFECT_FREE_SEMANTICS, Semantics, StepKind
+from saga_core.documents import load_document
+from saga_core.errors import DefinitionError, Problem
 from saga_core.keys import JsonArgs, payload_hash
+from saga_core.limits import DEFINITION_BYTES, DEFINITION_STEPS, measure_json
 
 _NAME = r"^[a-z][a-z0-9_.\-]*$"
 _STEP_ID = r"^[a-z][a-z0-9_]*$"
@@ -192,8 +195,8 @@ class SagaDefinition(BaseModel):
 
     @classmethod
     def from_json(cls, text: str) -> SagaDefinition:
-        """Load a definition from JSON."""
-        return cls.model_validate_json(text)
+        """Load a definition from JSON text (size and nesting bounded, see saga_core.limits)."""
+        return parse_definition(load_document(text, "definition", DEFINITION_BYTES, "json"))
 
     def to_yaml(self) -> str:
         """The definition as a YAML document (PyYAML, safe dumper)."""
@@ -201,8 +204,8 @@ class SagaDefinition(BaseModel):
 
     @classmethod
     def from_yaml(cls, text: str) -> SagaDefinition:
-        """Load a definition from YAML (PyYAML, safe loader)."""
-        return cls.model_validate(yaml.safe_load(text))
+        """Load a definition from YAML (PyYAML's safe loader, aliases and size bounded)."""
+        return parse_definition(load_document(text, "definition", DEFINITION_BYTES, "yaml"))
 
     def input_json_schema(self) -> dict[str, Any]:
         """JSON Schema of the input, so an agent's tool-calling can fill it."""
@@ -308,3 +311,28 @@ class SagaDefinition(BaseModel):
         """The snapshotted tool contract of a step's operation (None if not bound)."""
         name, version = self.tool_for(step_id, kind)
         return next((t for t in self.tools if (t.name, t.version) == (name, version)), None)
+
+
+def parse_definition(document: Any) -> SagaDefinition:
+    """A definition from an untrusted document: its size checked first
+    (:class:`~saga_core.limits.LimitExceeded`), then every malformed field listed at once
+    (:class:`~saga_core.errors.DefinitionError`). Not yet validated against a catalogue."""
+    check_definition_document(document)
+    try:
+        return SagaDefinition.model_validate(document)
+    except ValidationError as exc:
+        name = document.get("name", "?") if isinstance(document, dict) else "?"
+        raise DefinitionError(str(name), [
+            Problem(".".join(str(p) for p in err["loc"]) or "definition", "malformed",
+                    err["msg"])
+            for err in exc.errors()
+        ]) from None
+
+
+def check_definition_document(document: Any, what: str = "definition") -> None:
+    """Refuse a definition document over ``definition_bytes`` or ``definition_steps`` before
+    any model is built from it (:class:`~saga_core.limits.LimitExceeded`)."""
+    measure_json(what, document, DEFINITION_BYTES)
+    steps = document.get("steps") if isinstance(document, dict) else None
+    if isinstance(steps, list):
+        DEFINITION_STEPS.check(f"{what} steps", len(steps))

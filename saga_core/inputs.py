@@ -8,6 +8,7 @@ from typing import Any
 from saga_core.definition import InputField, SagaDefinition
 from saga_core.errors import InputValidationError, Problem
 from saga_core.keys import json_value_problem
+from saga_core.limits import SAGA_INPUT_BYTES, measure_json
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
@@ -71,8 +72,10 @@ def validate_input(
 
     Fields named in ``by_ref`` hold a reference to a value stored elsewhere (a secret
     ref): they are left out here, and their values checked with :func:`field_problems`
-    once known.
+    once known. :class:`~saga_core.limits.LimitExceeded` comes before anything else for
+    an input over ``saga_input_bytes`` or ``json_depth``.
     """
+    measure_json("saga input", data, SAGA_INPUT_BYTES)
     if not isinstance(data, dict):
         raise InputValidationError(
             definition.name, [Problem("input", "wrong_type", "input must be a JSON object")]

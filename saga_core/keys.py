@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel
 
 from saga_core.contracts import StepKind
 from saga_core.errors import KeyReuseError
+from saga_core.limits import JSON_DEPTH
 
 OperationKey = NewType("OperationKey", str)
 
@@ -49,7 +50,7 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
-MAX_JSON_DEPTH: Final = 100
+MAX_JSON_DEPTH: Final = JSON_DEPTH.value
 """How deeply arrays and objects may nest in arguments, inputs and event data: every
 reader of the log (json decoding, folds, hashing) must be able to walk them back."""
 

@@ -20,6 +20,7 @@ from saga_core.contracts import Semantics
 from saga_core.definition import CompensationCommand, InputField, SagaDefinition, StepDefinition
 from saga_core.errors import DefinitionError, PlanRejected, Problem
 from saga_core.keys import JsonArgs, payload_hash
+from saga_core.limits import PLAN_ACTIONS, PLAN_BYTES, measure_json
 from saga_core.templates import references
 from saga_core.validation import definition_problems, validate_definition
 
@@ -44,6 +45,29 @@ class AgentPlan(BaseModel):
 
     goal: str = ""
     actions: list[PlannedAction]
+
+
+def parse_plan(document: Any) -> AgentPlan:
+    """A plan from an untrusted document: its size checked first
+    (:class:`~saga_core.limits.LimitExceeded`), then every malformed field listed at once
+    (:class:`~saga_core.errors.PlanRejected`). Not yet validated against a catalogue."""
+    check_plan_document(document)
+    try:
+        return AgentPlan.model_validate(document)
+    except ValidationError as exc:
+        raise PlanRejected([
+            Problem("plan." + ".".join(str(p) for p in err["loc"]), "malformed", err["msg"])
+            for err in exc.errors()
+        ]) from None
+
+
+def check_plan_document(document: Any, what: str = "agent plan") -> None:
+    """Refuse a plan document over ``plan_bytes`` or ``plan_actions`` before any model is
+    built from it (:class:`~saga_core.limits.LimitExceeded`)."""
+    measure_json(what, document, PLAN_BYTES)
+    actions = document.get("actions") if isinstance(document, dict) else None
+    if isinstance(actions, list):
+        PLAN_ACTIONS.check(f"{what} actions", len(actions))
 
 
 def action_step_id(action: PlannedAction) -> str:
@@ -161,7 +185,9 @@ def validate_plan(
     input_fields: dict[str, InputField] | None = None,
     allowlist: set[tuple[str, int]] | None = None,
 ) -> SagaDefinition:
-    """An ad-hoc, validated definition for ``plan``, or :class:`PlanRejected` with every reason."""
+    """An ad-hoc, validated definition for ``plan``, or :class:`PlanRejected` with every reason
+    (:class:`~saga_core.limits.LimitExceeded` for more than ``plan_actions`` actions)."""
+    PLAN_ACTIONS.check("agent plan actions", len(plan.actions))
     problems = _plan_problems(plan, catalogue, allowlist)
     try:
         definition = _plan_definition(plan, catalogue, name, version, input_fields or {})

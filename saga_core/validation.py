@@ -14,6 +14,7 @@ from saga_core.catalogue import ToolCatalogue, ToolSpec
 from saga_core.contracts import RETRYABLE_SEMANTICS, Semantics
 from saga_core.definition import RetryPolicy, SagaDefinition, StepDefinition
 from saga_core.errors import DefinitionError, Problem, TemplateError
+from saga_core.limits import DEFINITION_STEPS, DEPENDENCY_EDGES, TEMPLATE_REFERENCES
 from saga_core.templates import references
 
 
@@ -35,7 +36,11 @@ def validate_definition(definition: SagaDefinition, catalogue: ToolCatalogue) ->
 
 
 def definition_problems(definition: SagaDefinition, catalogue: ToolCatalogue) -> list[Problem]:
-    """Every rule the definition breaks, in a stable order (empty list: valid)."""
+    """Every rule the definition breaks, in a stable order (empty list: valid).
+
+    A definition over a size limit raises :class:`~saga_core.limits.LimitExceeded` first:
+    the graph and template checks below cost steps x edges and must not run on it."""
+    check_definition_size(definition)
     problems: list[Problem] = []
     problems += _graph_problems(definition)
     problems += _retry_problems(definition)
@@ -44,6 +49,37 @@ def definition_problems(definition: SagaDefinition, catalogue: ToolCatalogue) ->
         problems += _template_problems(definition, step, catalogue)
     problems += _semantics_problems(definition, catalogue)
     return problems
+
+
+def check_definition_size(definition: SagaDefinition) -> None:
+    """Refuse a definition over ``definition_steps``, ``dependency_edges`` or, for one
+    operation, ``template_references`` (a :class:`~saga_core.limits.LimitExceeded`)."""
+    DEFINITION_STEPS.check(f"definition {definition.name!r} steps", len(definition.steps))
+    edges = sum(len(step.depends_on) for step in definition.steps)
+    DEPENDENCY_EDGES.check(f"definition {definition.name!r} depends_on", edges)
+    for step in definition.steps:
+        operations: list[tuple[str, list[Any]]] = [("", [step.args])]
+        if step.compensation is not None:
+            operations.append(
+                (" compensation", [step.compensation.args, step.compensation.precondition]))
+        for part, templates in operations:
+            TEMPLATE_REFERENCES.check(
+                f"step {step.id}{part} templates", sum(_reference_count(t) for t in templates))
+
+
+def _reference_count(template: Any) -> int:
+    """How many ``${`` a template's strings hold (escapes included: an upper bound that
+    needs no parse), walked without recursion."""
+    count, pending = 0, [template]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            count += item.count("${")
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return count
 
 
 def _where(step: StepDefinition, part: str = "") -> str:

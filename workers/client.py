@@ -12,7 +12,7 @@ import uuid
 from datetime import timedelta
 from typing import Any, cast
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from events import ConcurrencyError
 from events.saga_log import Definitions, Secrets
@@ -24,13 +24,11 @@ from saga_core import (
 )
 from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import StepKind
+from saga_core.definition import parse_definition
 from saga_core.errors import (
     ApprovalNotPending,
-    DefinitionError,
     ErrorKind,
     InputValidationError,
-    PlanRejected,
-    Problem,
     SagaError,
 )
 from saga_core.events import (
@@ -42,7 +40,15 @@ from saga_core.events import (
 )
 from saga_core.inputs import validate_input
 from saga_core.keys import json_value_problem, payload_hash, text_argument_problem, text_problem
-from saga_core.plans import AgentPlan
+from saga_core.limits import (
+    EVIDENCE_BYTES,
+    KEY_CHARS,
+    NAME_CHARS,
+    REASON_CHARS,
+    Limit,
+    measure_json,
+)
+from saga_core.plans import AgentPlan, parse_plan
 from saga_core.resolution import OPERATOR_ACTIONS, OperatorRequest, resolve_escalation
 from saga_core.state import SagaState
 from saga_core.validation import validate_definition
@@ -61,11 +67,7 @@ from workers.views import SagaView, view_of
 
 # Saga ids for idempotency keys: uuid5 over (tenant, key) in sagafleet's own namespace.
 _KEY_NAMESPACE = uuid.UUID("5a6af1ee-7000-4000-8000-000000000001")
-MAX_KEY_LENGTH = 200
-MAX_NAME_LENGTH = 200
-"""Longest definition name, step id, tenant or actor a client call accepts."""
-MAX_REASON_LENGTH = 10_000
-"""Longest free-text reason (start, cancel, deny, resolve) a client call accepts."""
+# The lengths of names, keys and reasons, and why: saga_core.limits (NAME_CHARS, ...).
 DEFAULT_SECRET_TTL = timedelta(minutes=15)
 """How long a deposited secret waits for its start, unless told otherwise."""
 MIN_SECRET_TTL, MAX_SECRET_TTL = timedelta(seconds=1), timedelta(days=1)
@@ -93,11 +95,14 @@ class InvalidRequest(SagaError):
     kind = ErrorKind.INVALID_INPUT
 
 
-def _text(what: str, value: object, limit: int, *, empty: bool = False) -> str:
+def _text(what: str, value: object, limit: Limit | int, *, empty: bool = False) -> str:
     """A caller's text argument, or InvalidRequest naming it (see text_argument_problem;
-    ``empty`` lets it be empty or blank)."""
-    problem = text_argument_problem(what, value, limit, blank=empty)
+    ``empty`` lets it be empty or blank); a text too long also names the limit."""
+    longest = limit.value if isinstance(limit, Limit) else limit
+    problem = text_argument_problem(what, value, longest, blank=empty)
     if problem is not None:
+        if isinstance(limit, Limit) and isinstance(value, str) and len(value) > longest:
+            problem += f" ({limit.name})"
         raise InvalidRequest(problem)
     return cast(str, value)  # a str: text_argument_problem checked
 
@@ -144,8 +149,8 @@ class SagaClient:
         self.catalogue = catalogue
         self.secrets = secrets
         self.publisher = publisher
-        self.tenant = _text("tenant", tenant, MAX_NAME_LENGTH)
-        self.actor = _text("actor", actor, MAX_NAME_LENGTH)
+        self.tenant = _text("tenant", tenant, NAME_CHARS)
+        self.actor = _text("actor", actor, NAME_CHARS)
 
     def as_actor(self, actor: str, tenant: str | None = None) -> SagaClient:
         """The same client acting as someone else (or for another tenant)."""
@@ -193,15 +198,7 @@ class SagaClient:
     def register_definition(self, definition: SagaDefinition | dict[str, Any]) -> str:
         """Validate a definition against the tool catalogue and store it; return its hash."""
         if not isinstance(definition, SagaDefinition):
-            try:
-                definition = SagaDefinition.model_validate(definition)
-            except ValidationError as exc:
-                name = definition.get("name", "?") if isinstance(definition, dict) else "?"
-                raise DefinitionError(str(name), [
-                    Problem(".".join(str(p) for p in err["loc"]) or "definition", "malformed",
-                            err["msg"])
-                    for err in exc.errors()
-                ]) from None
+            definition = parse_definition(definition)  # size bounded before pydantic copies
         validated = validate_definition(definition, self.catalogue)
         return self.definitions.register(validated, registered_by=self.actor)
 
@@ -215,14 +212,7 @@ class SagaClient:
         and a different plan never collides with it.
         """
         if not isinstance(plan, AgentPlan):
-            try:
-                plan = AgentPlan.model_validate(plan)
-            except ValidationError as exc:
-                raise PlanRejected([
-                    Problem("plan." + ".".join(str(p) for p in err["loc"]), "malformed",
-                            err["msg"])
-                    for err in exc.errors()
-                ]) from None
+            plan = parse_plan(plan)  # size bounded before pydantic copies
         if name is None:
             name = plan_definition_name(plan)
         definition = validate_plan(plan, self.catalogue, name=name, version=version)
@@ -242,9 +232,9 @@ class SagaClient:
     ) -> Started:
         """Start a saga; with ``key``, the same key and input return the same saga."""
         if key is not None:
-            _text("idempotency key", key, MAX_KEY_LENGTH)
-        _text("definition name", definition, MAX_NAME_LENGTH)
-        _text("reason", reason, MAX_REASON_LENGTH, empty=True)
+            _text("idempotency key", key, KEY_CHARS)
+        _text("definition name", definition, NAME_CHARS)
+        _text("reason", reason, REASON_CHARS, empty=True)
         if version is not None and (type(version) is not int or not 1 <= version <= 2**31 - 1):
             raise InvalidRequest(f"definition version must be a positive int, got {version!r}")
         # The highest version is taken from this process's cache and confirmed inside the
@@ -355,7 +345,7 @@ class SagaClient:
 
     def find(self, key: str) -> SagaView | None:
         """The saga this tenant started with idempotency ``key``, or None."""
-        _text("idempotency key", key, MAX_KEY_LENGTH)
+        _text("idempotency key", key, KEY_CHARS)
         try:
             return view_of(self._load(self._id_for_key(key)))
         except SagaNotFound:
@@ -391,7 +381,7 @@ class SagaClient:
     ) -> SagaView:
         """Deny the pending request; before the pivot this starts compensation."""
         kind = _step_ref(step_id, kind)
-        _text("reason", reason, MAX_REASON_LENGTH, empty=True)
+        _text("reason", reason, REASON_CHARS, empty=True)
 
         def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
             run = loaded.state.run(step_id, kind)
@@ -405,7 +395,7 @@ class SagaClient:
 
     def cancel(self, saga_id: str, *, reason: str = "") -> SagaView:
         """Ask to cancel: compensate what can be compensated (before the pivot)."""
-        _text("reason", reason, MAX_REASON_LENGTH, empty=True)
+        _text("reason", reason, REASON_CHARS, empty=True)
 
         def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
             if loaded.state.cancel_requested or loaded.state.finished is not None:
@@ -425,9 +415,11 @@ class SagaClient:
         saga after it; raises ``NothingToResolve`` when nothing waits for a person and
         ``OperatorActionRejected`` when the action does not fit what the saga waits on.
         """
-        _text("reason", reason, MAX_REASON_LENGTH, empty=True)
+        _text("reason", reason, REASON_CHARS, empty=True)
         if step_id is not None:
             kind = _step_ref(step_id, kind)
+        if evidence is not None:
+            measure_json("evidence", evidence, EVIDENCE_BYTES)
         problem = None if evidence is None else (
             "must be a JSON object" if not isinstance(evidence, dict)
             else json_value_problem(evidence))
@@ -474,7 +466,7 @@ class SagaClient:
 
 def _step_ref(step_id: object, kind: object) -> StepKind:
     """A checked step id and its kind (``"forward"`` or ``"compensation"`` as text too)."""
-    _text("step id", step_id, MAX_NAME_LENGTH)
+    _text("step id", step_id, NAME_CHARS)
     if isinstance(kind, StepKind):
         return kind
     if isinstance(kind, str) and kind in StepKind._value2member_map_:

@@ -7,15 +7,15 @@ dead-lettered, never retried.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from saga_core.contracts import StepKind
 from saga_core.errors import ErrorKind, SagaError
+from saga_core.limits import STEP_MESSAGE_BYTES, LimitExceeded, measure_json
 
-MAX_MESSAGE_BYTES = 4096
+MAX_MESSAGE_BYTES = STEP_MESSAGE_BYTES.value
 
 
 class MalformedMessage(SagaError):
@@ -40,12 +40,10 @@ class StepCommand(BaseModel):
     @classmethod
     def parse(cls, args: Any, kwargs: Any = None) -> StepCommand:
         """Validate raw task arguments from the broker into a command, or raise MalformedMessage."""
-        try:
-            size = len(json.dumps([args, kwargs], default=str))
-        except (TypeError, ValueError) as exc:
-            raise MalformedMessage(f"arguments are not JSON: {exc}") from None
-        if size > MAX_MESSAGE_BYTES:
-            raise MalformedMessage(f"message of {size} bytes exceeds {MAX_MESSAGE_BYTES}")
+        try:  # bounded: a hostile message is refused after STEP_MESSAGE_BYTES of walking
+            measure_json("step message", [args, kwargs], STEP_MESSAGE_BYTES)
+        except LimitExceeded as exc:
+            raise MalformedMessage(str(exc)) from None
         if kwargs:
             raise MalformedMessage(f"unexpected keyword arguments: {sorted(kwargs)}")
         if not isinstance(args, list | tuple) or len(args) != 4:

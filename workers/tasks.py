@@ -48,6 +48,7 @@ from celery.exceptions import Reject
 from kombu.exceptions import KombuError, OperationalError
 
 from saga_core.errors import ErrorKind, SagaError
+from saga_core.limits import check_command_message
 from workers.branches import SagaBranches
 from workers.celery_app import COMMAND_TASK_OPTIONS, STEP_TASK
 from workers.command_failures import CommandFailure, judge_failure, retry_delay_s
@@ -156,7 +157,9 @@ def run_command(fleet: Fleet, task: Task, message: CommandMessage,
 
 
 def _command_arguments(args: Any, kwargs: Any) -> dict[str, Any]:
-    """The command's keyword arguments (a copy the action consumes), or MalformedMessage."""
+    """The command's keyword arguments (a copy the action consumes), or MalformedMessage
+    (LimitExceeded for a message over ``command_message_bytes``)."""
+    check_command_message(args, kwargs)  # bounded before any model is built from it
     if args:
         raise MalformedMessage("saga commands take keyword arguments only")
     if not isinstance(kwargs, dict):

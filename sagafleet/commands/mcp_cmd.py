@@ -75,11 +75,22 @@ def run_mcp(args: argparse.Namespace, settings: Settings) -> int:
         if address is None:
             server.run()
         else:
-            server.run("streamable-http", host=address[0], port=address[1],
-                       streamable_http_path=args.path)
+            serve_http(server, address, args.path)
     finally:
         fleet.close()
     return ExitCode.OK
+
+
+def serve_http(server: Any, address: tuple[str, int], path: str) -> None:
+    """Serve streamable HTTP with every request body capped (``mcp_body_bytes``)."""
+    import uvicorn
+
+    from saga_core.limits import MCP_BODY_BYTES
+    from sagafleet.gateway.http_body import BodyLimit
+
+    app = server.streamable_http_app(streamable_http_path=path, host=address[0],
+                                     max_request_body_size=MCP_BODY_BYTES.value)
+    uvicorn.run(BodyLimit(app), host=address[0], port=address[1], log_level="warning")
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> int:

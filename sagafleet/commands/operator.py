@@ -9,17 +9,18 @@ is saga_core's rule (:mod:`saga_core.resolution`).
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from typing import Any, cast
 
 from projections import operator_queue
 from saga_core.contracts import StepKind
+from saga_core.documents import load_document
 from saga_core.events import OperatorActionName
+from saga_core.limits import INPUT_TEXT_BYTES, QUEUE_PAGE_ROWS
 from saga_core.resolution import OPERATOR_ACTIONS, OperatorRequest
 from sagafleet import runtime
 from sagafleet.commands.rendering import QueueReport, ResolveReport, SagaReport
-from sagafleet.errors import InvalidInput
+from sagafleet.errors import InvalidInput, UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import command_fleet
 from sagafleet.output import emit_report
@@ -45,6 +46,9 @@ def register(sub: Any) -> None:
     queue = sub.add_parser("queue", help="the operator queue: what waits for a human",
                            epilog=EXAMPLES, formatter_class=fmt)
     queue.add_argument("--tenant", default=None, help="only this tenant's sagas")
+    queue.add_argument("--limit", type=int, default=QUEUE_PAGE_ROWS.value,
+                       help=f"at most this many entries, nearest deadline first "
+                       f"(1..{QUEUE_PAGE_ROWS.value}, the default)")
     queue.add_argument("--json", action="store_true", help="print one JSON document")
     queue.set_defaults(handler=run_queue)
 
@@ -103,9 +107,12 @@ def _act(
 
 
 def run_queue(args: argparse.Namespace, settings: Settings) -> int:
-    """List the operator queue, nearest deadline first."""
+    """List the operator queue, nearest deadline first, one page of at most --limit."""
+    if args.limit < 1:
+        raise UsageError(f"--limit must be at least 1, not {args.limit}")
+    QUEUE_PAGE_ROWS.check("queue --limit", args.limit)
     with runtime.read_side(settings) as ctx:
-        report = QueueReport(operator_queue(ctx, tenant=args.tenant))
+        report = QueueReport(operator_queue(ctx, tenant=args.tenant, limit=args.limit))
     emit_report(report, as_json=args.json)
     return ExitCode.OK
 
@@ -129,10 +136,8 @@ def run_cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_resolve(args: argparse.Namespace, settings: Settings) -> int:
     """Record an operator action; the same action clicked again records nothing."""
-    try:
-        evidence = json.loads(args.evidence) if args.evidence else {}
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"--evidence is not JSON: {exc}") from None
+    evidence = (load_document(args.evidence, "--evidence", INPUT_TEXT_BYTES, "json")
+                if args.evidence else {})
     if not isinstance(evidence, dict):
         raise InvalidInput("--evidence must be a JSON object")
     request = OperatorRequest(

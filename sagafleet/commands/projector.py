@@ -16,6 +16,7 @@ from typing import Any
 from events.anchors import AnchorLoop
 from projections import PROJECTIONS, MetricsServer, Projector, projection_status, rebuild
 from projections.rebuild import RebuildProgress
+from saga_core.limits import BATCH_EVENTS
 from sagafleet import runtime
 from sagafleet.anchor_key import anchor_key
 from sagafleet.commands.rendering import ProjectionStatusReport, RebuildSummary
@@ -66,8 +67,17 @@ def register(sub: Any) -> None:
     serve.set_defaults(handler=run_serve_metrics)
 
 
+def _checked_batch(batch: int) -> int:
+    """--batch: 1..batch_events events per transaction (a page held in memory at once)."""
+    if batch < 1:
+        raise UsageError(f"--batch must be at least 1, not {batch}")
+    BATCH_EVENTS.check("--batch", batch)
+    return batch
+
+
 def run_projector(args: argparse.Namespace, settings: Settings) -> int:
     """Run until SIGTERM/SIGINT."""
+    _checked_batch(args.batch)
     logging.basicConfig(level=logging.INFO)
     with runtime.projector_side(settings) as ctx:
         projector = Projector(ctx, batch_size=args.batch, poll_s=args.poll).start()
@@ -114,6 +124,7 @@ def run_rebuild(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
+    _checked_batch(args.batch)
     names = [args.name] if args.name else list(PROJECTIONS)
     with runtime.read_side(settings) as ctx:
         reports = [

@@ -12,8 +12,10 @@ import re
 from typing import Any
 
 from events import InvalidArgument
+from events.model import Position
 from events.sagas import PostgresSagaLog
 from projections import audit, business_alerts, collect_metrics, parse_position, verify
+from saga_core.limits import POSITION_MAX
 from sagafleet import runtime
 from sagafleet.anchor_key import anchor_key
 from sagafleet.commands.rendering import (
@@ -112,14 +114,31 @@ def run_alerts(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_audit(args: argparse.Namespace, settings: Settings) -> int:
     """Print a saga's timeline (up to --at) and its state as of then."""
-    try:
-        at = parse_position(args.at) if args.at else None
-    except ValueError:  # InvalidArgument (a ValueError) from XID:N, a plain one from int()
-        raise InvalidArgument(f"--at wants a position N or XID:N, not {args.at!r}") from None
+    at = _audit_position(args.at) if args.at else None
     with runtime.read_side(settings) as ctx:
         report = audit(ctx, args.saga_id, at)
     emit_report(AuditView(report), as_json=args.json)
     return ExitCode.OK if report.chain_ok else ExitCode.VERIFY_FAILED
+
+
+def _audit_position(text: str) -> Position | int:
+    """``--at``: a position N or XID:N, each number in 0..position_max (bigint), read
+    without converting more digits than that range needs."""
+    digits = len(str(POSITION_MAX.value))
+    for part in text.split(":", 1):
+        if len(part) > digits:  # refuses 10**5000 before int() converts it
+            raise InvalidArgument(f"--at has a number of {len(part)} digits; the limit "
+                                  f"{POSITION_MAX.name} is {POSITION_MAX.value}")
+    try:
+        at = parse_position(text)
+    except ValueError:  # InvalidArgument (a ValueError) from XID:N, a plain one from int()
+        raise InvalidArgument(f"--at wants a position N or XID:N, not {text!r}") from None
+    numbers = (at.transaction_id, at.global_position) if isinstance(at, Position) else (at,)
+    for number in numbers:
+        if number < 0:
+            raise InvalidArgument(f"--at wants a position N or XID:N, not {text!r}")
+        POSITION_MAX.check("--at", number)
+    return at
 
 
 def run_verify(args: argparse.Namespace, settings: Settings) -> int:

@@ -7,13 +7,13 @@ Looking at a saga is ``status`` (reports.py); acting on one is ``approve``, ``de
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-import yaml
-
+from saga_core.definition import check_definition_document
+from saga_core.documents import Syntax, load_document
+from saga_core.limits import DEFINITION_BYTES, INPUT_TEXT_BYTES, Limit, LimitExceeded
 from sagafleet.commands.rendering import RegisteredDefinition, SagaReport
 from sagafleet.errors import InvalidInput, NotFound
 from sagafleet.exit_codes import ExitCode
@@ -56,14 +56,15 @@ def run_register(args: argparse.Namespace, settings: Settings) -> int:
     """Validate a definition file against the configured tool catalogue and store it."""
     path = Path(args.file)
     try:
-        text = path.read_text(encoding="utf-8")
-        document = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+        with path.open("rb") as file:
+            text = _read_at_most(file, DEFINITION_BYTES, f"definition file {path}")
     except OSError as exc:
         raise NotFound(f"cannot read {path}: {exc.strerror}") from None
-    except (yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"{path} is not valid YAML/JSON: {exc}") from None
+    syntax: Syntax = "yaml" if path.suffix in (".yaml", ".yml") else "json"
+    document = load_document(text, f"definition file {path}", DEFINITION_BYTES, syntax)
     if not isinstance(document, dict):
         raise InvalidInput(f"{path} must hold one definition (a mapping)")
+    check_definition_document(document, f"definition file {path}")
     fleet = command_fleet(settings)
     try:
         content_hash = fleet.client(actor=args.actor).register_definition(document)
@@ -106,20 +107,28 @@ def run_find(args: argparse.Namespace, settings: Settings) -> int:
 def _input_document(value: str) -> Any:
     """``--input``'s JSON: the text itself, ``@FILE``'s content, or ``-`` for stdin."""
     source = "--input"
+    raw: str | bytes
     if value == "-":
-        text, source = sys.stdin.read(), "--input - (stdin)"
+        source = "--input - (stdin)"
+        raw = _read_at_most(sys.stdin.buffer, INPUT_TEXT_BYTES, source)
     elif value.startswith("@"):
         path = Path(value[1:])
+        source = f"--input {value}"
         try:
-            text = path.read_text(encoding="utf-8")
+            with path.open("rb") as file:
+                raw = _read_at_most(file, INPUT_TEXT_BYTES, source)
         except OSError as exc:
             raise NotFound(f"--input {value}: cannot read {path}: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise InvalidInput(f"--input {value}: {path} is not UTF-8 text") from None
-        source = f"--input {value}"
     else:
-        text = value
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{source} is not JSON: {exc}") from None
+        raw = value
+    # Size and nesting are checked on the text; the parsed value's own size (against
+    # saga_input_bytes) is the client's check, the same for every entry.
+    return load_document(raw, source, INPUT_TEXT_BYTES, "json")
+
+
+def _read_at_most(file: BinaryIO, limit: Limit, what: str) -> bytes:
+    """A file's bytes, reading no more than one byte past ``limit`` (LimitExceeded then)."""
+    data = file.read(limit.value + 1)
+    if len(data) > limit.value:
+        raise LimitExceeded(limit, what, len(data), at_least=True)
+    return data

@@ -18,10 +18,10 @@ from mcp.types import Tool as McpTool
 
 from saga_core.definition import SagaDefinition
 from saga_core.errors import Problem, SagaError
+from saga_core.limits import KEY_CHARS
 from sagafleet.gateway.binding import CallerBinding
 from sagafleet.gateway.errors import ArgumentsRejected, tool_error
 from sagafleet.gateway.service import GatewayService
-from workers.client import MAX_KEY_LENGTH
 
 ExportFormat = Literal["openai", "anthropic"]
 START_PREFIX = "start_"
@@ -72,7 +72,7 @@ def definition_function(definition: SagaDefinition) -> FunctionSpec:
             "properties": {
                 "input": _portable(definition.input_json_schema()),
                 "idempotency_key": {"type": "string", "minLength": 1,
-                                    "maxLength": MAX_KEY_LENGTH,
+                                    "maxLength": KEY_CHARS.value,
                                     "description": "your key for this request; a retry with "
                                     "the same key returns the same saga"},
                 "reason": {"type": "string", "minLength": 1,

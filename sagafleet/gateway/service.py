@@ -15,14 +15,14 @@ from pydantic import ValidationError
 
 from saga_core.definition import SagaDefinition
 from saga_core.errors import PlanRejected, Problem
-from saga_core.plans import AgentPlan
+from saga_core.limits import AGENT_REASON_CHARS, KEY_CHARS
+from saga_core.plans import AgentPlan, check_plan_document
 from sagafleet.gateway.binding import CallerBinding
 from sagafleet.gateway.describe import describe_definition, outlook, step_semantics
 from sagafleet.gateway.errors import ArgumentsRejected, problems_of
 from sagafleet.gateway.readable import audit_timeline, compact_status
 from workers.client import (
     DEFAULT_SECRET_TTL,
-    MAX_KEY_LENGTH,
     MAX_SECRET_TTL,
     MIN_SECRET_TTL,
     PLAN_NAME_PREFIX,
@@ -33,7 +33,7 @@ from workers.fleet import Fleet
 # Definitions registered from agent plans; kept out of list_sagas (they are per request,
 # and one tenant's plan is no business of another tenant).
 PLAN_PREFIX = PLAN_NAME_PREFIX
-MAX_REASON = 2000
+MAX_REASON = AGENT_REASON_CHARS.value
 
 
 class GatewayService:
@@ -61,7 +61,7 @@ class GatewayService:
         idempotency_key: str, reason: str, *, version: int | None = None,
     ) -> dict[str, Any]:
         """Validate the input and start the saga; the same key returns the same saga."""
-        problems = _text_problems("idempotency_key", idempotency_key, MAX_KEY_LENGTH)
+        problems = _text_problems("idempotency_key", idempotency_key, KEY_CHARS.value)
         problems += _text_problems("reason", reason, MAX_REASON)
         if not isinstance(definition, str) or not definition:
             problems.append(Problem("definition", "wrong_type", "a definition name is required"))
@@ -106,8 +106,10 @@ class GatewayService:
         self, who: CallerBinding, steps: list[dict[str, Any]], goal: str = ""
     ) -> dict[str, Any]:
         """Validate an agent's plan against the catalogue; name the definition to start it."""
+        document = {"goal": goal, "actions": steps}
+        check_plan_document(document)  # bounded before pydantic copies it
         try:
-            plan = AgentPlan.model_validate({"goal": goal, "actions": steps})
+            plan = AgentPlan.model_validate(document)
         except ValidationError as exc:
             raise PlanRejected(_plan_shape_problems(exc)) from None
         # Named by the plan's content (the client's default): the same plan always gets the

@@ -31,6 +31,7 @@ from saga_core import (
     validate_plan,
 )
 from saga_core.definition import InputField
+from saga_core.limits import LimitExceeded
 
 
 def test_trip_round_trips_through_json_and_yaml_with_a_stable_hash() -> None:
@@ -310,14 +311,17 @@ def test_arguments_and_inputs_nested_too_deep_for_the_log_are_refused_by_name() 
     AgentPlan.model_validate(  # 100 levels (the args object and 99 arrays) are fine
         {"actions": [{"tool": "email.send_correction", "args": {"x": _nested(99)}}]}
     )
-    # and a saga input of type object or array is held to the same rule (and to finite
-    # numbers), listed like every other bad field instead of crashing the start
+    # and a saga input of type object or array is held to the same rule: too deep is
+    # refused before any other check (saga_core.limits, by the limit's name), and what is
+    # not JSON (a NaN) is listed like every other bad field instead of crashing the start
     trip = trip_definition()
     spec = trip.model_copy(update={"input": {
         **trip.input, "notes": InputField(type="object", required=False),
         "ratio": InputField(type="number", required=False)}})
+    with pytest.raises(LimitExceeded, match="saga input nesting .* json_depth"):
+        validate_input(spec, {**trip_input(), "notes": {"x": _nested(500)}})
     with pytest.raises(InputValidationError) as err:
-        validate_input(spec, {**trip_input(), "notes": {"x": _nested(500)},
+        validate_input(spec, {**trip_input(), "notes": {"x": [float("inf")]},
                               "ratio": float("nan")})
     found = {(p.where, p.rule) for p in err.value.problems}
     assert {("input.notes", "not_json"), ("input.ratio", "not_json")} <= found
