@@ -27,6 +27,8 @@ from psycopg.types.json import Jsonb
 
 from events import EventStore
 from saga_core.errors import ErrorKind, SagaError
+from saga_core.limits import LimitExceeded, check_command_message
+from workers.celery_app import STEP_TASK
 
 MAX_REASON_CHARS = 2000
 """A reason is a message for a person; longer ones are cut (the message itself never is)."""
@@ -98,13 +100,23 @@ class Resolution:
     letter: DeadLetter
 
 
+OVERSIZED = "$oversized"
+"""The one key of a letter's message whose command was over the size limit (not kept)."""
+
+
 def dead_letter_body(task: str, args: Any, kwargs: Any) -> dict[str, Any]:
     """The body a dead letter keeps for a message of ``task``: its arguments, as they came.
 
-    The one seam where a body is shaped before it is stored: masking of values that must
-    never be stored (secret input fields) belongs here.
+    The one seam where a body is shaped before it is stored (the worker withholds secret
+    input fields from it, ``workers.secrets.withhold_secrets``). A command over
+    ``command_message_bytes`` is not kept: only what the limit said of it (such a letter
+    cannot be requeued; the agent must send a smaller command).
     """
-    del task  # every task's body is kept the same way today
+    if task != STEP_TASK:
+        try:
+            check_command_message(args, kwargs)
+        except LimitExceeded as exc:
+            return {OVERSIZED: str(exc)}
     return {"args": list(args) if isinstance(args, list | tuple) else args,
             "kwargs": kwargs}
 
@@ -210,6 +222,10 @@ class DeadLetters:
                     raise DeadLetterClosed(
                         f"dead letter {letter_id} was recorded before whole messages were "
                         "kept (only a truncated body): it cannot be requeued; discard it")
+                if OVERSIZED in letter.message:
+                    raise DeadLetterClosed(
+                        f"dead letter {letter_id} was over the command size limit and its "
+                        "message was not kept: it cannot be requeued; discard it")
                 publish(letter)
             resolved = cur.execute(
                 "UPDATE fleet.dead_letters SET status = %s, resolved_by = %s,"  # noqa: S608

@@ -146,6 +146,10 @@ def test_a_worker_dead_letters_an_oversized_command_before_decoding_it(
     ((task, reason),) = _dead_letters(database)
     assert task == "sagafleet.commands.start_saga" and "command_message_bytes" in reason
     assert fleet.client().find("oversized") is None
+    # and the letter keeps what the limit said, not the oversized message
+    with psycopg.connect(database) as conn:
+        (message,) = conn.execute("SELECT message FROM fleet.dead_letters").fetchone()
+    assert set(message) == {"$oversized"} and "command_message_bytes" in message["$oversized"]
 
 
 def _free_port() -> int:
