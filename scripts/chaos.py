@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 import sys
 import tempfile
@@ -81,6 +82,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run, print, exit 0 (clean) or 1 (violations)."""
     args = parse_args(argv)
+    # The operator's pool notices every PostgreSQL restart; the report says what matters.
+    logging.getLogger("psycopg").setLevel(logging.ERROR)
     home = Path(tempfile.mkdtemp(prefix="sf-chaos-", dir="/tmp"))
     log_dir = home / "logs"
     log_dir.mkdir()
