@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -157,7 +158,7 @@ class AgentSender(threading.Thread):
     """Sends the agent's commands on schedule from its own thread and its own Celery client."""
 
     def __init__(self, broker_url: str, plan: AgentPlan, desk: CancelDesk,
-                 clock: Any, down: Any) -> None:
+                 clock: Callable[[], float], down: Callable[[], tuple[str, ...]]) -> None:
         super().__init__(name="chaos-agent", daemon=True)
         self.app = Celery("chaos-agent", broker=broker_url, set_as_current=False)
         self.app.conf.update(task_serializer="json", accept_content=["json"])

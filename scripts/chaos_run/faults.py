@@ -135,6 +135,9 @@ class Injector:
         self.records: list[FaultRecord] = []
         self.dropped_commands: dict[str, str] = {}  # task id -> where Redis held it, emptied
         self.dropped_steps = 0
+        # (from, to) in run seconds: from the snapshot until Redis answered again. A command
+        # accepted meanwhile went into a Redis about to be emptied (or not yet listening).
+        self.redis_blackouts: list[tuple[float, float]] = []
         self._down: set[str] = set()
         self._lock = threading.Lock()
         self._queue: list[tuple[float, int, str, int]] = []  # (at, order, fault, pid)
@@ -203,6 +206,7 @@ class Injector:
         if not self.embedded:
             record.result = "skipped: external broker"
             return
+        blackout_from = self.clock()
         held = snapshot(self.broker_url)  # what the restart is about to drop
         began = time.monotonic()
         embedded.stop_redis(self.home)
@@ -211,6 +215,7 @@ class Injector:
         time.sleep(REDIS_OUTAGE_S)
         embedded.start_redis(self.home)  # no persistence: every message is gone
         self._set_down("redis", False)
+        self.redis_blackouts.append((blackout_from, self.clock()))
         record.outage_s = round(time.monotonic() - began, 2)
         self.dropped_commands.update({i: "queued" for i in held.queued})
         self.dropped_commands.update({i: "unacked, held by a worker" for i in held.unacked})

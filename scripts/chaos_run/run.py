@@ -265,7 +265,8 @@ class ChaosRun:
         ledgers = {row.saga_id: row for row in ledger_rows or []}
         sagas = judge_sagas(facts, ledgers, plan_names)
         commands = judge_commands(agent.sent, facts, plan_names, letters,
-                                  injector.dropped_commands, in_broker.command_ids)
+                                  injector.dropped_commands, in_broker.command_ids,
+                                  injector.redis_blackouts)
         for item in [*commands.lost, *commands.lost_with_broker_state]:
             accepted = item["accepted_at_s"]
             item["faults_near"] = [f"{r.at_s:.1f}s {r.fault} {r.target}".strip()
@@ -321,6 +322,7 @@ class ChaosRun:
                 "sent": dict(commands.sent),
                 "accepted": dict(commands.accepted),
                 "unpublished": commands.unpublished,
+                "never_sent": len(agent.pending),
                 "publish_retries": commands.publish_retries,
                 "sent_while_down": dict(commands.sent_while_down),
                 "outcomes": {o: dict(c) for o, c in sorted(commands.outcomes.items())},

@@ -12,9 +12,10 @@ Commands: every accepted command (its publish returned) is exactly one of
 * ``moot``: a cancel for a saga that had finished before the cancel was accepted;
 * ``dead_lettered``: refused with a reason in ``fleet.dead_letters``;
 * ``lost_with_broker_state``: its message was in Redis when the run emptied Redis (no
-  persistence): the agent's publish was accepted and the message then went with the
-  broker's memory. A real gap, but one the deployment chooses (Redis without AOF), so it
-  is counted apart from losses the fleet caused;
+  persistence), or its publish returned while Redis was being emptied: the agent's
+  publish was accepted and the message then went with the broker's memory. A real gap,
+  but one the deployment chooses (Redis without AOF), so it is counted apart from losses
+  the fleet caused;
 * ``pending_in_broker``: still queued or unacknowledged in Redis at the end (a worker
   SIGKILLed while holding it: Redis hands it out again after the visibility timeout);
 * ``lost``: none of the above. The fleet lost it; always a violation.
@@ -25,6 +26,7 @@ Commands whose publish never returned are ``unpublished``: the agent knows, so n
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,7 +120,8 @@ def _dead_letter_for(command: Command, letters: list[DeadLetter]) -> DeadLetter 
 
 def judge_commands(commands: list[Command], facts: dict[str, SagaFacts], plan_names: set[str],
                    letters: list[DeadLetter], dropped: dict[str, str],
-                   in_broker: frozenset[str]) -> CommandVerdicts:
+                   in_broker: frozenset[str],
+                   blackouts: Sequence[tuple[float, float]] = ()) -> CommandVerdicts:
     """Classify every command the agent sent (see the module docstring)."""
     by_key = {(s.tenant, s.key): s.saga_id for s in facts.values() if s.key is not None}
     verdicts = CommandVerdicts()
@@ -136,8 +139,10 @@ def judge_commands(commands: list[Command], facts: dict[str, SagaFacts], plan_na
         if outcome is None and letter is not None:
             outcome = "dead_lettered"
             verdicts.dead_letter_reasons[letter.reason.split(":")[0][:80]] += 1
+        accepted_s = command.accepted_s
+        in_blackout = any(start <= accepted_s <= end for start, end in blackouts)
         if outcome is None:
-            if command.command_id in dropped:
+            if command.command_id in dropped or in_blackout:
                 outcome = "lost_with_broker_state"
             elif command.command_id in in_broker:
                 outcome = "pending_in_broker"
@@ -151,5 +156,7 @@ def judge_commands(commands: list[Command], facts: dict[str, SagaFacts], plan_na
                     "refused_publishes": len(command.refused)}
             if command.command_id in dropped:
                 item["in_redis_when_emptied"] = dropped[command.command_id]
+            elif in_blackout:
+                item["in_redis_when_emptied"] = "published while Redis was being emptied"
             getattr(verdicts, outcome).append(item)
     return verdicts

@@ -26,9 +26,9 @@ def _facts(saga_id: str, *, key: str | None = None, finished_at: datetime | None
                      manual_reason=None, cancel_requested=cancel_requested)
 
 
-def _command(task: str, target: str, *, accepted: bool = True) -> Command:
+def _command(task: str, target: str, *, accepted: bool = True, at_s: float = 1.0) -> Command:
     return Command(command_id=f"task-{target}", task=task, kwargs={}, target=target, due_s=0.0,
-                   accepted_s=1.0 if accepted else None,
+                   accepted_s=at_s if accepted else None,
                    accepted_at=NOW if accepted else None)
 
 
@@ -46,6 +46,7 @@ def test_each_accepted_command_gets_exactly_one_outcome_and_only_fleet_losses_ar
         _command(START_SAGA, "agent-2"),        # refused with a reason
         _command(START_SAGA, "agent-3"),        # in Redis when Redis was emptied
         _command(START_SAGA, "agent-4"),        # still unacknowledged in Redis
+        _command(START_SAGA, "agent-7", at_s=50.0),  # published while Redis was emptied
         _command(START_SAGA, "agent-5"),        # nowhere: the fleet lost it
         _command(START_SAGA, "agent-6", accepted=False),  # the agent gave up publishing
         _command(CANCEL_SAGA, "s-cancelled"),
@@ -55,20 +56,22 @@ def test_each_accepted_command_gets_exactly_one_outcome_and_only_fleet_losses_ar
     ]
     # when the run judges them
     verdicts = judge_commands(commands, facts, {"plan_a"}, letters,
-                              {"task-agent-3": "queued"}, frozenset({"task-agent-4"}))
+                              {"task-agent-3": "queued"}, frozenset({"task-agent-4"}),
+                              [(49.5, 51.0)])
     # then every accepted command lands in one bucket, and the losses are told apart
     outcomes = {name: dict(counts) for name, counts in verdicts.outcomes.items()}
     assert outcomes == {
         "acted": {"start": 1, "cancel": 1, "plan": 1},
         "dead_lettered": {"start": 1},
-        "lost_with_broker_state": {"start": 1},
+        "lost_with_broker_state": {"start": 2},
         "pending_in_broker": {"start": 1},
         "lost": {"start": 1, "cancel": 1},
         "moot": {"cancel": 1},
     }
-    assert verdicts.unpublished == 1 and verdicts.accepted["start"] == 5
+    assert verdicts.unpublished == 1 and verdicts.accepted["start"] == 6
     assert [c["target"] for c in verdicts.lost] == ["agent-5", "s-done-late"]
-    assert verdicts.lost_with_broker_state[0]["in_redis_when_emptied"] == "queued"
+    assert [c["in_redis_when_emptied"] for c in verdicts.lost_with_broker_state] == [
+        "queued", "published while Redis was being emptied"]
     assert dict(verdicts.dead_letter_reasons) == {"StoreUnavailable": 1}
 
 
