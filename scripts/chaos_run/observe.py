@@ -113,21 +113,37 @@ class DeadLetter:
     """A command message the fleet refused or could not act on, with its reason."""
 
     task: str
+    task_id: str | None  # kept since fleet migration 0003; None before
     kwargs: dict[str, Any]
     reason: str
 
 
+def _message_kwargs(message: Any) -> dict[str, Any]:
+    """The keyword arguments of a stored message: ``{"args", "kwargs"}``, as JSON text
+    before migration 0003 (truncated at 4000 characters) or under ``$json`` when jsonb
+    could not hold it."""
+    try:
+        if isinstance(message, str):
+            message = json.loads(message)
+        if isinstance(message, dict) and isinstance(message.get("$json"), str):
+            message = json.loads(message["$json"])
+    except ValueError:
+        return {}
+    kwargs = message.get("kwargs") if isinstance(message, dict) else None
+    return kwargs if isinstance(kwargs, dict) else {}
+
+
 def command_dead_letters(database_url: str) -> list[DeadLetter]:
-    """The dead-lettered ``sagafleet.commands.*`` messages, their keyword arguments parsed."""
+    """The dead-lettered ``sagafleet.commands.*`` messages, their keyword arguments parsed
+    (on the table as fleet migration 0001 made it, and as 0003 extends it)."""
     with psycopg.connect(database_url, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT task, body, reason FROM fleet.dead_letters"
-            " WHERE task LIKE 'sagafleet.commands.%' ORDER BY id").fetchall()
-    letters = []
-    for task, body, reason in rows:
-        try:
-            kwargs = json.loads(body).get("kwargs") or {}
-        except (ValueError, AttributeError):
-            kwargs = {"_unparsed": body}  # truncated at 4000 characters
-        letters.append(DeadLetter(task, kwargs if isinstance(kwargs, dict) else {}, reason))
-    return letters
+        columns = {r[0] for r in conn.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = 'fleet' AND table_name = 'dead_letters'")}
+        whole = "message" in columns and "task_id" in columns
+        query = ("SELECT task, task_id, coalesce(message, to_jsonb(body)), reason"
+                 if whole else "SELECT task, NULL, body, reason")
+        rows = conn.execute(query + " FROM fleet.dead_letters"
+                            " WHERE task LIKE 'sagafleet.commands.%' ORDER BY id").fetchall()
+    return [DeadLetter(task, task_id, _message_kwargs(message), reason)
+            for task, task_id, message, reason in rows]

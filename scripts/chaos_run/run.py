@@ -41,7 +41,9 @@ from workers.fleet import Fleet, FleetConfig
 
 TRANSIENT = (SagaError, psycopg.Error, redis.RedisError, OSError)
 DRAINED_GRACE_S = 5.0
-"""How long the command queue must stay empty before held cancel targets are released."""
+"""How long no command may be left to wait for before held cancel targets are released."""
+UNACKED_GRACE_S = 60.0
+"""How long to wait for a command a worker holds unacknowledged (a retry's countdown)."""
 
 
 class Costs:
@@ -171,7 +173,7 @@ class ChaosRun:
                 self.start_direct(client, direct)
             agent.stop()
             phase = self._phase("chaos", phase)
-            quiet = self.quiesce(fleet, procs)
+            quiet = self.quiesce(fleet, procs, agent, injector)
             phase = self._phase("quiesce", phase)
             casualties = procs.casualties()
         finally:
@@ -217,36 +219,54 @@ class ChaosRun:
             except TRANSIENT:
                 return
 
-    def quiesce(self, fleet: Fleet, procs: FleetProcesses) -> bool:
-        """Wait until the command queue is drained and every saga is settled (or time out).
+    def quiesce(self, fleet: Fleet, procs: FleetProcesses, agent: AgentSender,
+                injector: Injector) -> bool:
+        """Wait until no accepted command can still take effect and every saga is settled
+        (or the settle timeout passes).
 
-        Sagas held for a cancel are released once the queue stayed empty a moment: their
-        cancel was acted on, dead-lettered or lost by then.
+        A command can still take effect while its message is queued, or unacknowledged in
+        a live worker's hands (a retry waiting for its countdown); one a SIGKILLed worker
+        held comes back only after the visibility timeout, so an unacknowledged command is
+        waited for at most ``UNACKED_GRACE_S``. Sagas held for a cancel are released once
+        nothing is left to wait for: their cancel was acted on, dead-lettered or lost.
         """
         deadline = time.monotonic() + self.args.settle_timeout
-        drained_since: float | None = None
+        unacked_since: dict[str, float] = {}
+        quiet_since: float | None = None
         while time.monotonic() < deadline:
             procs.supervise()
             self.review(fleet)
             try:
                 facts = self.costs.timed("observe", lambda: observe.saga_facts(self.database))
-                held = snapshot(self.broker_url)
+                broker = snapshot(self.broker_url)
+                unresolved = self.costs.timed("observe", partial(
+                    self.unresolved_commands, agent, facts, broker, injector))
             except TRANSIENT:
                 time.sleep(0.5)
                 continue
             self.desk.release({s for s, f in facts.items() if f.cancel_requested})
-            if held.queued:
-                drained_since = None
-            elif drained_since is None:
-                drained_since = time.monotonic()
-            drained = drained_since is not None and \
-                time.monotonic() - drained_since >= DRAINED_GRACE_S
-            if drained:
+            now = time.monotonic()
+            for task_id in broker.unacked:
+                unacked_since.setdefault(task_id, now)
+            waiting = [t for t in unresolved if t in broker.queued or (
+                t in broker.unacked and now - unacked_since[t] < UNACKED_GRACE_S)]
+            if waiting:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            if quiet_since is not None and now - quiet_since >= DRAINED_GRACE_S:
                 self.desk.release()
-            if drained and not self.desk.held and all(f.settled for f in facts.values()):
-                return True
+                if all(f.settled for f in facts.values()):
+                    return True
             time.sleep(0.5)
         return False
+
+    def unresolved_commands(self, agent: AgentSender, facts: dict[str, observe.SagaFacts],
+                            broker: BrokerSnapshot, injector: Injector) -> set[str]:
+        """Task ids of accepted commands with neither an effect nor a dead letter yet."""
+        return judge_commands(agent.sent, facts, observe.definition_names(self.database),
+                              observe.command_dead_letters(self.database),
+                              injector.dropped_commands, broker.command_ids).unresolved
 
     # -- checks --------------------------------------------------------------------------
 

@@ -91,6 +91,7 @@ class CommandVerdicts:
     sent_while_down: Counter[str] = field(default_factory=Counter)
     publish_retries: int = 0
     unpublished: int = 0
+    unresolved: set[str] = field(default_factory=set)  # accepted, no effect, no dead letter
 
 
 def _acted(command: Command, facts: dict[str, SagaFacts], by_key: dict[tuple[str, str], str],
@@ -111,9 +112,16 @@ def _acted(command: Command, facts: dict[str, SagaFacts], by_key: dict[tuple[str
 
 
 def _dead_letter_for(command: Command, letters: list[DeadLetter]) -> DeadLetter | None:
+    """The command's dead letter: by Celery task id where the table keeps it, else by the
+    argument naming its target."""
     field_name = {"start": "key", "cancel": "saga_id", "plan": "name"}[command.kind]
     for letter in letters:
-        if letter.task == command.task and letter.kwargs.get(field_name) == command.target:
+        if letter.task != command.task:
+            continue
+        if letter.task_id is not None:
+            if letter.task_id == command.command_id:
+                return letter
+        elif letter.kwargs.get(field_name) == command.target:
             return letter
     return None
 
@@ -142,6 +150,7 @@ def judge_commands(commands: list[Command], facts: dict[str, SagaFacts], plan_na
         accepted_s = command.accepted_s
         in_blackout = any(start <= accepted_s <= end for start, end in blackouts)
         if outcome is None:
+            verdicts.unresolved.add(command.command_id)
             if command.command_id in dropped or in_blackout:
                 outcome = "lost_with_broker_state"
             elif command.command_id in in_broker:

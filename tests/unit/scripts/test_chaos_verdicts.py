@@ -40,7 +40,8 @@ def test_each_accepted_command_gets_exactly_one_outcome_and_only_fleet_losses_ar
         "s-done-early": _facts("s-done-early", finished_at=NOW - timedelta(seconds=5)),
         "s-done-late": _facts("s-done-late", finished_at=NOW + timedelta(seconds=5)),
     }
-    letters = [DeadLetter(START_SAGA, {"key": "agent-2"}, "StoreUnavailable: database down")]
+    letters = [DeadLetter(START_SAGA, None, {"key": "agent-2"}, "StoreUnavailable: db down"),
+               DeadLetter(SUBMIT_PLAN, "task-plan_b", {}, "PlanRejected: unknown tool")]
     commands = [
         _command(START_SAGA, "agent-1"),        # its saga exists
         _command(START_SAGA, "agent-2"),        # refused with a reason
@@ -53,6 +54,7 @@ def test_each_accepted_command_gets_exactly_one_outcome_and_only_fleet_losses_ar
         _command(CANCEL_SAGA, "s-done-early"),  # the saga had finished before the cancel
         _command(CANCEL_SAGA, "s-done-late"),   # finished after it, never cancelled: lost
         _command(SUBMIT_PLAN, "plan_a"),
+        _command(SUBMIT_PLAN, "plan_b"),        # refused; its letter names the task id
     ]
     # when the run judges them
     verdicts = judge_commands(commands, facts, {"plan_a"}, letters,
@@ -62,7 +64,7 @@ def test_each_accepted_command_gets_exactly_one_outcome_and_only_fleet_losses_ar
     outcomes = {name: dict(counts) for name, counts in verdicts.outcomes.items()}
     assert outcomes == {
         "acted": {"start": 1, "cancel": 1, "plan": 1},
-        "dead_lettered": {"start": 1},
+        "dead_lettered": {"start": 1, "plan": 1},
         "lost_with_broker_state": {"start": 2},
         "pending_in_broker": {"start": 1},
         "lost": {"start": 1, "cancel": 1},
@@ -72,7 +74,7 @@ def test_each_accepted_command_gets_exactly_one_outcome_and_only_fleet_losses_ar
     assert [c["target"] for c in verdicts.lost] == ["agent-5", "s-done-late"]
     assert [c["in_redis_when_emptied"] for c in verdicts.lost_with_broker_state] == [
         "queued", "published while Redis was being emptied"]
-    assert dict(verdicts.dead_letter_reasons) == {"StoreUnavailable": 1}
+    assert dict(verdicts.dead_letter_reasons) == {"StoreUnavailable": 1, "PlanRejected": 1}
 
 
 def test_the_fault_schedule_kills_every_few_seconds_and_restarts_each_server():
