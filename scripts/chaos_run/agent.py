@@ -22,6 +22,7 @@ from typing import Any
 
 from celery import Celery
 from kombu.exceptions import KombuError, OperationalError
+from redis import RedisError
 
 from sagafleet.demo import DEMO_DEFINITION, trip_input
 from workers.celery_app import QUEUE_COMMANDS
@@ -217,7 +218,7 @@ class AgentSender(threading.Thread):
                 command.accepted_s = self.clock()
                 command.accepted_at = datetime.now(UTC)
                 break
-            except (OperationalError, KombuError, OSError) as exc:
+            except (OperationalError, KombuError, RedisError, OSError) as exc:
                 command.refused.append(f"{type(exc).__name__}: {str(exc)[:120]}")
                 down |= set(self.down())
                 if time.monotonic() > give_up or self.stopping.is_set():

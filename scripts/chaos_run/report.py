@@ -31,6 +31,7 @@ def render(report: dict[str, Any]) -> str:
         by_kind.values()) for o, by_kind in cmds["outcomes"].items()}
     lines += ["", f"agent commands: sent {sum(cmds['sent'].values())}, accepted "
                   f"{sum(cmds['accepted'].values())}, unpublished {cmds['unpublished']}, "
+                  f"never sent {cmds['never_sent']}, "
                   f"publish retries {cmds['publish_retries']}, sent while down "
                   f"{cmds['sent_while_down'] or 'none'}",
               *_counts("command outcomes:", outcomes),
