@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -180,6 +181,8 @@ class ChaosRun:
             agent.stop()
             procs.stop()
         report = self.check(trip, agent, injector, procs, casualties, quiet, direct)
+        report["script_cost_s"]["reference"] = self.reference_costs(
+            fleet, report_ids(self.database))
         self._phase("checks", phase)
         self.durations["checks"] = round(self.durations["checks"] - self.durations["verify"], 1)
         fleet.close()
@@ -268,6 +271,18 @@ class ChaosRun:
                               observe.command_dead_letters(self.database),
                               injector.dropped_commands, broker.command_ids).unresolved
 
+    def reference_costs(self, fleet: Fleet, saga_ids: list[str]) -> dict[str, float]:
+        """What one look at every saga costs set-based (one query) and saga by saga (a
+        fold per saga, as a per-saga operator loop would pay on every tick)."""
+        began = time.perf_counter()
+        _retrying(lambda: observe.saga_facts(self.database))
+        one_query = time.perf_counter() - began
+        began = time.perf_counter()
+        for saga_id in saga_ids:
+            _retrying(partial(fleet.repo.load, saga_id))
+        return {"all_sagas_one_query": round(one_query, 3),
+                "all_sagas_one_fold_each": round(time.perf_counter() - began, 3)}
+
     # -- checks --------------------------------------------------------------------------
 
     def check(self, trip: Any, agent: AgentSender, injector: Injector,
@@ -283,7 +298,7 @@ class ChaosRun:
         except TRANSIENT:
             in_broker = BrokerSnapshot(frozenset(), frozenset(), 0)
         ledgers = {row.saga_id: row for row in ledger_rows or []}
-        sagas = judge_sagas(facts, ledgers, plan_names)
+        sagas = judge_sagas(facts, ledgers)
         commands = judge_commands(agent.sent, facts, plan_names, letters,
                                   injector.dropped_commands, in_broker.command_ids,
                                   injector.redis_blackouts)
@@ -364,9 +379,21 @@ class ChaosRun:
                           "died_unexpectedly": casualties},
             "operator": {"answered": dict(self.operator.answered),
                          "held_for_cancel": commands.sent.get("cancel", 0)},
-            "script_cost_s": {k: round(v, 1) for k, v in sorted(self.costs.seconds.items())},
+            "script_cost_s": {**{k: round(v, 1) for k, v in sorted(self.costs.seconds.items())},
+                              "cpu": round(_cpu_seconds(), 1)},
             "violations": violations,
         }
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds this process (operator, agent thread, checks) has used so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def report_ids(database_url: str) -> list[str]:
+    """Every saga id in the log."""
+    return sorted(_retrying(lambda: observe.saga_facts(database_url)) or {})
 
 
 def _retrying(action: Callable[[], Any], within_s: float = 60.0) -> Any:

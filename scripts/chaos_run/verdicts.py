@@ -53,8 +53,7 @@ def _zero_ledger(saga_id: str) -> TripLedger:
     return TripLedger(saga_id, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
-def judge_sagas(facts: dict[str, SagaFacts], ledgers: dict[str, TripLedger],
-                plan_names: set[str]) -> SagaVerdicts:
+def judge_sagas(facts: dict[str, SagaFacts], ledgers: dict[str, TripLedger]) -> SagaVerdicts:
     """Each saga's state against its ledgers; ledgers no saga in the log explains."""
     verdicts = SagaVerdicts(started=len(facts))
     for saga_id, saga in sorted(facts.items()):
@@ -74,7 +73,6 @@ def judge_sagas(facts: dict[str, SagaFacts], ledgers: dict[str, TripLedger],
             verdicts.problems.append(f"{saga_id}: {status} breaks the trip invariant")
     for saga_id in sorted(set(ledgers) - set(facts)):
         verdicts.problems.append(f"{saga_id}: in the providers' ledgers but not in the log")
-    del plan_names  # plans are registered, never started here: nothing to check in ledgers
     return verdicts
 
 
