@@ -1,0 +1,235 @@
+"""The chaos run's agent: sends ``sagafleet.commands.*`` through Celery exactly as an
+external agent does (a bare Celery client, the task's name, JSON keyword arguments),
+throughout the run and through every server outage.
+
+It retries a publish the broker refused, as an agent would, with the same task id and
+arguments (every command is idempotent: start by key, cancel by state, plan by hash), and
+records which publish returned: a command is *accepted* once ``send_task`` returned.
+What became of each accepted command is judged at the end (:mod:`chaos_run.verdicts`).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from celery import Celery
+from kombu.exceptions import KombuError, OperationalError
+from redis import RedisError
+
+from sagafleet.demo import DEMO_DEFINITION, trip_input
+from workers.celery_app import QUEUE_COMMANDS
+from workers.tasks import CANCEL_SAGA, START_SAGA, SUBMIT_PLAN
+
+AGENT_TENANT = "acme"
+AGENT_ACTOR = "chaos-agent"
+PUBLISH_GIVE_UP_S = 60.0
+"""How long the agent keeps retrying one publish before it gives the command up."""
+
+
+@dataclass
+class Command:
+    """One agent command: what was sent, when, what the broker said, and what was down."""
+
+    command_id: str  # the Celery task id, the same on every publish retry
+    task: str
+    kwargs: dict[str, Any]
+    target: str  # start: the idempotency key; cancel: the saga id; plan: the definition name
+    due_s: float
+    first_try_s: float | None = None
+    accepted_s: float | None = None
+    accepted_at: datetime | None = None  # wall clock, to compare with the log's times
+    attempts: int = 0
+    refused: list[str] = field(default_factory=list)  # the broker's errors, in order
+    servers_down: tuple[str, ...] = ()  # servers down while this command was being sent
+
+    @property
+    def kind(self) -> str:
+        """start, cancel or plan."""
+        return {START_SAGA: "start", CANCEL_SAGA: "cancel", SUBMIT_PLAN: "plan"}[self.task]
+
+
+class CancelDesk:
+    """Where the agent asks for a saga to cancel and the operator hands one over.
+
+    A cancel target is a saga waiting for approval that the operator then holds (leaves
+    unanswered) until the cancel shows in the log: so a cancel that was not acted on can
+    only be lost, never "too late because the saga finished meanwhile".
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wanted = 0
+        self.unserved = 0  # cancels wanted that no saga waiting for approval served
+        self._offered: deque[tuple[str, str]] = deque()
+        self.held: dict[str, str] = {}  # saga id -> tenant, while its cancel is pending
+
+    def want(self) -> None:
+        """The agent would like one more saga to cancel."""
+        with self._lock:
+            self._wanted += 1
+
+    def offer(self, saga_id: str, tenant: str) -> bool:
+        """The operator offers a saga waiting for approval; True if taken (then held)."""
+        with self._lock:
+            if self._wanted == 0 or saga_id in self.held:
+                return False
+            self._wanted -= 1
+            self.held[saga_id] = tenant
+            self._offered.append((saga_id, tenant))
+            return True
+
+    def take(self) -> tuple[str, str] | None:
+        """The next saga handed over to the agent, if any."""
+        with self._lock:
+            return self._offered.popleft() if self._offered else None
+
+    def is_held(self, saga_id: str) -> bool:
+        """Whether the operator must leave this saga's approval unanswered."""
+        with self._lock:
+            return saga_id in self.held
+
+    def stop_wanting(self) -> None:
+        """The agent stops sending: wants not served by now never will be."""
+        with self._lock:
+            self.unserved += self._wanted
+            self._wanted = 0
+
+    def release(self, saga_ids: set[str] | None = None) -> None:
+        """Stop holding these sagas (all, when None): their cancel is in the log, or over."""
+        with self._lock:
+            for saga_id in list(self.held) if saga_ids is None else saga_ids:
+                self.held.pop(saga_id, None)
+
+
+@dataclass(frozen=True)
+class AgentPlan:
+    """How many commands of each kind, sent over which part of the run."""
+
+    starts: int
+    cancels: int
+    plans: int
+    window_s: float
+    seed: int
+
+
+def plan_body(index: int) -> dict[str, Any]:
+    """A small agent plan over the trip tools: hold a flight, then a hotel."""
+    email = f"planner{index}@example.com"
+    return {"goal": f"chaos plan {index}", "actions": [
+        {"tool": "flights.hold", "args": {"flight_id": f"FL{300 + index}",
+                                          "passenger_email": email}},
+        {"tool": "hotels.hold", "args": {"hotel_id": f"HT{400 + index}", "nights": 1,
+                                         "guest_email": email}},
+    ]}
+
+
+def agent_commands(plan: AgentPlan) -> list[Command]:
+    """Every start and plan command with its due time, spread evenly (with a seeded jitter)
+    over the window; cancels are added when the operator hands a saga over."""
+    rng = random.Random(f"agent-{plan.seed}")
+    commands = []
+    for i in range(plan.starts):
+        key = f"agent-{plan.seed}-{i}"
+        commands.append(Command(str(uuid.uuid4()), START_SAGA, {
+            "definition": DEMO_DEFINITION, "input": trip_input(10_000 + i, plan.seed),
+            "key": key, "tenant": AGENT_TENANT, "actor": AGENT_ACTOR,
+            "reason": "chaos agent start"}, key, 0.0))
+    for i in range(plan.plans):
+        name = f"chaos_plan_{plan.seed}_{i}"
+        commands.append(Command(str(uuid.uuid4()), SUBMIT_PLAN, {
+            "plan": plan_body(i), "tenant": AGENT_TENANT, "actor": AGENT_ACTOR,
+            "name": name}, name, 0.0))
+    rng.shuffle(commands)
+    for i, command in enumerate(commands):
+        spot = (i + rng.random()) / max(len(commands), 1)
+        command.due_s = round(plan.window_s * spot, 2)
+    commands.sort(key=lambda c: c.due_s)
+    return commands
+
+
+class AgentSender(threading.Thread):
+    """Sends the agent's commands on schedule from its own thread and its own Celery client."""
+
+    def __init__(self, broker_url: str, plan: AgentPlan, desk: CancelDesk,
+                 clock: Callable[[], float], down: Callable[[], tuple[str, ...]]) -> None:
+        super().__init__(name="chaos-agent", daemon=True)
+        self.app = Celery("chaos-agent", broker=broker_url, set_as_current=False)
+        self.app.conf.update(task_serializer="json", accept_content=["json"])
+        self.plan = plan
+        self.desk = desk
+        self.clock = clock  # seconds since the run started
+        self.down = down  # the servers down right now (a callable)
+        self.pending = agent_commands(plan)
+        self.sent: list[Command] = []
+        self.cancels_due = [round(plan.window_s * (i + 0.5) / max(plan.cancels, 1), 2)
+                            for i in range(plan.cancels)]
+        self.unserved_cancels = 0
+        self.nudge = threading.Event()
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        """Send what is due; on a nudge (a server just went down) send the next one now."""
+        try:
+            while not self.stopping.is_set():
+                now = self.clock()
+                while self.cancels_due and self.cancels_due[0] <= now:
+                    self.cancels_due.pop(0)
+                    self.desk.want()
+                while (target := self.desk.take()) is not None:
+                    self.publish(self.cancel_of(*target))
+                nudged = self.nudge.is_set()
+                self.nudge.clear()
+                while self.pending and (self.pending[0].due_s <= now or nudged):
+                    self.publish(self.pending.pop(0))
+                    nudged = False
+                self.nudge.wait(0.1)
+            self.desk.stop_wanting()
+            self.unserved_cancels = len(self.cancels_due)
+            while (target := self.desk.take()) is not None:
+                self.publish(self.cancel_of(*target))
+        finally:
+            self.app.close()
+
+    def cancel_of(self, saga_id: str, tenant: str) -> Command:
+        """A cancel command for a saga the operator handed over."""
+        return Command(str(uuid.uuid4()), CANCEL_SAGA, {
+            "saga_id": saga_id, "tenant": tenant, "actor": AGENT_ACTOR,
+            "reason": "the traveller changed their mind"}, saga_id, self.clock())
+
+    def publish(self, command: Command) -> None:
+        """Publish until the broker accepts it, as an agent would, or give it up."""
+        command.first_try_s = self.clock()
+        down = set(self.down())
+        give_up = time.monotonic() + PUBLISH_GIVE_UP_S
+        delay = 0.2
+        while True:
+            command.attempts += 1
+            try:
+                self.app.send_task(command.task, kwargs=command.kwargs, queue=QUEUE_COMMANDS,
+                                   task_id=command.command_id)
+                command.accepted_s = self.clock()
+                command.accepted_at = datetime.now(UTC)
+                break
+            except (OperationalError, KombuError, RedisError, OSError) as exc:
+                command.refused.append(f"{type(exc).__name__}: {str(exc)[:120]}")
+                down |= set(self.down())
+                if time.monotonic() > give_up or self.stopping.is_set():
+                    break
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        command.servers_down = tuple(sorted(down))
+        self.sent.append(command)
+
+    def stop(self) -> None:
+        """Stop sending and wait for the thread (commands not yet sent are reported so)."""
+        self.stopping.set()
+        self.nudge.set()
+        self.join(timeout=PUBLISH_GIVE_UP_S + 5)

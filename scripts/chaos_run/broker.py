@@ -1,0 +1,69 @@
+"""What sits in Redis: the command messages a restart is about to drop, and whether any
+command is still queued or unacknowledged (kombu's Redis transport layout: one list per
+queue and priority, ``queue\\x06\\x16N`` for priority N, and the ``unacked`` hash of
+``[message, exchange, routing_key]`` for messages a worker holds until it acknowledges)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import redis
+
+from workers.celery_app import QUEUE_COMMANDS, broker_redis
+
+
+@dataclass(frozen=True)
+class BrokerSnapshot:
+    """Task ids of command messages in Redis, queued or held unacknowledged by a worker."""
+
+    queued: frozenset[str]
+    unacked: frozenset[str]
+    step_messages: int  # step wake-ups in Redis too (the sweeper re-creates those)
+
+    @property
+    def command_ids(self) -> frozenset[str]:
+        """Every command message Redis holds."""
+        return self.queued | self.unacked
+
+
+def _task_id(message: object) -> tuple[str | None, str]:
+    """(task id, task name) of a kombu message dict; (None, '') when it is not one."""
+    if not isinstance(message, dict):
+        return None, ""
+    headers = message.get("headers") or {}
+    return headers.get("id"), str(headers.get("task", ""))
+
+
+def _queue_keys(client: redis.Redis, queue: str) -> Iterator[bytes]:
+    yield from client.scan_iter(match=f"{queue}*".encode())
+
+
+def snapshot(broker_url: str) -> BrokerSnapshot:
+    """Read every command message Redis holds right now (raises redis errors when down)."""
+    client = broker_redis(broker_url)
+    try:
+        queued: set[str] = set()
+        for key in _queue_keys(client, QUEUE_COMMANDS):
+            if client.type(key) != b"list":
+                continue
+            for raw in client.lrange(key, 0, -1):
+                task_id, _ = _task_id(json.loads(raw))
+                if task_id:
+                    queued.add(task_id)
+        unacked: set[str] = set()
+        steps = 0
+        for raw in client.hvals("unacked"):
+            entry = json.loads(raw)
+            task_id, task = _task_id(entry[0] if isinstance(entry, list) and entry else None)
+            if task_id and task.startswith("sagafleet.commands."):
+                unacked.add(task_id)
+            else:
+                steps += 1
+        for key in _queue_keys(client, "sagafleet.steps"):
+            if client.type(key) == b"list":
+                steps += int(client.llen(key))
+        return BrokerSnapshot(frozenset(queued), frozenset(unacked), steps)
+    finally:
+        client.close()

@@ -1,0 +1,58 @@
+"""The human-readable tables of a chaos report (``--json`` prints the report itself)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _counts(title: str, counts: dict[str, Any]) -> list[str]:
+    lines = [title]
+    lines += [f"  {name:<28} {value:>6}" for name, value in counts.items()] or ["  (none)"]
+    return lines
+
+
+def render(report: dict[str, Any]) -> str:
+    """Faults, sagas, commands, checks and violations, one table each."""
+    p, sagas, cmds = report["parameters"], report["sagas"], report["commands"]
+    lines = [f"chaos run: {p['sagas']} sagas, {p['workers']} workers, {p['duration_s']:.0f}s "
+             f"of chaos, seed {report['seed']}, {report['durations_s']['total']:.0f}s in all",
+             "", f"{'at':>7}  {'fault':<17} {'target':<22} result",
+             f"{'-' * 7}  {'-' * 17} {'-' * 22} {'-' * 30}"]
+    for event in report["faults"]["events"]:
+        lines.append(f"{event['at_s']:>6.1f}s  {event['fault']:<17} {event['target']:<22} "
+                     f"{event['result']}")
+    lines += ["", *_counts("faults injected:", report["faults"]["counts"])]
+    lines += ["", *_counts("provider faults injected:", report["provider_faults"] or {})]
+    lines += ["", f"sagas started: {sagas['started']} ({sagas['started_directly']} directly, "
+                  f"{sagas['started_by_agent']} by agent commands)",
+              *_counts("settled:", sagas["settled"]),
+              f"unsettled: {sagas['unsettled']['count']}"]
+    outcomes = {f"{o} ({', '.join(f'{k} {n}' for k, n in by_kind.items())})": sum(
+        by_kind.values()) for o, by_kind in cmds["outcomes"].items()}
+    lines += ["", f"agent commands: sent {sum(cmds['sent'].values())}, accepted "
+                  f"{sum(cmds['accepted'].values())}, unpublished {cmds['unpublished']}, "
+                  f"never sent {cmds['never_sent']}, "
+                  f"publish retries {cmds['publish_retries']}, sent while down "
+                  f"{cmds['sent_while_down'] or 'none'}",
+              *_counts("command outcomes:", outcomes),
+              *_counts("dead-letter reasons:", cmds["dead_lettered"]["reasons"])]
+    verify = report["verify"]
+    lines += ["", f"duplicate effects: {report['duplicate_effects']['count']}",
+              f"invariant violations: {len(report['invariant_violations'])}",
+              f"lost commands: {cmds['lost']['count']}; lost with the broker's state: "
+              f"{cmds['lost_with_broker_state']['count']}; pending in the broker: "
+              f"{cmds['pending_in_broker']}",
+              "sagafleet verify: " + ("clean" if verify["clean"] else
+                                      f"NOT CLEAN ({verify['differences']} differences)"),
+              f"processes: {report['processes']['spawned']} spawned, "
+              f"{report['processes']['killed']} killed, "
+              f"{len(report['processes']['died_unexpectedly'])} died unexpectedly",
+              "durations: " + ", ".join(f"{k} {v}s" for k, v in report["durations_s"].items()),
+              "script's own cost: " + (", ".join(
+                  f"{k} {v}s" for k, v in report["script_cost_s"].items()) or "none")]
+    if report["violations"]:
+        lines += ["", f"VIOLATIONS ({len(report['violations'])}):"]
+        lines += [f"  - {v}" for v in report["violations"][:100]]
+    else:
+        lines += ["", "no violations"]
+    return "\n".join(lines)

@@ -1,0 +1,91 @@
+"""The chaos run's judgement of agent commands and its fault schedule (pure: no servers)."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
+
+from chaos_run.agent import AGENT_TENANT, Command  # noqa: E402
+from chaos_run.faults import fault_schedule  # noqa: E402
+from chaos_run.observe import DeadLetter, SagaFacts  # noqa: E402
+from chaos_run.verdicts import judge_commands  # noqa: E402
+
+from workers.tasks import CANCEL_SAGA, START_SAGA, SUBMIT_PLAN  # noqa: E402
+
+NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+def _facts(saga_id: str, *, key: str | None = None, finished_at: datetime | None = None,
+           cancel_requested: bool = False) -> SagaFacts:
+    return SagaFacts(saga_id=saga_id, tenant=AGENT_TENANT, key=key,
+                     finished=None if finished_at is None else "COMPLETED",
+                     finished_at=finished_at, manual_at=None, resolved_at=None,
+                     manual_reason=None, cancel_requested=cancel_requested)
+
+
+def _command(task: str, target: str, *, accepted: bool = True, at_s: float = 1.0) -> Command:
+    return Command(command_id=f"task-{target}", task=task, kwargs={}, target=target, due_s=0.0,
+                   accepted_s=at_s if accepted else None,
+                   accepted_at=NOW if accepted else None)
+
+
+def test_each_accepted_command_gets_exactly_one_outcome_and_only_fleet_losses_are_lost():
+    # given what the log, the dead letters and Redis say at the end of a run
+    facts = {
+        "s-started": _facts("s-started", key="agent-1"),
+        "s-cancelled": _facts("s-cancelled", cancel_requested=True),
+        "s-done-early": _facts("s-done-early", finished_at=NOW - timedelta(seconds=5)),
+        "s-done-late": _facts("s-done-late", finished_at=NOW + timedelta(seconds=5)),
+    }
+    letters = [DeadLetter(START_SAGA, None, {"key": "agent-2"}, "StoreUnavailable: db down"),
+               DeadLetter(SUBMIT_PLAN, "task-plan_b", {}, "PlanRejected: unknown tool")]
+    commands = [
+        _command(START_SAGA, "agent-1"),        # its saga exists
+        _command(START_SAGA, "agent-2"),        # refused with a reason
+        _command(START_SAGA, "agent-3"),        # in Redis when Redis was emptied
+        _command(START_SAGA, "agent-4"),        # still unacknowledged in Redis
+        _command(START_SAGA, "agent-7", at_s=50.0),  # published while Redis was emptied
+        _command(START_SAGA, "agent-5"),        # nowhere: the fleet lost it
+        _command(START_SAGA, "agent-6", accepted=False),  # the agent gave up publishing
+        _command(CANCEL_SAGA, "s-cancelled"),
+        _command(CANCEL_SAGA, "s-done-early"),  # the saga had finished before the cancel
+        _command(CANCEL_SAGA, "s-done-late"),   # finished after it, never cancelled: lost
+        _command(SUBMIT_PLAN, "plan_a"),
+        _command(SUBMIT_PLAN, "plan_b"),        # refused; its letter names the task id
+    ]
+    # when the run judges them
+    verdicts = judge_commands(commands, facts, {"plan_a"}, letters,
+                              {"task-agent-3": "queued"}, frozenset({"task-agent-4"}),
+                              [(49.5, 51.0)])
+    # then every accepted command lands in one bucket, and the losses are told apart
+    outcomes = {name: dict(counts) for name, counts in verdicts.outcomes.items()}
+    assert outcomes == {
+        "acted": {"start": 1, "cancel": 1, "plan": 1},
+        "dead_lettered": {"start": 1, "plan": 1},
+        "lost_with_broker_state": {"start": 2},
+        "pending_in_broker": {"start": 1},
+        "lost": {"start": 1, "cancel": 1},
+        "moot": {"cancel": 1},
+    }
+    assert verdicts.unpublished == 1 and verdicts.accepted["start"] == 6
+    assert [c["target"] for c in verdicts.lost] == ["agent-5", "s-done-late"]
+    assert [c["in_redis_when_emptied"] for c in verdicts.lost_with_broker_state] == [
+        "queued", "published while Redis was being emptied"]
+    assert dict(verdicts.dead_letter_reasons) == {"StoreUnavailable": 1, "PlanRejected": 1}
+
+
+def test_the_fault_schedule_kills_every_few_seconds_and_restarts_each_server():
+    # given a five-minute run with a kill every six seconds
+    schedule = fault_schedule(300.0, 6.0, seed=7)
+    faults = [fault for _, fault in schedule]
+    # then kills come every few seconds over the run, and every rarer fault is there
+    kills = [at for at, fault in schedule if fault == "kill_worker"]
+    assert len(kills) >= 35 and max(b - a for a, b in zip(kills, kills[1:], strict=False)) < 12
+    assert faults.count("restart_redis") == 2 and faults.count("restart_postgres") == 2
+    assert faults.count("sigstop_worker") == 3
+    assert all(0 < at < 300 for at, _ in schedule)
+    # and the same seed gives the same schedule
+    assert fault_schedule(300.0, 6.0, seed=7) == schedule
