@@ -131,15 +131,21 @@ def plan_body(index: int) -> dict[str, Any]:
     ]}
 
 
-def agent_commands(plan: AgentPlan) -> list[Command]:
+def agent_commands(plan: AgentPlan, deposit: Callable[[Any], dict[str, str]]) -> list[Command]:
     """Every start and plan command with its due time, spread evenly (with a seeded jitter)
-    over the window; cancels are added when the operator hands a saga over."""
+    over the window; cancels are added when the operator hands a saga over.
+
+    A start's secret card token never crosses the broker (the fleet refuses a raw one): the
+    agent deposits it first with ``deposit`` (a direct call, before the run's faults) and
+    sends the ref it returns."""
     rng = random.Random(f"agent-{plan.seed}")
     commands = []
     for i in range(plan.starts):
         key = f"agent-{plan.seed}-{i}"
+        data = trip_input(10_000 + i, plan.seed)
+        data["card_token"] = deposit(data["card_token"])
         commands.append(Command(str(uuid.uuid4()), START_SAGA, {
-            "definition": DEMO_DEFINITION, "input": trip_input(10_000 + i, plan.seed),
+            "definition": DEMO_DEFINITION, "input": data,
             "key": key, "tenant": AGENT_TENANT, "actor": AGENT_ACTOR,
             "reason": "chaos agent start"}, key, 0.0))
     for i in range(plan.plans):
@@ -159,7 +165,8 @@ class AgentSender(threading.Thread):
     """Sends the agent's commands on schedule from its own thread and its own Celery client."""
 
     def __init__(self, broker_url: str, plan: AgentPlan, desk: CancelDesk,
-                 clock: Callable[[], float], down: Callable[[], tuple[str, ...]]) -> None:
+                 clock: Callable[[], float], down: Callable[[], tuple[str, ...]],
+                 deposit: Callable[[Any], dict[str, str]]) -> None:
         super().__init__(name="chaos-agent", daemon=True)
         self.app = Celery("chaos-agent", broker=broker_url, set_as_current=False)
         self.app.conf.update(task_serializer="json", accept_content=["json"])
@@ -167,7 +174,7 @@ class AgentSender(threading.Thread):
         self.desk = desk
         self.clock = clock  # seconds since the run started
         self.down = down  # the servers down right now (a callable)
-        self.pending = agent_commands(plan)
+        self.pending = agent_commands(plan, deposit)
         self.sent: list[Command] = []
         self.cancels_due = [round(plan.window_s * (i + 0.5) / max(plan.cancels, 1), 2)
                             for i in range(plan.cancels)]

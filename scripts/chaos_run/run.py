@@ -19,6 +19,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from chaos_run import observe
-from chaos_run.agent import AgentPlan, AgentSender, CancelDesk
+from chaos_run.agent import AGENT_ACTOR, AGENT_TENANT, AgentPlan, AgentSender, CancelDesk
 from chaos_run.broker import BrokerSnapshot, snapshot
 from chaos_run.faults import LEASE_S, FleetProcesses, Injector, fault_schedule
 from chaos_run.verdicts import judge_commands, judge_sagas
@@ -147,7 +148,10 @@ class ChaosRun:
                             seed=self.args.seed, clock=self.elapsed)
         injector.plan(fault_schedule(self.args.duration, self.args.kill_every, self.args.seed))
         plan = self.agent_plan()
-        agent = AgentSender(broker_url, plan, self.desk, self.elapsed, injector.down)
+        depositor = fleet.client(tenant=AGENT_TENANT, actor=AGENT_ACTOR)
+        agent = AgentSender(broker_url, plan, self.desk, self.elapsed, injector.down,
+                            deposit=lambda value: depositor.put_secret(
+                                value, ttl=timedelta(hours=2)).as_input())
         injector.on_outage = agent.nudge.set
         direct_total = self.args.sagas - plan.starts
         direct: list[str] = []
