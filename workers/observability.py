@@ -18,6 +18,9 @@ def init_sentry(dsn: str | None, *, component: str) -> bool:
         integrations=[CeleryIntegration(propagate_traces=True)],
         traces_sample_rate=1.0,
         send_default_pii=False,  # saga inputs may hold personal data; never ship them
+        # A frame's local variables may hold a revealed secret input (the executor's tool
+        # arguments): an event from a tool that raised must never carry them to Sentry.
+        include_local_variables=False,
         server_name=component,
     )
     return True

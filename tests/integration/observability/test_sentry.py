@@ -56,9 +56,12 @@ def test_with_a_dsn_errors_carry_saga_step_and_tool_tags() -> None:
             import sentry_sdk
             from workers.observability import init_sentry, step_scope
             assert init_sentry("http://public@127.0.0.1:{port}/1", component="worker")
+            def call_tool():
+                card_token = "tok_local_secret_9f3a"  # a revealed secret in a frame's locals
+                raise RuntimeError(f"provider exploded ({{len(card_token)}})")
             with step_scope("saga-42", "capture_payment", "forward", "payments.capture"):
                 try:
-                    raise RuntimeError("provider exploded")
+                    call_tool()
                 except RuntimeError:
                     sentry_sdk.capture_exception()
             sentry_sdk.flush(5)
@@ -72,3 +75,5 @@ def test_with_a_dsn_errors_carry_saga_step_and_tool_tags() -> None:
     for tag in ('"saga_id": "saga-42"', '"step_id": "capture_payment"',
                 '"tool": "payments.capture"'):
         assert tag in payload.replace('":"', '": "')
+    # and no frame's local variables were shipped (one may hold a revealed secret input)
+    assert "tok_local_secret_9f3a" not in payload
