@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from events.definitions import DefinitionConflict, DefinitionNotFound, DefinitionRecord
 from events.errors import InvalidArgument
 from events.memory_store import Clock, MemoryEventStore, MemoryUnit, utc_now
+from events.model import AppendResult, ExpectedVersion
 from events.saga_log import Definitions, SagaLog, Secrets, Unit, unit_of
 from events.sagas import SagaCodec, SagaStreams, saga_registry
 from events.secret_inputs import (
@@ -35,6 +36,7 @@ from events.secret_inputs import (
     reveal_with,
 )
 from saga_core import SagaDefinition
+from saga_core.events import SagaEvent
 
 __all__ = ["MemoryDefinitions", "MemoryEventStore", "MemorySagaLog", "MemorySecrets", "MemoryUnit"]
 
@@ -54,17 +56,67 @@ class MemorySagaLog(SagaStreams):
         )
         self.definitions = definitions
         self.registry = self.store.registry or saga_registry()
+        self._appended = threading.Condition()
+        self._appends = 0  # counts this log's appends and units: what a watcher waits on
         super().__init__(self.store, SagaCodec(self.registry, definitions))
 
-    def unit_of_work(self) -> AbstractContextManager[MemoryUnit]:
+    def append(
+        self,
+        saga_id: str,
+        tenant: str,
+        events: Sequence[SagaEvent],
+        expected_version: ExpectedVersion,
+        *,
+        actor: str | None = None,
+        unit: Unit | None = None,
+    ) -> AppendResult:
+        """Append as every log does, then wake this log's watchers (a unit wakes them as it
+        ends, when its appends are applied)."""
+        result = super().append(saga_id, tenant, events, expected_version, actor=actor,
+                                unit=unit)
+        if unit is None:
+            self._wake()
+        return result
+
+    @contextmanager
+    def unit_of_work(self) -> Iterator[MemoryUnit]:
         """A unit of work: applied on a clean exit, nothing at all on an exception."""
-        return self.store.transaction()
+        try:
+            with self.store.transaction() as unit:
+                yield unit
+        finally:
+            self._wake()  # a spurious wake-up (nothing applied) only means "look again"
+
+    def watch(self) -> AbstractContextManager[_MemoryChanges]:
+        """Wake-ups on this log's own appends (not on another log sharing its store)."""
+        return nullcontext(_MemoryChanges(self, self._appends))
+
+    def _wake(self) -> None:
+        with self._appended:
+            self._appends += 1
+            self._appended.notify_all()
 
     def _within(self, unit: Unit) -> MemoryUnit:
         mine = unit_of(MemoryUnit, unit)
         if mine.store is not self.store:
             raise InvalidArgument("this unit of work belongs to another in-memory log")
         return mine
+
+
+class _MemoryChanges:
+    """A watcher of one :class:`MemorySagaLog`: woken by appends after the last it saw."""
+
+    def __init__(self, log: MemorySagaLog, seen: int) -> None:
+        self._log = log
+        self._seen = seen
+
+    def wait(self, timeout: float) -> bool:
+        """Block until the log appended since the last wake-up or ``timeout`` seconds pass."""
+        with self._log._appended:
+            woken = self._log._appended.wait_for(lambda: self._log._appends != self._seen,
+                                                 timeout)
+            self._seen = self._log._appends
+        return woken
 
 
 class MemoryDefinitions:

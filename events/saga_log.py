@@ -8,7 +8,8 @@ same promises, not a mock:
 
 * **SagaLog** — load one saga, load many, append events at an expected version
   (optimistic: ``ConcurrencyError`` when another writer got there first; idempotent by
-  event id), optionally inside a :class:`Unit` of work.
+  event id), optionally inside a :class:`Unit` of work; watch for appends
+  (:class:`Changes`, a wake-up, never the truth).
 * **Definitions** — register a validated definition by ``(name, version, hash)``, load it
   by hash or by name (highest version when none is given).
 * **Secrets** — keep a saga's secret inputs (in the unit that starts it), reveal them into
@@ -59,6 +60,19 @@ def unit_of(kind: type[U], unit: Unit) -> U:
     return unit
 
 
+class Changes(Protocol):
+    """A wake-up on appends to the log, opened before the first look (so none is missed)."""
+
+    def wait(self, timeout: float) -> bool:
+        """Block until something was appended or ``timeout`` seconds pass; True if woken.
+
+        A wake-up only says "look again" (it may be another saga's append), and silence
+        proves nothing (PostgreSQL's NOTIFY can be off): callers re-check on a slow
+        interval too.
+        """
+        ...
+
+
 class SagaLog(Protocol):
     """Where sagas live: fold one or many from their streams, append at a version."""
 
@@ -87,6 +101,10 @@ class SagaLog(Protocol):
 
     def unit_of_work(self) -> AbstractContextManager[Unit]:
         """A unit of work: commit on clean exit, nothing at all on an exception."""
+        ...
+
+    def watch(self) -> AbstractContextManager[Changes]:
+        """Wake-ups on appends, held open for the block (how ``SagaClient.wait`` sleeps)."""
         ...
 
 

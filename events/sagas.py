@@ -20,6 +20,7 @@ from events.model import AppendResult, ExpectedVersion, NewEvent, Position, Reco
 from events.registry import EventRegistry
 from events.saga_log import Definitions, SagaLog, Unit, unit_of
 from events.store import EventStore, UnitOfWork
+from events.subscription import Notifications
 from saga_core import SagaDefinition, evolve
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.events import SAGA_EVENT_TYPES, SagaEvent, SagaStarted
@@ -258,6 +259,10 @@ class PostgresSagaLog(SagaStreams):
     def unit_of_work(self) -> AbstractContextManager[UnitOfWork]:
         """A pipelined transaction: appends, secrets and definition checks commit together."""
         return self.store.transaction(pipelined=True)
+
+    def watch(self) -> Notifications:
+        """The store's NOTIFYs on a dedicated connection of its own (closed with the block)."""
+        return Notifications(self.store)
 
 if TYPE_CHECKING:  # mypy checks that each class keeps its port's signatures
 

@@ -246,3 +246,46 @@ class Subscription:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+class Notifications:
+    """A dedicated connection LISTENing on :data:`NOTIFY_CHANNEL`: wakes a waiter on appends.
+
+    Opened before the waiter first reads, so an append committed in between still wakes it.
+    Only a wake-up, as for subscriptions: a store with ``notify`` off sends none, so a
+    waiter must also look again on its own slow interval.
+    """
+
+    def __init__(self, store: EventStore) -> None:
+        with translated_errors():
+            self._conn: psycopg.Connection[Any] = psycopg.connect(store.conninfo,
+                                                                  autocommit=True)
+            try:
+                configure_connection(self._conn)
+                self._conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            except BaseException:
+                self._conn.close()
+                raise
+
+    def wait(self, timeout: float) -> bool:
+        """Block until a NOTIFY arrives or ``timeout`` seconds pass; True if notified.
+
+        What queued up meanwhile is drained too: one wake-up covers every append before it.
+        """
+        with translated_errors():
+            notified = any(True for _ in self._conn.notifies(timeout=timeout, stop_after=1))
+            for _ in self._conn.notifies(timeout=0):
+                notified = True
+        return notified
+
+    def close(self) -> None:
+        """Close the dedicated connection (its LISTEN ends with it)."""
+        self._conn.close()
+
+    def __enter__(self) -> Notifications:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

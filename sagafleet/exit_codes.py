@@ -18,6 +18,7 @@ class ExitCode(IntEnum):
     VERIFY_FAILED = 7  # verify/audit found a difference or a broken hash chain
     INVARIANT_VIOLATED = 8  # the demo or chaos run found a duplicate effect or a stuck saga
     LOG_TAMPERED = 9  # verify: the log no longer holds what its signed checkpoints anchored
+    TIMED_OUT = 10  # wait: the saga was still running (not finished, not paused) at --timeout
     INTERRUPTED = 130  # stopped by Ctrl-C (SIGINT), as shells report it
 
 

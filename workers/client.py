@@ -8,6 +8,8 @@ tenant can never see or touch another tenant's saga.
 from __future__ import annotations
 
 import json
+import math
+import time
 import uuid
 from datetime import timedelta
 from typing import Any, cast
@@ -23,7 +25,7 @@ from saga_core import (
     validate_plan,
 )
 from saga_core.catalogue import ToolCatalogue
-from saga_core.contracts import StepKind
+from saga_core.contracts import SagaStatus, StepKind
 from saga_core.definition import parse_definition
 from saga_core.errors import (
     ApprovalNotPending,
@@ -114,6 +116,33 @@ class Resolution(BaseModel):
 
     recorded: OperatorAction | None
     saga: SagaView
+
+
+MAX_WAIT_SECONDS = 3600.0
+"""Longest one :meth:`SagaClient.wait` may block (a caller waiting longer calls again)."""
+RECHECK_SECONDS = 2.0
+"""How often a wait looks again without a wake-up: the store's NOTIFY can be turned off
+(``EventStore(notify=False)``), and then this slow re-check is what notices the change."""
+
+
+class Waited(BaseModel):
+    """What :meth:`SagaClient.wait` saw: the saga, and whether it settled before the timeout.
+
+    ``settled``: the saga is terminal or waits for a person (an approval pending, or
+    MANUAL_INTERVENTION); False: the timeout ran out first and ``saga`` is where it stood.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    settled: bool
+    saga: SagaView
+
+
+def waits_for_nobody(view: SagaView) -> bool:
+    """Whether the saga is done (terminal) or can go no further without a person: an
+    approval is pending or it is in MANUAL_INTERVENTION."""
+    return (view.terminal or view.status == SagaStatus.MANUAL_INTERVENTION
+            or bool(view.pending_approvals))
 
 
 class _StaleDefinition(Exception):
@@ -358,6 +387,33 @@ class SagaClient:
     def status(self, saga_id: str) -> SagaView:
         """The saga's current state and steps, folded from the log."""
         return view_of(self._load(saga_id))
+
+    def wait(self, saga_id: str, timeout: float = 30.0) -> Waited:
+        """Block until the saga is terminal or waits for a person, or ``timeout`` seconds
+        (0 to :data:`MAX_WAIT_SECONDS`) pass; the saga as it then stands.
+
+        Woken by the log's appends (``SagaLog.watch``, PostgreSQL's NOTIFY), not by a polling
+        loop; a slow re-check every :data:`RECHECK_SECONDS` covers a store with NOTIFY off.
+        Another tenant's saga is ``SagaNotFound``, as for :meth:`status`.
+        """
+        if (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+                or not math.isfinite(timeout) or not 0 <= timeout <= MAX_WAIT_SECONDS):
+            raise InvalidRequest(f"wait timeout must be a number of seconds from 0 to "
+                                 f"{MAX_WAIT_SECONDS:g}, got {timeout!r}")
+        deadline = time.monotonic() + timeout
+        view = self.status(saga_id)  # not found: before opening a connection to listen on
+        if waits_for_nobody(view):
+            return Waited(settled=True, saga=view)
+        with self.orchestrator.log.watch() as changes:
+            while True:
+                # Watching before this look: an append after it still wakes the wait.
+                view = self.status(saga_id)
+                if waits_for_nobody(view):
+                    return Waited(settled=True, saga=view)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return Waited(settled=False, saga=view)
+                changes.wait(min(left, RECHECK_SECONDS))
 
     def approve(
         self, saga_id: str, step_id: str, *, kind: StepKind = StepKind.FORWARD,

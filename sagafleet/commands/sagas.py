@@ -1,4 +1,5 @@
-"""``sagafleet register|start``: define sagas and start them (on a migrated database).
+"""``sagafleet register|start|find|wait``: define sagas, start them, wait for one (on a
+migrated database).
 
 Looking at a saga is ``status`` (reports.py); acting on one is ``approve``, ``deny``,
 ``resolve`` and ``cancel`` (operator.py).
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -20,6 +22,7 @@ from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import command_fleet
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
+from workers.client import MAX_WAIT_SECONDS, Waited
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +53,14 @@ def register(sub: Any) -> None:
     find.add_argument("key", help="the idempotency key given to start")
     _common(find)
     find.set_defaults(handler=run_find)
+
+    wait = sub.add_parser(
+        "wait", help="wait until a saga is finished or waits for a person (exit 10: timed out)")
+    wait.add_argument("saga_id")
+    wait.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                      help=f"longest to wait, in seconds (0 to {MAX_WAIT_SECONDS:g}; 60)")
+    _common(wait)
+    wait.set_defaults(handler=run_wait)
 
 
 def run_register(args: argparse.Namespace, settings: Settings) -> int:
@@ -102,6 +113,42 @@ def run_find(args: argparse.Namespace, settings: Settings) -> int:
         raise NotFound(f"no saga was started with key {args.key!r} for this tenant")
     emit_report(SagaReport(view), as_json=args.json)
     return ExitCode.OK
+
+
+@dataclass(frozen=True)
+class WaitReport:
+    """What ``wait`` saw: whether the saga settled, and the saga as it then stood."""
+
+    waited: Waited
+    timeout: float
+
+    def to_json(self) -> dict[str, Any]:
+        """``settled``, ``timed_out`` and the saga view."""
+        return {"settled": self.waited.settled, "timed_out": not self.waited.settled,
+                "saga": self.waited.saga.model_dump(mode="json")}
+
+    def to_text(self) -> str:
+        """A line saying how the wait ended, then the saga as ``status`` shows it."""
+        saga = self.waited.saga
+        if not self.waited.settled:
+            head = f"timed out after {self.timeout:g} s: the saga is still {saga.status}"
+        elif saga.terminal:
+            head = f"settled: the saga finished {saga.status}"
+        else:
+            head = "settled: the saga waits for a person"
+        return head + "\n" + SagaReport(saga).to_text()
+
+
+def run_wait(args: argparse.Namespace, settings: Settings) -> int:
+    """Wait for a saga to finish or to wait for a person; exit TIMED_OUT if it did neither."""
+    fleet = command_fleet(settings)
+    try:
+        waited = fleet.client(tenant=args.tenant or settings.tenant).wait(args.saga_id,
+                                                                          args.timeout)
+    finally:
+        fleet.close()
+    emit_report(WaitReport(waited, args.timeout), as_json=args.json)
+    return ExitCode.OK if waited.settled else ExitCode.TIMED_OUT
 
 
 def _input_document(value: str) -> Any:

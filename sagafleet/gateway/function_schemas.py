@@ -125,6 +125,7 @@ class FunctionRouter:
             "put_secret": service.put_secret,
             "propose_plan": service.propose_plan,
             "saga_status": service.saga_status,
+            "saga_wait": service.saga_wait,
             "saga_audit": service.saga_audit,
             "cancel_saga": service.cancel_saga,
         }

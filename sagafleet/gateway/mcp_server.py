@@ -29,8 +29,9 @@ INSTRUCTIONS = (
     "sagafleet runs multi-step, side-effecting workflows (sagas) under a deterministic "
     "orchestrator. Call list_sagas to see what can be started and what each step does; "
     "start_saga with an idempotency key (retrying with the same key is always safe); follow "
-    "it with saga_status. A secret input field (a card token) takes the value, or a ref "
-    "from put_secret, which is the only way a secret may travel in a Celery command. "
+    "it with saga_status, or saga_wait until it finishes or needs a person. A secret input "
+    "field (a card token) takes the value, or a ref from put_secret, which is the only way "
+    "a secret may travel in a Celery command. "
     "To run your own sequence of allowlisted tools, propose_plan first. "
     "Approvals are given by people, never by agents."
 )
@@ -116,6 +117,19 @@ class _Tools:
         """A saga's state, steps, receipts and what it is waiting for."""
         return self._call(ctx, lambda who: self.service.saga_status(who, saga_id))
 
+    def saga_wait(
+        self,
+        saga_id: SagaId,
+        ctx: Context,
+        timeout_seconds: Annotated[float, Field(description="longest to wait, in seconds "
+                                                "(0 to 60)")] = 30.0,
+    ) -> CallToolResult:
+        """Wait until a saga is finished or waits for a person (an approval, an operator),
+        at most timeout_seconds; returns its status and settled (false: still running, call
+        again). Cheaper and quicker than calling saga_status in a loop."""
+        return self._call(ctx, lambda who: self.service.saga_wait(who, saga_id,
+                                                                  timeout_seconds))
+
     def saga_audit(self, saga_id: SagaId, ctx: Context) -> CallToolResult:
         """A saga's timeline of events from the log, with who recorded each (secrets hidden)."""
         return self._call(ctx, lambda who: self.service.saga_audit(who, saga_id))
@@ -147,6 +161,7 @@ def build_mcp_server(service: GatewayService, policy: BindingPolicy) -> MCPServe
         (tools.put_secret, ToolAnnotations(idempotent_hint=False, destructive_hint=False)),
         (tools.propose_plan, writes),
         (tools.saga_status, read_only),
+        (tools.saga_wait, read_only),
         (tools.saga_audit, read_only),
         (tools.cancel_saga, ToolAnnotations(idempotent_hint=True, destructive_hint=True)),
     ):

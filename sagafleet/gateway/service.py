@@ -34,10 +34,14 @@ from workers.fleet import Fleet
 # and one tenant's plan is no business of another tenant).
 PLAN_PREFIX = PLAN_NAME_PREFIX
 MAX_REASON = AGENT_REASON_CHARS.value
+MAX_TOOL_WAIT_SECONDS = 60.0
+"""Longest one saga_wait call blocks: a tool call holds a request (and a server thread)
+open, so an agent that must wait longer calls again."""
+DEFAULT_TOOL_WAIT_SECONDS = 30.0
 
 
 class GatewayService:
-    """list_sagas, start_saga, propose_plan, saga_status, saga_audit and cancel_saga."""
+    """list_sagas, start_saga, propose_plan, saga_status, saga_wait, saga_audit and cancel_saga."""
 
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
@@ -131,6 +135,22 @@ class GatewayService:
         view = client.status(saga_id)
         return compact_status(view, self.fleet.repo.load(saga_id, tenant=who.tenant))
 
+    def saga_wait(
+        self, who: CallerBinding, saga_id: str,
+        timeout_seconds: float = DEFAULT_TOOL_WAIT_SECONDS,
+    ) -> dict[str, Any]:
+        """Wait until the saga is terminal or waits for a person, at most ``timeout_seconds``
+        (0 to 60); its status then, and ``settled`` (False: the wait timed out)."""
+        if (isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int | float)
+                or not 0 <= timeout_seconds <= MAX_TOOL_WAIT_SECONDS):
+            raise ArgumentsRejected("saga_wait", [Problem(
+                "timeout_seconds", "out_of_range",
+                f"must be a number from 0 to {MAX_TOOL_WAIT_SECONDS:g}")])
+        waited = self._client(who).wait(saga_id, timeout_seconds)
+        status = compact_status(waited.saga, self.fleet.repo.load(saga_id, tenant=who.tenant))
+        return {"settled": waited.settled, "timed_out": not waited.settled, **status,
+                "next": _after_wait(waited.settled, waited.saga.terminal)}
+
     def saga_audit(self, who: CallerBinding, saga_id: str) -> dict[str, Any]:
         """The saga's timeline of events from the log, with actors."""
         self._client(who).status(saga_id)  # the client's own id and tenant checks
@@ -143,6 +163,16 @@ class GatewayService:
             raise ArgumentsRejected("cancel_saga", problems)
         view = self._client(who).cancel(saga_id, reason=reason)
         return compact_status(view, self.fleet.repo.load(saga_id, tenant=who.tenant))
+
+
+def _after_wait(settled: bool, terminal: bool) -> str:
+    """What an agent can do once saga_wait returns."""
+    if not settled:
+        return "still running: call saga_wait again to keep waiting"
+    if terminal:
+        return "the saga is finished: nothing more will happen"
+    return ("the saga waits for a person (see pending); call saga_wait again to follow "
+            "it once they act")
 
 
 def _text_problems(name: str, value: object, longest: int) -> list[Problem]:

@@ -40,7 +40,7 @@ def test_agent_starts_retries_and_follows_a_trip_over_stdio(fleet, processes, se
             names = {t.name for t in (await session.list_tools()).tools}
             # then the saga tools are there and approving is not
             assert names == {"list_sagas", "start_saga", "put_secret", "propose_plan",
-                             "saga_status", "saga_audit", "cancel_saga"}
+                             "saga_status", "saga_wait", "saga_audit", "cancel_saga"}
 
             # when it lists the sagas
             failed, listed = await call(session, "list_sagas")
