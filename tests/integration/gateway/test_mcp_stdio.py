@@ -112,6 +112,13 @@ def test_agent_gets_every_reason_back_and_cannot_see_other_tenants(fleet, server
             failed, refused = await call(session, "cancel_saga", saga_id=acme.saga_id,
                                          reason="not mine")
             assert failed and refused["error"] == "SagaNotFound"
+            failed, refused = await call(session, "saga_wait", saga_id=acme.saga_id,
+                                         timeout_seconds=1)
+            assert failed and refused["error"] == "SagaNotFound"
+            # and a wait longer than the tool allows is named, not attempted
+            failed, rejected = await call(session, "saga_wait", saga_id=acme.saga_id,
+                                          timeout_seconds=3600)
+            assert failed and rejected["problems"][0]["where"] == "timeout_seconds"
 
             # when it starts a trip with a missing and a mistyped field
             bad = {k: v for k, v in TRIP_INPUT.items() if k != "card_token"} | {"nights": "two"}
