@@ -5,9 +5,12 @@ workers' remote control off for a locked-down broker."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from fleet_harness import WorkerProcesses, worker_env
@@ -106,3 +109,48 @@ def test_with_remote_control_off_the_worker_does_not_answer(
     done = celery_cli(broker, database, "inspect", "ping", "--json", "--timeout", "2")
     assert done.returncode != 0
     assert "No nodes replied" in done.stdout + done.stderr
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (for Flower)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def flower_workers(port: int) -> dict[str, object]:
+    """Flower's ``/api/workers`` (asking the workers afresh), or empty while it starts."""
+    url = f"http://127.0.0.1:{port}/api/workers?refresh=1"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 - our own Flower
+            workers = json.loads(answer.read())
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return {}
+    assert isinstance(workers, dict), workers
+    return workers
+
+
+def test_flower_lists_the_running_worker(
+        database: str, broker: str, workers: WorkerProcesses, tmp_path: Path) -> None:
+    # Given a running worker and Flower on the documented app path
+    [worker] = workers.start(1)
+    port = free_port()
+    env = worker_env(database, broker) | {"FLOWER_UNAUTHENTICATED_API": "true"}
+    with (tmp_path / "flower.log").open("w") as out:
+        flower = subprocess.Popen(  # noqa: S603 - our own interpreter and Flower
+            [sys.executable, "-m", "celery", "-A", APP, "flower", "--address=127.0.0.1",
+             f"--port={port}"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        # When its API is asked for the workers, Then it lists ours with the fleet's tasks
+        deadline = time.monotonic() + DEADLINE_S
+        listed: dict[str, object] = {}
+        while not listed and time.monotonic() < deadline:
+            listed = flower_workers(port)
+            time.sleep(0.5)
+    finally:
+        flower.terminate()
+        flower.wait(30)
+    assert listed, (tmp_path / "flower.log").read_text()
+    [node] = listed
+    assert node.endswith(f":{worker.pid}")
+    assert set(FLEET_TASKS) <= set(listed[node]["registered"])  # type: ignore[index]
