@@ -39,8 +39,9 @@ records ``CancelRequested`` once; a plan without a ``name`` is named by its cont
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from celery import Celery, Task
@@ -65,7 +66,7 @@ log = logging.getLogger(__name__)
 START_SAGA = "sagafleet.commands.start_saga"
 CANCEL_SAGA = "sagafleet.commands.cancel_saga"
 SUBMIT_PLAN = "sagafleet.commands.submit_plan"
-STEP_TASK_OPTIONS: dict[str, Any] = {"acks_late": True, "ignore_result": True}
+STEP_TASK_OPTIONS: Mapping[str, Any] = MappingProxyType({"acks_late": True, "ignore_result": True})
 """Celery task options of ``sagafleet.step`` (a wake-up call: the log is the record)."""
 FLEET_TASKS = (STEP_TASK, START_SAGA, CANCEL_SAGA, SUBMIT_PLAN)
 """Every task name a worker of the fleet registers (what ``celery inspect registered`` lists)."""
