@@ -48,6 +48,7 @@ def _fleet(
         lease_s=settings.lease_seconds,
         queue_wait_s=settings.queue_wait_seconds,
         visibility_timeout_s=settings.visibility_timeout_seconds,
+        remote_control=settings.celery_remote_control,
     )
     if worker_id:
         config = replace(config, worker_id=worker_id)

@@ -58,6 +58,12 @@ class Settings(BaseModel):
         "SAGAFLEET_HOME/anchor.key, made on first use with mode 0600)"))
     anchor_interval_seconds: float = Field(default=10.0, ge=0, le=86_400, description=(
         "time between log checkpoints taken by the projector (0: none)"))
+    # Celery's own tools (celery -A sagafleet.celery inspect/events/control, Flower) need the
+    # workers' remote control (pidbox), task events and heartbeats; a broker locked down to
+    # the fleet's own queues (no pub/sub, no extra keys) turns them off here.
+    celery_remote_control: bool = Field(default=True, description=(
+        "workers answer Celery's remote control (inspect, ping) and send task events and "
+        "heartbeats, for celery -A sagafleet.celery and Flower (false: a locked-down broker)"))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -110,14 +110,19 @@ class BrokerSettings:
     broker_url: str
     visibility_timeout_s: float = 600.0
     step_time_limit_s: float = 300.0
+    # Workers answer Celery's remote control and send task events and heartbeats, so that
+    # Celery's own tools (inspect, events, Flower) see the fleet; off for a broker locked
+    # down to the fleet's queues (SAGAFLEET_CELERY_REMOTE_CONTROL=false).
+    remote_control: bool = True
 
     @classmethod
-    def for_visibility_timeout(cls, broker_url: str, visibility_timeout_s: float
-                               ) -> BrokerSettings:
+    def for_visibility_timeout(cls, broker_url: str, visibility_timeout_s: float, *,
+                               remote_control: bool = True) -> BrokerSettings:
         """Settings whose step time limit fits inside ``visibility_timeout_s``: half of it,
         at most the default (a short timeout is for tests of redelivery after a kill)."""
         return cls(broker_url=broker_url, visibility_timeout_s=visibility_timeout_s,
-                   step_time_limit_s=min(cls.step_time_limit_s, visibility_timeout_s / 2))
+                   step_time_limit_s=min(cls.step_time_limit_s, visibility_timeout_s / 2),
+                   remote_control=remote_control)
 
     @property
     def unacked_restore_interval_s(self) -> float:
@@ -182,11 +187,28 @@ def create_celery_app(settings: BrokerSettings, *, name: str = "sagafleet") -> C
         task_default_queue=QUEUE_STEPS,
         task_routes={"sagafleet.commands.*": {"queue": QUEUE_COMMANDS}},
         worker_hijack_root_logger=False,
-        worker_send_task_events=False,
-        worker_enable_remote_control=False,
+        # Celery's own tools: pidbox replies (inspect, ping, control) and task events
+        # (celery events, Flower), both over the broker's pub/sub; see worker_options.
+        worker_send_task_events=settings.remote_control,
+        worker_enable_remote_control=settings.remote_control,
         # Neither the arguments of a task nor the body of a message the worker drops reach
         # a log record: a saga command may carry a secret an agent should not have sent.
         worker_consumer=f"{__name__}:BodiesWithheldConsumer",
         task_create_missing_queues=True,
     )
     return app
+
+
+def worker_options(settings: BrokerSettings) -> list[str]:
+    """The ``celery worker`` options of the fleet's worker that follow ``remote_control``.
+
+    Heartbeats are worker events (they tell ``celery events`` and Flower that a worker is
+    online), so they go with remote control. Mingle and gossip stay off either way: mingle
+    makes each starting worker wait for its peers to send revoked task ids and clocks (the
+    fleet never revokes a task: cancelling is an event in the log), and gossip has every
+    worker consume every other worker's events; no tool of Celery's needs either.
+    """
+    options = ["--without-mingle", "--without-gossip"]
+    if not settings.remote_control:
+        options.append("--without-heartbeat")
+    return options

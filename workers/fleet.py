@@ -53,6 +53,14 @@ class FleetConfig:
     # How long a message a worker took stays invisible to the others: what a killed worker
     # held comes back to another after it (celery_app.BrokerSettings).
     visibility_timeout_s: float = 600.0
+    # Workers answer Celery's remote control and send events (celery_app.BrokerSettings).
+    remote_control: bool = True
+
+    @property
+    def broker_settings(self) -> BrokerSettings:
+        """The Celery app's settings for this fleet."""
+        return BrokerSettings.for_visibility_timeout(
+            self.broker_url, self.visibility_timeout_s, remote_control=self.remote_control)
 
 
 class Fleet:
@@ -112,8 +120,7 @@ class Fleet:
         """The Celery app with the fleet's tasks bound to this fleet."""
         from workers.tasks import bind_tasks
 
-        app = create_celery_app(BrokerSettings.for_visibility_timeout(
-            self.config.broker_url, self.config.visibility_timeout_s))
+        app = create_celery_app(self.config.broker_settings)
         bind_tasks(app, self)
         return app
 

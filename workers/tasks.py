@@ -39,8 +39,9 @@ records ``CancelRequested`` once; a plan without a ``name`` is named by its cont
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from celery import Celery, Task
@@ -65,6 +66,10 @@ log = logging.getLogger(__name__)
 START_SAGA = "sagafleet.commands.start_saga"
 CANCEL_SAGA = "sagafleet.commands.cancel_saga"
 SUBMIT_PLAN = "sagafleet.commands.submit_plan"
+STEP_TASK_OPTIONS: Mapping[str, Any] = MappingProxyType({"acks_late": True, "ignore_result": True})
+"""Celery task options of ``sagafleet.step`` (a wake-up call: the log is the record)."""
+FLEET_TASKS = (STEP_TASK, START_SAGA, CANCEL_SAGA, SUBMIT_PLAN)
+"""Every task name a worker of the fleet registers (what ``celery inspect registered`` lists)."""
 
 DERIVED_KEY_PREFIX = "celery-task:"
 """A start without a key is keyed by its Celery task id, so a redelivery starts nothing new."""
@@ -81,6 +86,13 @@ class CommandMessage:
     task_id: str | None
     args: Any
     kwargs: Any
+
+
+class NotAFleetWorker(SagaError):
+    """A task of the tooling app (``sagafleet.celery``) was run: only ``sagafleet worker``
+    runs the fleet's tasks (the message stays for a real worker, or the sweeper resends)."""
+
+    kind = ErrorKind.MISCONFIGURED
 
 
 class BrokerUnavailable(SagaError):
@@ -125,10 +137,27 @@ def bind_tasks(app: Celery, fleet: Fleet) -> None:
 
     # shared=False: a task closes over *this* fleet, so it must not be added to every other
     # Celery app of the process (Celery's default), where it would act on the wrong fleet.
-    app.task(name=STEP_TASK, acks_late=True, ignore_result=True, shared=False)(step)
+    app.task(name=STEP_TASK, shared=False, **STEP_TASK_OPTIONS)(step)
     for name, action in ((START_SAGA, _start), (CANCEL_SAGA, _cancel), (SUBMIT_PLAN, _plan)):
         app.task(name=name, bind=True, shared=False, **COMMAND_TASK_OPTIONS)(
             _command_task(fleet, name, action))
+
+
+def register_task_names(app: Celery) -> None:
+    """Register every name of :data:`FLEET_TASKS` on ``app`` without a fleet behind it.
+
+    For the app that Celery's own tools load (``sagafleet.celery``): they only need the
+    names, since the answers to ``inspect`` come from the running workers. A body here
+    refuses to run, so a ``celery worker`` started on that app acts on nothing.
+    """
+
+    def not_a_fleet_worker(*args: Any, **kwargs: Any) -> NoReturn:
+        raise NotAFleetWorker("this Celery app is for Celery's tools (inspect, events, "
+                              "Flower); run the fleet's tasks with `sagafleet worker`")
+
+    for name in FLEET_TASKS:
+        options = COMMAND_TASK_OPTIONS if name != STEP_TASK else STEP_TASK_OPTIONS
+        app.task(name=name, shared=False, **options)(not_a_fleet_worker)
 
 
 def _command_task(fleet: Fleet, name: str, action: CommandAction) -> Callable[..., None]:

@@ -11,7 +11,7 @@ from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import build_fleet
 from sagafleet.settings import Settings
-from workers.celery_app import QUEUE_COMMANDS, QUEUE_STEPS
+from workers.celery_app import QUEUE_COMMANDS, QUEUE_STEPS, worker_options
 from workers.observability import init_sentry
 from workers.sweeper import Sweeper
 
@@ -60,7 +60,7 @@ def run_worker(args: argparse.Namespace, settings: Settings) -> int:
         fleet.celery.worker_main([
             "worker", f"--pool={pool}", f"--concurrency={args.concurrency}",
             f"--queues={args.queues}", f"--loglevel={args.loglevel}",
-            "--without-heartbeat", "--without-mingle", "--without-gossip",
+            *worker_options(fleet.config.broker_settings),
             f"--hostname=sagafleet-{fleet.config.worker_id}",
         ])
     finally:
