@@ -142,6 +142,11 @@ AGENT_REASON_CHARS: Final = Limit(
     "agent_reason_chars", 2_000, "characters",
     "a reason an agent gives through the MCP gateway: a sentence or two, as the tool says.",
 )
+SECRET_VALUE_BYTES: Final = Limit(
+    "secret_value_bytes", 64 * KIB, "bytes",
+    "a secret deposited with put_secret, as JSON: a token, a key or a small credential "
+    "document, kept in the vault until its start redeems it.",
+)
 
 # -- transports ----------------------------------------------------------------------------
 
@@ -182,7 +187,8 @@ BATCH_EVENTS: Final = Limit(
 ALL_LIMITS: Final[tuple[Limit, ...]] = (
     DEFINITION_BYTES, YAML_NODES, JSON_DEPTH, DEFINITION_STEPS, DEPENDENCY_EDGES,
     TEMPLATE_REFERENCES, PLAN_BYTES, PLAN_ACTIONS, SAGA_INPUT_BYTES, INPUT_TEXT_BYTES,
-    EVIDENCE_BYTES, NAME_CHARS, KEY_CHARS, REASON_CHARS, AGENT_REASON_CHARS, MCP_BODY_BYTES,
+    EVIDENCE_BYTES, NAME_CHARS, KEY_CHARS, REASON_CHARS, AGENT_REASON_CHARS,
+    SECRET_VALUE_BYTES, MCP_BODY_BYTES,
     COMMAND_MESSAGE_BYTES, STEP_MESSAGE_BYTES, POSITION_MAX, QUEUE_PAGE_ROWS, BATCH_EVENTS,
 )
 """Every limit, in the README table's order."""

@@ -47,6 +47,7 @@ from saga_core.limits import (
     KEY_CHARS,
     NAME_CHARS,
     REASON_CHARS,
+    SECRET_VALUE_BYTES,
     Limit,
     measure_json,
 )
@@ -73,8 +74,6 @@ _KEY_NAMESPACE = uuid.UUID("5a6af1ee-7000-4000-8000-000000000001")
 DEFAULT_SECRET_TTL = timedelta(minutes=15)
 """How long a deposited secret waits for its start, unless told otherwise."""
 MIN_SECRET_TTL, MAX_SECRET_TTL = timedelta(seconds=1), timedelta(days=1)
-MAX_SECRET_BYTES = 65_536
-"""Largest secret value (as JSON) put_secret keeps."""
 
 
 PLAN_NAME_PREFIX = "agent-plan-"
@@ -215,9 +214,9 @@ class SagaClient:
             size = len(json.dumps(value).encode("utf-8"))
         except (TypeError, ValueError):
             raise InvalidRequest("secret value must be JSON (text, number, object, ...)") from None
-        if size > MAX_SECRET_BYTES:
+        if size > SECRET_VALUE_BYTES.value:
             raise InvalidRequest(f"secret value is {size} bytes as JSON; at most "
-                                 f"{MAX_SECRET_BYTES} are kept")
+                                 f"{SECRET_VALUE_BYTES.value} are kept (secret_value_bytes)")
         expires_at = self.orchestrator.clock() + ttl
         ref = self.secrets.deposit(self.tenant, value, expires_at)
         return SecretRef(ref=ref, expires_at=expires_at)

@@ -14,7 +14,8 @@ from sagafleet.gateway.function_schemas import (
     gateway_functions,
 )
 from sagafleet.gateway.mcp_server import build_mcp_server
-from sagafleet.gateway.service import PLAN_PREFIX, GatewayService
+from sagafleet.gateway.service import GatewayService
+from workers.client import PLAN_NAME_PREFIX as PLAN_PREFIX  # its public name here
 
 __all__ = [
     "PLAN_PREFIX",

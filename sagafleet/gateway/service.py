@@ -32,8 +32,6 @@ from workers.fleet import Fleet
 
 # Definitions registered from agent plans; kept out of list_sagas (they are per request,
 # and one tenant's plan is no business of another tenant).
-PLAN_PREFIX = PLAN_NAME_PREFIX
-MAX_REASON = AGENT_REASON_CHARS.value
 MAX_TOOL_WAIT_SECONDS = 60.0
 """Longest one saga_wait call blocks: a tool call holds a request (and a server thread)
 open, so an agent that must wait longer calls again."""
@@ -52,7 +50,7 @@ class GatewayService:
     def registered_definitions(self) -> list[SagaDefinition]:
         """The latest version of each registered definition, agent plans left out."""
         names = sorted({r.name for r in self.fleet.definitions.list()
-                        if not r.name.startswith(PLAN_PREFIX)})
+                        if not r.name.startswith(PLAN_NAME_PREFIX)})
         return [self.fleet.definitions.get(name) for name in names]
 
     def list_sagas(self, who: CallerBinding) -> dict[str, Any]:
@@ -66,7 +64,7 @@ class GatewayService:
     ) -> dict[str, Any]:
         """Validate the input and start the saga; the same key returns the same saga."""
         problems = _text_problems("idempotency_key", idempotency_key, KEY_CHARS.value)
-        problems += _text_problems("reason", reason, MAX_REASON)
+        problems += _text_problems("reason", reason, AGENT_REASON_CHARS.value)
         if not isinstance(definition, str) or not definition:
             problems.append(Problem("definition", "wrong_type", "a definition name is required"))
         if problems:
@@ -158,7 +156,7 @@ class GatewayService:
 
     def cancel_saga(self, who: CallerBinding, saga_id: str, reason: str) -> dict[str, Any]:
         """Ask to cancel: what can still be compensated is compensated."""
-        problems = _text_problems("reason", reason, MAX_REASON)
+        problems = _text_problems("reason", reason, AGENT_REASON_CHARS.value)
         if problems:
             raise ArgumentsRejected("cancel_saga", problems)
         view = self._client(who).cancel(saga_id, reason=reason)
