@@ -22,6 +22,8 @@ class ErrorKind(StrEnum):
     UNAVAILABLE = "unavailable"  # a server cannot be reached: the same request may work later
     MISCONFIGURED = "misconfigured"  # the deployment is wrong (settings, tool set, schema)
     INTEGRITY = "integrity"  # the stored history cannot be read or does not check out
+    UNAUTHENTICATED = "unauthenticated"  # no valid credential (token, signing key)
+    FORBIDDEN = "forbidden"  # the principal is proven but its roles do not allow this
     FAILURE = "failure"  # anything else; the message says what
 
 

@@ -37,6 +37,8 @@ EXIT_CODES: Final[Mapping[ErrorKind, ExitCode]] = MappingProxyType({
     # Settings, tool set or schema: the operator fixes how the command is run, like a usage error.
     ErrorKind.MISCONFIGURED: ExitCode.USAGE,
     ErrorKind.INTEGRITY: ExitCode.FAILURE,
+    ErrorKind.UNAUTHENTICATED: ExitCode.UNAUTHENTICATED,
+    ErrorKind.FORBIDDEN: ExitCode.FORBIDDEN,
     ErrorKind.FAILURE: ExitCode.FAILURE,
 })
 """The exit code of every error kind."""

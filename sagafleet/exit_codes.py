@@ -19,6 +19,8 @@ class ExitCode(IntEnum):
     INVARIANT_VIOLATED = 8  # the demo or chaos run found a duplicate effect or a stuck saga
     LOG_TAMPERED = 9  # verify: the log no longer holds what its signed checkpoints anchored
     TIMED_OUT = 10  # wait: the saga was still running (not finished, not paused) at --timeout
+    UNAUTHENTICATED = 11  # no valid token (SAGAFLEET_TOKEN, --token-file): unknown or revoked
+    FORBIDDEN = 12  # the token's principal may not do this (role, tenant, four eyes)
     INTERRUPTED = 130  # stopped by Ctrl-C (SIGINT), as shells report it
 
 

@@ -11,6 +11,7 @@ import json
 import math
 import time
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
 
@@ -24,6 +25,7 @@ from saga_core import (
     check_approval,
     validate_plan,
 )
+from saga_core.authority import Principal
 from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.definition import parse_definition
@@ -165,34 +167,50 @@ class SagaClient:
         *,
         secrets: Secrets,
         publisher: Publisher,
-        tenant: str = "default",
-        actor: str = "agent",
+        principal: Principal,
         refuse_raw_secrets: bool = False,
     ) -> None:
-        """``refuse_raw_secrets``: this client serves commands that crossed the broker, so a
-        secret field must come by ref (:class:`~workers.secrets.RawSecretRefused`)."""
+        """``principal``: who acts (its tenant and name are the saga's tenant and the
+        recorded actor). ``refuse_raw_secrets``: this client serves commands that crossed
+        the broker, so a secret field must come by ref
+        (:class:`~workers.secrets.RawSecretRefused`)."""
+        _text("tenant", principal.tenant, NAME_CHARS)
+        _text("actor", principal.name, NAME_CHARS)
         self.refuse_raw_secrets = refuse_raw_secrets
         self.orchestrator = orchestrator
         self.definitions = definitions
         self.catalogue = catalogue
         self.secrets = secrets
         self.publisher = publisher
-        self.tenant = _text("tenant", tenant, NAME_CHARS)
-        self.actor = _text("actor", actor, NAME_CHARS)
+        self.principal = principal
 
-    def as_actor(self, actor: str, tenant: str | None = None) -> SagaClient:
-        """The same client acting as someone else (or for another tenant)."""
+    @property
+    def tenant(self) -> str:
+        """The tenant this client acts for (its principal's)."""
+        return self.principal.tenant
+
+    @property
+    def actor(self) -> str:
+        """The name events record for what this client does (its principal's)."""
+        return self.principal.name
+
+    def for_principal(self, principal: Principal) -> SagaClient:
+        """The same client acting as another proven principal."""
         return SagaClient(self.orchestrator, self.definitions, self.catalogue,
                           secrets=self.secrets, publisher=self.publisher,
-                          tenant=tenant or self.tenant, actor=actor,
-                          refuse_raw_secrets=self.refuse_raw_secrets)
+                          principal=principal, refuse_raw_secrets=self.refuse_raw_secrets)
+
+    def as_actor(self, actor: str, tenant: str | None = None) -> SagaClient:
+        """The same client acting as another in-process agent (or for another tenant)."""
+        return self.for_principal(replace(self.principal, name=actor,
+                                          tenant=tenant or self.tenant))
 
     def via_broker(self) -> SagaClient:
         """The same client for commands that crossed the broker: the message sat in Redis,
         so a secret field holding a value (not a ref) is refused, naming the field."""
         return SagaClient(self.orchestrator, self.definitions, self.catalogue,
                           secrets=self.secrets, publisher=self.publisher,
-                          tenant=self.tenant, actor=self.actor, refuse_raw_secrets=True)
+                          principal=self.principal, refuse_raw_secrets=True)
 
     # -- secrets ------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from functools import cached_property
 from events import EventStore
 from events.definitions import DefinitionConflict, DefinitionStore
 from events.sagas import PostgresSagaLog, saga_registry
+from saga_core.authority import Principal
 from saga_core.catalogue import ToolCatalogue
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.examples import trip_definition
@@ -147,10 +148,15 @@ class Fleet:
                             lease=timedelta(seconds=self.config.lease_s))
 
     def client(self, *, tenant: str = "default", actor: str = "agent") -> SagaClient:
-        """A SagaClient acting for ``tenant`` as ``actor``."""
+        """A SagaClient of this trusted program acting for ``tenant`` as the agent ``actor``
+        (in process: it holds the database already; it may never approve)."""
+        return self.client_for(Principal.in_process_agent(tenant, actor))
+
+    def client_for(self, principal: Principal) -> SagaClient:
+        """A SagaClient acting as ``principal`` (proven by the principal directory)."""
         return SagaClient(self.orchestrator, self.definitions, self.catalogue,
                           secrets=self.secrets, publisher=self.publisher,
-                          tenant=tenant, actor=actor)
+                          principal=principal)
 
     def register_builtin_definitions(self) -> list[str]:
         """Register the shipped trip definition (idempotent); return the hashes registered.

@@ -49,6 +49,9 @@ HINTS: Final[Mapping[ErrorKind, str]] = MappingProxyType({
     "message names",
     ErrorKind.INTEGRITY: "the saga's stored history cannot be read or does not check out; "
     "an operator must look (sagafleet verify)",
+    ErrorKind.UNAUTHENTICATED: "the call carries no valid token: an operator must issue one "
+    "(sagafleet principals add)",
+    ErrorKind.FORBIDDEN: "this principal may not do that; a person with the named role must",
     ErrorKind.FAILURE: "the call failed; the message says why",
 })
 """What an agent can do about each kind of error (a class's own ``hint`` comes first)."""

@@ -27,6 +27,7 @@ from events.memory import MemoryDefinitions, MemorySagaLog, MemorySecrets
 from events.model import Position
 from events.sagas import LoadedSaga, saga_id_of, saga_stream
 from saga_core import SagaDefinition
+from saga_core.authority import Principal
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.events import SagaEvent
 from saga_core.examples import trip_definition
@@ -117,10 +118,14 @@ class TestFleet:
             admin.register_definition(definition)
 
     def client(self, *, tenant: str = "default", actor: str = "agent") -> SagaClient:
-        """The real SagaClient, acting for ``tenant`` as ``actor`` on this fleet."""
+        """The real SagaClient, acting for ``tenant`` as the in-process agent ``actor``."""
+        return self.client_for(Principal.in_process_agent(tenant, actor))
+
+    def client_for(self, principal: Principal) -> SagaClient:
+        """The real SagaClient acting as ``principal`` on this fleet."""
         return SagaClient(self.orchestrator, self.definitions, self.catalogue,
                           secrets=self.secrets, publisher=self.publisher,
-                          tenant=tenant, actor=actor)
+                          principal=principal)
 
     # -- running
 

@@ -11,6 +11,7 @@ import time
 from fleet_harness import redis_client
 from trip_inputs import TRIP_INPUT
 
+from saga_core.authority import Principal
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.events import (
     ApprovalRequested,
@@ -69,7 +70,8 @@ def test_a_version_registered_by_another_process_is_started_on_at_once(fleet):
     assert mine.start("tour", TRIP_INPUT).definition_version == 1
     # when another process registers v2, whose input adds a field v1 does not know
     theirs = SagaClient(fleet.orchestrator, DefinitionStore(fleet.store), fleet.catalogue,
-                        secrets=fleet.secrets, publisher=fleet.publisher)
+                        secrets=fleet.secrets, publisher=fleet.publisher,
+                        principal=Principal.in_process_agent("default", "agent"))
     v2 = {**v1, "version": 2,
           "input": {**v1["input"], "note": {"type": "string", "required": False}}}
     theirs.register_definition(v2)

@@ -11,6 +11,7 @@ import pytest
 from events import ConcurrencyError
 from events.memory import MemoryDefinitions, MemorySagaLog, MemorySecrets
 from events.sagas import LoadedSaga
+from saga_core.authority import Principal
 from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import StepKind
 from saga_core.errors import SagaError
@@ -67,7 +68,8 @@ def orchestrator(clock: Clock) -> Orchestrator:
 def _started(orchestrator: Orchestrator, published: Published) -> LoadedSaga:
     definitions = orchestrator.log.definitions  # type: ignore[attr-defined]
     client = SagaClient(orchestrator, definitions, trip_tool_catalogue(),
-                        secrets=MemorySecrets(), publisher=published)
+                        secrets=MemorySecrets(), publisher=published,
+                        principal=Principal.in_process_agent("default", "agent"))
     return orchestrator.log.load(client.start("trip", TRIP_INPUT, key="k").saga_id)
 
 
