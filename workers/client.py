@@ -11,7 +11,6 @@ import json
 import math
 import time
 import uuid
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
 
@@ -202,8 +201,8 @@ class SagaClient:
 
     def as_actor(self, actor: str, tenant: str | None = None) -> SagaClient:
         """The same client acting as another in-process agent (or for another tenant)."""
-        return self.for_principal(replace(self.principal, name=actor,
-                                          tenant=tenant or self.tenant))
+        # Always an unproven agent: renaming a proven principal would forge its name.
+        return self.for_principal(Principal.in_process_agent(tenant or self.tenant, actor))
 
     def via_broker(self) -> SagaClient:
         """The same client for commands that crossed the broker: the message sat in Redis,
