@@ -13,6 +13,7 @@ from kit_harness import AMOUNT
 from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
 from saga_core import AgentPlan, PlannedAction, SagaDefinition, ToolCatalogue
+from saga_core.authority import Principal, PrincipalKind
 from saga_core.contracts import ErrorClass, Receipt, SagaStatus, StepKind
 from saga_core.events import (
     ApprovalRequested,
@@ -28,6 +29,12 @@ from saga_core.events import (
 from sagafleet.testing import InMemoryTools, TestFleet, TripTools
 
 FWD, COMP = StepKind.FORWARD, StepKind.COMPENSATION
+
+
+def _person(fleet, name, tenant="default"):
+    """A client acting as a person who may answer approvals (a gate refuses any agent)."""
+    return fleet.client_for(Principal(tenant, name, PrincipalKind.PERSON,
+                                      frozenset({"approver", "operator"})))
 
 
 def _trip(input: dict[str, Any] = TRIP_INPUT) -> tuple[TestFleet, TripTools, str]:
@@ -177,7 +184,7 @@ def test_row8_authorization_expiring_during_recovery_pauses_for_renewed_approval
     assert asked.step_id == "hold_flight" and asked.kind is COMP
     assert asked.scope == "renew_authorization"
     assert tools.ledger(saga_id).active_flight_holds == 1  # old authority is never reused
-    fleet.client().as_actor("ops-lead").approve(saga_id, "hold_flight", kind=COMP)
+    _person(fleet, "ops-lead").approve(saga_id, "hold_flight", kind=COMP)
     fleet.run_until_idle()
     failed = _of(fleet.events(saga_id), "hold_flight", COMP, StepFailed)
     assert [f.error_class for f in failed] == [ErrorClass.AUTH_EXPIRED]

@@ -7,6 +7,7 @@ import pytest
 from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
 from events.sagas import SagaNotFound
+from saga_core.authority import Principal, PrincipalKind
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.errors import ApprovalAltered, ApprovalExpired, ApprovalReplayed, NothingToResolve
 from saga_core.events import (
@@ -21,6 +22,12 @@ from workers.client import IdempotencyConflict, InvalidRequest, SagaClient
 from workers.messages import StepCommand
 
 EXPENSIVE = {**TRIP_INPUT, "amount": 250_000}  # the capture waits for a human
+
+
+def _person(fleet, name, tenant="default"):
+    """A client acting as a person who may answer approvals (a gate refuses any agent)."""
+    return fleet.client_for(Principal(tenant, name, PrincipalKind.PERSON,
+                                      frozenset({"approver", "operator"})))
 
 
 def _books(fleet: TestFleet) -> TripTools:
@@ -76,9 +83,9 @@ def test_approval_granted_then_completed_and_a_second_click_is_a_no_op() -> None
     fleet = TestFleet()
     client, saga_id = _awaiting_approval(fleet)
     assert _books(fleet).ledger(saga_id).captures == 0
-    client.as_actor("alice").approve(saga_id, "capture_payment")
+    _person(fleet, "alice").approve(saga_id, "capture_payment")
     version = fleet.state(saga_id).version
-    client.as_actor("alice").approve(saga_id, "capture_payment")
+    _person(fleet, "alice").approve(saga_id, "capture_payment")
     assert fleet.state(saga_id).version == version
     fleet.run_until_idle()
     assert fleet.state(saga_id).status is SagaStatus.COMPLETED
@@ -88,7 +95,7 @@ def test_approval_granted_then_completed_and_a_second_click_is_a_no_op() -> None
 def test_approval_denied_compensates_the_holds() -> None:
     fleet = TestFleet()
     client, saga_id = _awaiting_approval(fleet)
-    client.as_actor("bob").deny(saga_id, "capture_payment", reason="too expensive")
+    _person(fleet, "bob").deny(saga_id, "capture_payment", reason="too expensive")
     fleet.run_until_idle()
     assert fleet.state(saga_id).status is SagaStatus.COMPENSATED
     assert _books(fleet).ledger(saga_id).is_unwound
@@ -160,7 +167,7 @@ def test_one_tenant_cannot_read_approve_cancel_or_resolve_anothers_saga() -> Non
         with pytest.raises(SagaNotFound):
             attempt()
     assert all(getattr(e, "actor", "") != "mallory" for e in fleet.events(saga_id))
-    acme.as_actor("acme-ops").approve(saga_id, "capture_payment")
+    _person(fleet, "acme-ops", "acme").approve(saga_id, "capture_payment")
     fleet.run_until_idle()
     assert fleet.state(saga_id).status is SagaStatus.COMPLETED
 
@@ -182,12 +189,12 @@ def test_an_approval_is_bound_to_its_action_hash_its_expiry_and_a_single_grant()
     (pending,) = client.status(saga_id).pending_approvals
     assert pending["scope"] and pending["expires_at"]
     with pytest.raises(ApprovalAltered):
-        client.as_actor("alice").approve(saga_id, "capture_payment", action_hash="0" * 64)
-    client.as_actor("alice").approve(saga_id, "capture_payment",
-                                     action_hash=pending["action_hash"])
+        _person(fleet, "alice").approve(saga_id, "capture_payment", action_hash="0" * 64)
+    _person(fleet, "alice").approve(saga_id, "capture_payment",
+                                    action_hash=pending["action_hash"])
     version = fleet.state(saga_id).version
-    client.as_actor("alice").approve(saga_id, "capture_payment",
-                                     action_hash=pending["action_hash"])
+    _person(fleet, "alice").approve(saga_id, "capture_payment",
+                                    action_hash=pending["action_hash"])
     assert fleet.state(saga_id).version == version  # a replayed click records nothing
     grants = [e for e in fleet.events(saga_id) if isinstance(e, ApprovalGranted)]
     assert [(g.approver, g.action_hash) for g in grants] == [("alice", pending["action_hash"])]
@@ -200,10 +207,10 @@ def test_a_denied_approval_cannot_be_replayed_as_a_grant() -> None:
     fleet = TestFleet()
     client, saga_id = _awaiting_approval(fleet)
     (pending,) = client.status(saga_id).pending_approvals
-    client.as_actor("bob").deny(saga_id, "capture_payment", reason="no")
+    _person(fleet, "bob").deny(saga_id, "capture_payment", reason="no")
     with pytest.raises(ApprovalReplayed):
-        client.as_actor("alice").approve(saga_id, "capture_payment",
-                                         action_hash=pending["action_hash"])
+        _person(fleet, "alice").approve(saga_id, "capture_payment",
+                                        action_hash=pending["action_hash"])
     fleet.run_until_idle()
     assert fleet.state(saga_id).status is SagaStatus.COMPENSATED
     assert _books(fleet).ledger(saga_id).captures == 0
@@ -215,13 +222,13 @@ def test_an_approval_expiring_while_nothing_runs_is_refused_late_and_asked_again
     (first,) = client.status(saga_id).pending_approvals
     fleet.clock.advance(2 * 3600)  # two hours pass with no sweeper and no worker
     with pytest.raises(ApprovalExpired):
-        client.as_actor("alice").approve(saga_id, "capture_payment",
-                                         action_hash=first["action_hash"])
+        _person(fleet, "alice").approve(saga_id, "capture_payment",
+                                        action_hash=first["action_hash"])
     fleet.sweep()  # recovery asks again, with a fresh expiry and the reason as evidence
     requests = [e for e in fleet.events(saga_id) if isinstance(e, ApprovalRequested)]
     assert len(requests) == 2 and requests[1].expires_at > requests[0].expires_at
     assert requests[1].evidence.reason == "approval expired"
-    client.as_actor("alice").approve(saga_id, "capture_payment")
+    _person(fleet, "alice").approve(saga_id, "capture_payment")
     fleet.run_until_idle()
     events = fleet.events(saga_id)
     (grant,) = [e for e in events if isinstance(e, ApprovalGranted)]

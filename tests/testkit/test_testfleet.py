@@ -10,6 +10,7 @@ import pytest
 from trip_inputs import TRIP_INPUT
 
 from saga_core import SagaDefinition, ToolCatalogue
+from saga_core.authority import Principal, PrincipalKind
 from saga_core.contracts import Receipt, SagaStatus
 from saga_core.events import ApprovalRequested, SagaStarted, StepSucceeded
 from sagafleet.testing import (
@@ -24,6 +25,12 @@ from sagafleet.testing.clock import EPOCH
 from workers.tools import Absent, LookupResult, ToolRegistry, ToolSet, ToolSetMismatch
 
 BIG_TRIP = {**TRIP_INPUT, "amount": 250_000}  # above 1000.00: the capture needs approval
+
+
+def _person(fleet, name, tenant="default"):
+    """A client acting as a person who may answer approvals (a gate refuses any agent)."""
+    return fleet.client_for(Principal(tenant, name, PrincipalKind.PERSON,
+                                      frozenset({"approver", "operator"})))
 
 
 def test_the_trip_completes_and_its_events_are_recorded() -> None:
@@ -73,7 +80,7 @@ def test_an_approval_granted_in_time_lets_the_capture_run() -> None:
     fleet.run_until_idle()
     assert client.status(saga_id).pending_approvals
     fleet.advance(600)  # ten minutes pass; the request lives an hour
-    client.as_actor("finance").approve(saga_id, "capture_payment")
+    _person(fleet, "finance").approve(saga_id, "capture_payment")
     fleet.run_until_idle()
     assert client.status(saga_id).status == "COMPLETED"
 

@@ -6,11 +6,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 from trip_inputs import TRIP_INPUT
 
+from saga_core.authority import Principal, PrincipalKind
 from saga_core.contracts import SagaStatus
 from sagafleet.testing import TestFleet
 
 # Generous bound: the wait returns as soon as the saga pauses.
 SETTLE_DEADLINE_S = 60.0
+
+
+def _person(fleet, name, tenant="default"):
+    """A client acting as a person who may answer approvals (a gate refuses any agent)."""
+    return fleet.client_for(Principal(tenant, name, PrincipalKind.PERSON,
+                                      frozenset({"approver", "operator"})))
 
 
 def test_a_wait_returns_when_the_test_fleet_runs_the_saga_to_its_approval():
@@ -29,7 +36,7 @@ def test_a_wait_returns_when_the_test_fleet_runs_the_saga_to_its_approval():
     assert waited.settled and waited.saga.status == SagaStatus.RUNNING
     assert [p["step_id"] for p in waited.saga.pending_approvals] == ["capture_payment"]
     # and once approved and run to the end, a wait returns the finished saga
-    client.as_actor("alice").approve(saga.saga_id, "capture_payment")
+    _person(fleet, "alice", "acme").approve(saga.saga_id, "capture_payment")
     fleet.run_until_idle()
     done = client.wait(saga.saga_id, 0)
     assert done.settled and done.saga.status == SagaStatus.COMPLETED

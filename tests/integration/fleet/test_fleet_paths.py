@@ -11,7 +11,7 @@ import time
 from fleet_harness import redis_client
 from trip_inputs import TRIP_INPUT
 
-from saga_core.authority import Principal
+from saga_core.authority import Principal, PrincipalKind
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.events import (
     ApprovalRequested,
@@ -22,6 +22,12 @@ from saga_core.events import (
 )
 from sagafleet.sandbox import ledger_for_saga
 from workers.messages import StepCommand
+
+
+def _person(fleet, name, tenant="default"):
+    """A client acting as a person who may answer approvals (a gate refuses any agent)."""
+    return fleet.client_for(Principal(tenant, name, PrincipalKind.PERSON,
+                                      frozenset({"approver", "operator"})))
 
 
 def _events(fleet, saga_id):
@@ -141,16 +147,16 @@ def test_timeout_before_dispatch_is_reconciled_absent_then_retried(
 def test_approval_granted_then_completed(fleet, workers, wait_settled):
     client, saga = _awaiting_approval(fleet, workers, wait_settled, "approve")
     assert ledger_for_saga(fleet.sandbox_pool, saga.saga_id).captures == 0
-    client.as_actor("alice").approve(saga.saga_id, "capture_payment")
+    _person(fleet, "alice").approve(saga.saga_id, "capture_payment")
     # a second click is a no-op
-    client.as_actor("alice").approve(saga.saga_id, "capture_payment")
+    _person(fleet, "alice").approve(saga.saga_id, "capture_payment")
     assert wait_settled(saga.saga_id) is SagaStatus.COMPLETED
     assert ledger_for_saga(fleet.sandbox_pool, saga.saga_id).captures == 1
 
 
 def test_approval_denied_compensates_the_holds(fleet, workers, wait_settled):
     client, saga = _awaiting_approval(fleet, workers, wait_settled, "deny")
-    client.as_actor("bob").deny(saga.saga_id, "capture_payment", reason="too expensive")
+    _person(fleet, "bob").deny(saga.saga_id, "capture_payment", reason="too expensive")
     assert wait_settled(saga.saga_id) is SagaStatus.COMPENSATED
     ledger = ledger_for_saga(fleet.sandbox_pool, saga.saga_id)
     assert ledger.captures == 0 and ledger.is_unwound

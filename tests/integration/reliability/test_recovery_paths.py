@@ -24,6 +24,7 @@ from fleet_harness import (
 )
 from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
+from saga_core.authority import Principal, PrincipalKind
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.errors import ApprovalExpired
 from saga_core.events import (
@@ -41,6 +42,12 @@ from workers.fleet import Fleet, FleetConfig
 from workers.messages import StepCommand
 from workers.orchestrator import commands_due
 from workers.sweeper import Sweeper
+
+
+def _person(fleet, name, tenant="default"):
+    """A client acting as a person who may answer approvals (a gate refuses any agent)."""
+    return fleet.client_for(Principal(tenant, name, PrincipalKind.PERSON,
+                                      frozenset({"approver", "operator"})))
 
 
 def _scheduled_commands(fleet: Fleet, saga_id: str) -> list[StepCommand]:
@@ -125,7 +132,7 @@ def test_approval_expiring_while_the_fleet_is_down_is_asked_again_and_the_old_on
     # when the fleet recovers two hours later (a new process; its clock is "later")
     later = shifted_fleet(database, broker, timedelta(hours=2))
     try:
-        operator = later.client(actor="alice")
+        operator = _person(later, "alice")
         # then the operator's late click on the expired request is refused, typed
         with pytest.raises(ApprovalExpired):
             operator.approve(saga_id, "capture_payment",

@@ -19,6 +19,7 @@ from kombu import Connection, Exchange, Producer
 from trip_inputs import TRIP_INPUT
 
 from events.sagas import SagaNotFound
+from saga_core.authority import Principal, PrincipalKind
 from saga_core.contracts import SagaStatus
 from saga_core.errors import ApprovalAltered, ApprovalExpired, ApprovalReplayed
 from saga_core.events import ApprovalGranted, SagaStarted
@@ -27,6 +28,12 @@ from sagafleet.sandbox import ledger_for_saga
 
 ROOT = Path(__file__).resolve().parents[3]
 EXPENSIVE = {**TRIP_INPUT, "amount": 250_000}
+
+
+def _person(fleet, name, tenant="default"):
+    """A client acting as a person who may answer approvals (a gate refuses any agent)."""
+    return fleet.client_for(Principal(tenant, name, PrincipalKind.PERSON,
+                                      frozenset({"approver", "operator"})))
 
 
 def _awaiting_approval(fleet, client, saga_id):
@@ -68,7 +75,7 @@ def test_one_tenant_cannot_read_approve_cancel_or_resolve_anothers_saga(
     assert acme.status(saga_id).pending_approvals == [pending]
     assert all(getattr(e, "actor", "acme-agent") != "mallory" for e in events_of(fleet, saga_id))
     # every event row and the sweeper's row carry the tenant
-    acme.as_actor("acme-ops").approve(saga_id, "capture_payment")
+    _person(fleet, "acme-ops", "acme").approve(saga_id, "capture_payment")
     assert settle(fleet, [saga_id])[saga_id] is SagaStatus.COMPLETED
     with psycopg.connect(database) as conn:
         tenants = conn.execute("SELECT DISTINCT tenant_id FROM eventstore.events"
@@ -87,21 +94,21 @@ def test_approval_is_bound_to_identity_hash_scope_and_expiry(fleet, database, br
     assert pending["scope"] and pending["expires_at"]
     # an altered approval (another action hash) is refused
     with pytest.raises(ApprovalAltered):
-        client.as_actor("alice").approve(saga_id, "capture_payment", action_hash="0" * 64)
+        _person(fleet, "alice").approve(saga_id, "capture_payment", action_hash="0" * 64)
     # an approval arriving after the request expired is refused
     later = shifted_fleet(database, broker, timedelta(hours=2))
     try:
         with pytest.raises(ApprovalExpired):
-            later.client(actor="alice").approve(saga_id, "capture_payment",
-                                                action_hash=pending["action_hash"])
+            _person(later, "alice").approve(saga_id, "capture_payment",
+                                            action_hash=pending["action_hash"])
     finally:
         later.close()
     # the grant records who approved which action; a replayed click changes nothing
-    client.as_actor("alice").approve(saga_id, "capture_payment",
-                                     action_hash=pending["action_hash"])
+    _person(fleet, "alice").approve(saga_id, "capture_payment",
+                                    action_hash=pending["action_hash"])
     version = fleet.repo.load(saga_id).version
-    client.as_actor("alice").approve(saga_id, "capture_payment",
-                                     action_hash=pending["action_hash"])
+    _person(fleet, "alice").approve(saga_id, "capture_payment",
+                                    action_hash=pending["action_hash"])
     grants = [e for e in events_of(fleet, saga_id) if isinstance(e, ApprovalGranted)]
     assert len(grants) == 1
     assert grants[0].approver == "alice" and grants[0].action_hash == pending["action_hash"]
@@ -115,10 +122,10 @@ def test_a_denied_approval_cannot_be_replayed_as_a_grant(fleet, workers):
     client = fleet.client()
     saga_id = client.start("trip", EXPENSIVE, key="denied").saga_id
     pending = _awaiting_approval(fleet, client, saga_id)
-    client.as_actor("bob").deny(saga_id, "capture_payment", reason="no")
+    _person(fleet, "bob").deny(saga_id, "capture_payment", reason="no")
     with pytest.raises(ApprovalReplayed):
-        client.as_actor("alice").approve(saga_id, "capture_payment",
-                                         action_hash=pending["action_hash"])
+        _person(fleet, "alice").approve(saga_id, "capture_payment",
+                                        action_hash=pending["action_hash"])
     assert settle(fleet, [saga_id])[saga_id] is SagaStatus.COMPENSATED
     assert ledger_for_saga(fleet.sandbox_pool, saga_id).captures == 0
 
