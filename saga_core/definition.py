@@ -17,9 +17,11 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     ValidationError,
+    field_validator,
     model_serializer,
 )
 
+from saga_core.authority import ROLE_NAME
 from saga_core.catalogue import ToolSpec
 from saga_core.contracts import EFFECT_FREE_SEMANTICS, Semantics, StepKind
 from saga_core.documents import load_document
@@ -62,6 +64,13 @@ class ApprovalPolicy(BaseModel):
     # stricter, never weaker (saga_core.gate_policy).
     role: str | None = None
     four_eyes: bool | None = None
+
+    @field_validator("role")
+    @classmethod
+    def _role_name(cls, role: str | None) -> str | None:
+        if role is not None and not ROLE_NAME.match(role):
+            raise ValueError(f"role {role!r} must match {ROLE_NAME.pattern}")
+        return role
 
     @model_serializer(mode="wrap")
     def _omit_unset_authority(self, handler: SerializerFunctionWrapHandler) -> Any:
