@@ -5,7 +5,7 @@ identical click (a no-op), or raises; :func:`check_denial` the same for ``Approv
 Nothing is recorded when they raise. The authority rules come from the step's gate
 (:mod:`saga_core.gate_policy`), as the request recorded them:
 
-* a person of the saga's tenant only — an agent never answers, whatever its roles
+* a proven person of the saga's tenant only — an agent never answers, whatever its roles
   (:class:`ApproverRefused`, ``ErrorKind.FORBIDDEN``);
 * approving needs the gate's role; with four eyes, not by the saga's starter;
 * denying needs the gate's role or the operator role (four eyes does not apply: stopping
@@ -37,7 +37,7 @@ from saga_core.state import ApprovalState, RunStatus, SagaState, StepRun
 
 class ApproverRefused(NotPermitted):
     """The principal may not answer this approval request; ``rule`` names the rule
-    (tenant, agent, role, four_eyes)."""
+    (tenant, agent, unauthenticated, role, four_eyes)."""
 
     hint = "ask a person of the saga's tenant holding the gate's role"
 
@@ -68,6 +68,9 @@ def _person_of_tenant(state: SagaState, who: Principal, what: str) -> None:
     if who.kind is not PrincipalKind.PERSON:
         raise ApproverRefused("agent", f"{who.kind} {who.name!r} may not {what}: only a "
                                        "person answers an approval request, whatever its roles")
+    if not who.authenticated:
+        raise ApproverRefused("unauthenticated", f"{who.name!r} may not {what}: an answer is "
+                                                 "recorded only for a proven principal")
 
 
 def _role(state: SagaState, step_id: str, kind: StepKind, approval: ApprovalState) -> str:

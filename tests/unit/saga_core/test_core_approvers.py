@@ -224,3 +224,9 @@ def test_a_retry_after_the_grant_expired_asks_again_before_it_runs() -> None:
     assert isinstance(decided[-1], RequestApproval)
     run = saga.state.run(CAPTURE, F)
     assert not check_claim(saga.state, CAPTURE, F, run.attempt, saga.now)
+
+
+def test_an_unproven_person_is_refused() -> None:
+    saga, asked = _waiting()
+    unproven = Principal("t1", "alice", PrincipalKind.PERSON, frozenset({"approver"}), False)
+    _refused(saga, asked, unproven, "unauthenticated")
