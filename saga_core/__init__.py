@@ -6,7 +6,7 @@ append each decision's ``to_event(at=now)``, and use :func:`check_claim`,
 :func:`resolve_command` and :func:`due_work` to execute and sweep.
 """
 
-from saga_core.approvals import check_approval
+from saga_core.approvals import ApproverRefused, check_approval, check_denial
 from saga_core.backoff import backoff_delay, jitter_fraction
 from saga_core.catalogue import ArgSpec, DefaultCompensation, ToolCatalogue, ToolSpec
 from saga_core.claims import ClaimVerdict, DueWork, check_claim, due_work
@@ -37,7 +37,6 @@ from saga_core.decisions import (
     record,
 )
 from saga_core.definition import (
-    AmountLimit,
     ApprovalPolicy,
     CompensationCommand,
     InputField,
@@ -50,6 +49,7 @@ from saga_core.errors import (
     ApprovalError,
     ApprovalExpired,
     ApprovalNotPending,
+    ApprovalOutOfScope,
     ApprovalReplayed,
     DefinitionError,
     DefinitionMismatchError,
@@ -90,6 +90,8 @@ from saga_core.events import (
     load_event,
 )
 from saga_core.examples import trip_definition, trip_tool_catalogue
+from saga_core.gate_policy import GatePolicy, effective_policy
+from saga_core.gates import AmountLimit, ExternalRecipient, RiskClass, RiskGate
 from saga_core.inputs import validate_input
 from saga_core.keys import (
     OperationKey,
@@ -201,6 +203,14 @@ __all__ = [
     "backoff_delay",
     "canonical_json",
     "check_approval",
+    "GatePolicy",
+    "effective_policy",
+    "ExternalRecipient",
+    "RiskClass",
+    "RiskGate",
+    "ApprovalOutOfScope",
+    "check_denial",
+    "ApproverRefused",
     "check_claim",
     "check_key_payload",
     "decide",

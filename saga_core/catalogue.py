@@ -14,11 +14,19 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from saga_core.contracts import Semantics
 from saga_core.documents import load_document
 from saga_core.errors import UnknownToolError
+from saga_core.gates import RiskGate
 from saga_core.limits import DEFINITION_BYTES
 
 ArgType = Literal["string", "integer", "number", "boolean", "object", "array", "any"]
@@ -66,6 +74,25 @@ class ToolSpec(BaseModel):
     args: dict[str, ArgSpec] = Field(default_factory=dict)
     compensation: DefaultCompensation | None = None
     description: str = ""
+    # When a call needs a person (saga_core.gates); every saga calling the tool obeys it.
+    gate: RiskGate | None = None
+
+    @model_validator(mode="after")
+    def _gate_reads_known_arguments(self) -> ToolSpec:
+        unknown = [a for a in (self.gate.arguments() if self.gate else []) if a not in self.args]
+        if self.args and unknown:
+            raise ValueError(f"gate of {self.name}@{self.version} reads unknown arguments "
+                             f"{unknown}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_gate(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A tool without a gate dumps as it did before gates existed, so the content hash
+        # of a definition that snapshotted it (and of every saga started on it) is unchanged.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("gate") is None:
+            data.pop("gate", None)
+        return data
 
     def returns(self, field: str) -> bool:
         """Whether this tool's receipt carries ``field`` (top-level receipt fields included)."""

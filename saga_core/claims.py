@@ -12,15 +12,19 @@ from typing import Literal
 
 from saga_core.contracts import StepKind
 from saga_core.decide import decide
+from saga_core.gate_policy import grant_problem
 from saga_core.state import RunStatus, SagaState, StepRun
 
 
 @dataclass(frozen=True)
 class ClaimVerdict:
-    """Whether an attempt is claimable now; ``reason`` says why (also when it is)."""
+    """Whether an attempt is claimable now; ``reason`` says why (also when it is).
+    ``ask_again``: refused because its grant no longer holds, so ``decide`` asks a person
+    again (the refusing worker records that instead of the claim)."""
 
     ok: bool
     reason: str
+    ask_again: bool = False
 
     def __bool__(self) -> bool:
         return self.ok
@@ -59,16 +63,28 @@ def check_claim(
     if run.status is RunStatus.SCHEDULED:
         if run.not_before is not None and now < run.not_before:
             return ClaimVerdict(False, f"not due before {run.not_before.isoformat()}")
-        return ClaimVerdict(True, "scheduled and due")
+        refused = _refused_for_grant(state, run, now)
+        return refused if refused is not None else ClaimVerdict(True, "scheduled and due")
     if run.status is RunStatus.STARTED:
         lease = run.lease_expires_at
         if lease is not None and now >= lease:
             spec = state.definition.tool_spec(step_id, kind)
             if spec is not None and spec.dedupes_by_key:
-                return ClaimVerdict(True, "lease expired; the provider dedupes by key")
+                refused = _refused_for_grant(state, run, now)
+                return refused if refused is not None else ClaimVerdict(
+                    True, "lease expired; the provider dedupes by key")
             return ClaimVerdict(False, "lease expired: outcome ambiguous, reconcile first")
         return ClaimVerdict(False, f"claimed by {run.worker_id} until {lease}")
     return ClaimVerdict(False, f"operation is {run.status}")
+
+
+def _refused_for_grant(state: SagaState, run: StepRun, now: datetime) -> ClaimVerdict | None:
+    """A refusal when the run is gated and its grant does not hold at ``now`` (the grant is
+    re-checked at claim time, not only when the step was scheduled)."""
+    problem = grant_problem(state, run, now)
+    if problem is None:
+        return None
+    return ClaimVerdict(False, f"approval needed again: {problem}", ask_again=True)
 
 
 DueAction = Literal["execute", "reconcile", "lease_expired", "approval_expired", "decide"]
@@ -104,7 +120,8 @@ def due_work(state: SagaState, now: datetime, queue_wait: timedelta) -> list[Due
         item: tuple[DueAction, datetime] | None = None
         due = _due_at(run, queue_wait)
         if run.status is RunStatus.SCHEDULED and _blocked(state, run.kind) is None:
-            if due is not None and now >= due:
+            # A claim would be refused for want of a grant: decide asks again instead.
+            if due is not None and now >= due and grant_problem(state, run, now) is None:
                 item = ("execute", due)
         elif run.status is RunStatus.RECONCILING and due is not None and now >= due:
             item = ("reconcile", due)

@@ -41,9 +41,16 @@ from saga_core.decisions import (
     ScheduleCompensation,
     ScheduleStep,
 )
-from saga_core.definition import ApprovalPolicy, StepDefinition
+from saga_core.definition import StepDefinition
 from saga_core.errors import TemplateError
 from saga_core.events import Evidence
+from saga_core.gate_policy import (
+    RENEWAL_SCOPE,
+    GatePolicy,
+    effective_policy,
+    grant_problem,
+    renewal_policy,
+)
 from saga_core.resolution import escalation_alternatives
 from saga_core.state import FORWARD_DONE, IN_DOUBT, RunStatus, SagaState, StepRun
 
@@ -246,8 +253,8 @@ def _schedule(run: StepRun, now: datetime, reason: str) -> Decision:
 
 
 def _ready(state: SagaState, step: StepDefinition, run: StepRun, now: datetime) -> _Outcome:
-    """A run that may start now: ask for approval if its policy applies, else schedule it."""
-    policy = state.definition.approval_policy(step.id, run.kind)
+    """A run that may start now: ask for approval if its gate applies, else schedule it."""
+    policy = effective_policy(state.definition, step.id, run.kind)
     try:
         args = resolve_arguments(state, step.id, run.kind)
     except TemplateError as exc:
@@ -262,7 +269,7 @@ def _approval(
     state: SagaState,
     step: StepDefinition,
     run: StepRun,
-    policy: ApprovalPolicy,
+    policy: GatePolicy,
     now: datetime,
     *,
     why: str = "approval policy applies",
@@ -292,12 +299,26 @@ def _approval(
     if run.approval_requests >= state.definition.max_approval_requests:
         reason = f"{why}; no usable approval after {run.approval_requests} requests"
         return _Outcome(escalation=_escalate(state, step, run, reason, now))
-    scope = policy.scope or f"{step.id}:{run.kind}"
     expires = now + timedelta(seconds=policy.request_ttl_s)
     evidence = _evidence(
-        state, step, run, why, now, alternatives=["approve", "deny"], deadline=expires
+        state, step, run, why, now, alternatives=["approve", "deny"], deadline=expires,
+        details={"gate": _gate_evidence(state, step, run, policy)},
     )
-    return _Outcome([RequestApproval(step.id, run.kind, current, scope, evidence, expires)])
+    risk = str(policy.risk_class) if policy.risk_class is not None else None
+    return _Outcome([RequestApproval(step.id, run.kind, current, policy.scope, evidence,
+                                     expires, policy.role, risk, policy.four_eyes)])
+
+
+def _gate_evidence(
+    state: SagaState, step: StepDefinition, run: StepRun, policy: GatePolicy
+) -> dict[str, Any]:
+    """Who may answer and why a person is asked, amounts shown only when not secret."""
+    try:
+        args = resolve_arguments(state, step.id, run.kind)
+        shown = redacted_arguments(state, step.id, run.kind)
+    except TemplateError:
+        args = shown = {}
+    return policy.evidence(args, shown)
 
 
 #: Decisions that lead to another attempt of the run they are about (an approval asks for one).
@@ -337,8 +358,18 @@ def _progress(state: SagaState, step: StepDefinition, run: StepRun, now: datetim
     """What a run that has left PENDING asks for next, by its status."""
     status = run.status
     if status is RunStatus.AWAITING_APPROVAL:
-        policy = state.definition.approval_policy(step.id, run.kind) or ApprovalPolicy()
+        renewing = run.approval is not None and run.approval.scope == RENEWAL_SCOPE
+        policy = (renewal_policy(state.definition, step.id, run.kind) if renewing
+                  else effective_policy(state.definition, step.id, run.kind)
+                  or GatePolicy(f"{step.id}:{run.kind}"))
         return _approval(state, step, run, policy, now)
+    if status is RunStatus.SCHEDULED and not _forward_stopped(state, run):
+        # The claim re-checks the grant; once it no longer holds (expired, another
+        # action, out of scope) the attempt cannot be claimed, so a person is asked again.
+        problem = grant_problem(state, run, now)
+        gated = effective_policy(state.definition, step.id, run.kind)
+        if problem is not None and gated is not None:
+            return _approval(state, step, run, gated, now, why=problem)
     if status is RunStatus.FAILED:
         return _failure(state, step, run, now)
     if status is RunStatus.UNKNOWN:
@@ -364,13 +395,7 @@ def _failure(state: SagaState, step: StepDefinition, run: StepRun, now: datetime
             return _retry(state, step, run, now, f"business rejection: {run.error_message}")
     if error is ErrorClass.AUTH_EXPIRED:
         # Never reuse old authority: pause for a renewed approval, keeping the same key.
-        policy = state.definition.approval_policy(step.id, run.kind) or ApprovalPolicy()
-        renew = ApprovalPolicy(
-            required=True,
-            scope="renew_authorization",
-            request_ttl_s=policy.request_ttl_s,
-            grant_ttl_s=policy.grant_ttl_s,
-        )
+        renew = renewal_policy(state.definition, step.id, run.kind)
         return _approval(state, step, run, renew, now, why="authorization expired")
     reason = {
         ErrorClass.PRECONDITION_FAILED: "target changed since the forward step (precondition)",

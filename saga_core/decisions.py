@@ -175,9 +175,12 @@ class RequestApproval(Decision):
     scope: str
     evidence: Evidence
     expires_at: datetime
+    role: str | None = None
+    risk_class: str | None = None
+    four_eyes: bool | None = None
 
     def to_event(self, at: datetime) -> SagaEvent:
-        """An ApprovalRequested."""
+        """An ApprovalRequested naming who may answer it."""
         return ApprovalRequested(
             at=at,
             step_id=self.step_id,
@@ -186,6 +189,9 @@ class RequestApproval(Decision):
             scope=self.scope,
             evidence=self.evidence,
             expires_at=self.expires_at,
+            role=self.role,
+            risk_class=self.risk_class,
+            four_eyes=self.four_eyes,
         )
 
 

@@ -11,12 +11,22 @@ from functools import cached_property
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+)
 
+from saga_core.authority import ROLE_NAME
 from saga_core.catalogue import ToolSpec
 from saga_core.contracts import EFFECT_FREE_SEMANTICS, Semantics, StepKind
 from saga_core.documents import load_document
 from saga_core.errors import DefinitionError, Problem
+from saga_core.gates import AmountLimit
 from saga_core.keys import JsonArgs, payload_hash
 from saga_core.limits import DEFINITION_BYTES, DEFINITION_STEPS, measure_json
 
@@ -39,15 +49,6 @@ class RetryPolicy(BaseModel):
 DEFAULT_RETRY = RetryPolicy(max_attempts=3, base_delay_s=1.0, max_delay_s=60.0)
 
 
-class AmountLimit(BaseModel):
-    """Ask for approval when the resolved argument ``arg`` is numerically above ``limit``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    arg: str
-    limit: float
-
-
 class ApprovalPolicy(BaseModel):
     """When a human must approve an action, and how long requests and grants stay valid."""
 
@@ -58,18 +59,34 @@ class ApprovalPolicy(BaseModel):
     scope: str | None = None
     request_ttl_s: float = Field(default=3600.0, gt=0)
     grant_ttl_s: float = Field(default=900.0, gt=0)
+    # Who may approve and whether the saga's starter is excluded; None: the tool's catalogue
+    # gate decides (or the defaults, approver and four eyes). A definition may make a gate
+    # stricter, never weaker (saga_core.gate_policy).
+    role: str | None = None
+    four_eyes: bool | None = None
+
+    @field_validator("role")
+    @classmethod
+    def _role_name(cls, role: str | None) -> str | None:
+        if role is not None and not ROLE_NAME.match(role):
+            raise ValueError(f"role {role!r} must match {ROLE_NAME.pattern}")
+        return role
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_authority(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Unset, they dump as before they existed: stored definitions keep their hashes.
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in ("role", "four_eyes"):
+                if data.get(name) is None:
+                    data.pop(name, None)
+        return data
 
     def applies(self, args: dict[str, Any]) -> bool:
         """Whether these resolved arguments need an approval under this policy."""
         if self.required:
             return True
-        if self.above is None:
-            return False
-        value = args.get(self.above.arg)
-        # A non-numeric value cannot be proven under the limit, so it needs a human.
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            return True
-        return value > self.above.limit
+        return self.above is not None and self.above.exceeded(args)
 
 
 class CompensationCommand(BaseModel):

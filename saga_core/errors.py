@@ -162,6 +162,11 @@ class ApprovalReplayed(ApprovalError):
     """The grant answers a request that is no longer open (denied or superseded)."""
 
 
+class ApprovalOutOfScope(ApprovalError):
+    """The grant's scope does not cover the requested action (approving up to 500 does not
+    cover 600)."""
+
+
 class NothingToResolve(SagaError):
     """An operator action was asked for a saga that is not waiting for an operator."""
 

@@ -159,6 +159,10 @@ class ApprovalRequested(StepEvent):
     scope: str
     evidence: Evidence
     expires_at: AwareDatetime
+    # Who may answer (saga_core.gate_policy); None in requests recorded before gates.
+    role: str | None = None
+    risk_class: str | None = None
+    four_eyes: bool | None = None
 
 
 class ApprovalGranted(StepEvent):
@@ -169,6 +173,10 @@ class ApprovalGranted(StepEvent):
     action_hash: str
     approver: str = Field(min_length=1)
     expires_at: AwareDatetime
+    # The approver's roles that allowed it and the largest amount the grant covers (None:
+    # the action it is bound to by hash); empty in grants recorded before gates.
+    roles: list[str] = Field(default_factory=list)
+    up_to: float | None = None
 
 
 class ApprovalDenied(StepEvent):
@@ -179,6 +187,7 @@ class ApprovalDenied(StepEvent):
     action_hash: str
     approver: str = Field(min_length=1)
     reason: str = ""
+    roles: list[str] = Field(default_factory=list)
 
 
 class CompensationStarted(SagaEvent):

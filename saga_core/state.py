@@ -98,6 +98,11 @@ class ApprovalState:
     approver: str | None = None
     grant_expires_at: datetime | None = None
     denial_reason: str = ""
+    # Who the request asked for (None: a request recorded before gates named it).
+    role: str | None = None
+    four_eyes: bool | None = None
+    # The largest amount the grant covers (None: the action it is bound to by hash).
+    up_to: float | None = None
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,7 @@ class SagaState:
     definition: SagaDefinition
     saga_id: str = ""
     tenant: str = ""
+    started_by: str = ""  # SagaStarted.actor: the principal four-eyes gates exclude
     input: Mapping[str, Any] = field(default_factory=dict)
     input_hash: str = ""
     started: bool = False
@@ -247,6 +253,7 @@ def _start(state: SagaState, event: SagaStarted) -> SagaState:
         state,
         saga_id=event.saga_id,
         tenant=event.tenant,
+        started_by=event.actor,
         input=dict(event.input),
         input_hash=event.input_hash,
         started=True,
@@ -343,7 +350,8 @@ def _step(state: SagaState, event: StepEvent) -> SagaState:
                 absent_at=at if event.result == "absent" else run.absent_at,
             )
         case ApprovalRequested():
-            approval = ApprovalState(event.action_hash, event.scope, at, event.expires_at)
+            approval = ApprovalState(event.action_hash, event.scope, at, event.expires_at,
+                                     role=event.role, four_eyes=event.four_eyes)
             new = replace(
                 run,
                 changed_at=at,
@@ -370,7 +378,8 @@ def _answer(run: StepRun, event: ApprovalGranted | ApprovalDenied) -> StepRun:
         return run
     if isinstance(event, ApprovalGranted):
         answered = replace(
-            approval, status="granted", approver=event.approver, grant_expires_at=event.expires_at
+            approval, status="granted", approver=event.approver,
+            grant_expires_at=event.expires_at, up_to=event.up_to,
         )
     else:
         answered = replace(

@@ -14,6 +14,7 @@ from saga_core.catalogue import ToolCatalogue, ToolSpec
 from saga_core.contracts import RETRYABLE_SEMANTICS, Semantics
 from saga_core.definition import RetryPolicy, SagaDefinition, StepDefinition
 from saga_core.errors import DefinitionError, Problem, TemplateError
+from saga_core.gate_policy import weakening_problems
 from saga_core.limits import DEFINITION_STEPS, DEPENDENCY_EDGES, TEMPLATE_REFERENCES
 from saga_core.templates import references
 
@@ -48,6 +49,9 @@ def definition_problems(definition: SagaDefinition, catalogue: ToolCatalogue) ->
         problems += _tool_problems(step, catalogue)
         problems += _template_problems(definition, step, catalogue)
     problems += _semantics_problems(definition, catalogue)
+    # A definition may add approvals or tighten a tool's gate, never declare a weaker one.
+    gates = {(t.name, t.version): t.gate for t in catalogue.tools if t.gate is not None}
+    problems += weakening_problems(definition, gates)
     return problems
 
 

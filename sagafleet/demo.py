@@ -26,7 +26,7 @@ from typing import Any
 
 from events.definitions import DefinitionConflict
 from events.sagas import LoadedSaga
-from saga_core import SagaDefinition
+from saga_core import ApprovalPolicy, SagaDefinition
 from saga_core.authority import ADMIN_ROLE, AGENT_ROLE, APPROVER_ROLE, Principal, PrincipalKind
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.errors import SagaError
@@ -53,14 +53,19 @@ APPROVAL_TTL_S = 6.0
 
 
 def demo_definition() -> SagaDefinition:
-    """The trip saga with approval requests short-lived enough to watch one expire."""
+    """The trip saga with approval requests short-lived enough to watch one expire: every
+    step with an approval or a catalogue gate gets shorter validity (a definition may
+    tighten a gate, never weaken it)."""
     trip = trip_definition()
     short = {"request_ttl_s": APPROVAL_TTL_S, "grant_ttl_s": 60.0}
-    steps = [
-        step.model_copy(update={"approval": step.approval.model_copy(update=short)})
-        if step.approval is not None else step
-        for step in trip.steps
-    ]
+    steps = []
+    for step in trip.steps:
+        spec = trip.tool_spec(step.id, StepKind.FORWARD)
+        if step.approval is not None or (spec is not None and spec.gate is not None):
+            approval = (step.approval or ApprovalPolicy()).model_copy(update=short)
+            steps.append(step.model_copy(update={"approval": approval}))
+        else:
+            steps.append(step)
     return trip.model_copy(update={"name": DEMO_DEFINITION, "steps": steps})
 
 
@@ -83,10 +88,14 @@ def _fraction(*parts: object) -> float:
 
 
 def trip_input(index: int, seed: int) -> dict[str, Any]:
-    """A plausible trip; about one in five costs more than the approval limit."""
+    """A plausible trip; about one in five costs more than the approval limit, and about one
+    in eight travellers has an address outside the internal domains (the itinerary mail
+    then needs a person too)."""
     expensive = _fraction(seed, "expensive", index) < 0.2
+    external = _fraction(seed, "external", index) < 0.125
+    domain = "travel.example.org" if external else "example.com"
     return {
-        "customer_email": f"traveller{index}@example.com",
+        "customer_email": f"traveller{index}@{domain}",
         "flight_id": f"FL{100 + index % 40}",
         "hotel_id": f"HT{200 + index % 25}",
         "nights": 1 + index % 5,
@@ -125,7 +134,8 @@ def demo_principal(fleet: Fleet, name: str, kind: PrincipalKind,
 class Operator:
     """Plays the human: lets the first request expire (it is asked again), then approves
     three of every four requests and denies the fourth, always as ``approver``, a person
-    the fleet's directory authenticated by its API token."""
+    the fleet's directory authenticated by its API token (never the agent that started
+    the sagas: gates need four eyes)."""
 
     approver: Principal
     expired_one: str | None = None

@@ -22,6 +22,7 @@ from events.sagas import LoadedSaga, SagaNotFound
 from saga_core import (
     SagaDefinition,
     check_approval,
+    check_denial,
     validate_plan,
 )
 from saga_core.authority import Action, Principal, check_permitted
@@ -35,7 +36,6 @@ from saga_core.errors import (
     SagaError,
 )
 from saga_core.events import (
-    ApprovalDenied,
     CancelRequested,
     OperatorAction,
     SagaEvent,
@@ -440,17 +440,19 @@ class SagaClient:
 
     def approve(
         self, saga_id: str, step_id: str, *, kind: StepKind = StepKind.FORWARD,
-        action_hash: str | None = None,
+        action_hash: str | None = None, up_to: float | None = None,
     ) -> SagaView:
-        """Approve the pending request (bound to its action hash); a second click is a no-op."""
+        """Approve the pending request as this client's principal (bound to its action hash,
+        up to ``up_to`` of the gate's amount; default the amount requested); a second click
+        is a no-op. Only a person of the saga's tenant with the gate's role may approve."""
         kind = _step_ref(step_id, kind)
         if action_hash is not None:
             _text("action hash", action_hash, 64)
 
         def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
             wanted = action_hash or _pending_hash(loaded, step_id, kind)
-            grant = check_approval(loaded.state, step_id, kind, wanted, self.actor,
-                                   self.orchestrator.clock())
+            grant = check_approval(loaded.state, step_id, kind, wanted, self.principal,
+                                   self.orchestrator.clock(), up_to=up_to)
             return None if grant is None else [grant]
 
         return self._record(saga_id, build)
@@ -463,12 +465,10 @@ class SagaClient:
         _text("reason", reason, REASON_CHARS, empty=True)
 
         def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
-            run = loaded.state.run(step_id, kind)
-            if run.approval is not None and run.approval.status == "denied":
-                return None
-            return [ApprovalDenied(at=self.orchestrator.clock(), step_id=step_id, kind=kind,
-                                   action_hash=_pending_hash(loaded, step_id, kind),
-                                   approver=self.actor, reason=reason)]
+            loaded.state.run(step_id, kind)  # an unknown step is refused by name
+            denial = check_denial(loaded.state, step_id, kind, self.principal,
+                                  self.orchestrator.clock(), reason)
+            return None if denial is None else [denial]
 
         return self._record(saga_id, build)
 

@@ -151,6 +151,11 @@ class StepExecutor:
     ) -> Claimed | StepOutcome:
         now = self.orchestrator.clock()
         verdict = check_claim(loaded.state, command.step_id, command.kind, command.attempt, now)
+        if not verdict and verdict.ask_again:
+            # The grant no longer holds at claim time: no claim, and decide asks a person
+            # again (recorded here, so the request does not wait for the sweeper).
+            asked = self.orchestrator.commit(loaded, ())
+            return StepOutcome(command, "dropped", verdict.reason, asked)
         if not verdict:
             return StepOutcome(command, "dropped", verdict.reason)
         try:

@@ -1,4 +1,5 @@
-"""Shipped example definitions: the trip saga and its tool catalogue, stored as YAML data."""
+"""Shipped example definitions: the trip saga and its tool catalogue, and a catalogue whose
+gates cover every class of risk, stored as YAML data."""
 
 from __future__ import annotations
 
@@ -21,3 +22,9 @@ def trip_tool_catalogue() -> ToolCatalogue:
 def trip_definition() -> SagaDefinition:
     """The trip saga, validated and bound to :func:`trip_tool_catalogue`."""
     return validate_definition(SagaDefinition.from_yaml(_read("trip.yaml")), trip_tool_catalogue())
+
+
+def gated_tool_catalogue() -> ToolCatalogue:
+    """An example catalogue gating money, deletion, infrastructure and external
+    communication (each tool's ``gate``; see ``saga_core.gates``)."""
+    return ToolCatalogue.from_yaml(_read("gated_tools.yaml"))

@@ -122,7 +122,22 @@ class QueueReport:
             for key in _EVIDENCE_SHOWN:
                 if e.evidence.get(key):
                     lines.append(f"    {key.replace('_', ' ')}: {e.evidence[key]}")
+            gate = _gate_line(e.evidence)
+            if gate:
+                lines.append(f"    who may answer: {gate}")
         return "\n".join(lines)
+
+
+def _gate_line(evidence: dict[str, Any]) -> str:
+    """The role, four-eyes rule and risk class an approval request names (saga_core's
+    gate evidence, in ``details.gate``), or "" for an escalation."""
+    details = evidence.get("details")
+    gate = details.get("gate") if isinstance(details, dict) else None
+    if not isinstance(gate, dict) or not gate.get("role"):
+        return ""
+    risk = f", {gate['risk_class']} risk" if gate.get("risk_class") else ""
+    starter = ", not the saga's starter" if gate.get("four_eyes") else ""
+    return f"a person with role {gate['role']}{starter}{risk}"
 
 
 @dataclass(frozen=True)

@@ -103,14 +103,14 @@ def test_definitions_register_idempotently_and_refuse_changed_content(ports: Por
 
 def test_definitions_by_name_pick_the_highest_version_unless_told(ports: Ports) -> None:
     first = trip_definition()
-    second = variant(first, version=2, description="v2")
+    second = variant(first, version=first.version + 1, description="next")
     ports.definitions.register(second)
     ports.definitions.register(first)
     assert ports.definitions.get(first.name) == second
-    assert ports.definitions.get(first.name, 1) == first
+    assert ports.definitions.get(first.name, first.version) == first
     assert ports.definitions.get(first.name, cached_latest=True) == second
     with pytest.raises(DefinitionNotFound):
-        ports.definitions.get(first.name, 3)
+        ports.definitions.get(first.name, first.version + 2)
     with pytest.raises(DefinitionNotFound):
         ports.definitions.get("nothing")
     with pytest.raises(DefinitionNotFound):
@@ -124,7 +124,7 @@ def test_the_latest_check_inside_a_unit_tells_a_superseded_definition(ports: Por
         still_latest = ports.definitions.send_latest_check(unit, first)
         ports.log.append("s1", "t", [started("s1", first)], NO_STREAM, unit=unit)
         assert still_latest()
-    ports.definitions.register(variant(first, version=2, description="v2"))
+    ports.definitions.register(variant(first, version=first.version + 1, description="next"))
     with ports.log.unit_of_work() as unit:
         stale = ports.definitions.send_latest_check(unit, first)
         ports.log.append("s2", "t", [started("s2", first)], NO_STREAM, unit=unit)

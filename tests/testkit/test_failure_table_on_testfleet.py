@@ -30,6 +30,7 @@ from sagafleet.testing import InMemoryTools, TestFleet, TripTools
 FWD, COMP = StepKind.FORWARD, StepKind.COMPENSATION
 
 
+
 def _trip(input: dict[str, Any] = TRIP_INPUT) -> tuple[TestFleet, TripTools, str]:
     fleet = TestFleet()
     assert isinstance(fleet.tools, TripTools)

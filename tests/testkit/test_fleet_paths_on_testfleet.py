@@ -23,6 +23,7 @@ from workers.messages import StepCommand
 EXPENSIVE = {**TRIP_INPUT, "amount": 250_000}  # the capture waits for a human
 
 
+
 def _books(fleet: TestFleet) -> TripTools:
     assert isinstance(fleet.tools, TripTools)
     return fleet.tools

@@ -26,6 +26,7 @@ from workers.tools import Absent, LookupResult, ToolRegistry, ToolSet, ToolSetMi
 BIG_TRIP = {**TRIP_INPUT, "amount": 250_000}  # above 1000.00: the capture needs approval
 
 
+
 def test_the_trip_completes_and_its_events_are_recorded() -> None:
     fleet = TestFleet()
     client = fleet.client(tenant="t", actor="agent")

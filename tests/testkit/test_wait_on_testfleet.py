@@ -13,6 +13,7 @@ from sagafleet.testing import TestFleet
 SETTLE_DEADLINE_S = 60.0
 
 
+
 def test_a_wait_returns_when_the_test_fleet_runs_the_saga_to_its_approval():
     # given a trip above the approval limit, started but not yet run
     fleet = TestFleet()

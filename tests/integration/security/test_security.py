@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[3]
 EXPENSIVE = {**TRIP_INPUT, "amount": 250_000}
 
 
+
 def _awaiting_approval(fleet, client, saga_id):
     settle(fleet, [saga_id], parked=lambda loaded: bool(
         client.status(loaded.saga_id).pending_approvals))

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from projections import Alert, ProjectionStatus, RebuildReport, TableSetStatus, VerifyReport
 from projections.metrics import Metrics
+from projections.rows import QueueRow
 from projections.verify import Difference
 from sagafleet.commands.rendering import (
     AlertsReport,
@@ -66,3 +67,15 @@ def test_rebuild_and_empty_queue_text(capsys) -> None:
     assert capsys.readouterr().out == "the operator queue is empty\n"
     emit_report(QueueReport([]), as_json=True)
     assert json.loads(capsys.readouterr().out) == []
+
+
+def test_the_queue_text_names_who_may_answer_an_approval_request() -> None:
+    # given an approval request whose evidence carries the capture gate saga_core recorded
+    gate = {"role": "approver", "four_eyes": True, "risk_class": "money", "amount": 250000}
+    row = QueueRow(saga_id="s1", entry="approval", step_id="capture_payment", kind="forward",
+                   tenant="t", definition_name="trip", reason="approval policy applies",
+                   action_hash="h", scope="capture", evidence={"details": {"gate": gate}},
+                   deadline=None, requested_at=datetime(2026, 1, 1, tzinfo=UTC))
+    # then the queue says which person may answer it
+    assert QueueReport([row]).to_text().endswith(
+        "who may answer: a person with role approver, not the saga's starter, money risk")

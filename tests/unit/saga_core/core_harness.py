@@ -24,9 +24,16 @@ from saga_core import (
     payload_hash,
     resolve_command,
 )
+from saga_core.authority import Principal, PrincipalKind
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 F, C = StepKind.FORWARD, StepKind.COMPENSATION
+
+
+def person(name: str, *roles: str, tenant: str = "t1") -> Principal:
+    """A proven person of ``tenant`` (the harness saga's by default); roles default to
+    approver."""
+    return Principal(tenant, name, PrincipalKind.PERSON, frozenset(roles or ("approver",)))
 
 
 def trip_input(**overrides: Any) -> dict[str, Any]:

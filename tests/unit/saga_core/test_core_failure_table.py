@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from core_harness import RECEIPTS, C, F, Saga, kinds, trip_input
+from core_harness import RECEIPTS, C, F, Saga, kinds, person, trip_input
 
 from saga_core import (
     AcceptReconciledReceipt,
@@ -303,7 +303,9 @@ def test_auth_expired_during_compensation_pauses_for_renewed_approval() -> None:
     assert request.evidence.reason == "authorization expired"
     assert saga.record() == []  # paused: old authority is never reused
     assert isinstance(saga.events[-1], ApprovalRequested)
-    grant = check_approval(saga.state, "hold_flight", C, request.action_hash, "ops-lead", saga.now)
+    grant = check_approval(
+        saga.state, "hold_flight", C, request.action_hash, person("ops-lead"), saga.now
+    )
     assert grant is not None
     saga.append(grant)
     (resume,) = saga.record()

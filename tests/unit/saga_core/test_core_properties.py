@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from core_harness import T0
+from core_harness import T0, person
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -334,11 +334,13 @@ class Driver:
             elif answer == "grant" and self.now >= approval.expires_at:
                 with pytest.raises(ApprovalExpired):  # too late: decide will ask again
                     check_approval(
-                        self.state, run.step_id, run.kind, approval.action_hash, "alice", self.now
+                        self.state, run.step_id, run.kind, approval.action_hash,
+                        person("alice", tenant=""), self.now
                     )
             elif answer == "grant":
                 grant = check_approval(
-                    self.state, run.step_id, run.kind, approval.action_hash, "alice", self.now
+                    self.state, run.step_id, run.kind, approval.action_hash,
+                    person("alice", tenant=""), self.now
                 )
                 assert grant is not None
                 self.append(grant)
@@ -426,7 +428,9 @@ def test_happy_path_completes_every_random_definition(definition: SagaDefinition
             )
             if run.status == "awaiting_approval":
                 assert run.approval is not None
-                grant = check_approval(state, run.step_id, F, run.approval.action_hash, "a", T0)
+                grant = check_approval(
+                    state, run.step_id, F, run.approval.action_hash, person("a", tenant=""), T0
+                )
                 assert grant is not None
                 state = evolve(state, grant)
                 continue

@@ -85,7 +85,7 @@ def test_evolve_never_mutates_its_input() -> None:
 
 def test_fold_refuses_a_different_definition_and_events_after_finish() -> None:
     saga = _started_flight()
-    other = SagaDefinition.model_validate({**trip_definition().model_dump(), "version": 2})
+    other = SagaDefinition.model_validate({**trip_definition().model_dump(), "version": 99})
     with pytest.raises(DefinitionMismatchError):
         fold(other, saga.events)
     finished: list[SagaEvent] = [

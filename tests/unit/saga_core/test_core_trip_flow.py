@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from core_harness import RECEIPTS, C, F, Saga, kinds, trip_input
+from core_harness import RECEIPTS, C, F, Saga, kinds, person, trip_input
 
 from saga_core import (
     ApprovalAltered,
@@ -108,18 +108,22 @@ def test_payment_above_limit_waits_for_an_approval_bound_to_the_action() -> None
     assert saga.record() == []  # waiting for a human, asked once
     # an altered action is refused
     with pytest.raises(ApprovalAltered):
-        check_approval(saga.state, "capture_payment", F, "0" * 64, "bob", saga.now)
-    grant = check_approval(saga.state, "capture_payment", F, request.action_hash, "bob", saga.now)
+        check_approval(saga.state, "capture_payment", F, "0" * 64, person("bob"), saga.now)
+    grant = check_approval(
+        saga.state, "capture_payment", F, request.action_hash, person("bob"), saga.now
+    )
     assert grant is not None
     saga.append(grant)
     # a second identical click is a no-op
     assert (
-        check_approval(saga.state, "capture_payment", F, request.action_hash, "bob", saga.now)
+        check_approval(
+            saga.state, "capture_payment", F, request.action_hash, person("bob"), saga.now
+        )
         is None
     )
     assert saga.record() == [ScheduleStep("capture_payment", 1, saga.now, "approved")]
     with pytest.raises(ApprovalNotPending):
-        check_approval(saga.state, "hold_hotel", F, request.action_hash, "bob", saga.now)
+        check_approval(saga.state, "hold_hotel", F, request.action_hash, person("bob"), saga.now)
 
 
 def test_expired_approval_request_is_asked_again_and_late_grant_refused() -> None:
@@ -127,7 +131,9 @@ def test_expired_approval_request_is_asked_again_and_late_grant_refused() -> Non
     (request,) = saga.record()
     saga.tick(3601)
     with pytest.raises(ApprovalExpired):
-        check_approval(saga.state, "capture_payment", F, request.action_hash, "bob", saga.now)
+        check_approval(
+            saga.state, "capture_payment", F, request.action_hash, person("bob"), saga.now
+        )
     (again,) = saga.record()
     assert isinstance(again, RequestApproval) and again.evidence.reason == "approval expired"
     assert again.expires_at > request.expires_at
@@ -147,7 +153,9 @@ def test_denied_approval_before_pivot_is_a_business_rejection() -> None:
         )
     )
     with pytest.raises(ApprovalReplayed):
-        check_approval(saga.state, "capture_payment", F, request.action_hash, "eve", saga.now)
+        check_approval(
+            saga.state, "capture_payment", F, request.action_hash, person("eve"), saga.now
+        )
     assert kinds(saga.record()) == ["BeginCompensation"]
     assert kinds(saga.record()) == ["ScheduleCompensation", "ScheduleCompensation"]
 

@@ -9,7 +9,7 @@ under the same key is not offered, retrying as a new operation (a new key) is.
 from __future__ import annotations
 
 import pytest
-from core_harness import C, F, Saga, kinds, trip_input
+from core_harness import C, F, Saga, kinds, person, trip_input
 
 from saga_core import (
     CancelRequested,
@@ -256,7 +256,9 @@ def test_a_new_operation_asks_its_approval_again() -> None:
     saga.run_ok("hold_hotel")
     (asked,) = saga.settle()
     assert isinstance(asked, RequestApproval)
-    grant = check_approval(saga.state, "capture_payment", F, asked.action_hash, "fin", saga.now)
+    grant = check_approval(
+        saga.state, "capture_payment", F, asked.action_hash, person("fin"), saga.now
+    )
     assert grant is not None
     saga.append(grant)
     saga.settle()
