@@ -32,10 +32,10 @@ from saga_core.events import (
 )
 from saga_core.examples import trip_definition
 from saga_core.state import RunStatus
+from saga_core.validation import validate_definition
 from sagafleet import sandbox
 from sagafleet.processes import spawn_sagafleet, stop_processes
 from sagafleet.sandbox import TripSandbox, ledger_for_saga, ledger_totals
-from workers.client import SagaClient
 from workers.fleet import Fleet
 
 DEMO_DEFINITION = "trip_demo"
@@ -55,13 +55,16 @@ def demo_definition() -> SagaDefinition:
     return trip.model_copy(update={"name": DEMO_DEFINITION, "steps": steps})
 
 
-def register_demo_definition(client: SagaClient) -> int:
-    """Register the demo definition; an older sagafleet's demo keeps its version, we take
-    the next free one (a registered name and version never changes its content)."""
-    definition = demo_definition()
+def register_demo_definition(fleet: Fleet) -> int:
+    """Register the demo definition in the shared set (shipped with sagafleet, as the trip
+    is: every tenant, the chaos run's agents too, may start it); an older sagafleet's demo
+    keeps its version, we take the next free one (a registered name and version never
+    changes its content)."""
+    definition = validate_definition(demo_definition(), fleet.catalogue)
     for version in range(1, 1000):
         try:
-            client.register_definition(definition.model_copy(update={"version": version}))
+            fleet.definitions.register_shared(
+                definition.model_copy(update={"version": version}), registered_by="demo")
             return version
         except DefinitionConflict:
             continue
@@ -195,7 +198,7 @@ def run(
     """Run the demo on an already-migrated fleet whose tools are ``trip``'s (the sandbox
     installed); return the summary document."""
     client = fleet.client(actor="demo-agent")
-    version = register_demo_definition(client)
+    version = register_demo_definition(fleet)
     faults = trip.faults
     faults.clear()
     if options.fault_rate > 0:

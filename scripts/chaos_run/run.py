@@ -36,7 +36,7 @@ from chaos_run.faults import LEASE_S, FleetProcesses, Injector, fault_schedule
 from chaos_run.verdicts import judge_commands, judge_sagas
 from saga_core.errors import SagaError
 from sagafleet import embedded, sandbox
-from sagafleet.demo import DEMO_DEFINITION, Operator, demo_definition, trip_input
+from sagafleet.demo import DEMO_DEFINITION, Operator, register_demo_definition, trip_input
 from sagafleet.migrate import migrate_all
 from sagafleet.sandbox import saga_ledgers
 from workers.fleet import Fleet, FleetConfig
@@ -136,8 +136,8 @@ class ChaosRun:
         fleet = Fleet(FleetConfig(database_url=self.database, broker_url=broker_url,
                                   lease_s=LEASE_S, queue_wait_s=1.0, worker_id="chaos-operator"),
                       trip.tools)
+        register_demo_definition(fleet)  # shared: the agents' tenant starts it too
         client = fleet.client(actor="chaos-direct")
-        client.register_definition(demo_definition())
         if self.args.fault_rate > 0:
             trip.faults.configure_mix(self.args.fault_rate, self.args.seed)
         procs = FleetProcesses(env, self.log_dir)
