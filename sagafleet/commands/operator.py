@@ -112,7 +112,8 @@ def run_queue(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(f"--limit must be at least 1, not {args.limit}")
     QUEUE_PAGE_ROWS.check("queue --limit", args.limit)
     with runtime.read_side(settings) as ctx:
-        report = QueueReport(operator_queue(ctx, tenant=args.tenant, limit=args.limit))
+        report = QueueReport(operator_queue(ctx, tenant=args.tenant or settings.tenant,
+                                            limit=args.limit))
     emit_report(report, as_json=args.json)
     return ExitCode.OK
 

@@ -64,8 +64,7 @@ def register(sub: Any) -> None:
 
 
 def run_register(args: argparse.Namespace, settings: Settings) -> int:
-    """Validate a definition file against the configured tool catalogue and store it as the
-    tenant's (SAGAFLEET_TENANT): no other tenant sees it."""
+    """Validate a definition file against the configured tool catalogue and store it."""
     path = Path(args.file)
     try:
         with path.open("rb") as file:
@@ -79,8 +78,7 @@ def run_register(args: argparse.Namespace, settings: Settings) -> int:
     check_definition_document(document, f"definition file {path}")
     fleet = command_fleet(settings)
     try:
-        content_hash = fleet.client(tenant=settings.tenant,
-                                    actor=args.actor).register_definition(document)
+        content_hash = fleet.client(actor=args.actor).register_definition(document)
     finally:
         fleet.close()
     report = RegisteredDefinition(document.get("name"), document.get("version"), content_hash)
