@@ -5,8 +5,10 @@ no migration, no broker, no definition registered. On a database that was never 
 they stop with DatabaseNotMigrated, which says to run ``sagafleet db migrate``.
 
 Every one but ``verify`` shows one tenant's sagas and nothing of another's (another tenant's
-saga is not found, as if absent). ``verify`` is the database administrator's check of the
-whole log: it reports on every tenant.
+saga is not found, as if absent): the tenant of the principal the command's API token
+proves (``--token-file PATH`` or ``SAGAFLEET_TOKEN``; any role may read). ``verify`` is the
+database administrator's check of the whole log: it reports on every tenant and takes no
+token (it needs the database itself).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from events import InvalidArgument
 from events.model import Position
 from events.sagas import PostgresSagaLog
 from projections import (
+    ProjectionContext,
     SagaCursor,
     audit,
     business_alerts,
@@ -27,10 +30,12 @@ from projections import (
     saga_page,
     verify,
 )
+from saga_core.authority import Action, Principal, check_permitted
 from saga_core.contracts import SagaStatus
 from saga_core.limits import POSITION_MAX, SAGA_PAGE_ROWS
 from sagafleet import runtime
 from sagafleet.anchor_key import anchor_key
+from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.commands.rendering import (
     AlertsReport,
     AuditView,
@@ -43,12 +48,14 @@ from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
+from workers.principals_pg import PostgresPrincipals
 from workers.views import view_of
 
 DEFAULT_LIST_ROWS = 100
 """How many sagas one ``sagafleet list`` shows unless --limit says otherwise."""
 
 EXAMPLES = """examples:
+  export SAGAFLEET_TOKEN=sft_…        # issued by `sagafleet principals add`, shown once
   sagafleet status 3f2c… --json
   sagafleet list --status MANUAL_INTERVENTION --limit 20
   sagafleet stats
@@ -69,14 +76,20 @@ def _json_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def _reader(parser: argparse.ArgumentParser) -> None:
-    """A read command of one tenant's sagas: who reads, and --json."""
-    parser.add_argument("--tenant", default=None, help="act for this tenant (SAGAFLEET_TENANT)")
+    """A read command of one tenant's sagas: the reader's token, and --json."""
+    add_token_option(parser)
     _json_flag(parser)
 
 
-def _reader_tenant(args: argparse.Namespace, settings: Settings) -> str:
-    """The one tenant a read command shows."""
-    return str(args.tenant or settings.tenant)
+def reader(
+    args: argparse.Namespace, settings: Settings, ctx: ProjectionContext, what: str
+) -> Principal:
+    """The principal the command's token proves (``Unauthenticated``, exit 11, without one),
+    allowed to read (``NotPermitted``, exit 12, otherwise); the command shows its tenant's
+    sagas and nothing of another tenant's."""
+    principal = cli_principal(args, settings, PostgresPrincipals(ctx.store))
+    check_permitted(principal, Action.READ, what)
+    return principal
 
 
 def register(sub: Any) -> None:
@@ -132,8 +145,8 @@ def register(sub: Any) -> None:
 
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
     """Show a saga, folded from its log (another tenant's saga is not found)."""
-    tenant = _reader_tenant(args, settings)
     with runtime.read_side(settings) as ctx:
+        tenant = reader(args, settings, ctx, f"saga {args.saga_id}").tenant
         loaded = PostgresSagaLog(ctx.store, ctx.definitions).load(args.saga_id, tenant=tenant)
     emit_report(SagaReport(view_of(loaded)), as_json=args.json)
     return ExitCode.OK
@@ -146,8 +159,8 @@ def run_list(args: argparse.Namespace, settings: Settings) -> int:
     SAGA_PAGE_ROWS.check("list --limit", args.limit)
     after = SagaCursor.parse(args.after) if args.after else None
     status = SagaStatus(args.status) if args.status else None  # argparse checked the choices
-    tenant = _reader_tenant(args, settings)
     with runtime.read_side(settings) as ctx:
+        tenant = reader(args, settings, ctx, "the saga list").tenant
         page = saga_page(ctx, tenant=tenant, limit=args.limit, status=status,
                          definition=args.definition, after=after)
     emit_report(SagaListReport(page), as_json=args.json)
@@ -156,8 +169,8 @@ def run_list(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_stats(args: argparse.Namespace, settings: Settings) -> int:
     """Show the tenant's saga metrics and business-risk alerts."""
-    tenant = _reader_tenant(args, settings)
     with runtime.read_side(settings) as ctx:
+        tenant = reader(args, settings, ctx, "the saga metrics").tenant
         report = StatsReport(collect_metrics(ctx, tenant=tenant),
                              business_alerts(ctx, tenant=tenant))
     emit_report(report, as_json=args.json)
@@ -166,8 +179,8 @@ def run_stats(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_alerts(args: argparse.Namespace, settings: Settings) -> int:
     """Show the business-risk alerts on the tenant's sagas."""
-    tenant = _reader_tenant(args, settings)
     with runtime.read_side(settings) as ctx:
+        tenant = reader(args, settings, ctx, "the alerts").tenant
         report = AlertsReport(business_alerts(ctx, tenant=tenant))
     emit_report(report, as_json=args.json)
     return ExitCode.OK
@@ -177,8 +190,8 @@ def run_audit(args: argparse.Namespace, settings: Settings) -> int:
     """Print a saga's timeline (up to --at) and its state as of then (another tenant's saga
     is not found)."""
     at = _audit_position(args.at) if args.at else None
-    tenant = _reader_tenant(args, settings)
     with runtime.read_side(settings) as ctx:
+        tenant = reader(args, settings, ctx, f"saga {args.saga_id}").tenant
         report = audit(ctx, args.saga_id, at, tenant=tenant)
     emit_report(AuditView(report), as_json=args.json)
     return ExitCode.OK if report.chain_ok else ExitCode.VERIFY_FAILED

@@ -75,6 +75,7 @@ def test_audit_shows_the_timeline_and_the_state_as_of_a_position(
     # and the secret input is masked everywhere, in the command's JSON too
     assert report.timeline[0].data["input"]["card_token"] == "***"
     monkeypatch.setenv("SAGAFLEET_DATABASE_URL", ctx.store.conninfo)
+    monkeypatch.setenv("SAGAFLEET_TOKEN", issue_token(ctx.store.conninfo, "eve", ["auditor"]))
     assert main(["audit", saga.saga_id, "--json"]) == ExitCode.OK
     assert SECRET_CARD not in repr(audit(ctx, saga.saga_id, tenant="default"))
 
