@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg.rows import class_row
 
 from events._pg import translated_errors
@@ -163,8 +164,8 @@ class DefinitionStore:
         return digest
 
     @staticmethod
-    def _insert(conn: Any, tenant: str | None, definition: SagaDefinition, digest: str,
-                registered_by: str) -> str:
+    def _insert(conn: psycopg.Connection[Any], tenant: str | None, definition: SagaDefinition,
+                digest: str, registered_by: str) -> str:
         """Insert unless the owner holds the name and version; the hash it holds then."""
         body = json.loads(definition.to_json())
         row = conn.execute(_INSERT, (tenant, definition.name, definition.version, digest,
