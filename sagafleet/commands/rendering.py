@@ -146,7 +146,7 @@ class SagaListReport:
                  f"  started {r.started_at.isoformat(timespec='seconds')}"
                  for r in self.page.sagas]
         if self.page.next_after:
-            lines.append(f"more: sagafleet list --after '{self.page.next_after}'")
+            lines.append(f"more: the same command with --after '{self.page.next_after}'")
         return "\n".join(lines)
 
 
