@@ -10,8 +10,11 @@ same promises, not a mock:
   (optimistic: ``ConcurrencyError`` when another writer got there first; idempotent by
   event id), optionally inside a :class:`Unit` of work; watch for appends
   (:class:`Changes`, a wake-up, never the truth).
-* **Definitions** — register a validated definition by ``(name, version, hash)``, load it
-  by hash or by name (highest version when none is given).
+* **Definitions** — register a validated definition for a tenant by ``(name, version,
+  hash)``, or into the shared, read-only built-in set every tenant sees; load it by hash
+  (any owner's: a saga's ``SagaStarted`` names it) or, for a tenant, by name (highest
+  version when none is given). A tenant never sees another tenant's definitions, and may
+  not register a name the shared set holds (:class:`~events.definitions.SharedDefinitionName`).
 * **Secrets** — keep a saga's secret inputs (in the unit that starts it), reveal them into
   a tool call's arguments, purge them when the saga ends; hold a value deposited ahead of
   a start under a single-use ref (``events.secret_inputs``), redeem it in the unit that
@@ -39,6 +42,7 @@ from saga_core.errors import SagaError
 from saga_core.events import SagaEvent
 
 if TYPE_CHECKING:
+    from events.definitions import DefinitionRecord
     from events.sagas import LoadedSaga
 
 
@@ -109,25 +113,49 @@ class SagaLog(Protocol):
 
 
 class Definitions(Protocol):
-    """Saga definitions by ``(name, version, hash)``; a name and version never changes."""
+    """Saga definitions by ``(name, version, hash)``, each owned by a tenant or shared.
 
-    def register(self, definition: SagaDefinition, *, registered_by: str = "") -> str:
-        """Store a validated definition (idempotent); ``DefinitionConflict`` if the name
-        and version hold other content. Returns the content hash."""
+    What a tenant sees under a name: the shared set's versions when the shared set holds the
+    name, else its own; never another tenant's (absent to it: ``DefinitionNotFound``). A name
+    and version never change content within one owner.
+    """
+
+    def register(
+        self, definition: SagaDefinition, *, tenant: str, registered_by: str = ""
+    ) -> str:
+        """Store a validated definition as ``tenant``'s (idempotent); return its content
+        hash. ``DefinitionConflict`` if the tenant holds the name and version with other
+        content; ``SharedDefinitionName`` if the shared set holds the name (the very content
+        the shared set holds is already the tenant's to use: its hash, nothing stored)."""
+        ...
+
+    def register_shared(self, definition: SagaDefinition, *, registered_by: str = "") -> str:
+        """Store a validated definition in the shared, read-only built-in set (the system's
+        own, visible to every tenant; idempotent); ``DefinitionConflict`` as above."""
         ...
 
     def by_hash(self, digest: str) -> SagaDefinition:
-        """The definition with that content hash; ``DefinitionNotFound`` if none."""
+        """The definition with that content hash, whoever registered it;
+        ``DefinitionNotFound`` if none."""
         ...
 
     def get(
-        self, name: str, version: int | None = None, *, cached_latest: bool = False
+        self, name: str, version: int | None = None, *, tenant: str,
+        cached_latest: bool = False,
     ) -> SagaDefinition:
-        """``name`` at ``version`` (the highest when omitted); ``DefinitionNotFound``."""
+        """``name`` at ``version`` (the highest when omitted) as ``tenant`` sees it;
+        ``DefinitionNotFound``."""
         ...
 
-    def send_latest_check(self, unit: Unit, definition: SagaDefinition) -> Callable[[], bool]:
-        """Inside ``unit``: a check, called later, that ``definition`` is still the highest."""
+    def send_latest_check(
+        self, unit: Unit, definition: SagaDefinition, *, tenant: str
+    ) -> Callable[[], bool]:
+        """Inside ``unit``: a check, called later, that ``definition`` is still the highest
+        version of its name that ``tenant`` sees."""
+        ...
+
+    def list(self, *, tenant: str) -> list[DefinitionRecord]:
+        """Every definition ``tenant`` sees (the shared set and its own), by name and version."""
         ...
 
 

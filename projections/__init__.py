@@ -1,15 +1,17 @@
 """Read models of the saga log: the runner, operator queue, metrics, audit, verify, rebuild."""
 
-from projections.alerts import Alert, AlertThresholds, business_alerts
+from projections.alerts import Alert, AlertThresholds, business_alerts, platform_alerts
 from projections.audit import AuditReport, TimelineEntry, audit, parse_position
 from projections.context import ProjectionContext, migrate
 from projections.errors import ProjectionError, RebuildConflict, UnknownProjection
+from projections.listing import SagaCursor, SagaPage, saga_page
 from projections.metrics import (
     DefinitionMetrics,
     Metrics,
     OperationMetrics,
     ToolMetrics,
     collect_metrics,
+    collect_platform_metrics,
 )
 from projections.projector import Projector
 from projections.prometheus import MetricsServer
@@ -41,6 +43,8 @@ __all__ = [
     "RebuildConflict",
     "RebuildProgress",
     "RebuildReport",
+    "SagaCursor",
+    "SagaPage",
     "SagaRows",
     "StepRunRow",
     "SummaryRow",
@@ -52,10 +56,13 @@ __all__ = [
     "audit",
     "business_alerts",
     "collect_metrics",
+    "collect_platform_metrics",
     "migrate",
     "operator_queue",
     "parse_position",
+    "platform_alerts",
     "projection_status",
     "rebuild",
+    "saga_page",
     "verify",
 ]

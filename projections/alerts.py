@@ -13,6 +13,7 @@ from typing import Any
 
 from psycopg import sql
 
+from events.definitions import check_tenant
 from projections.context import ProjectionContext
 from projections.tables import active_version, table
 
@@ -22,7 +23,7 @@ SELECT r.saga_id, s.definition_name, r.step_id, r.succeeded_at, s.state
  WHERE r.kind = 'forward' AND r.semantics = 'offsettable'
    AND r.status IN ('succeeded', 'forced')
    AND s.state NOT IN ('COMPLETED', 'COMPENSATED', 'COMMITTED_WITH_REPAIR')
-   AND r.succeeded_at < now() - make_interval(secs => %(capture_s)s)
+   AND r.succeeded_at < now() - make_interval(secs => %(capture_s)s) AND {scope}
    AND NOT EXISTS (SELECT 1 FROM {steps} c
                     WHERE c.saga_id = r.saga_id AND c.step_id = r.step_id
                       AND c.kind = 'compensation' AND c.status IN ('succeeded', 'forced'))
@@ -32,7 +33,7 @@ SELECT r.saga_id, s.definition_name, r.step_id, r.succeeded_at, s.state
 _FAILING_COMPENSATION = """
 SELECT r.saga_id, s.definition_name, r.step_id, r.changed_at, r.failures + r.ambiguous
   FROM {steps} r JOIN {summary} s USING (saga_id)
- WHERE r.kind = 'compensation' AND r.failures + r.ambiguous >= %(failures)s
+ WHERE r.kind = 'compensation' AND r.failures + r.ambiguous >= %(failures)s AND {scope}
    AND r.status NOT IN ('succeeded', 'forced', 'skipped')
  ORDER BY r.changed_at
 """
@@ -40,14 +41,14 @@ SELECT r.saga_id, s.definition_name, r.step_id, r.changed_at, r.failures + r.amb
 _UNAPPROVED = """
 SELECT r.saga_id, s.definition_name, r.step_id, r.first_started_at, r.semantics
   FROM {steps} r JOIN {summary} s USING (saga_id)
- WHERE r.started_without_approval
+ WHERE r.started_without_approval AND {scope}
  ORDER BY r.first_started_at
 """
 
 _AMBIGUOUS = """
 SELECT r.saga_id, s.definition_name, r.step_id, r.changed_at, r.kind
   FROM {steps} r JOIN {summary} s USING (saga_id)
- WHERE r.status IN ('unknown', 'reconciling', 'found', 'absent')
+ WHERE r.status IN ('unknown', 'reconciling', 'found', 'absent') AND {scope}
  ORDER BY r.changed_at
 """
 
@@ -75,21 +76,39 @@ class Alert:
 
 
 def business_alerts(
-    ctx: ProjectionContext,
-    thresholds: AlertThresholds | None = None,
+    ctx: ProjectionContext, *, tenant: str, thresholds: AlertThresholds | None = None,
     name: str = "sagas",
 ) -> list[Alert]:
-    """Every business-risk alert the active read model shows right now."""
+    """Every business-risk alert on ``tenant``'s sagas (never another tenant's) right now."""
+    check_tenant(tenant)
+    return _alerts(ctx, sql.SQL("s.tenant = %(tenant)s"), tenant, thresholds, name)
+
+
+def platform_alerts(
+    ctx: ProjectionContext, thresholds: AlertThresholds | None = None, name: str = "sagas"
+) -> list[Alert]:
+    """Every business-risk alert over every tenant's sagas: the platform's own monitoring
+    (the Prometheus exporter), never a tenant's view."""
+    return _alerts(ctx, sql.SQL("true"), None, thresholds, name)
+
+
+def _alerts(
+    ctx: ProjectionContext, scope: sql.Composable, tenant: str | None,
+    thresholds: AlertThresholds | None, name: str,
+) -> list[Alert]:
+    """The alerts on the sagas ``scope`` (a predicate over the summary ``s``) admits."""
     limits = thresholds or AlertThresholds()
     params = {
         "capture_s": limits.unconfirmed_capture_s,
         "failures": limits.compensation_failures,
+        "tenant": tenant,
     }
     alerts: list[Alert] = []
     with ctx.connection() as conn, conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         version = active_version(conn, name)
-        names = {"steps": table("step_runs", version), "summary": table("saga_summary", version)}
+        names = {"steps": table("step_runs", version), "summary": table("saga_summary", version),
+                 "scope": scope}
 
         def rows(template: str) -> list[tuple[Any, ...]]:
             return conn.execute(sql.SQL(template).format(**names), params).fetchall()

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from events import Position, RecordedEvent, verify_chain
+from events.definitions import check_tenant
 from events.sagas import CorruptSagaStream, SagaNotFound, saga_stream
 from projections.context import ProjectionContext
 from projections.masking import mask, mask_input
@@ -84,13 +85,16 @@ def _approval(event: SagaEvent, data: dict[str, Any]) -> dict[str, Any] | None:
     return {"event": event.event_type, **{k: data[k] for k in keys if k in data}}
 
 
-def audit(ctx: ProjectionContext, saga_id: str, at: Position | int | None = None) -> AuditReport:
-    """The saga's timeline and state as of ``at`` (all of it when None), chain checked."""
+def audit(
+    ctx: ProjectionContext, saga_id: str, at: Position | int | None = None, *, tenant: str
+) -> AuditReport:
+    """The saga's timeline and state as of ``at`` (all of it when None), chain checked;
+    SagaNotFound if it is absent or another tenant's (the two are indistinguishable)."""
+    check_tenant(tenant)
     stream_id = saga_stream(saga_id)
     records = ctx.store.read_stream(stream_id)
     if not records:
         raise SagaNotFound(f"no saga {saga_id!r}")
-    chain = verify_chain(ctx.store, stream_id)
     registry = ctx.store.registry
     assert registry is not None
     events: list[tuple[SagaEvent, int]] = []
@@ -98,6 +102,9 @@ def audit(ctx: ProjectionContext, saga_id: str, at: Position | int | None = None
     first = registry.decode(records[0])
     if not isinstance(first, SagaStarted):
         raise CorruptSagaStream(f"saga {saga_id!r} does not start with SagaStarted")
+    if first.tenant != tenant:
+        raise SagaNotFound(f"no saga {saga_id!r}")  # not even its chain's state is shown
+    chain = verify_chain(ctx.store, stream_id)
     definition = ctx.definitions.by_hash(first.definition_hash)
     record = replay(definition, [(first, records[0].stream_version)])
     secrets = record.secrets if record else ()

@@ -8,12 +8,13 @@ letters (agent commands that could never succeed) are counted from ``fleet.dead_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
+from events.definitions import check_tenant
 from projections.context import ProjectionContext
 from projections.tables import active_version, table
 
@@ -35,7 +36,7 @@ SELECT definition_name,
            FILTER (WHERE state IN ('COMPLETED', 'COMPENSATED')),
        percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - started_at))
            FILTER (WHERE state IN ('COMPLETED', 'COMPENSATED'))
-  FROM {summary} GROUP BY definition_name
+  FROM {summary} s WHERE {scope} GROUP BY definition_name
 """
 
 # Per group of operations ({group} is a fixed column list): counts, counters and latencies.
@@ -57,6 +58,7 @@ SELECT {group},
        percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM r.succeeded_at
            - r.first_started_at)) FILTER (WHERE r.kind = 'compensation')
   FROM {steps} r JOIN {summary} s USING (saga_id)
+ WHERE {scope}
  GROUP BY {group}
 """
 
@@ -70,6 +72,7 @@ SELECT {group}, count(*)
   FROM fleet.redeliveries d
   JOIN {summary} s ON s.saga_id = d.saga_id
   LEFT JOIN {steps} r ON r.saga_id = d.saga_id AND r.step_id = d.step_id AND r.kind = d.kind
+ WHERE {scope}
  GROUP BY {group}
 """
 
@@ -134,12 +137,15 @@ class DeadLetterMetrics:
 
 @dataclass(frozen=True)
 class Metrics:
-    """Everything ``sagafleet stats`` shows."""
+    """Everything ``sagafleet stats`` shows: one tenant's sagas (``tenant``), or every
+    tenant's for the platform's own monitoring (``tenant`` None). Dead letters are broker
+    messages no tenant is proven to own, so only the platform's view counts them."""
 
     version: int
     definitions: list[DefinitionMetrics]
     tools: list[ToolMetrics]
-    dead_letters: DeadLetterMetrics = DeadLetterMetrics()
+    dead_letters: DeadLetterMetrics | None = DeadLetterMetrics()
+    tenant: str | None = None
 
 
 def _operations(row: tuple[Any, ...], redeliveries: int) -> OperationMetrics:
@@ -160,20 +166,44 @@ def _operations(row: tuple[Any, ...], redeliveries: int) -> OperationMetrics:
     )
 
 
+@dataclass(frozen=True)
+class _Scope:
+    """Which sagas a collection covers: a predicate over the summary ``s`` and its value."""
+
+    where: sql.Composable
+    tenant: str | None
+
+
 def _grouped(
-    conn: psycopg.Connection[Any], template: str, group: list[str], version: int
+    conn: psycopg.Connection[Any], template: str, group: list[str], version: int, scope: _Scope
 ) -> dict[tuple[Any, ...], tuple[Any, ...]]:
     query = sql.SQL(template).format(
         group=sql.SQL(", ").join(sql.SQL(g) for g in group),
         steps=table("step_runs", version),
         summary=table("saga_summary", version),
+        scope=scope.where,
     )
     width = len(group)
-    return {tuple(row[:width]): tuple(row[width:]) for row in conn.execute(query)}
+    return {tuple(row[:width]): tuple(row[width:])
+            for row in conn.execute(query, {"tenant": scope.tenant})}
 
 
-def collect_metrics(ctx: ProjectionContext, name: str = "sagas") -> Metrics:
-    """Compute every metric from the active table set (one consistent snapshot)."""
+def collect_metrics(ctx: ProjectionContext, *, tenant: str, name: str = "sagas") -> Metrics:
+    """Every metric of ``tenant``'s sagas (never another tenant's) from the active table set,
+    in one consistent snapshot; no dead letters (no tenant is proven to own one)."""
+    check_tenant(tenant)
+    metrics = _collect(ctx, _Scope(sql.SQL("s.tenant = %(tenant)s"), tenant), name)
+    return replace(metrics, dead_letters=None)
+
+
+def collect_platform_metrics(ctx: ProjectionContext, name: str = "sagas") -> Metrics:
+    """Every metric over every tenant's sagas, dead letters included: the platform's own
+    monitoring (the Prometheus exporter), never a tenant's view."""
+    return _collect(ctx, _Scope(sql.SQL("true"), None), name)
+
+
+def _collect(ctx: ProjectionContext, scope: _Scope, name: str) -> Metrics:
+    """Compute every metric of the sagas in ``scope`` (one consistent snapshot)."""
     with ctx.connection() as conn, conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         version = active_version(conn, name)
@@ -181,16 +211,20 @@ def collect_metrics(ctx: ProjectionContext, name: str = "sagas") -> Metrics:
             "SELECT to_regclass('fleet.redeliveries') IS NOT NULL"
         ).fetchone()
         has_redeliveries = bool(redeliveries_exist and redeliveries_exist[0])
-        query = sql.SQL(_PER_DEFINITION).format(summary=table("saga_summary", version))
-        per_definition = conn.execute(query, {"terminal": list(TERMINAL)}).fetchall()
-        by_definition = _grouped(conn, _PER_OPERATIONS, ["s.definition_name"], version)
-        by_tool = _grouped(conn, _PER_OPERATIONS, ["r.tool", "r.kind"], version)
+        query = sql.SQL(_PER_DEFINITION).format(summary=table("saga_summary", version),
+                                                scope=scope.where)
+        per_definition = conn.execute(
+            query, {"terminal": list(TERMINAL), "tenant": scope.tenant}).fetchall()
+        by_definition = _grouped(conn, _PER_OPERATIONS, ["s.definition_name"], version, scope)
+        by_tool = _grouped(conn, _PER_OPERATIONS, ["r.tool", "r.kind"], version, scope)
         dead_letters = _dead_letters(conn)
         redelivered_def: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         redelivered_tool: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         if has_redeliveries:
-            redelivered_def = _grouped(conn, _REDELIVERIES, ["s.definition_name"], version)
-            redelivered_tool = _grouped(conn, _REDELIVERIES, ["r.tool", "r.kind"], version)
+            redelivered_def = _grouped(conn, _REDELIVERIES, ["s.definition_name"], version,
+                                       scope)
+            redelivered_tool = _grouped(conn, _REDELIVERIES, ["r.tool", "r.kind"], version,
+                                        scope)
     definitions = []
     for row in per_definition:
         name_, sagas, finished, completed, compensated, partial, escalated, waiting = row[:8]
@@ -220,7 +254,7 @@ def collect_metrics(ctx: ProjectionContext, name: str = "sagas") -> Metrics:
         )
         for key, ops in sorted(by_tool.items())
     ]
-    return Metrics(version, definitions, tools, dead_letters)
+    return Metrics(version, definitions, tools, dead_letters, scope.tenant)
 
 
 def _dead_letters(conn: psycopg.Connection[Any]) -> DeadLetterMetrics:

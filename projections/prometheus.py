@@ -9,9 +9,9 @@ from dataclasses import fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from projections.alerts import business_alerts
+from projections.alerts import platform_alerts
 from projections.context import ProjectionContext
-from projections.metrics import Metrics, OperationMetrics, collect_metrics
+from projections.metrics import Metrics, OperationMetrics, collect_platform_metrics
 from projections.status import ProjectionStatus, projection_status
 from saga_core.errors import SagaError
 
@@ -56,12 +56,14 @@ def render(metrics: Metrics, statuses: list[ProjectionStatus], alerts: Counter[s
         lines += _operation_lines("definition", labels, d.operations)
     for t in metrics.tools:
         lines += _operation_lines("tool", {"tool": t.tool, "kind": t.kind}, t.operations)
-    lines += [
-        "# TYPE sagafleet_dead_letters_recorded_total counter",
-        _line("dead_letters_recorded_total", {}, metrics.dead_letters.recorded),
-        "# TYPE sagafleet_dead_letters_open gauge",
-        _line("dead_letters_open", {}, metrics.dead_letters.open),
-    ]
+    letters = metrics.dead_letters
+    if letters is not None:  # the platform's view: a tenant's counts no dead letters
+        lines += [
+            "# TYPE sagafleet_dead_letters_recorded_total counter",
+            _line("dead_letters_recorded_total", {}, letters.recorded),
+            "# TYPE sagafleet_dead_letters_open gauge",
+            _line("dead_letters_open", {}, letters.open),
+        ]
     for kind in (
         "captured_without_confirmation",
         "compensation_failing",
@@ -74,8 +76,9 @@ def render(metrics: Metrics, statuses: list[ProjectionStatus], alerts: Counter[s
 
 def scrape(ctx: ProjectionContext) -> str:
     """Collect everything and render it (one scrape)."""
-    alerts = Counter(a.kind for a in business_alerts(ctx))
-    return render(collect_metrics(ctx), projection_status(ctx), alerts)
+    # The exporter is the platform's monitoring: every tenant's sagas, counted together.
+    alerts = Counter(a.kind for a in platform_alerts(ctx))
+    return render(collect_platform_metrics(ctx), projection_status(ctx), alerts)
 
 
 class MetricsServer:

@@ -178,6 +178,11 @@ QUEUE_PAGE_ROWS: Final = Limit(
     "operator-queue entries one `sagafleet queue` prints (--limit, default the maximum): "
     "a page a person can read, the nearest deadlines first.",
 )
+SAGA_PAGE_ROWS: Final = Limit(
+    "saga_page_rows", 1_000, "rows",
+    "sagas one `sagafleet list` prints (--limit, default 100), newest first; the next page "
+    "starts after the last one shown (--after).",
+)
 BATCH_EVENTS: Final = Limit(
     "batch_events", 10_000, "events",
     "events one projector or rebuild transaction reads (--batch): a page held in memory "
@@ -189,7 +194,8 @@ ALL_LIMITS: Final[tuple[Limit, ...]] = (
     TEMPLATE_REFERENCES, PLAN_BYTES, PLAN_ACTIONS, SAGA_INPUT_BYTES, INPUT_TEXT_BYTES,
     EVIDENCE_BYTES, NAME_CHARS, KEY_CHARS, REASON_CHARS, AGENT_REASON_CHARS,
     SECRET_VALUE_BYTES, MCP_BODY_BYTES,
-    COMMAND_MESSAGE_BYTES, STEP_MESSAGE_BYTES, POSITION_MAX, QUEUE_PAGE_ROWS, BATCH_EVENTS,
+    COMMAND_MESSAGE_BYTES, STEP_MESSAGE_BYTES, POSITION_MAX, QUEUE_PAGE_ROWS, SAGA_PAGE_ROWS,
+    BATCH_EVENTS,
 )
 """Every limit, in the README table's order."""
 

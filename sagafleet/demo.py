@@ -39,10 +39,10 @@ from saga_core.events import (
 )
 from saga_core.examples import trip_definition
 from saga_core.state import RunStatus
+from saga_core.validation import validate_definition
 from sagafleet import sandbox
 from sagafleet.processes import spawn_sagafleet, stop_processes
 from sagafleet.sandbox import TripSandbox, ledger_for_saga, ledger_totals
-from workers.client import SagaClient
 from workers.fleet import Fleet
 from workers.principals import PrincipalConflict, PrincipalDirectory
 
@@ -69,13 +69,16 @@ def demo_definition() -> SagaDefinition:
     return trip.model_copy(update={"name": DEMO_DEFINITION, "steps": steps})
 
 
-def register_demo_definition(client: SagaClient) -> int:
-    """Register the demo definition; an older sagafleet's demo keeps its version, we take
-    the next free one (a registered name and version never changes its content)."""
-    definition = demo_definition()
+def register_demo_definition(fleet: Fleet) -> int:
+    """Register the demo definition in the shared set (shipped with sagafleet, as the trip
+    is: every tenant, the chaos run's agents too, may start it); an older sagafleet's demo
+    keeps its version, we take the next free one (a registered name and version never
+    changes its content)."""
+    definition = validate_definition(demo_definition(), fleet.catalogue)
     for version in range(1, 1000):
         try:
-            client.register_definition(definition.model_copy(update={"version": version}))
+            fleet.definitions.register_shared(
+                definition.model_copy(update={"version": version}), registered_by="demo")
             return version
         except DefinitionConflict:
             continue
@@ -229,7 +232,7 @@ def run(
     installed); return the summary document."""
     client = fleet.client_for(demo_principal(fleet, AGENT, PrincipalKind.AGENT,
                                              frozenset({AGENT_ROLE, ADMIN_ROLE})))
-    version = register_demo_definition(client)
+    version = register_demo_definition(fleet)
     approver = demo_principal(fleet, APPROVER, PrincipalKind.PERSON, frozenset({APPROVER_ROLE}))
     faults = trip.faults
     faults.clear()

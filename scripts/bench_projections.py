@@ -97,7 +97,7 @@ def main() -> int:
     url = fresh_database(server)
     migrate_all(url)
     ctx = ProjectionContext.connect(url, pool_size=10)
-    ctx.definitions.register(trip_definition())
+    ctx.definitions.register_shared(trip_definition())
 
     # Projector memory: grow the log step by step, projecting as it grows.
     runner = ProjectionRunner(ctx, batch_size=args.batch)

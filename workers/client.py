@@ -242,12 +242,14 @@ class SagaClient:
     # -- definitions ----------------------------------------------------------------------
 
     def register_definition(self, definition: SagaDefinition | dict[str, Any]) -> str:
-        """Validate a definition against the tool catalogue and store it; return its hash."""
+        """Validate a definition against the tool catalogue and store it as this tenant's
+        (no other tenant sees it; a name of the shared set is refused); return its hash."""
         check_permitted(self.principal, Action.REGISTER, "a saga definition")
         if not isinstance(definition, SagaDefinition):
             definition = parse_definition(definition)  # size bounded before pydantic copies
         validated = validate_definition(definition, self.catalogue)
-        return self.definitions.register(validated, registered_by=self.actor)
+        return self.definitions.register(validated, tenant=self.tenant,
+                                         registered_by=self.actor)
 
     def submit_plan(
         self, plan: AgentPlan | dict[str, Any], *, name: str | None = None, version: int = 1
@@ -264,7 +266,7 @@ class SagaClient:
         if name is None:
             name = plan_definition_name(plan)
         definition = validate_plan(plan, self.catalogue, name=name, version=version)
-        self.definitions.register(definition, registered_by=self.actor)
+        self.definitions.register(definition, tenant=self.tenant, registered_by=self.actor)
         return definition
 
     # -- sagas ------------------------------------------------------------------------------
@@ -307,7 +309,8 @@ class SagaClient:
         a repeated key compares equal whether the secret comes as a value, as the same ref
         (already spent by the first start) or as a new one.
         """
-        spec = self.definitions.get(definition, version, cached_latest=cached)
+        spec = self.definitions.get(definition, version, tenant=self.tenant,
+                                    cached_latest=cached)
         refs = refs_in(spec, input)
         if self.refuse_raw_secrets:
             problems = raw_secret_problems(spec, input)
@@ -328,7 +331,8 @@ class SagaClient:
             # commit together, and version 0 (the stream must not exist) keeps a repeated
             # key from starting twice.
             with self.orchestrator.log.unit_of_work() as unit:
-                still_latest = self.definitions.send_latest_check(unit, spec) if cached else None
+                still_latest = (self.definitions.send_latest_check(unit, spec, tenant=self.tenant)
+                                if cached else None)
                 redeemed = self.secrets.redeem(self.tenant, refs, saga_id, now, unit)
                 normalized = {**given, **checked_values(spec, redeemed)}
                 public, secrets = split_secrets(spec, normalized)

@@ -170,7 +170,8 @@ class Fleet:
                           principal=principal)
 
     def register_builtin_definitions(self) -> list[str]:
-        """Register the shipped trip definition (idempotent); return the hashes registered.
+        """Register the shipped trip definition in the shared, read-only set every tenant
+        sees (idempotent); return the hashes registered.
 
         It is stored bound to the shipped trip catalogue it was validated against, not to
         this fleet's: every fleet that can run the trip (the sandbox's tools, in-memory
@@ -187,7 +188,7 @@ class Fleet:
         if any(self.catalogue.get(name, version) is None for name, version in needed):
             return []  # a fleet running its own tool set has no use for the example trip
         try:
-            return [self.definitions.register(trip, registered_by="sagafleet")]
+            return [self.definitions.register_shared(trip, registered_by="sagafleet")]
         except DefinitionConflict as exc:
             log.warning("built-in definition not registered: %s", exc)
             return []

@@ -254,7 +254,9 @@ def withhold_secrets(
         kept["args"] = f"[{len(args)} positional arguments withheld]"
     kwargs = kept.get("kwargs")
     if isinstance(kwargs, dict) and "input" in kwargs:
-        masked, hidden = _withheld_input(definitions, kwargs.get("definition"), kwargs["input"])
+        # The tenant the command names (tasks reads it so, "default" when absent).
+        masked, hidden = _withheld_input(definitions, kwargs.get("tenant", "default"),
+                                         kwargs.get("definition"), kwargs["input"])
         kept["kwargs"] = {**kwargs, "input": masked}
         withheld.append(hidden)
     elif kwargs is not None and not isinstance(kwargs, dict):
@@ -264,15 +266,16 @@ def withhold_secrets(
 
 
 def _withheld_input(
-    definitions: Definitions, name: Any, data: Any
+    definitions: Definitions, tenant: Any, name: Any, data: Any
 ) -> tuple[Any, list[Any]]:
-    """``data`` with its secret fields withheld, and the withheld values."""
+    """``data`` with its secret fields withheld, and the withheld values (the definition
+    as the tenant the message names sees it: the one its start would have run)."""
     if not isinstance(data, dict):
         return WITHHELD, [data]
     secret: set[str] | None = None
-    if isinstance(name, str):
+    if isinstance(name, str) and isinstance(tenant, str):
         try:
-            definition = definitions.get(name, cached_latest=True)
+            definition = definitions.get(name, tenant=tenant, cached_latest=True)
             secret = {field for field, spec in definition.input.items() if spec.secret}
         except DefinitionNotFound:
             # Secret fields are what a definition declares; one nobody registered declares

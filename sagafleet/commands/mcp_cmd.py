@@ -111,7 +111,8 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
         service = GatewayService(fleet)
         # Only the tool list is read; no call is ever bound with this placeholder policy.
         server = build_mcp_server(service, BindingPolicy(tenant=settings.tenant, actor="export"))
-        specs = gateway_functions(service.registered_definitions(), anyio.run(server.list_tools))
+        specs = gateway_functions(service.registered_definitions(settings.tenant),
+                                  anyio.run(server.list_tools))
     finally:
         fleet.close()
     emit(export(specs, args.format), as_json=args.json,

@@ -23,6 +23,7 @@ from saga_core.resolution import OPERATOR_ACTIONS, OperatorRequest
 from sagafleet import runtime
 from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.commands.rendering import QueueReport, ResolveReport, SagaReport
+from sagafleet.commands.reports import reader
 from sagafleet.errors import InvalidInput, UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import command_fleet
@@ -50,7 +51,7 @@ def register(sub: Any) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
     queue = sub.add_parser("queue", help="the operator queue: what waits for a human",
                            epilog=EXAMPLES, formatter_class=fmt)
-    queue.add_argument("--tenant", default=None, help="only this tenant's sagas")
+    add_token_option(queue)  # the queue of the token's tenant
     queue.add_argument("--limit", type=int, default=QUEUE_PAGE_ROWS.value,
                        help=f"at most this many entries, nearest deadline first "
                        f"(1..{QUEUE_PAGE_ROWS.value}, the default)")
@@ -109,12 +110,14 @@ def _act(
 
 
 def run_queue(args: argparse.Namespace, settings: Settings) -> int:
-    """List the operator queue, nearest deadline first, one page of at most --limit."""
+    """List the token's tenant's operator queue, nearest deadline first, one page of at
+    most --limit."""
     if args.limit < 1:
         raise UsageError(f"--limit must be at least 1, not {args.limit}")
     QUEUE_PAGE_ROWS.check("queue --limit", args.limit)
     with runtime.read_side(settings) as ctx:
-        report = QueueReport(operator_queue(ctx, tenant=args.tenant, limit=args.limit))
+        tenant = reader(args, settings, ctx, "the operator queue").tenant
+        report = QueueReport(operator_queue(ctx, tenant=tenant, limit=args.limit))
     emit_report(report, as_json=args.json)
     return ExitCode.OK
 

@@ -20,6 +20,7 @@ from projections import (
     ProjectionStatus,
     QueueRow,
     RebuildReport,
+    SagaPage,
     VerifyReport,
 )
 from workers.views import SagaView
@@ -141,6 +142,30 @@ def _gate_line(evidence: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
+class SagaListReport:
+    """A page of the tenant's sagas, newest first, and where the next page starts."""
+
+    page: SagaPage
+
+    def to_json(self) -> dict[str, Any]:
+        """tenant, the sagas' summary rows, and ``next_after`` (null on the last page)."""
+        after = self.page.next_after
+        return {"tenant": self.page.tenant, "sagas": [asdict(r) for r in self.page.sagas],
+                "next_after": str(after) if after else None}
+
+    def to_text(self) -> str:
+        """A line per saga, then how to ask for the next page."""
+        if not self.page.sagas:
+            return f"no sagas for tenant {self.page.tenant}"
+        lines = [f"{r.saga_id}  {r.state:<21} {r.definition_name} v{r.definition_version}"
+                 f"  started {r.started_at.isoformat(timespec='seconds')}"
+                 for r in self.page.sagas]
+        if self.page.next_after:
+            lines.append(f"more: the same command with --after '{self.page.next_after}'")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
 class ProjectionStatusReport:
     """Every projection's table sets and lag."""
 
@@ -225,7 +250,7 @@ class StatsReport:
                 f" {ops.retry_amplification:.2f}"
             )
         letters = self.metrics.dead_letters
-        if letters.recorded:
+        if letters is not None and letters.recorded:
             lines.append(f"dead letters: {letters.open} open, {letters.recorded} recorded"
                          " (sagafleet dead-letters)")
         lines += [f"ALERT {_alert_line(a)}" for a in self.alerts]

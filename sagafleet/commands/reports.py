@@ -1,8 +1,14 @@
-"""``sagafleet status|stats|alerts|audit|verify``: read commands.
+"""``sagafleet status|list|stats|alerts|audit|verify``: read commands.
 
 They read the log and the read models of an already migrated database and change nothing:
 no migration, no broker, no definition registered. On a database that was never migrated
 they stop with DatabaseNotMigrated, which says to run ``sagafleet db migrate``.
+
+Every one but ``verify`` shows one tenant's sagas and nothing of another's (another tenant's
+saga is not found, as if absent): the tenant of the principal the command's API token
+proves (``--token-file PATH`` or ``SAGAFLEET_TOKEN``; any role may read). ``verify`` is the
+database administrator's check of the whole log: it reports on every tenant and takes no
+token (it needs the database itself).
 """
 
 from __future__ import annotations
@@ -14,24 +20,44 @@ from typing import Any
 from events import InvalidArgument
 from events.model import Position
 from events.sagas import PostgresSagaLog
-from projections import audit, business_alerts, collect_metrics, parse_position, verify
-from saga_core.limits import POSITION_MAX
+from projections import (
+    ProjectionContext,
+    SagaCursor,
+    audit,
+    business_alerts,
+    collect_metrics,
+    parse_position,
+    saga_page,
+    verify,
+)
+from saga_core.authority import Action, Principal, check_permitted
+from saga_core.contracts import SagaStatus
+from saga_core.limits import POSITION_MAX, SAGA_PAGE_ROWS
 from sagafleet import runtime
 from sagafleet.anchor_key import anchor_key
+from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.commands.rendering import (
     AlertsReport,
     AuditView,
+    SagaListReport,
     SagaReport,
     StatsReport,
     VerifyView,
 )
+from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
+from workers.principals_pg import PostgresPrincipals
 from workers.views import view_of
 
+DEFAULT_LIST_ROWS = 100
+"""How many sagas one ``sagafleet list`` shows unless --limit says otherwise."""
+
 EXAMPLES = """examples:
+  export SAGAFLEET_TOKEN=sft_…        # issued by `sagafleet principals add`, shown once
   sagafleet status 3f2c… --json
+  sagafleet list --status MANUAL_INTERVENTION --limit 20
   sagafleet stats
   sagafleet audit 3f2c… --at 1234 --json
   sagafleet verify
@@ -49,21 +75,51 @@ def _json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
 
+def _reader(parser: argparse.ArgumentParser) -> None:
+    """A read command of one tenant's sagas: the reader's token, and --json."""
+    add_token_option(parser)
+    _json_flag(parser)
+
+
+def reader(
+    args: argparse.Namespace, settings: Settings, ctx: ProjectionContext, what: str
+) -> Principal:
+    """The principal the command's token proves (``Unauthenticated``, exit 11, without one),
+    allowed to read (``NotPermitted``, exit 12, otherwise); the command shows its tenant's
+    sagas and nothing of another tenant's."""
+    principal = cli_principal(args, settings, PostgresPrincipals(ctx.store))
+    check_permitted(principal, Action.READ, what)
+    return principal
+
+
 def register(sub: Any) -> None:
     """Add the read subcommands."""
     fmt = argparse.RawDescriptionHelpFormatter
     status = sub.add_parser("status", help="current state and steps of a saga",
                             epilog=EXAMPLES, formatter_class=fmt)
     status.add_argument("saga_id")
-    status.add_argument("--tenant", default=None, help="act for this tenant (SAGAFLEET_TENANT)")
-    _json_flag(status)
+    _reader(status)
     status.set_defaults(handler=run_status)
 
+    listing = sub.add_parser("list", help="this tenant's sagas, newest first, a page at a time",
+                             epilog=EXAMPLES, formatter_class=fmt)
+    listing.add_argument("--status", default=None, choices=[str(s) for s in SagaStatus],
+                         help="only sagas in this state")
+    listing.add_argument("--definition", default=None, metavar="NAME",
+                         help="only sagas of this definition")
+    listing.add_argument("--limit", type=int, default=DEFAULT_LIST_ROWS,
+                         help=f"at most this many sagas (1..{SAGA_PAGE_ROWS.value}; "
+                              f"{DEFAULT_LIST_ROWS})")
+    listing.add_argument("--after", default=None, metavar="CURSOR",
+                         help="the next page: the cursor the previous page printed")
+    _reader(listing)
+    listing.set_defaults(handler=run_list)
+
     stats = sub.add_parser("stats", help="saga metrics per definition and tool, and alerts")
-    _json_flag(stats)
+    _reader(stats)
     stats.set_defaults(handler=run_stats)
     alerts = sub.add_parser("alerts", help="business-risk alerts")
-    _json_flag(alerts)
+    _reader(alerts)
     alerts.set_defaults(handler=run_alerts)
 
     audit_p = sub.add_parser("audit", help="a saga's timeline from the log, hash chain checked",
@@ -72,7 +128,7 @@ def register(sub: Any) -> None:
     audit_p.add_argument(
         "--at", default=None, help="fold only up to this global position (N or XID:N)"
     )
-    _json_flag(audit_p)
+    _reader(audit_p)
     audit_p.set_defaults(handler=run_audit)
 
     verify_p = sub.add_parser(
@@ -90,33 +146,53 @@ def register(sub: Any) -> None:
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
     """Show a saga, folded from its log (another tenant's saga is not found)."""
     with runtime.read_side(settings) as ctx:
-        loaded = PostgresSagaLog(ctx.store, ctx.definitions).load(
-            args.saga_id, tenant=args.tenant or settings.tenant)
+        tenant = reader(args, settings, ctx, f"saga {args.saga_id}").tenant
+        loaded = PostgresSagaLog(ctx.store, ctx.definitions).load(args.saga_id, tenant=tenant)
     emit_report(SagaReport(view_of(loaded)), as_json=args.json)
     return ExitCode.OK
 
 
-def run_stats(args: argparse.Namespace, settings: Settings) -> int:
-    """Show the saga metrics and the business-risk alerts."""
+def run_list(args: argparse.Namespace, settings: Settings) -> int:
+    """List the tenant's sagas, newest first, one page of at most --limit."""
+    if args.limit < 1:
+        raise UsageError(f"--limit must be at least 1, not {args.limit}")
+    SAGA_PAGE_ROWS.check("list --limit", args.limit)
+    after = SagaCursor.parse(args.after) if args.after else None
+    status = SagaStatus(args.status) if args.status else None  # argparse checked the choices
     with runtime.read_side(settings) as ctx:
-        report = StatsReport(collect_metrics(ctx), business_alerts(ctx))
+        tenant = reader(args, settings, ctx, "the saga list").tenant
+        page = saga_page(ctx, tenant=tenant, limit=args.limit, status=status,
+                         definition=args.definition, after=after)
+    emit_report(SagaListReport(page), as_json=args.json)
+    return ExitCode.OK
+
+
+def run_stats(args: argparse.Namespace, settings: Settings) -> int:
+    """Show the tenant's saga metrics and business-risk alerts."""
+    with runtime.read_side(settings) as ctx:
+        tenant = reader(args, settings, ctx, "the saga metrics").tenant
+        report = StatsReport(collect_metrics(ctx, tenant=tenant),
+                             business_alerts(ctx, tenant=tenant))
     emit_report(report, as_json=args.json)
     return ExitCode.OK
 
 
 def run_alerts(args: argparse.Namespace, settings: Settings) -> int:
-    """Show the business-risk alerts."""
+    """Show the business-risk alerts on the tenant's sagas."""
     with runtime.read_side(settings) as ctx:
-        report = AlertsReport(business_alerts(ctx))
+        tenant = reader(args, settings, ctx, "the alerts").tenant
+        report = AlertsReport(business_alerts(ctx, tenant=tenant))
     emit_report(report, as_json=args.json)
     return ExitCode.OK
 
 
 def run_audit(args: argparse.Namespace, settings: Settings) -> int:
-    """Print a saga's timeline (up to --at) and its state as of then."""
+    """Print a saga's timeline (up to --at) and its state as of then (another tenant's saga
+    is not found)."""
     at = _audit_position(args.at) if args.at else None
     with runtime.read_side(settings) as ctx:
-        report = audit(ctx, args.saga_id, at)
+        tenant = reader(args, settings, ctx, f"saga {args.saga_id}").tenant
+        report = audit(ctx, args.saga_id, at, tenant=tenant)
     emit_report(AuditView(report), as_json=args.json)
     return ExitCode.OK if report.chain_ok else ExitCode.VERIFY_FAILED
 

@@ -29,7 +29,7 @@ from workers.client import MAX_WAIT_SECONDS, Waited
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tenant", default=None, help="act for this tenant (SAGAFLEET_TENANT)")
+    add_token_option(parser)  # reads as the token's principal, in its tenant
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
 
@@ -110,7 +110,7 @@ def run_find(args: argparse.Namespace, settings: Settings) -> int:
     """Show the saga started with an idempotency key (another tenant's is not found)."""
     fleet = command_fleet(settings)
     try:
-        view = fleet.client(tenant=args.tenant or settings.tenant).find(args.key)
+        view = fleet.client_for(cli_principal(args, settings, fleet.principals)).find(args.key)
     finally:
         fleet.close()
     if view is None:
@@ -147,8 +147,8 @@ def run_wait(args: argparse.Namespace, settings: Settings) -> int:
     """Wait for a saga to finish or to wait for a person; exit TIMED_OUT if it did neither."""
     fleet = command_fleet(settings)
     try:
-        waited = fleet.client(tenant=args.tenant or settings.tenant).wait(args.saga_id,
-                                                                          args.timeout)
+        client = fleet.client_for(cli_principal(args, settings, fleet.principals))
+        waited = client.wait(args.saga_id, args.timeout)
     finally:
         fleet.close()
     emit_report(WaitReport(waited, args.timeout), as_json=args.json)

@@ -133,7 +133,7 @@ class FunctionRouter:
             return _checked_call(name, simple[name], who, **args)
         if name.startswith(START_PREFIX):
             wanted = name.removeprefix(START_PREFIX)
-            for record in service.fleet.definitions.list():
+            for record in service.fleet.definitions.list(tenant=who.tenant):
                 if function_name(record.name) == name:
                     return _checked_call(name, service.start_saga, who, record.name, **args)
             raise ArgumentsRejected(name, [Problem("name", "unknown_function",

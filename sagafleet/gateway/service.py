@@ -47,16 +47,19 @@ class GatewayService:
     def _client(self, who: CallerBinding) -> SagaClient:
         return self.fleet.client(tenant=who.tenant, actor=who.actor)
 
-    def registered_definitions(self) -> list[SagaDefinition]:
-        """The latest version of each registered definition, agent plans left out."""
-        names = sorted({r.name for r in self.fleet.definitions.list()
+    def registered_definitions(self, tenant: str) -> list[SagaDefinition]:
+        """The latest version of each definition ``tenant`` sees (the shared set and its
+        own, never another tenant's), agent plans left out."""
+        names = sorted({r.name for r in self.fleet.definitions.list(tenant=tenant)
                         if not r.name.startswith(PLAN_NAME_PREFIX)})
-        return [self.fleet.definitions.get(name) for name in names]
+        return [self.fleet.definitions.get(name, tenant=tenant) for name in names]
 
     def list_sagas(self, who: CallerBinding) -> dict[str, Any]:
-        """The registered definitions (latest version of each), with semantics and input schema."""
+        """The caller's tenant's definitions and the shared ones (latest version of each),
+        with semantics and input schema."""
         return {"tenant": who.tenant,
-                "definitions": [describe_definition(d) for d in self.registered_definitions()]}
+                "definitions": [describe_definition(d)
+                                for d in self.registered_definitions(who.tenant)]}
 
     def start_saga(
         self, who: CallerBinding, definition: str, input: dict[str, Any],
@@ -69,7 +72,7 @@ class GatewayService:
             problems.append(Problem("definition", "wrong_type", "a definition name is required"))
         if problems:
             raise ArgumentsRejected("start_saga", problems)
-        spec = self.fleet.definitions.get(definition, version)
+        spec = self.fleet.definitions.get(definition, version, tenant=who.tenant)
         started = self._client(who).start(spec.name, input, key=idempotency_key,
                                           version=spec.version, reason=reason)
         loaded = self.fleet.repo.load(started.saga_id, tenant=who.tenant)

@@ -27,11 +27,12 @@ from events.memory import MemoryDefinitions, MemorySagaLog, MemorySecrets
 from events.model import Position
 from events.sagas import LoadedSaga, saga_id_of, saga_stream
 from saga_core import SagaDefinition
-from saga_core.authority import ADMIN_ROLE, Principal, PrincipalKind
+from saga_core.authority import Principal, PrincipalKind
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.events import SagaEvent
 from saga_core.examples import trip_definition
 from saga_core.state import RunStatus, SagaState
+from saga_core.validation import validate_definition
 from sagafleet.testing.clock import TestClock
 from sagafleet.testing.publisher import RecordingPublisher
 from sagafleet.testing.tools import InMemoryTools, WorkerCrashed
@@ -83,7 +84,9 @@ class TestFleet:
         inline_steps: int = INLINE_STEPS,
         worker_id: str = "testfleet",
     ) -> None:
-        """Build the fleet and register ``definitions`` (validated against the catalogue).
+        """Build the fleet and register ``definitions`` (validated against the catalogue)
+        as its shared set, visible to every tenant (``client(tenant=...).register_definition``
+        registers one tenant's own).
 
         With no ``tools``: the trip tools in memory and, unless ``definitions`` says
         otherwise, the trip definition. ``InMemoryTools`` bring their own clock, which the
@@ -115,12 +118,11 @@ class TestFleet:
         self._checkpoint: Position | None = None
         self._folded: dict[str, LoadedSaga] = {}  # the tracker's sagas as last folded
         self.principals = MemoryPrincipals(self.clock)
-        # The test's own setup registers the definitions it was given, as a trusted
-        # in-process admin (a test holds the fleet, as a deployment's admin holds the DB).
-        admin = self.client_for(Principal("default", "testfleet", PrincipalKind.AGENT,
-                                          frozenset({ADMIN_ROLE}), authenticated=False))
+        # The fleet's own definitions are its shared, read-only set, as a real fleet's
+        # built-in trip is: every tenant's client sees and starts them.
         for definition in definitions or ():
-            admin.register_definition(definition)
+            self.definitions.register_shared(validate_definition(definition, self.catalogue),
+                                             registered_by="testfleet")
 
     def client(self, *, tenant: str = "default", actor: str = "agent") -> SagaClient:
         """The real SagaClient, acting for ``tenant`` as the in-process agent ``actor``."""

@@ -41,8 +41,8 @@ from sagafleet.demo import (
     APPROVER,
     DEMO_DEFINITION,
     Operator,
-    demo_definition,
     demo_principal,
+    register_demo_definition,
     trip_input,
 )
 from sagafleet.migrate import migrate_all
@@ -150,7 +150,7 @@ class ChaosRun:
                                                  frozenset({AGENT_ROLE, ADMIN_ROLE})))
         self.operator = Operator(demo_principal(fleet, APPROVER, PrincipalKind.PERSON,
                                                 frozenset({APPROVER_ROLE})))
-        client.register_definition(demo_definition())
+        register_demo_definition(fleet)  # shared: the agents' tenant starts it too
         if self.args.fault_rate > 0:
             trip.faults.configure_mix(self.args.fault_rate, self.args.seed)
         procs = FleetProcesses(env, self.log_dir)

@@ -34,10 +34,10 @@ def variant(definition: SagaDefinition, **changes: object) -> SagaDefinition:
     return SagaDefinition.model_validate({**definition.model_dump(mode="json"), **changes})
 
 
-def registered(ports: Ports) -> SagaDefinition:
-    """The trip definition, registered with the ports."""
+def registered(ports: Ports, tenant: str = "t") -> SagaDefinition:
+    """The trip definition, registered with the ports as ``tenant``'s."""
     definition = trip_definition()
-    ports.definitions.register(definition, registered_by="contract")
+    ports.definitions.register(definition, tenant=tenant, registered_by="contract")
     return definition
 
 
@@ -63,7 +63,7 @@ def finished(minutes: int = 1) -> SagaFinished:
 
 def start(ports: Ports, saga_id: str, tenant: str = "t") -> AppendResult:
     """Start a saga of the (registered) trip definition."""
-    definition = registered(ports)
+    definition = registered(ports, tenant)
     return ports.log.append(saga_id, tenant, [started(saga_id, definition, tenant)], NO_STREAM)
 
 

@@ -86,47 +86,48 @@ def test_a_unit_of_another_kind_is_refused(ports: Ports) -> None:
     with pytest.raises(InvalidArgument):
         ports.secrets.keep("s1", {"card": CARD}, object())
     with pytest.raises(InvalidArgument):
-        ports.definitions.send_latest_check(object(), trip_definition())
+        ports.definitions.send_latest_check(object(), trip_definition(), tenant="t")
 
 
 def test_definitions_register_idempotently_and_refuse_changed_content(ports: Ports) -> None:
     definition = trip_definition()
-    digest = ports.definitions.register(definition)
+    digest = ports.definitions.register(definition, tenant="t")
     assert digest == definition.content_hash()
-    assert ports.definitions.register(definition, registered_by="again") == digest
+    assert ports.definitions.register(definition, registered_by="again", tenant="t") == digest
     changed = variant(definition, description="something else")
     with pytest.raises(DefinitionConflict):
-        ports.definitions.register(changed)
+        ports.definitions.register(changed, tenant="t")
     assert ports.definitions.by_hash(digest) == definition
-    assert ports.definitions.get(definition.name) == definition
+    assert ports.definitions.get(definition.name, tenant="t") == definition
 
 
 def test_definitions_by_name_pick_the_highest_version_unless_told(ports: Ports) -> None:
     first = trip_definition()
     second = variant(first, version=first.version + 1, description="next")
-    ports.definitions.register(second)
-    ports.definitions.register(first)
-    assert ports.definitions.get(first.name) == second
-    assert ports.definitions.get(first.name, first.version) == first
-    assert ports.definitions.get(first.name, cached_latest=True) == second
+    ports.definitions.register(second, tenant="t")
+    ports.definitions.register(first, tenant="t")
+    assert ports.definitions.get(first.name, tenant="t") == second
+    assert ports.definitions.get(first.name, first.version, tenant="t") == first
+    assert ports.definitions.get(first.name, cached_latest=True, tenant="t") == second
     with pytest.raises(DefinitionNotFound):
-        ports.definitions.get(first.name, first.version + 2)
+        ports.definitions.get(first.name, first.version + 2, tenant="t")
     with pytest.raises(DefinitionNotFound):
-        ports.definitions.get("nothing")
+        ports.definitions.get("nothing", tenant="t")
     with pytest.raises(DefinitionNotFound):
         ports.definitions.by_hash("0" * 64)
 
 
 def test_the_latest_check_inside_a_unit_tells_a_superseded_definition(ports: Ports) -> None:
     first = trip_definition()
-    ports.definitions.register(first)
+    ports.definitions.register(first, tenant="t")
     with ports.log.unit_of_work() as unit:
-        still_latest = ports.definitions.send_latest_check(unit, first)
+        still_latest = ports.definitions.send_latest_check(unit, first, tenant="t")
         ports.log.append("s1", "t", [started("s1", first)], NO_STREAM, unit=unit)
         assert still_latest()
-    ports.definitions.register(variant(first, version=first.version + 1, description="next"))
+    ports.definitions.register(variant(first, version=first.version + 1, description="next"),
+                               tenant="t")
     with ports.log.unit_of_work() as unit:
-        stale = ports.definitions.send_latest_check(unit, first)
+        stale = ports.definitions.send_latest_check(unit, first, tenant="t")
         ports.log.append("s2", "t", [started("s2", first)], NO_STREAM, unit=unit)
         assert not stale()
 

@@ -71,7 +71,8 @@ def test_input_that_is_not_json_and_unknown_sagas_have_named_exit_codes(run, fre
                 token=issue_token(fresh_database, "agent-a", ["agent"], tenant="a"))
     saga_id = json.loads(other.stdout)["saga_id"]
     # another tenant cannot see it
-    assert run("status", saga_id, "--tenant", "b").returncode == 4
+    reader_b = issue_token(fresh_database, "reader-b", ["auditor"], tenant="b")
+    assert run("status", saga_id, token=reader_b).returncode == 4
 
 
 def test_approval_from_the_command_line(run, fresh_database):
@@ -127,6 +128,7 @@ def test_register_refuses_bad_files_with_named_exit_codes(run, tmp_path):
 
 READ_COMMANDS = [
     ["status", "00000000-0000-0000-0000-000000000000"],
+    ["list"],
     ["queue"],
     ["audit", "00000000-0000-0000-0000-000000000000"],
     ["stats"],
@@ -165,7 +167,8 @@ def test_read_commands_on_a_database_never_migrated_say_to_migrate_and_change_no
 
 def test_read_commands_register_nothing_and_need_no_broker(run, fresh_database, tmp_path):
     # given a migrated database where nothing was ever started, and no broker configured
-    env = {**os.environ, "SAGAFLEET_DATABASE_URL": fresh_database, "SAGAFLEET_HOME": str(tmp_path)}
+    env = {**os.environ, "SAGAFLEET_DATABASE_URL": fresh_database, "SAGAFLEET_HOME": str(tmp_path),
+           "SAGAFLEET_TOKEN": issue_token(fresh_database, "reader", ["auditor"])}
     env.pop("SAGAFLEET_BROKER_URL", None)
     # when the read commands run
     for argv in READ_COMMANDS:
@@ -203,7 +206,8 @@ def test_input_comes_from_a_file_or_stdin_and_find_returns_the_saga_by_key(
     assert from_file.returncode == 0, from_file.stderr
     env = {**os.environ, "SAGAFLEET_DATABASE_URL": fresh_database,
            "SAGAFLEET_BROKER_URL": broker_url,
-           "SAGAFLEET_TOKEN": issue_token(fresh_database, "cli", ("agent", "admin", "operator"))}
+           # another agent of the tenant (a second token of "cli" would rotate the first)
+           "SAGAFLEET_TOKEN": issue_token(fresh_database, "cli-stdin", ("agent",))}
     from_stdin = subprocess.run(
         [sys.executable, "-m", "sagafleet", "start", "trip", "--input", "-", "--key",
          "from-stdin", "--json"], input=json.dumps(TRIP), env=env, capture_output=True,
@@ -216,8 +220,8 @@ def test_input_comes_from_a_file_or_stdin_and_find_returns_the_saga_by_key(
     assert found["saga_id"] == json.loads(from_file.stdout)["saga_id"]
     assert also["saga_id"] == json.loads(from_stdin.stdout)["saga_id"] != found["saga_id"]
     assert run("find", "no-such-key", "--json").returncode == ExitCode.NOT_FOUND
-    assert run("find", "from-file", "--tenant", "other", "--json").returncode == \
-        ExitCode.NOT_FOUND
+    other = issue_token(fresh_database, "reader", ["auditor"], tenant="other")
+    assert run("find", "from-file", "--json", token=other).returncode == ExitCode.NOT_FOUND
     # and an unreadable file or a non-JSON one is a typed error, not a traceback
     missing = run("start", "trip", "--input", f"@{tmp_path / 'nope.json'}", "--json")
     assert missing.returncode == ExitCode.NOT_FOUND and "Traceback" not in missing.stderr

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from principal_support import issue_token
 from trip_inputs import TRIP_INPUT
 
 from sagafleet.exit_codes import ExitCode
@@ -16,11 +17,13 @@ from sagafleet.exit_codes import ExitCode
 
 @pytest.fixture
 def run(database, broker):
+    """The command as an operator of tenant acme (its token), unless given another token."""
     env = {**os.environ, "SAGAFLEET_DATABASE_URL": database, "SAGAFLEET_BROKER_URL": broker,
-           "SAGAFLEET_TENANT": "acme"}
+           "SAGAFLEET_TOKEN": issue_token(database, "watcher", ["operator"], tenant="acme")}
 
-    def invoke(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "sagafleet", *args], env=env,
+    def invoke(*args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+        acting = env if token is None else {**env, "SAGAFLEET_TOKEN": token}
+        return subprocess.run([sys.executable, "-m", "sagafleet", *args], env=acting,
                               capture_output=True, text=True, timeout=300, check=False)
 
     return invoke
@@ -49,9 +52,10 @@ def test_wait_times_out_then_returns_once_the_saga_waits_for_approval(fleet, wor
     assert text.returncode == ExitCode.OK and "waits for a person" in text.stdout
 
 
-def test_wait_names_another_tenants_saga_and_a_bad_timeout(fleet, run):
+def test_wait_names_another_tenants_saga_and_a_bad_timeout(fleet, run, database):
     saga = fleet.client(tenant="acme").start("trip", TRIP_INPUT, key="cli-wait-2")
-    other = run("wait", saga.saga_id, "--tenant", "globex", "--timeout", "1", "--json")
+    globex = issue_token(database, "watcher", ["operator"], tenant="globex")
+    other = run("wait", saga.saga_id, "--timeout", "1", "--json", token=globex)
     assert other.returncode == ExitCode.NOT_FOUND
     assert json.loads(other.stdout)["error"] == "SagaNotFound"
     bad = run("wait", saga.saga_id, "--timeout", "-1")

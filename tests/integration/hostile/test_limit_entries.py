@@ -57,7 +57,8 @@ def test_client_entries_accept_the_largest_input_and_refuse_one_byte_more(fleet,
     with pytest.raises(LimitExceeded, match="definition_bytes"):
         client.register_definition(
             _padded({**trip, "name": "bigger_trip"}, "description", DEFINITION_BYTES.value + 1))
-    assert [r.name for r in fleet.definitions.list() if r.name == "bigger_trip"] == []
+    assert [r.name for r in fleet.definitions.list(tenant=client.tenant)
+            if r.name == "bigger_trip"] == []
     # an agent plan a byte over plan_bytes is refused before any model is built
     plan = {"actions": [{"tool": "email.send_correction", "args": {}}]}
     with pytest.raises(LimitExceeded, match="plan_bytes"):

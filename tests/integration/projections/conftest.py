@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 def ctx(database: str) -> Iterator[ProjectionContext]:
     """A projection context with the trip definition registered."""
     with ProjectionContext.connect(database, pool_size=6) as opened:
-        opened.definitions.register(trip_definition())
+        opened.definitions.register_shared(trip_definition())
         yield opened
 
 

@@ -64,19 +64,20 @@ def test_audit_shows_the_timeline_and_the_state_as_of_a_position(
     before_failure = next(r for r in records if r.type == "StepFailed").position.global_position - 1
 
     # when it is audited as of the event before the payment failed
-    report = audit(ctx, saga.saga_id, before_failure)
+    report = audit(ctx, saga.saga_id, before_failure, tenant="default")
 
     # then the timeline stops there, the state is what it was then, the chain checks out
     assert report.chain_ok and report.events_total == len(records)
     assert [e.type for e in report.timeline][-1] == "StepStarted"
     assert report.state is not None and report.state.summary.state == "RUNNING"
     assert report.timeline[0].actor == "agent-7"
-    assert audit(ctx, saga.saga_id).state.summary.state == "COMPENSATED"  # type: ignore[union-attr]
+    assert audit(ctx, saga.saga_id, tenant="default").state.summary.state == "COMPENSATED"  # type: ignore[union-attr]
     # and the secret input is masked everywhere, in the command's JSON too
     assert report.timeline[0].data["input"]["card_token"] == "***"
     monkeypatch.setenv("SAGAFLEET_DATABASE_URL", ctx.store.conninfo)
+    monkeypatch.setenv("SAGAFLEET_TOKEN", issue_token(ctx.store.conninfo, "eve", ["auditor"]))
     assert main(["audit", saga.saga_id, "--json"]) == ExitCode.OK
-    assert SECRET_CARD not in repr(audit(ctx, saga.saga_id))
+    assert SECRET_CARD not in repr(audit(ctx, saga.saga_id, tenant="default"))
 
 
 def test_stats_and_alerts_see_captures_without_reservation(
@@ -89,8 +90,8 @@ def test_stats_and_alerts_see_captures_without_reservation(
     ProjectionRunner(ctx).catch_up()
 
     # when metrics and alerts are read
-    metrics = collect_metrics(ctx)
-    alerts = business_alerts(ctx)
+    metrics = collect_metrics(ctx, tenant="default")
+    alerts = business_alerts(ctx, tenant="default")
 
     # then the rates count finished sagas and the alert names the captured payment
     (trip,) = metrics.definitions
@@ -116,7 +117,7 @@ def test_the_operator_queue_shows_evidence_and_resolve_records_one_event(
     runner.catch_up()
 
     # when the operator looks at the queue
-    (entry,) = operator_queue(ctx)
+    (entry,) = operator_queue(ctx, tenant="default")
 
     # then it shows the structured evidence (secrets masked)
     assert entry.saga_id == saga.saga_id and entry.entry == "manual_intervention"
@@ -147,4 +148,4 @@ def test_the_operator_queue_shows_evidence_and_resolve_records_one_event(
     # and once projected, the queue entry is gone
     runner.catch_up()
     assert all(e.saga_id != saga.saga_id or e.entry != "manual_intervention"
-               for e in operator_queue(ctx))
+               for e in operator_queue(ctx, tenant="default"))

@@ -61,7 +61,7 @@ def clock() -> Clock:
 def orchestrator(clock: Clock) -> Orchestrator:
     definitions = MemoryDefinitions()
     catalogue: ToolCatalogue = trip_tool_catalogue()
-    definitions.register(validate_definition(trip_definition(), catalogue))
+    definitions.register_shared(validate_definition(trip_definition(), catalogue))
     return Orchestrator(MemorySagaLog(definitions), clock)
 
 

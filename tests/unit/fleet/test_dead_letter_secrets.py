@@ -15,7 +15,7 @@ TOKEN = TRIP_INPUT["card_token"]
 
 def _definitions() -> MemoryDefinitions:
     definitions = MemoryDefinitions()
-    definitions.register(trip_definition())
+    definitions.register_shared(trip_definition())
     return definitions
 
 
