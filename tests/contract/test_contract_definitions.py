@@ -24,7 +24,7 @@ def test_a_tenants_definition_is_absent_to_another_tenant(ports: Ports) -> None:
     with pytest.raises(DefinitionNotFound):
         ports.definitions.get("a_trip", tenant="B")
     with pytest.raises(DefinitionNotFound):
-        ports.definitions.get("a_trip", 1, tenant="B")
+        ports.definitions.get("a_trip", mine.version, tenant="B")
     assert ports.definitions.list(tenant="B") == []
     with ports.log.unit_of_work() as unit:
         still_latest = ports.definitions.send_latest_check(unit, mine, tenant="B")
@@ -44,7 +44,7 @@ def test_the_shared_set_is_seen_by_every_tenant(ports: Ports) -> None:
     # then every tenant lists and loads it, marked shared
     for tenant in ("A", "B"):
         assert ports.definitions.get(trip.name, tenant=tenant) == trip
-        assert ports.definitions.get(trip.name, 1, tenant=tenant) == trip
+        assert ports.definitions.get(trip.name, trip.version, tenant=tenant) == trip
         (record,) = ports.definitions.list(tenant=tenant)
         assert (record.hash, record.tenant, record.shared) == (digest, None, True)
     # and registering it again changes nothing; other content at its version is refused
@@ -59,7 +59,7 @@ def test_a_tenant_cannot_shadow_a_shared_name(ports: Ports) -> None:
     ports.definitions.register_shared(trip)
     # when a tenant registers other content under its name, at any version
     # then it is refused, naming the shared name, and nothing of the tenant's is stored
-    for other in (variant(trip, description="mine"), variant(trip, version=2)):
+    for other in (variant(trip, description="mine"), variant(trip, version=trip.version + 1)):
         with pytest.raises(SharedDefinitionName, match="'trip'") as refused:
             ports.definitions.register(other, tenant="A")
         assert refused.value.name == "trip"
@@ -81,7 +81,7 @@ def test_one_name_registered_by_two_tenants_is_two_independent_definitions(
     ports: Ports,
 ) -> None:
     # given tenants A and B each register "refund" with their own content, B at two versions
-    base = variant(trip_definition(), name="refund")
+    base = variant(trip_definition(), name="refund", version=1)
     for_a = variant(base, description="A's refund")
     for_b = variant(base, description="B's refund")
     for_b2 = variant(base, version=2, description="B's second refund")

@@ -52,7 +52,7 @@ def test_tenant_b_can_neither_list_start_nor_read_tenant_as_definition_or_saga(f
         agent_b.start("a_trip", TRIP_INPUT, key="b-1")
     assert refused.value.kind is ErrorKind.NOT_FOUND
     with pytest.raises(DefinitionNotFound):
-        agent_b.start("a_trip", TRIP_INPUT, key="b-2", version=1)
+        agent_b.start("a_trip", TRIP_INPUT, key="b-2", version=trip_definition().version)
     for read in (lambda: agent_b.status(saga.saga_id), lambda: agent_b.wait(saga.saga_id, 0),
                  lambda: fleet.repo.load(saga.saga_id, tenant="B")):
         with pytest.raises(SagaNotFound):
