@@ -8,6 +8,7 @@ append each decision's ``to_event(at=now)``, and use :func:`check_claim`,
 
 from saga_core.approvals import check_approval
 from saga_core.backoff import backoff_delay, jitter_fraction
+from saga_core.budgets import OnExceeded, SagaBudget
 from saga_core.catalogue import ArgSpec, DefaultCompensation, ToolCatalogue, ToolSpec
 from saga_core.claims import ClaimVerdict, DueWork, check_claim, due_work
 from saga_core.commands import (
@@ -71,6 +72,7 @@ from saga_core.events import (
     ApprovalDenied,
     ApprovalGranted,
     ApprovalRequested,
+    BudgetExceeded,
     CancelRequested,
     CompensationStarted,
     Evidence,
@@ -110,6 +112,7 @@ from saga_core.resolution import (
     resolve_escalation,
 )
 from saga_core.state import ApprovalState, Escalation, RunStatus, SagaState, StepRun, evolve, fold
+from saga_core.stops import StopAtLimit, budget_summary
 from saga_core.templates import TemplateContext, references, resolve_template
 from saga_core.validation import definition_problems, validate_definition
 
@@ -132,6 +135,7 @@ __all__ = [
     "ApprovalState",
     "ArgSpec",
     "BeginCompensation",
+    "BudgetExceeded",
     "CancelRequested",
     "ClaimVerdict",
     "CompensationCommand",
@@ -154,6 +158,7 @@ __all__ = [
     "KeyReuseError",
     "ManualInterventionRequired",
     "NothingToResolve",
+    "OnExceeded",
     "OperationKey",
     "OperatorAction",
     "OperatorActionRejected",
@@ -173,6 +178,7 @@ __all__ = [
     "RetryAfterBackoff",
     "RetryPolicy",
     "RunStatus",
+    "SagaBudget",
     "SagaDefinition",
     "SagaError",
     "SagaEvent",
@@ -191,6 +197,7 @@ __all__ = [
     "StepScheduled",
     "StepStarted",
     "StepSucceeded",
+    "StopAtLimit",
     "TemplateContext",
     "TemplateError",
     "ToolCatalogue",
@@ -199,6 +206,7 @@ __all__ = [
     "action_hash",
     "action_step_id",
     "backoff_delay",
+    "budget_summary",
     "canonical_json",
     "check_approval",
     "check_claim",

@@ -10,6 +10,7 @@ import math
 from collections import Counter
 from typing import Any
 
+from saga_core.budgets import budget_problems
 from saga_core.catalogue import ToolCatalogue, ToolSpec
 from saga_core.contracts import RETRYABLE_SEMANTICS, Semantics
 from saga_core.definition import RetryPolicy, SagaDefinition, StepDefinition
@@ -48,6 +49,7 @@ def definition_problems(definition: SagaDefinition, catalogue: ToolCatalogue) ->
         problems += _tool_problems(step, catalogue)
         problems += _template_problems(definition, step, catalogue)
     problems += _semantics_problems(definition, catalogue)
+    problems += budget_problems(definition, catalogue)
     return problems
 
 
