@@ -379,12 +379,25 @@ def test_the_tool_costs_are_snapshotted_into_the_definition() -> None:
 
 
 def test_definitions_and_tools_without_budgets_or_costs_keep_their_hash() -> None:
-    # a definition stored before budgets existed dumps (and hashes) the same way
-    dumped = trip_definition().model_dump(mode="json")
-    assert "budget" not in dumped
-    assert all("cost" not in tool for tool in dumped["tools"])
-    assert SagaDefinition.model_validate(dumped).content_hash() == trip_definition().content_hash()
-    assert trip_with(max_cost=10).content_hash() != trip_definition().content_hash()
+    # given the trip saga as it was before budgets: no budget, free tools
+    plain = trip_definition().model_dump(mode="json")
+    plain.pop("budget")
+    for tool in plain["tools"]:
+        tool.pop("cost")
+    before = SagaDefinition.model_validate(plain)
+    # when dumped again; then nothing new appears, so its content hash is what it was
+    assert before.model_dump(mode="json") == plain
+    assert SagaDefinition.model_validate(before.model_dump(mode="json")).content_hash() == (
+        before.content_hash())
+    assert before.content_hash() != trip_definition().content_hash()
+
+
+def test_the_shipped_trip_declares_a_time_limit_a_budget_and_tool_costs() -> None:
+    trip = trip_definition()
+    assert trip.budget is not None
+    assert (trip.budget.time_limit_s, trip.budget.max_cost) == (14400, 150)
+    assert {t.name: t.cost for t in trip.tools}["payments.capture"] == 30
+    assert trip_tool_catalogue().plan_budget is not None
 
 
 # -- agent plans -----------------------------------------------------------------------------
@@ -420,7 +433,8 @@ def test_a_plan_cannot_bring_its_own_budget() -> None:
 
 
 def test_without_a_plan_budget_a_plan_has_no_limits() -> None:
-    assert validate_plan(PLAN, trip_tool_catalogue()).budget is None
+    catalogue = trip_tool_catalogue().model_copy(update={"plan_budget": None})
+    assert validate_plan(PLAN, catalogue).budget is None
 
 
 # -- the property ----------------------------------------------------------------------------
