@@ -13,6 +13,9 @@ from typing import Any
 from fleet_harness import drive, events_of, shifted_fleet
 from trip_inputs import TRIP_INPUT
 
+from projections.context import ProjectionContext
+from projections.queue import operator_queue
+from projections.runner import ProjectionRunner
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.events import BudgetExceeded, CompensationStarted, StepStarted
 from saga_core.examples import trip_definition
@@ -97,3 +100,36 @@ def test_a_trip_whose_retry_would_break_its_cost_budget_compensates(
     view = client.status(saga.saga_id)
     assert view.budget is not None
     assert view.budget["spent"] == charged and view.budget["remaining"] == 35 - charged
+
+
+def test_a_trip_declared_to_escalate_goes_to_the_operator_queue_with_its_budget(
+    database, broker, fleet, workers, wait_settled
+):
+    # given a trip version that escalates on a limit, waiting for an approval
+    definition = trip_definition().model_dump(mode="json")
+    definition.update(version=3, budget={"time_limit_s": 600, "on_exceeded": "escalate"})
+    client = fleet.client()
+    client.register_definition(definition)
+    workers.start(1)
+    saga = client.start("trip", {**TRIP_INPUT, "amount": 250_000}, key="queued", version=3)
+    wait_settled(saga.saga_id, until=lambda s: bool(
+        client.status(saga.saga_id).pending_approvals))
+    # when a sweeper runs after the limit
+    later = shifted_fleet(database, broker, timedelta(seconds=660))
+    try:
+        Sweeper(later).sweep()
+    finally:
+        later.close()
+    # then the saga waits for a person, nothing undone, and the queue shows why, with the budget
+    assert fleet.repo.load(saga.saga_id).state.status is SagaStatus.MANUAL_INTERVENTION
+    with ProjectionContext.connect(database) as ctx:
+        ProjectionRunner(ctx).catch_up()
+        [entry] = [e for e in operator_queue(ctx) if e.saga_id == saga.saga_id
+                   and e.entry == "manual_intervention"]
+    assert "time limit of 600 s passed" in entry.reason
+    assert entry.evidence["alternatives"] == ["resume", "cancel"]
+    budget = entry.evidence["details"]["budget"]
+    assert budget["exceeded"]["limit"] == "time" and budget["time_limit_s"] == 600
+    assert budget["deadline"] is not None
+    ledger = ledger_for_saga(fleet.sandbox_pool, saga.saga_id)
+    assert ledger.active_flight_holds == 1 and ledger.active_hotel_holds == 1
