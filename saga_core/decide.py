@@ -6,8 +6,10 @@ same decision is never returned again. Callers append each decision's event with
 expected version and call decide again until it returns nothing.
 
 Each batch has one shape: facts first (a lease expired, a lookup found the effect); otherwise
-at most one escalation, or one BeginCompensation, or one Finish; otherwise the schedules,
-retries, reconciliations and approval requests that are due. No decision leads to an attempt
+a limit's breach (``StopAtLimit``, see :mod:`saga_core.stops`: a time limit passed, or the
+forward calls about to be scheduled would break the cost budget); otherwise at most one
+escalation, or one BeginCompensation, or one Finish; otherwise the schedules, retries,
+reconciliations and approval requests that are due. No decision leads to an attempt
 that would reuse an operation key with another request (``saga_core.commands.key_reuse``):
 that attempt escalates instead.
 """
