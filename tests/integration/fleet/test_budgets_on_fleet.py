@@ -7,6 +7,7 @@ moved with a fleet whose clock runs ahead (no wall-clock waits), costs are the c
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -102,6 +103,21 @@ def test_a_trip_whose_retry_would_break_its_cost_budget_compensates(
     assert view.budget["spent"] == charged and view.budget["remaining"] == 35 - charged
 
 
+def _queued(ctx: ProjectionContext, saga_id: str, timeout: float = 60.0) -> Any:
+    """The saga's manual-intervention entry once the projector has seen it: it reads below
+    the snapshot horizon, which another session's open transaction on a shared server holds
+    back. ``timeout`` only bounds a hung run."""
+    runner, deadline = ProjectionRunner(ctx), time.monotonic() + timeout
+    while True:
+        runner.catch_up()
+        found = [e for e in operator_queue(ctx)
+                 if e.saga_id == saga_id and e.entry == "manual_intervention"]
+        if found:
+            return found[0]
+        assert time.monotonic() < deadline, "the queue never showed the saga"
+        time.sleep(0.1)
+
+
 def test_a_trip_declared_to_escalate_goes_to_the_operator_queue_with_its_budget(
     database, broker, fleet, workers, wait_settled
 ):
@@ -123,9 +139,7 @@ def test_a_trip_declared_to_escalate_goes_to_the_operator_queue_with_its_budget(
     # then the saga waits for a person, nothing undone, and the queue shows why, with the budget
     assert fleet.repo.load(saga.saga_id).state.status is SagaStatus.MANUAL_INTERVENTION
     with ProjectionContext.connect(database) as ctx:
-        ProjectionRunner(ctx).catch_up()
-        [entry] = [e for e in operator_queue(ctx) if e.saga_id == saga.saga_id
-                   and e.entry == "manual_intervention"]
+        entry = _queued(ctx, saga.saga_id)
     assert "time limit of 600 s passed" in entry.reason
     assert entry.evidence["alternatives"] == ["resume", "cancel"]
     budget = entry.evidence["details"]["budget"]
