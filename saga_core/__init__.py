@@ -8,6 +8,7 @@ append each decision's ``to_event(at=now)``, and use :func:`check_claim`,
 
 from saga_core.approvals import ApproverRefused, check_approval, check_denial
 from saga_core.backoff import backoff_delay, jitter_fraction
+from saga_core.budgets import OnExceeded, SagaBudget
 from saga_core.catalogue import ArgSpec, DefaultCompensation, ToolCatalogue, ToolSpec
 from saga_core.claims import ClaimVerdict, DueWork, check_claim, due_work
 from saga_core.commands import (
@@ -71,6 +72,7 @@ from saga_core.events import (
     ApprovalDenied,
     ApprovalGranted,
     ApprovalRequested,
+    BudgetExceeded,
     CancelRequested,
     CompensationStarted,
     Evidence,
@@ -112,6 +114,7 @@ from saga_core.resolution import (
     resolve_escalation,
 )
 from saga_core.state import ApprovalState, Escalation, RunStatus, SagaState, StepRun, evolve, fold
+from saga_core.stops import StopAtLimit, budget_summary
 from saga_core.templates import TemplateContext, references, resolve_template
 from saga_core.validation import definition_problems, validate_definition
 
@@ -134,6 +137,7 @@ __all__ = [
     "ApprovalState",
     "ArgSpec",
     "BeginCompensation",
+    "BudgetExceeded",
     "CancelRequested",
     "ClaimVerdict",
     "CompensationCommand",
@@ -156,6 +160,7 @@ __all__ = [
     "KeyReuseError",
     "ManualInterventionRequired",
     "NothingToResolve",
+    "OnExceeded",
     "OperationKey",
     "OperatorAction",
     "OperatorActionRejected",
@@ -175,6 +180,7 @@ __all__ = [
     "RetryAfterBackoff",
     "RetryPolicy",
     "RunStatus",
+    "SagaBudget",
     "SagaDefinition",
     "SagaError",
     "SagaEvent",
@@ -193,6 +199,7 @@ __all__ = [
     "StepScheduled",
     "StepStarted",
     "StepSucceeded",
+    "StopAtLimit",
     "TemplateContext",
     "TemplateError",
     "ToolCatalogue",
@@ -201,6 +208,7 @@ __all__ = [
     "action_hash",
     "action_step_id",
     "backoff_delay",
+    "budget_summary",
     "canonical_json",
     "check_approval",
     "GatePolicy",

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from saga_core.budgets import SagaBudget
 from saga_core.contracts import Semantics
 from saga_core.documents import load_document
 from saga_core.errors import UnknownToolError
@@ -73,6 +74,9 @@ class ToolSpec(BaseModel):
     commit_horizon_s: float | None = Field(default=None, ge=0)
     args: dict[str, ArgSpec] = Field(default_factory=dict)
     compensation: DefaultCompensation | None = None
+    # What one call costs (any unit the catalogue's budgets use): every started call is
+    # charged to its saga's budget, see saga_core.budgets.
+    cost: float = Field(default=0, ge=0, allow_inf_nan=False)
     description: str = ""
     # When a call needs a person (saga_core.gates); every saga calling the tool obeys it.
     gate: RiskGate | None = None
@@ -94,6 +98,15 @@ class ToolSpec(BaseModel):
             data.pop("gate", None)
         return data
 
+    @model_serializer(mode="wrap")
+    def _omit_no_cost(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A free tool dumps as before costs existed, so a definition stored earlier (its
+        # tool snapshot included) keeps its content hash.
+        data: dict[str, Any] = handler(self)
+        if self.cost == 0:
+            data.pop("cost", None)
+        return data
+
     def returns(self, field: str) -> bool:
         """Whether this tool's receipt carries ``field`` (top-level receipt fields included)."""
         return field in ("resource_id", "version", "status") or field in (
@@ -108,6 +121,8 @@ class ToolCatalogue(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     tools: list[ToolSpec] = Field(default_factory=list)
+    # The budget every agent plan runs under (plans never choose their own): None, no limit.
+    plan_budget: SagaBudget | None = None
 
     def get(self, name: str, version: int) -> ToolSpec | None:
         """The spec for (name, version), or None when it is not allowlisted."""

@@ -14,6 +14,7 @@ from saga_core.contracts import StepKind
 from saga_core.decide import decide
 from saga_core.gate_policy import grant_problem
 from saga_core.state import RunStatus, SagaState, StepRun
+from saga_core.stops import claim_refusal, deadline, limit_passed
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,9 @@ def check_claim(
         return ClaimVerdict(False, f"no {kind} operation for step {step_id!r}")
     if run.attempt != attempt:
         return ClaimVerdict(False, f"stale attempt {attempt}; current attempt is {run.attempt}")
+    over_limit = claim_refusal(state, run, now)
+    if over_limit is not None:
+        return ClaimVerdict(False, over_limit)
     if run.status is RunStatus.SCHEDULED:
         if run.not_before is not None and now < run.not_before:
             return ClaimVerdict(False, f"not due before {run.not_before.isoformat()}")
@@ -87,7 +91,9 @@ def _refused_for_grant(state: SagaState, run: StepRun, now: datetime) -> ClaimVe
     return ClaimVerdict(False, f"approval needed again: {problem}", ask_again=True)
 
 
-DueAction = Literal["execute", "reconcile", "lease_expired", "approval_expired", "decide"]
+DueAction = Literal[
+    "execute", "reconcile", "lease_expired", "approval_expired", "limit_passed", "decide"
+]
 
 
 @dataclass(frozen=True)
@@ -112,14 +118,20 @@ def _due_at(run: StepRun, queue_wait: timedelta) -> datetime | None:
 
 
 def due_work(state: SagaState, now: datetime, queue_wait: timedelta) -> list[DueWork]:
-    """Work overdue at ``now``: unclaimed schedules, due lookups, expired leases and approvals."""
+    """Work overdue at ``now``: unclaimed schedules, due lookups, expired leases and approvals,
+    and a time limit that passed (whatever the saga waits for: a claim, approval, backoff)."""
     if not state.started or state.finished is not None or state.escalation is not None:
         return []
     items: list[DueWork] = []
+    passed = limit_passed(state, now)
+    if passed is not None:
+        # Recorded by decide when the sweeper advances the saga; its schedules wait for that.
+        items.append(DueWork(state.saga_id, None, None, 0, "limit_passed", deadline(state) or now))
     for run in [*state.forward.values(), *state.compensation.values()]:
         item: tuple[DueAction, datetime] | None = None
         due = _due_at(run, queue_wait)
-        if run.status is RunStatus.SCHEDULED and _blocked(state, run.kind) is None:
+        claimable = _blocked(state, run.kind) is None and claim_refusal(state, run, now) is None
+        if run.status is RunStatus.SCHEDULED and claimable:
             # A claim would be refused for want of a grant: decide asks again instead.
             if due is not None and now >= due and grant_problem(state, run, now) is None:
                 item = ("execute", due)

@@ -6,8 +6,10 @@ same decision is never returned again. Callers append each decision's event with
 expected version and call decide again until it returns nothing.
 
 Each batch has one shape: facts first (a lease expired, a lookup found the effect); otherwise
-at most one escalation, or one BeginCompensation, or one Finish; otherwise the schedules,
-retries, reconciliations and approval requests that are due. No decision leads to an attempt
+a limit's breach (``StopAtLimit``, see :mod:`saga_core.stops`: a time limit passed, or the
+forward calls about to be scheduled would break the cost budget); otherwise at most one
+escalation, or one BeginCompensation, or one Finish; otherwise the schedules, retries,
+reconciliations and approval requests that are due. No decision leads to an attempt
 that would reuse an operation key with another request (``saga_core.commands.key_reuse``):
 that attempt escalates instead.
 """
@@ -53,6 +55,7 @@ from saga_core.gate_policy import (
 )
 from saga_core.resolution import escalation_alternatives
 from saga_core.state import FORWARD_DONE, IN_DOUBT, RunStatus, SagaState, StepRun
+from saga_core.stops import cost_overrun, limit_evidence, limit_passed, must_escalate, stopped_by
 
 FORWARD, COMPENSATION = StepKind.FORWARD, StepKind.COMPENSATION
 COMPENSATION_DONE = frozenset({RunStatus.SUCCEEDED, RunStatus.FORCED, RunStatus.SKIPPED})
@@ -107,7 +110,18 @@ def _facts(state: SagaState, now: datetime) -> list[Decision]:
 
 def _forward_phase(state: SagaState, now: datetime) -> list[Decision]:
     definition = state.definition
-    stop_forward = state.cancel_requested and not state.pivot_passed
+    cancel = state.cancel_requested and not state.pivot_passed
+    # A limit stops forward work (saga_core.stops): first record the breach, then compensate
+    # like a cancel, or hand the saga to a person; a cancel before the pivot still wins.
+    breach = stopped_by(state)
+    if not cancel:
+        passed = limit_passed(state, now)
+        if passed is not None:
+            return [passed]
+        if breach is not None and must_escalate(state):
+            evidence = limit_evidence(state, breach, now)
+            return [Escalate(evidence.reason, None, None, evidence)]
+    stop_forward = cancel or breach is not None
     decisions: list[Decision] = []
     escalations: list[Escalate] = []
     rejection: tuple[str, str | None] | None = None
@@ -130,7 +144,8 @@ def _forward_phase(state: SagaState, now: datetime) -> list[Decision]:
     if escalations:
         return [escalations[0]]
     if rejection is None and stop_forward:
-        rejection = ("cancel requested by an operator", None)
+        why = breach.reason if breach is not None and not cancel else None
+        rejection = (why or "cancel requested by an operator", None)
     if rejection is not None:
         pivot = definition.pivot
         pivot_run = state.forward[pivot.id] if pivot is not None else None
@@ -144,7 +159,8 @@ def _forward_phase(state: SagaState, now: datetime) -> list[Decision]:
             return [_escalate(state, pivot, pivot_run, reason, now)]
         return [BeginCompensation(rejection[0], rejection[1])]
     if decisions:
-        return decisions
+        overrun = cost_overrun(state, decisions)
+        return [overrun] if overrun is not None else decisions
     if all(run.status in FORWARD_DONE for run in state.forward.values()):
         return [_finish_forward(state)]
     return []
@@ -341,8 +357,10 @@ def _advance(state: SagaState, step: StepDefinition, run: StepRun, now: datetime
 
 def _forward_stopped(state: SagaState, run: StepRun) -> bool:
     """Whether no attempt of this forward run will be claimed any more: the saga compensates,
-    or a cancel arrived before the pivot (it compensates next); its key is used no more."""
-    stopping = state.phase == "compensating" or (state.cancel_requested and not state.pivot_passed)
+    a cancel arrived before the pivot (it compensates next), or a limit stopped forward
+    work; its key is used no more."""
+    cancelled = state.cancel_requested and not state.pivot_passed
+    stopping = state.phase == "compensating" or cancelled or stopped_by(state) is not None
     return run.kind is FORWARD and stopping
 
 

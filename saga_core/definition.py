@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from saga_core.authority import ROLE_NAME
+from saga_core.budgets import SagaBudget
 from saga_core.catalogue import ToolSpec
 from saga_core.contracts import EFFECT_FREE_SEMANTICS, Semantics, StepKind
 from saga_core.documents import load_document
@@ -191,11 +192,21 @@ class SagaDefinition(BaseModel):
     escalation_deadline_s: float = Field(default=86400.0, gt=0)
     # An approval asked this often without a usable answer goes to a human queue instead.
     max_approval_requests: int = Field(default=3, ge=1)
+    # Stop conditions for the whole saga: a time limit and a cost budget (saga_core.budgets).
+    budget: SagaBudget | None = None
     # Snapshot of the tool contracts this definition was validated against (filled by
     # validate_definition), so recovery never needs the catalogue or the original process.
     tools: list[ToolSpec] = Field(default_factory=list)
 
     # -- serialization -------------------------------------------------------------------
+
+    @model_serializer(mode="wrap")
+    def _omit_no_budget(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A definition without a budget dumps as before budgets existed: its hash is kept.
+        data: dict[str, Any] = handler(self)
+        if self.budget is None:
+            data.pop("budget", None)
+        return data
 
     def content_hash(self) -> str:
         """sha256 of the canonical JSON of the whole definition: its stable identity."""

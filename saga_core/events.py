@@ -199,6 +199,22 @@ class CompensationStarted(SagaEvent):
     failed_step: str | None = None
 
 
+LimitName = Literal["time", "cost"]
+
+
+class BudgetExceeded(SagaEvent):
+    """A saga's time limit passed or its cost budget would be exceeded: forward work stops
+    (``spent``/``allowed`` are seconds since the start for ``time``, cost for ``cost``)."""
+
+    event_type: ClassVar[str] = "BudgetExceeded"
+
+    limit: LimitName
+    spent: float
+    allowed: float
+    reason: str
+    step_id: str | None = None
+
+
 class CancelRequested(SagaEvent):
     """An operator asked to cancel: compensate before the pivot, finish forward after it."""
 
@@ -272,6 +288,7 @@ _ALL: tuple[type[SagaEvent], ...] = (
     ManualInterventionRequired,
     OperatorAction,
     SagaFinished,
+    BudgetExceeded,
 )
 
 #: Every saga event type by its stable type name (the event store's registry starts here).

@@ -173,7 +173,11 @@ def _plan_definition(
             )
         )
         previous = step_id
-    return SagaDefinition(name=name, version=version, input=input_fields, steps=steps)
+    # The catalogue's plan budget, never the plan's own: an agent cannot widen its limits.
+    return SagaDefinition(
+        name=name, version=version, input=input_fields, steps=steps,
+        budget=catalogue.plan_budget,
+    )
 
 
 def validate_plan(

@@ -13,6 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
+from saga_core.budgets import NO_LEDGER, BudgetLedger, call_cost, charged, lifted, with_breach
 from saga_core.contracts import ErrorClass, Receipt, SagaStatus, StepKind
 from saga_core.definition import SagaDefinition
 from saga_core.errors import DefinitionMismatchError, EventRejected
@@ -20,6 +21,7 @@ from saga_core.events import (
     ApprovalDenied,
     ApprovalGranted,
     ApprovalRequested,
+    BudgetExceeded,
     CancelRequested,
     CompensationStarted,
     ManualInterventionRequired,
@@ -179,6 +181,8 @@ class SagaState:
     failed_step: str | None = None
     forward: Mapping[str, StepRun] = field(default_factory=dict)
     compensation: Mapping[str, StepRun] = field(default_factory=dict)
+    # Start time, cost spent, a limit's breach (saga_core.budgets; the rules: saga_core.stops).
+    budget: BudgetLedger = NO_LEDGER
     version: int = 0
 
     @classmethod
@@ -258,6 +262,7 @@ def _start(state: SagaState, event: SagaStarted) -> SagaState:
         input_hash=event.input_hash,
         started=True,
         retry_budget_left=event.retry_budget,
+        budget=BudgetLedger(started_at=event.at),
         forward=forward,
         compensation=compensation,
     )
@@ -363,6 +368,11 @@ def _step(state: SagaState, event: StepEvent) -> SagaState:
             new = replace(_answer(run, event), changed_at=at)
         case _:
             raise EventRejected(f"unhandled step event {event.event_type}")
+    if isinstance(event, StepStarted):
+        # Every started call is charged, forward or compensation (saga_core.budgets).
+        cost = call_cost(state.definition, event.step_id, event.kind)
+        if cost:
+            state = replace(state, budget=charged(state.budget, cost))
     # One replace of the run (each branch sets changed_at) and one of the state.
     runs = "forward" if new.kind is StepKind.FORWARD else "compensation"
     return replace(
@@ -392,8 +402,10 @@ def _operator(state: SagaState, event: OperatorAction) -> SagaState:
     state = replace(state, escalation=None, repaired=True)
     if event.action == "resume":
         # Resume gives the saga fresh bounds; the cause may still be there, and decide will
-        # escalate again if so.
+        # escalate again if so. A saga stopped at a limit goes on over it: the person lifts it.
         state = replace(state, retry_budget_left=state.definition.retry_budget)
+        if state.budget.breach is not None and state.phase == "forward":
+            state = replace(state, budget=lifted(state.budget))
         if event.step_id is not None:
             run = state.run(event.step_id, event.kind)
             state = state.with_run(replace(run, reconciliations=0, approval_requests=0))
@@ -458,6 +470,8 @@ def _saga(state: SagaState, event: SagaEvent) -> SagaState:
             return _operator(state, event)
         case SagaFinished():
             return replace(state, finished=event.state)
+        case BudgetExceeded():
+            return replace(state, budget=with_breach(state.budget, event))
     raise EventRejected(f"unknown saga event {type(event).__name__}")
 
 

@@ -10,6 +10,7 @@ import math
 from collections import Counter
 from typing import Any
 
+from saga_core.budgets import budget_problems
 from saga_core.catalogue import ToolCatalogue, ToolSpec
 from saga_core.contracts import RETRYABLE_SEMANTICS, Semantics
 from saga_core.definition import RetryPolicy, SagaDefinition, StepDefinition
@@ -52,6 +53,7 @@ def definition_problems(definition: SagaDefinition, catalogue: ToolCatalogue) ->
     # A definition may add approvals or tighten a tool's gate, never declare a weaker one.
     gates = {(t.name, t.version): t.gate for t in catalogue.tools if t.gate is not None}
     problems += weakening_problems(definition, gates)
+    problems += budget_problems(definition, catalogue)
     return problems
 
 

@@ -12,6 +12,7 @@ from saga_core.commands import redacted_arguments
 from saga_core.contracts import StepKind
 from saga_core.errors import TemplateError
 from saga_core.state import RunStatus, StepRun
+from saga_core.stops import budget_summary
 
 
 class RunView(BaseModel):
@@ -47,6 +48,8 @@ class SagaView(BaseModel):
     retry_budget_left: int
     cancel_requested: bool
     escalation: dict[str, Any] | None = None
+    # Time limit, deadline, cost budget, spent, remaining, a breach (None: no limits).
+    budget: dict[str, Any] | None = None
     steps: list[RunView]
     pending_approvals: list[dict[str, Any]]
 
@@ -115,6 +118,7 @@ def view_of(loaded: LoadedSaga) -> SagaView:
         retry_budget_left=state.retry_budget_left,
         cancel_requested=state.cancel_requested,
         escalation=escalation,
+        budget=budget_summary(state),
         steps=[_run_view(r) for r in runs],
         pending_approvals=pending,
     )

@@ -30,6 +30,21 @@ def _pct(value: float) -> str:
     return f"{100 * value:.1f}%"
 
 
+def _budget_line(budget: dict[str, Any]) -> str:
+    """A saga's limits in one line: cost spent of its budget, its deadline, a breach."""
+    parts = []
+    if budget["max_cost"] is not None:
+        parts.append(f"spent {budget['spent']:g} of {budget['max_cost']:g}"
+                     f" ({budget['remaining']:g} left)")
+    if budget["deadline"] is not None:
+        parts.append(f"time limit {budget['time_limit_s']:g} s, until {budget['deadline']}")
+    if budget["exceeded"]:
+        parts.append(f"EXCEEDED: {budget['exceeded']['reason']}")
+    if budget["lifted"]:
+        parts.append("limits lifted by an operator")
+    return "; ".join(parts)
+
+
 def _alert_line(alert: Alert) -> str:
     return f"[{alert.severity}] {alert.kind}: {alert.message} ({alert.saga_id})"
 
@@ -54,6 +69,8 @@ class SagaReport:
         for p in v.pending_approvals:
             lines.append(f"  awaiting approval: {p['step_id']} ({p['kind']}) "
                          f"hash {p['action_hash'][:16]}… until {p['expires_at']}")
+        if v.budget:
+            lines.append(f"  budget: {_budget_line(v.budget)}")
         if v.escalation:
             lines.append(f"  MANUAL INTERVENTION: {v.escalation['reason']}")
         return "\n".join(lines)

@@ -32,6 +32,7 @@ from saga_core.errors import ErrorKind, SagaError
 from saga_core.events import SagaEvent
 from saga_core.examples import trip_definition
 from saga_core.state import RunStatus, SagaState
+from saga_core.stops import deadline, limits_apply
 from saga_core.validation import validate_definition
 from sagafleet.testing.clock import TestClock
 from sagafleet.testing.publisher import RecordingPublisher
@@ -252,10 +253,14 @@ class TestFleet:
 
 def due_times(state: SagaState) -> list[datetime]:
     """When each waiting operation of an unfinished saga falls due: a scheduled step or
-    lookup, a lease or an approval running out (the moments ``saga_core.due_work`` checks)."""
+    lookup, a lease or an approval running out, the time limit passing (the moments
+    ``saga_core.due_work`` checks)."""
     if not state.started or state.finished is not None or state.escalation is not None:
         return []
     times: list[datetime] = []
+    limit = deadline(state)
+    if limit is not None and limits_apply(state):
+        times.append(limit)
     for run in [*state.forward.values(), *state.compensation.values()]:
         if run.status in (RunStatus.SCHEDULED, RunStatus.RECONCILING) and run.not_before:
             times.append(run.not_before)

@@ -11,7 +11,8 @@ from trip_inputs import TRIP_INPUT
 
 from saga_core import SagaDefinition, ToolCatalogue
 from saga_core.contracts import Receipt, SagaStatus
-from saga_core.events import ApprovalRequested, SagaStarted, StepSucceeded
+from saga_core.events import ApprovalRequested, BudgetExceeded, SagaStarted, StepSucceeded
+from saga_core.examples import trip_definition
 from sagafleet.testing import (
     FleetMisconfigured,
     InMemoryTools,
@@ -216,3 +217,26 @@ def test_the_readmes_test_kit_example_runs_as_written() -> None:
     namespace: dict[str, Any] = {"trip_input": TRIP_INPUT}
     exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102
     namespace["test_a_trip_survives_a_lost_payment_response"]()
+
+
+def test_a_time_limit_passing_while_an_approval_waits_compensates_at_the_limit() -> None:
+    # given a trip version with a 30-minute limit whose capture waits for an approval
+    fleet = TestFleet()
+    client = fleet.client()
+    tight = trip_definition().model_dump(mode="json")
+    tight.update(version=2, budget={"time_limit_s": 1800})
+    client.register_definition(tight)
+    saga_id = client.start("trip", BIG_TRIP, version=2).saga_id
+    fleet.run_until_idle()
+    assert client.status(saga_id).pending_approvals
+    # when an hour passes with no answer
+    fleet.advance(3600)
+    # then the limit was acted on when it passed (not at the request's expiry), and the
+    # holds were released
+    started = fleet.events(saga_id)[0].at
+    [breach] = [e for e in fleet.events(saga_id) if isinstance(e, BudgetExceeded)]
+    assert breach.at == started + timedelta(seconds=1800)
+    assert fleet.state(saga_id).status is SagaStatus.COMPENSATED
+    tools = fleet.tools
+    assert isinstance(tools, TripTools)
+    assert tools.ledger(saga_id).is_unwound and tools.ledger(saga_id).captures == 0
