@@ -90,21 +90,16 @@ class ToolSpec(BaseModel):
         return self
 
     @model_serializer(mode="wrap")
-    def _omit_absent_gate(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # A tool without a gate dumps as it did before gates existed, so the content hash
-        # of a definition that snapshotted it (and of every saga started on it) is unchanged.
+    def _omit_later_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A tool without a gate and without a cost dumps as it did before gates and costs
+        # existed, so the content hash of a definition that snapshotted it (and of every saga
+        # started on it) is unchanged.
         data = handler(self)
-        if isinstance(data, dict) and data.get("gate") is None:
-            data.pop("gate", None)
-        return data
-
-    @model_serializer(mode="wrap")
-    def _omit_no_cost(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # A free tool dumps as before costs existed, so a definition stored earlier (its
-        # tool snapshot included) keeps its content hash.
-        data: dict[str, Any] = handler(self)
-        if self.cost == 0:
-            data.pop("cost", None)
+        if isinstance(data, dict):
+            if data.get("gate") is None:
+                data.pop("gate", None)
+            if self.cost == 0:
+                data.pop("cost", None)
         return data
 
     def returns(self, field: str) -> bool:

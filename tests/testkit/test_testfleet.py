@@ -224,9 +224,9 @@ def test_a_time_limit_passing_while_an_approval_waits_compensates_at_the_limit()
     fleet = TestFleet()
     client = fleet.client()
     tight = trip_definition().model_dump(mode="json")
-    tight.update(version=2, budget={"time_limit_s": 1800})
-    client.register_definition(tight)
-    saga_id = client.start("trip", BIG_TRIP, version=2).saga_id
+    tight.update(name="tight_trip", version=1, budget={"time_limit_s": 1800})
+    fleet.person("admin", roles=("admin",)).register_definition(tight)
+    saga_id = client.start("tight_trip", BIG_TRIP).saga_id
     fleet.run_until_idle()
     assert client.status(saga_id).pending_approvals
     # when an hour passes with no answer
