@@ -28,7 +28,7 @@ from typing import Any, Final, Protocol
 from saga_core.authority import Principal, Unauthenticated
 
 Authenticate = Callable[[str], Principal]
-"""Proves a token: its principal, or :class:`Unauthenticated` (``Fleet.principals.authenticate``)."""
+"""Proves a token: its principal, else :class:`Unauthenticated` (as ``Fleet.authenticate``)."""
 
 AUTH_CACHE_TTL: Final = timedelta(seconds=5)
 """How long a proven token is believed without asking the directory again: the longest a

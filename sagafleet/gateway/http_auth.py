@@ -53,7 +53,7 @@ class BearerAuth:
         self.tokens = tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Prove the request's token, refuse choosing headers, then call the app as its principal."""
+        """Prove the token, refuse choosing headers, then call the app as the principal."""
         if scope["type"] != "http":  # lifespan: no caller, nothing to prove
             await self.app(scope, receive, send)
             return

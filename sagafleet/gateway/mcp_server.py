@@ -19,9 +19,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
+from saga_core.authority import Principal
 from saga_core.errors import SagaError
 from saga_core.plans import PlannedAction
-from saga_core.authority import Principal
 from sagafleet.gateway.binding import Caller
 from sagafleet.gateway.errors import tool_error
 from sagafleet.gateway.service import GatewayService

@@ -165,7 +165,8 @@ class GatewayService:
 
     def saga_audit(self, who: Principal, saga_id: str) -> dict[str, Any]:
         """The saga's timeline of events from the log, with actors."""
-        self._client(who, Action.READ, f"saga {saga_id!r}").status(saga_id)  # the client's own id and tenant checks
+        client = self._client(who, Action.READ, f"saga {saga_id!r}")
+        client.status(saga_id)  # the client's own id and tenant checks
         return audit_timeline(self.fleet.repo.load(saga_id, tenant=who.tenant))
 
     def cancel_saga(self, who: Principal, saga_id: str, reason: str) -> dict[str, Any]:

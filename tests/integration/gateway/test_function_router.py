@@ -30,7 +30,8 @@ def test_exported_start_function_starts_once_and_rejects_field_by_field(fleet):
     # and an unknown function is named as such
     assert router.call(who, "approve", {})["problems"][0]["rule"] == "unknown_function"
     # and another tenant cannot read the saga through the router either
-    other = router.call(Principal.in_process_agent("beta", "x"), "saga_status", {"saga_id": first["saga_id"]})
+    beta = Principal.in_process_agent("beta", "x")
+    other = router.call(beta, "saga_status", {"saga_id": first["saga_id"]})
     assert other["error"] == "SagaNotFound"
 
 
@@ -43,7 +44,8 @@ def test_put_secret_returns_a_ref_that_starts_a_saga_for_its_tenant_only(fleet):
     assert TRIP_INPUT["card_token"] not in repr(put)
     # when another tenant tries the ref, it is unknown to it; acme's start uses it
     data = {"input": {**TRIP_INPUT, "card_token": put["secret_ref"]}, "reason": "by ref"}
-    beta = router.call(Principal.in_process_agent("beta", "x"), "start_trip", data | {"idempotency_key": "b"})
+    other = Principal.in_process_agent("beta", "x")
+    beta = router.call(other, "start_trip", data | {"idempotency_key": "b"})
     assert beta["error"] == "SecretRefRejected"
     assert beta["problems"][0]["where"] == "input.card_token"
     started = router.call(who, "start_trip", data | {"idempotency_key": "a"})

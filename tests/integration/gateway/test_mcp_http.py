@@ -3,10 +3,13 @@ decides tenant, actor and what the request may do."""
 
 from __future__ import annotations
 
+import http.client
+import json
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
-import httpx
 import pytest
 from gateway_support import TRIP_INPUT, call, free_port, issue_token, recorded, wait_listening
 from mcp import ClientSession
@@ -34,8 +37,30 @@ def http_server(processes) -> str:  # type: ignore[no-untyped-def]
     return f"http://127.0.0.1:{port}/mcp"
 
 
-def _post(url: str, body: dict[str, Any], **headers: str) -> httpx.Response:
-    return httpx.post(url, json=body, headers=MCP_HEADERS | headers, timeout=30)
+@dataclass(frozen=True)
+class Answer:
+    """An HTTP answer: status, headers by lower-case name, and body text."""
+
+    status_code: int
+    headers: dict[str, str]
+    text: str
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+def _post(url: str, body: dict[str, Any], **headers: str) -> Answer:
+    """POST ``body`` as JSON to the MCP endpoint with the MCP headers and ``headers``."""
+    where = urlsplit(url)
+    conn = http.client.HTTPConnection(where.hostname or "", where.port, timeout=30)
+    try:
+        conn.request("POST", where.path, body=json.dumps(body).encode(),
+                     headers=MCP_HEADERS | headers)
+        response = conn.getresponse()
+        return Answer(response.status, {k.lower(): v for k, v in response.getheaders()},
+                      response.read().decode())
+    finally:
+        conn.close()
 
 
 def test_http_refuses_every_request_without_a_valid_token_and_starts_nothing(

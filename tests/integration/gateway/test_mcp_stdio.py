@@ -23,7 +23,6 @@ from saga_core.events import SagaStarted
 from sagafleet.exit_codes import ExitCode
 from workers.sweeper import Sweeper
 
-
 TOOLS = {"list_sagas", "start_saga", "put_secret", "propose_plan", "saga_status", "saga_wait",
          "saga_audit", "cancel_saga"}
 """Every tool an agent gets: no approve, deny or resolve."""
