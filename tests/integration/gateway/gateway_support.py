@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 from mcp import ClientSession
+from principal_support import token_for
 from trip_inputs import TRIP_INPUT as FLEET_TRIP_INPUT
 
 from saga_core.authority import PrincipalKind
@@ -51,8 +52,9 @@ def wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 30
 
 def issue_token(fleet: Fleet, tenant: str, name: str, *roles: str,
                 kind: PrincipalKind = PrincipalKind.AGENT) -> str:
-    """Add a principal to the fleet's directory (an agent by default) and return its token."""
-    return fleet.principals.add(tenant, name, kind, roles or ("agent",)).token
+    """A live token of ``name`` of ``tenant`` in the fleet's directory: an agent with the
+    ``agent`` role unless told otherwise."""
+    return token_for(fleet, name, roles or ("agent",), tenant=tenant, kind=kind)
 
 
 def recorded(database: str) -> tuple[int, ...]:
