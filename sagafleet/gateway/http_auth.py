@@ -13,6 +13,9 @@ never gets a byte of its body read). For each HTTP request it:
 3. leaves the proven principal in the request's scope (``sagafleet.principal``, read by
    :class:`~sagafleet.gateway.binding.RequestBearer`) and as the MCP SDK's authenticated
    user, so an MCP session opened with one principal's token is not found by another's.
+
+A directory that cannot answer (PostgreSQL down) lets nobody in: ``503`` (``500`` for any
+other failure), with the same JSON problem.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 
 from saga_core.authority import Principal, Unauthenticated
-from saga_core.errors import SagaError
+from saga_core.errors import ErrorKind, SagaError
 from sagafleet.gateway.binding import (
     PRINCIPAL_SCOPE_KEY,
     TokenCache,
@@ -66,6 +69,9 @@ class BearerAuth:
         except Unauthenticated as exc:
             await _problem(send, 401, exc, challenge=_challenge(headers))
             return
+        except SagaError as exc:  # the directory could not answer: nobody is let in
+            await _problem(send, 503 if exc.kind is ErrorKind.UNAVAILABLE else 500, exc)
+            return
         refused = choosing_headers(headers)
         if refused:
             await _problem(send, 400, BindingRefused(
@@ -100,7 +106,8 @@ def _access_token(principal: Principal, token: str) -> AccessToken:
 
 async def _problem(send: Send, status: int, error: SagaError, *, challenge: str = "") -> None:
     """Answer ``status`` with a JSON problem (RFC 9457) carrying the tool-error fields."""
-    title = {400: "Bad Request", 401: "Unauthorized"}[status]
+    title = {400: "Bad Request", 401: "Unauthorized", 500: "Internal Server Error",
+             503: "Service Unavailable"}[status]
     body = json.dumps({"type": "about:blank", "title": title, "status": status,
                        "detail": str(error), **tool_error(error)})
     payload = body.encode("utf-8")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from saga_core.authority import Principal, PrincipalKind, Unauthenticated
+from sagafleet.commands.mcp_cmd import MCP_EPILOG
 from sagafleet.gateway import NoCaller, RequestBearer, StartedAs, TokenCache
 from sagafleet.gateway.binding import (
     AUTH_CACHE_TTL,
@@ -139,3 +141,9 @@ def test_headers_that_would_choose_tenant_or_actor_are_found_in_any_case():
     assert choosing_headers({"X-Sagafleet-Tenant": "beta", "X-SAGAFLEET-ACTOR": "x",
                              "accept": "*/*"}) == ["x-sagafleet-tenant", "x-sagafleet-actor"]
     assert choosing_headers({"authorization": "Bearer t"}) == []
+
+
+def test_the_help_and_the_readme_state_how_fast_a_revocation_takes_effect():
+    stated = f"within {AUTH_CACHE_TTL.total_seconds():g} seconds"
+    assert stated in " ".join(MCP_EPILOG.split())
+    assert stated in " ".join((Path(__file__).parents[3] / "README.md").read_text(encoding="utf-8").split())

@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
+from saga_core.errors import ErrorKind, SagaError
 from sagafleet.gateway import BearerAuth, TokenCache
 from sagafleet.gateway.binding import PRINCIPAL_SCOPE_KEY
 from workers.principals_memory import MemoryPrincipals
@@ -106,3 +107,18 @@ def test_a_request_that_tries_to_choose_tenant_or_actor_is_refused(door, header)
     assert status == 400 and inner.scopes == []
     assert problem["error"] == "BindingRefused" and problem["kind"] == "invalid_input"
     assert header.lower() in problem["detail"] and "'acme'" in problem["detail"]
+
+
+def test_a_directory_that_cannot_answer_lets_nobody_in():
+    # given a directory whose database is down
+    class Down(SagaError):
+        kind = ErrorKind.UNAVAILABLE
+
+    def authenticate(token: str):  # type: ignore[no-untyped-def]
+        raise Down("the database is unavailable")
+
+    inner = RecordingApp()
+    app = BearerAuth(inner, TokenCache(authenticate))
+    # when a request with a token arrives, then it is 503 with a problem, never let through
+    status, _, problem = _request(app, {"Authorization": "Bearer sft_" + "A" * 43})
+    assert status == 503 and inner.scopes == [] and problem["kind"] == "unavailable"
