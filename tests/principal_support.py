@@ -33,3 +33,22 @@ def person(fleet: Any, name: str, roles: Iterable[str] = ("approver",), *,
            tenant: str = "default") -> Any:
     """A SagaClient of ``fleet`` acting as the authenticated person ``name``."""
     return fleet.client_for(authenticated(fleet, name, roles, tenant=tenant))
+
+
+def issue_token(database_url: str, name: str, roles: Iterable[str] = ("approver",), *,
+                tenant: str = "default", kind: PrincipalKind = PrincipalKind.PERSON) -> str:
+    """A live token of ``name`` in the (migrated) database at ``database_url``, for a
+    command-line test to pass as SAGAFLEET_TOKEN."""
+    from events import EventStore
+    from workers.principals_pg import PostgresPrincipals
+
+    with EventStore.connect(database_url, pool_size=1) as store:
+        return token_for(_Directory(PostgresPrincipals(store)), name, roles, tenant=tenant,
+                         kind=kind)
+
+
+class _Directory:
+    """A directory seen as a fleet (what :func:`token_for` asks for)."""
+
+    def __init__(self, principals: Any) -> None:
+        self.principals = principals

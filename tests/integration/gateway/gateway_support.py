@@ -50,7 +50,7 @@ def wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 30
     raise AssertionError(f"nothing listens on port {port}")
 
 
-def issue_token(fleet: Fleet, tenant: str, name: str, *roles: str,
+def principal_token(fleet: Fleet, tenant: str, name: str, *roles: str,
                 kind: PrincipalKind = PrincipalKind.AGENT) -> str:
     """A live token of ``name`` of ``tenant`` in the fleet's directory: an agent with the
     ``agent`` role unless told otherwise."""

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import anyio
 import pytest
-from gateway_support import TRIP_INPUT, call, free_port, issue_token, recorded, wait_listening
+from gateway_support import TRIP_INPUT, call, free_port, principal_token, recorded, wait_listening
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -67,7 +67,7 @@ def test_http_refuses_every_request_without_a_valid_token_and_starts_nothing(
     fleet, database, http_server
 ):
     # given a revoked agent token, and nothing recorded yet
-    revoked = issue_token(fleet, "acme", "old-bot")
+    revoked = principal_token(fleet, "acme", "old-bot")
     fleet.principals.revoke("acme", "old-bot", "leaked")
     before = recorded(database)
     # when a start_saga call (and an initialize) arrive with no token, a malformed header,
@@ -98,8 +98,8 @@ def test_http_refuses_headers_that_choose_tenant_or_actor_and_sessions_of_anothe
     fleet, database, http_server
 ):
     # given valid agent tokens of acme and beta
-    acme = {"authorization": f"Bearer {issue_token(fleet, 'acme', 'http-bot')}"}
-    beta = {"authorization": f"Bearer {issue_token(fleet, 'beta', 'other-bot')}"}
+    acme = {"authorization": f"Bearer {principal_token(fleet, 'acme', 'http-bot')}"}
+    beta = {"authorization": f"Bearer {principal_token(fleet, 'beta', 'other-bot')}"}
     before = recorded(database)
     # when acme's token comes with a header asking for tenant beta, or for another actor
     for header in ({"x-sagafleet-tenant": "beta"}, {"X-Sagafleet-Actor": "mallory"}):
@@ -122,9 +122,9 @@ def test_http_refuses_headers_that_choose_tenant_or_actor_and_sessions_of_anothe
 def test_http_binds_each_request_to_its_tokens_principal(fleet, http_server):
     # given an agent of acme, an agent of beta and an auditor of acme, each with a token
     tokens = {
-        "acme": issue_token(fleet, "acme", "http-bot"),
-        "beta": issue_token(fleet, "beta", "other-bot"),
-        "auditor": issue_token(fleet, "acme", "ada", "auditor", kind=PrincipalKind.PERSON),
+        "acme": principal_token(fleet, "acme", "http-bot"),
+        "beta": principal_token(fleet, "beta", "other-bot"),
+        "auditor": principal_token(fleet, "acme", "ada", "auditor", kind=PrincipalKind.PERSON),
     }
 
     async def session_as(who: str, work):  # type: ignore[no-untyped-def]

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import anyio
-from gateway_support import TRIP_INPUT, call, issue_token, recorded
+from gateway_support import TRIP_INPUT, call, principal_token, recorded
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -38,7 +38,7 @@ def test_agent_starts_retries_and_follows_a_trip_over_stdio(fleet, processes, se
     # given one worker process and an MCP server started with the token of acme's planner-bot
     processes.start("worker")
     sweeper = Sweeper(fleet)
-    token = issue_token(fleet, "acme", "planner-bot")
+    token = principal_token(fleet, "acme", "planner-bot")
 
     async def scenario() -> str:
         async with stdio_client(_server(server_env, token)) as (read, write), \
@@ -109,7 +109,7 @@ def test_agent_gets_every_reason_back_and_cannot_see_other_tenants(fleet, server
         "trip", TRIP_INPUT, key="acme-1", reason="test")
 
     async def scenario() -> None:
-        async with stdio_client(_server(server_env, issue_token(fleet, "beta", "b-bot"))) \
+        async with stdio_client(_server(server_env, principal_token(fleet, "beta", "b-bot"))) \
                 as (read, write), \
                 ClientSession(read, write) as session:
             await session.initialize()
@@ -174,7 +174,7 @@ def _run_mcp(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str
 
 def test_stdio_refuses_to_start_without_a_valid_token(fleet, database, server_env, tmp_path):
     # given a revoked token (also in a file), and nothing recorded yet
-    revoked = issue_token(fleet, "acme", "old-bot")
+    revoked = principal_token(fleet, "acme", "old-bot")
     fleet.principals.revoke("acme", "old-bot", "leaked")
     token_file = tmp_path / "token"
     token_file.write_text(revoked + "\n")
@@ -200,7 +200,7 @@ def test_stdio_runs_as_an_auditor_that_may_read_but_not_start(fleet, server_env)
     # given a saga of acme, and a server started with the token of acme's auditor
     saga = fleet.client(tenant="acme", actor="someone").start(
         "trip", TRIP_INPUT, key="acme-audited", reason="test")
-    token = issue_token(fleet, "acme", "ada", "auditor", kind=PrincipalKind.PERSON)
+    token = principal_token(fleet, "acme", "ada", "auditor", kind=PrincipalKind.PERSON)
 
     async def scenario() -> None:
         async with stdio_client(_server(server_env, token)) as (read, write), \
