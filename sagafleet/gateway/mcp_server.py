@@ -36,6 +36,8 @@ INSTRUCTIONS = (
     "field (a card token) takes the value, or a ref from put_secret, which is the only way "
     "a secret may travel in a Celery command. "
     "To run your own sequence of allowlisted tools, propose_plan first. "
+    "Every call acts as the principal of your token, in its tenant and under its name; a "
+    "forbidden error means its roles do not allow that call. "
     "Approvals are given by people, never by agents."
 )
 
