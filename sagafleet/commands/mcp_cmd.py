@@ -3,41 +3,43 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from sagafleet.auth import add_token_option, token_from
 from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import build_fleet, command_fleet
 from sagafleet.output import emit
 from sagafleet.settings import Settings
 
-MCP_EPILOG = """examples:
-  sagafleet mcp                                   # stdio, for a local agent
-  sagafleet mcp --tenant acme --actor planner-bot
-  sagafleet mcp --http 127.0.0.1:8765             # streamable HTTP at /mcp
-  sagafleet mcp --http 0.0.0.0:8765 --trust-headers   # behind an authenticating proxy
+if TYPE_CHECKING:
+    from sagafleet.gateway import TokenCache
 
-Tools: list_sagas, start_saga, propose_plan, saga_status, saga_audit, cancel_saga.
-Approving is not a tool: people approve with `sagafleet approve`.
-With --trust-headers, X-Sagafleet-Tenant / X-Sagafleet-Actor choose tenant and actor per
-request; without it a header asking for another tenant is refused."""
+MCP_EPILOG = """examples:
+  SAGAFLEET_TOKEN=... sagafleet mcp               # stdio, as the token's principal
+  sagafleet mcp --token-file ~/.sagafleet-token   # the same, the token read from a file
+  sagafleet mcp --http 127.0.0.1:8765             # streamable HTTP at /mcp
+
+Every call acts as a principal proven by a token (`sagafleet principals add` issues one):
+over stdio the token the server is started with (none, unknown or revoked: exit 11);
+over HTTP each request's `Authorization: Bearer <token>` (none, unknown or revoked: 401).
+Tenant and actor are the principal's; its roles decide what it may call (a missing role is
+a FORBIDDEN tool error). A revoked token stops working within 5 seconds.
+Tools: list_sagas, start_saga, put_secret, propose_plan, saga_status, saga_wait,
+saga_audit, cancel_saga. Approving is not a tool: people approve with `sagafleet approve`."""
 
 
 def register(sub: Any) -> None:
     """Add the ``mcp`` and ``tools`` subcommands."""
     mcp = sub.add_parser(
         "mcp", help="serve the saga tools over MCP (stdio, or streamable HTTP)",
-        description="An MCP server exposing sagafleet's saga tools to agents; every call is "
-        "bound to one tenant and actor.",
+        description="An MCP server exposing sagafleet's saga tools to agents; every call "
+        "acts as the principal of a token, with its tenant, name and roles.",
         epilog=MCP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     mcp.add_argument("--http", metavar="HOST:PORT", default=None,
                      help="serve streamable HTTP on HOST:PORT instead of stdio")
     mcp.add_argument("--path", default="/mcp", help="HTTP path of the endpoint (default /mcp)")
-    mcp.add_argument("--tenant", default=None, help="act for this tenant (SAGAFLEET_TENANT)")
-    mcp.add_argument("--actor", default="agent",
-                     help="the actor recorded on every command (default agent)")
-    mcp.add_argument("--trust-headers", action="store_true",
-                     help="take tenant and actor from X-Sagafleet-* HTTP headers")
+    add_token_option(mcp)
     mcp.set_defaults(handler=run_mcp)
 
     tools = sub.add_parser("tools", help="function-calling schemas of the saga tools")
@@ -61,36 +63,56 @@ def _host_port(value: str) -> tuple[str, int]:
 def run_mcp(args: argparse.Namespace, settings: Settings) -> int:
     """Serve until the client disconnects (stdio) or the process is stopped (HTTP).
 
+    stdio refuses to start without a token its directory proves (Unauthenticated, exit 11).
     A long-running service: its fleet migrates the schema at start-up."""
     # Imported here so the other commands do not pay for loading the MCP SDK.
-    from sagafleet.gateway import BindingPolicy, GatewayService, build_mcp_server
+    from sagafleet.gateway import (
+        GatewayService,
+        RequestBearer,
+        StartedAs,
+        TokenCache,
+        build_mcp_server,
+    )
 
     address = _host_port(args.http) if args.http else None
-    policy = BindingPolicy(tenant=args.tenant or settings.tenant, actor=args.actor,
-                           trust_headers=args.trust_headers)
+    if address is not None and args.token_file is not None:
+        raise UsageError("sagafleet mcp: --token-file is for stdio; over --http every request "
+                         "sends its own Authorization: Bearer <token>")
+    # Checked before the fleet is built: without a token nothing is started at all.
+    token = None if address is not None else token_from(args, settings)
     fleet = build_fleet(settings)
     try:
+        tokens = TokenCache(fleet.principals.authenticate)
+        caller: StartedAs | RequestBearer
+        if token is not None:
+            tokens.authenticate(token)  # unknown or revoked: refuse to start (exit 11)
+            caller = StartedAs(tokens, token)
+        else:
+            caller = RequestBearer()
         fleet.register_builtin_definitions()
-        server = build_mcp_server(GatewayService(fleet), policy)
+        server = build_mcp_server(GatewayService(fleet), caller)
         if address is None:
             server.run()
         else:
-            serve_http(server, address, args.path)
+            serve_http(server, address, args.path, tokens)
     finally:
         fleet.close()
     return ExitCode.OK
 
 
-def serve_http(server: Any, address: tuple[str, int], path: str) -> None:
-    """Serve streamable HTTP with every request body capped (``mcp_body_bytes``)."""
+def serve_http(server: Any, address: tuple[str, int], path: str, tokens: TokenCache) -> None:
+    """Serve streamable HTTP: every request proves a bearer token first (``BearerAuth``),
+    then has its body capped (``mcp_body_bytes``)."""
     import uvicorn
 
     from saga_core.limits import MCP_BODY_BYTES
+    from sagafleet.gateway import BearerAuth
     from sagafleet.gateway.http_body import BodyLimit
 
     app = server.streamable_http_app(streamable_http_path=path, host=address[0],
                                      max_request_body_size=MCP_BODY_BYTES.value)
-    uvicorn.run(BodyLimit(app), host=address[0], port=address[1], log_level="warning")
+    uvicorn.run(BearerAuth(BodyLimit(app), tokens), host=address[0], port=address[1],
+                log_level="warning")
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> int:
@@ -98,8 +120,8 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
     import anyio
 
     from sagafleet.gateway import (
-        BindingPolicy,
         GatewayService,
+        NoCaller,
         build_mcp_server,
         export,
         gateway_functions,
@@ -109,8 +131,9 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
     try:
         fleet.register_builtin_definitions()
         service = GatewayService(fleet)
-        # Only the tool list is read; no call is ever bound with this placeholder policy.
-        server = build_mcp_server(service, BindingPolicy(tenant=settings.tenant, actor="export"))
+        # Only the tool list is read: this server acts for nobody, so it needs no token; the
+        # definitions exported are the configured tenant's and the shared set.
+        server = build_mcp_server(service, NoCaller())
         specs = gateway_functions(service.registered_definitions(settings.tenant),
                                   anyio.run(server.list_tools))
     finally:

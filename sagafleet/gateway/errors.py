@@ -22,10 +22,11 @@ class GatewayError(SagaError):
 
 
 class BindingRefused(GatewayError):
-    """The call cannot be bound to a tenant and actor (missing, malformed or not trusted)."""
+    """The request tries to choose its tenant or actor, which only its token decides."""
 
     kind = ErrorKind.INVALID_INPUT
-    hint = "the server decides tenant and actor; check its configuration"
+    hint = ("tenant and actor come from your token; send the request without the "
+            "X-Sagafleet-Tenant and X-Sagafleet-Actor headers")
 
 
 class ArgumentsRejected(ProblemsError):

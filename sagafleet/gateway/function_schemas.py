@@ -3,7 +3,8 @@
 The export holds every MCP tool with the same input schema the MCP server advertises, plus
 one typed ``start_<definition>`` function per registered definition whose ``input`` is the
 definition's own JSON Schema, so a model fills the fields rather than a free-form object.
-:class:`FunctionRouter` runs such a call through the same gateway operations.
+:class:`FunctionRouter` runs such a call through the same gateway operations, as the principal
+its caller passes (a trusted program's in-process agent, or one it proved from a token).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from typing import Any, Literal
 
 from mcp.types import Tool as McpTool
 
+from saga_core.authority import Principal
 from saga_core.definition import SagaDefinition
 from saga_core.errors import Problem, SagaError
 from saga_core.limits import KEY_CHARS
-from sagafleet.gateway.binding import CallerBinding
 from sagafleet.gateway.errors import ArgumentsRejected, tool_error
 from sagafleet.gateway.service import GatewayService
 
@@ -110,14 +111,14 @@ class FunctionRouter:
     def __init__(self, service: GatewayService) -> None:
         self.service = service
 
-    def call(self, who: CallerBinding, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    def call(self, who: Principal, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """The result of the call, or ``{"error": ..., "problems": [...]}``; never raises."""
         try:
             return self._dispatch(who, name, dict(arguments))
         except SagaError as exc:
             return tool_error(exc)
 
-    def _dispatch(self, who: CallerBinding, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    def _dispatch(self, who: Principal, name: str, args: dict[str, Any]) -> dict[str, Any]:
         service = self.service
         simple: dict[str, Callable[..., dict[str, Any]]] = {
             "list_sagas": service.list_sagas,

@@ -1,9 +1,11 @@
 """The MCP server: sagafleet's saga operations as tools, over stdio or streamable HTTP.
 
-Built explicitly from a :class:`GatewayService` and a :class:`BindingPolicy` (no globals).
-Every tool binds its call to a tenant and actor first, and answers with one JSON document:
-the result, or a structured error (``isError``) naming each field and rule. Approving is
-not a tool: approvals come from people through the operator commands.
+Built explicitly from a :class:`GatewayService` and a :class:`~sagafleet.gateway.binding.Caller`
+(no globals). Every tool first finds the proven principal it acts as (the stdio server's
+start token, or the HTTP request's bearer token), whose tenant and name bind the call and
+whose roles the service checks; it answers with one JSON document: the result, or a
+structured error (``isError``) naming each field and rule. Approving is not a tool:
+approvals come from people through the operator commands.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
+from saga_core.authority import Principal
 from saga_core.errors import SagaError
 from saga_core.plans import PlannedAction
-from sagafleet.gateway.binding import BindingPolicy, CallerBinding
+from sagafleet.gateway.binding import Caller
 from sagafleet.gateway.errors import tool_error
 from sagafleet.gateway.service import GatewayService
 
@@ -33,6 +36,8 @@ INSTRUCTIONS = (
     "field (a card token) takes the value, or a ref from put_secret, which is the only way "
     "a secret may travel in a Celery command. "
     "To run your own sequence of allowlisted tools, propose_plan first. "
+    "Every call acts as the principal of your token, in its tenant and under its name; a "
+    "forbidden error means its roles do not allow that call. "
     "Approvals are given by people, never by agents."
 )
 
@@ -47,16 +52,16 @@ def _reply(report: dict[str, Any], *, error: bool = False) -> CallToolResult:
 
 
 class _Tools:
-    """The tool functions, bound to one service and binding policy."""
+    """The tool functions, bound to one service and to how a call finds its principal."""
 
-    def __init__(self, service: GatewayService, policy: BindingPolicy) -> None:
+    def __init__(self, service: GatewayService, caller: Caller) -> None:
         self.service = service
-        self.policy = policy
+        self.caller = caller
 
-    def _call(self, ctx: Context, operation: Callable[[CallerBinding], dict[str, Any]],
+    def _call(self, ctx: Context, operation: Callable[[Principal], dict[str, Any]],
               ) -> CallToolResult:
         try:
-            who = self.policy.bind(_headers(ctx))
+            who = self.caller.principal(_request(ctx))
             return _reply(operation(who))
         except SagaError as exc:
             return _reply(tool_error(exc), error=True)
@@ -140,19 +145,22 @@ class _Tools:
         return self._call(ctx, lambda who: self.service.cancel_saga(who, saga_id, reason))
 
 
-def _headers(ctx: Context) -> dict[str, str] | None:
-    """The HTTP headers of the current request (None on stdio)."""
+def _request(ctx: Context) -> Any | None:
+    """The transport's request of the current call (the Starlette request over HTTP; None
+    on stdio)."""
     try:
-        headers = ctx.headers
+        return ctx.request_context.request
     except ValueError:  # outside a request (direct in-process calls)
         return None
-    return dict(headers.items()) if headers is not None else None
 
 
-def build_mcp_server(service: GatewayService, policy: BindingPolicy) -> MCPServer:
-    """An MCP server exposing the gateway's tools, every call bound by ``policy``."""
+def build_mcp_server(service: GatewayService, caller: Caller) -> MCPServer:
+    """An MCP server exposing the gateway's tools, every call acting as ``caller``'s principal.
+
+    Agents get no approve, deny or resolve tool: those are people's, through the operator
+    commands with their own tokens."""
     server: MCPServer = MCPServer("sagafleet", instructions=INSTRUCTIONS, log_level="WARNING")
-    tools = _Tools(service, policy)
+    tools = _Tools(service, caller)
     read_only = ToolAnnotations(read_only_hint=True, idempotent_hint=True)
     writes = ToolAnnotations(idempotent_hint=True, destructive_hint=False)
     for fn, hints in (

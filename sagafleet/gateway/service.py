@@ -1,4 +1,11 @@
-"""The agent gateway's operations, independent of transport: each call bound to tenant and actor.
+"""The agent gateway's operations, independent of transport: each call acts as a principal.
+
+Every method takes the :class:`~saga_core.authority.Principal` the call acts as (proven by a
+token at the MCP server; an in-process agent for a trusted program's function router): its
+tenant scopes what the call sees, its name is the actor the log records, and its roles must
+allow the operation (:func:`~saga_core.authority.check_permitted`: starting, proposing a
+plan and depositing a secret are ``start``; cancelling is ``cancel``; the rest ``read``), or
+the call is :class:`~saga_core.authority.NotPermitted` before anything is done.
 
 The MCP server and the function-calling router both call these methods; they return
 JSON-ready dicts or raise typed :class:`~saga_core.errors.SagaError` subclasses, which the
@@ -13,11 +20,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from saga_core.authority import Action, Principal, check_permitted
 from saga_core.definition import SagaDefinition
 from saga_core.errors import PlanRejected, Problem
 from saga_core.limits import AGENT_REASON_CHARS, KEY_CHARS
 from saga_core.plans import AgentPlan, check_plan_document
-from sagafleet.gateway.binding import CallerBinding
 from sagafleet.gateway.describe import describe_definition, outlook, step_semantics
 from sagafleet.gateway.errors import ArgumentsRejected, problems_of
 from sagafleet.gateway.readable import audit_timeline, compact_status
@@ -44,8 +51,10 @@ class GatewayService:
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
 
-    def _client(self, who: CallerBinding) -> SagaClient:
-        return self.fleet.client(tenant=who.tenant, actor=who.actor)
+    def _client(self, who: Principal, action: Action, what: str) -> SagaClient:
+        """A client acting as ``who``, once its roles allow ``action`` on ``what``."""
+        check_permitted(who, action, what)
+        return self.fleet.client_for(who)
 
     def registered_definitions(self, tenant: str) -> list[SagaDefinition]:
         """The latest version of each definition ``tenant`` sees (the shared set and its
@@ -54,18 +63,20 @@ class GatewayService:
                         if not r.name.startswith(PLAN_NAME_PREFIX)})
         return [self.fleet.definitions.get(name, tenant=tenant) for name in names]
 
-    def list_sagas(self, who: CallerBinding) -> dict[str, Any]:
+    def list_sagas(self, who: Principal) -> dict[str, Any]:
         """The caller's tenant's definitions and the shared ones (latest version of each),
         with semantics and input schema."""
+        check_permitted(who, Action.READ, "the saga definitions")
         return {"tenant": who.tenant,
                 "definitions": [describe_definition(d)
                                 for d in self.registered_definitions(who.tenant)]}
 
     def start_saga(
-        self, who: CallerBinding, definition: str, input: dict[str, Any],
+        self, who: Principal, definition: str, input: dict[str, Any],
         idempotency_key: str, reason: str, *, version: int | None = None,
     ) -> dict[str, Any]:
         """Validate the input and start the saga; the same key returns the same saga."""
+        client = self._client(who, Action.START, "a saga")
         problems = _text_problems("idempotency_key", idempotency_key, KEY_CHARS.value)
         problems += _text_problems("reason", reason, AGENT_REASON_CHARS.value)
         if not isinstance(definition, str) or not definition:
@@ -73,8 +84,8 @@ class GatewayService:
         if problems:
             raise ArgumentsRejected("start_saga", problems)
         spec = self.fleet.definitions.get(definition, version, tenant=who.tenant)
-        started = self._client(who).start(spec.name, input, key=idempotency_key,
-                                          version=spec.version, reason=reason)
+        started = client.start(spec.name, input, key=idempotency_key,
+                               version=spec.version, reason=reason)
         loaded = self.fleet.repo.load(started.saga_id, tenant=who.tenant)
         reply = {
             "saga_id": started.saga_id,
@@ -89,16 +100,17 @@ class GatewayService:
         return reply
 
     def put_secret(
-        self, who: CallerBinding, value: Any,
+        self, who: Principal, value: Any,
         ttl_seconds: float = DEFAULT_SECRET_TTL.total_seconds(),
     ) -> dict[str, Any]:
         """Deposit a secret input; returns the ref to send in the secret field instead."""
+        client = self._client(who, Action.START, "a secret input")
         low, high = MIN_SECRET_TTL.total_seconds(), MAX_SECRET_TTL.total_seconds()
         if (isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int | float)
                 or not low <= ttl_seconds <= high):
             raise ArgumentsRejected("put_secret", [Problem(
                 "ttl_seconds", "out_of_range", f"must be a number from {low:g} to {high:g}")])
-        ref = self._client(who).put_secret(value, ttl=timedelta(seconds=ttl_seconds))
+        ref = client.put_secret(value, ttl=timedelta(seconds=ttl_seconds))
         return {
             "secret_ref": ref.as_input(),
             "expires_at": ref.expires_at.isoformat(),
@@ -108,9 +120,10 @@ class GatewayService:
         }
 
     def propose_plan(
-        self, who: CallerBinding, steps: list[dict[str, Any]], goal: str = ""
+        self, who: Principal, steps: list[dict[str, Any]], goal: str = ""
     ) -> dict[str, Any]:
         """Validate an agent's plan against the catalogue; name the definition to start it."""
+        client = self._client(who, Action.START, "a plan")
         document = {"goal": goal, "actions": steps}
         check_plan_document(document)  # bounded before pydantic copies it
         try:
@@ -119,7 +132,7 @@ class GatewayService:
             raise PlanRejected(_plan_shape_problems(exc)) from None
         # Named by the plan's content (the client's default): the same plan always gets the
         # same definition, and a different plan can never collide with an existing one.
-        definition = self._client(who).submit_plan(plan)
+        definition = client.submit_plan(plan)
         return {
             "accepted": True,
             "definition": definition.name,
@@ -130,39 +143,42 @@ class GatewayService:
                            "arguments": {"definition": definition.name, "input": {}}},
         }
 
-    def saga_status(self, who: CallerBinding, saga_id: str) -> dict[str, Any]:
+    def saga_status(self, who: Principal, saga_id: str) -> dict[str, Any]:
         """The saga's state, steps, receipts and what is pending."""
-        client = self._client(who)
+        client = self._client(who, Action.READ, f"saga {saga_id!r}")
         view = client.status(saga_id)
         return compact_status(view, self.fleet.repo.load(saga_id, tenant=who.tenant))
 
     def saga_wait(
-        self, who: CallerBinding, saga_id: str,
+        self, who: Principal, saga_id: str,
         timeout_seconds: float = DEFAULT_TOOL_WAIT_SECONDS,
     ) -> dict[str, Any]:
         """Wait until the saga is terminal or waits for a person, at most ``timeout_seconds``
         (0 to 60); its status then, and ``settled`` (False: the wait timed out)."""
+        client = self._client(who, Action.READ, f"saga {saga_id!r}")
         if (isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int | float)
                 or not 0 <= timeout_seconds <= MAX_TOOL_WAIT_SECONDS):
             raise ArgumentsRejected("saga_wait", [Problem(
                 "timeout_seconds", "out_of_range",
                 f"must be a number from 0 to {MAX_TOOL_WAIT_SECONDS:g}")])
-        waited = self._client(who).wait(saga_id, timeout_seconds)
+        waited = client.wait(saga_id, timeout_seconds)
         status = compact_status(waited.saga, self.fleet.repo.load(saga_id, tenant=who.tenant))
         return {"settled": waited.settled, "timed_out": not waited.settled, **status,
                 "next": _after_wait(waited.settled, waited.saga.terminal)}
 
-    def saga_audit(self, who: CallerBinding, saga_id: str) -> dict[str, Any]:
+    def saga_audit(self, who: Principal, saga_id: str) -> dict[str, Any]:
         """The saga's timeline of events from the log, with actors."""
-        self._client(who).status(saga_id)  # the client's own id and tenant checks
+        client = self._client(who, Action.READ, f"saga {saga_id!r}")
+        client.status(saga_id)  # the client's own id and tenant checks
         return audit_timeline(self.fleet.repo.load(saga_id, tenant=who.tenant))
 
-    def cancel_saga(self, who: CallerBinding, saga_id: str, reason: str) -> dict[str, Any]:
+    def cancel_saga(self, who: Principal, saga_id: str, reason: str) -> dict[str, Any]:
         """Ask to cancel: what can still be compensated is compensated."""
+        client = self._client(who, Action.CANCEL, f"saga {saga_id!r}")
         problems = _text_problems("reason", reason, AGENT_REASON_CHARS.value)
         if problems:
             raise ArgumentsRejected("cancel_saga", problems)
-        view = self._client(who).cancel(saga_id, reason=reason)
+        view = client.cancel(saga_id, reason=reason)
         return compact_status(view, self.fleet.repo.load(saga_id, tenant=who.tenant))
 
 

@@ -29,6 +29,7 @@ from celery import Celery
 from fleet_harness import redis_client, worker_env
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from principal_support import issue_token
 from psycopg import sql
 from trip_inputs import TRIP_INPUT
@@ -136,8 +137,9 @@ def _secrets_put(env: dict[str, str], value: str, *ttl: str) -> dict[str, Any]:
     return dict(json.loads(done.stdout))
 
 
-def _mcp_calls(url: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """Over MCP: put a secret and start with its ref, and start with a raw value."""
+def _mcp_calls(url: str, token: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Over MCP, as the agent of ``token``: put a secret and start with its ref, and start
+    with a raw value."""
 
     async def call(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
         result = await session.call_tool(tool, arguments)
@@ -146,7 +148,8 @@ def _mcp_calls(url: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]
         return dict(document)
 
     async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        async with streamable_http_client(url) as (read, write), \
+        async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http, \
+                streamable_http_client(url, http_client=http) as (read, write), \
                 ClientSession(read, write) as session:
             await session.initialize()
             put = await call(session, "put_secret", value=SECRETS["mcp_ref"])
@@ -179,8 +182,7 @@ def test_no_secret_is_left_in_clear_after_sagas_on_every_path_and_a_refused_comm
     procs = [
         spawn_sagafleet(["worker", "--loglevel", "DEBUG"], env, tmp_path / "worker.log"),
         spawn_sagafleet(["sweeper"], env, tmp_path / "sweeper.log"),
-        spawn_sagafleet(["mcp", "--http", f"127.0.0.1:{port}", "--tenant", TENANT,
-                         "--actor", "mcp-bot"], env, tmp_path / "mcp.log"),
+        spawn_sagafleet(["mcp", "--http", f"127.0.0.1:{port}"], env, tmp_path / "mcp.log"),
     ]
     try:
         _run_every_path(fleet, database, broker, env, port, procs, tmp_path)
@@ -212,7 +214,8 @@ def _run_every_path(fleet, database, broker, env, port, procs, logs) -> None:  #
 
     # and an MCP agent puts a secret and starts with its ref, and starts with a value
     _wait_for("the MCP server", lambda: _listening(port, procs[2]))
-    _, by_ref, raw = _mcp_calls(f"http://127.0.0.1:{port}/mcp")
+    mcp_token = fleet.principals.add(TENANT, "mcp-bot", "agent", ["agent"]).token
+    _, by_ref, raw = _mcp_calls(f"http://127.0.0.1:{port}/mcp", mcp_token)
     sagas["mcp_ref"], sagas["mcp_raw"] = by_ref["saga_id"], raw["saga_id"]
 
     # and an agent sends a raw token over the broker, and deposits one it never uses

@@ -15,9 +15,9 @@ from trip_inputs import TRIP_INPUT
 from events.definitions import DefinitionNotFound, SharedDefinitionName
 from events.sagas import SagaNotFound
 from saga_core import SagaDefinition, trip_definition
+from saga_core.authority import Principal
 from saga_core.errors import ErrorKind
 from sagafleet.gateway import GatewayService
-from sagafleet.gateway.binding import CallerBinding
 from workers.client import SagaClient
 from workers.fleet import Fleet
 
@@ -69,7 +69,8 @@ def test_the_gateway_lists_and_starts_only_the_callers_and_the_shared_definition
     # given tenant A's own definition
     _admin(fleet, "A").register_definition(_own_trip("a_trip", "A's trip"))
     gateway = GatewayService(fleet)
-    as_a, as_b = CallerBinding("A", "agent-a"), CallerBinding("B", "agent-b")
+    as_a = Principal.in_process_agent("A", "agent-a")
+    as_b = Principal.in_process_agent("B", "agent-b")
     # when each tenant's agent lists what it may start
     listed = {who.tenant: [d["name"] for d in gateway.list_sagas(who)["definitions"]]
               for who in (as_a, as_b)}
@@ -85,7 +86,7 @@ def test_a_tenant_cannot_shadow_the_shared_trip(fleet):
     # given the shipped trip, shared by every tenant
     admin = _admin(fleet, "A")
     # when tenant A registers its own "trip", at the same version or the next
-    for version in (1, 2):
+    for version in (trip_definition().version, trip_definition().version + 1):
         changed = _own_trip("trip", "A's trip").model_copy(update={"version": version})
         with pytest.raises(SharedDefinitionName, match="'trip'") as refused:
             admin.register_definition(changed)

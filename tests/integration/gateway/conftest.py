@@ -27,6 +27,7 @@ def server_env(database: str, broker: str, tmp_path: Path) -> dict[str, str]:
         "SAGAFLEET_TOOLS": sandbox.TOOL_SET,
     })
     env.pop("SAGAFLEET_TENANT", None)
+    env.pop("SAGAFLEET_TOKEN", None)  # each test says which token a server runs with
     return env
 
 

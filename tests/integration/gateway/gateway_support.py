@@ -8,8 +8,13 @@ import subprocess
 import time
 from typing import Any
 
+import psycopg
 from mcp import ClientSession
+from principal_support import token_for
 from trip_inputs import TRIP_INPUT as FLEET_TRIP_INPUT
+
+from saga_core.authority import PrincipalKind
+from workers.fleet import Fleet
 
 # The trip input of every fleet test, with a token easy to search for in outputs.
 TRIP_INPUT = {**FLEET_TRIP_INPUT, "card_token": "tok_visa_4242_secret"}
@@ -43,3 +48,19 @@ def wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 30
         except OSError:
             time.sleep(0.1)
     raise AssertionError(f"nothing listens on port {port}")
+
+
+def principal_token(fleet: Fleet, tenant: str, name: str, *roles: str,
+                kind: PrincipalKind = PrincipalKind.AGENT) -> str:
+    """A live token of ``name`` of ``tenant`` in the fleet's directory: an agent with the
+    ``agent`` role unless told otherwise."""
+    return token_for(fleet, name, roles or ("agent",), tenant=tenant, kind=kind)
+
+
+def recorded(database: str) -> tuple[int, ...]:
+    """How many events, definitions and deposited secrets are recorded so far: a refused
+    call must leave all three as they were."""
+    with psycopg.connect(database) as conn:
+        return tuple(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # type: ignore[index]
+                     for table in ("eventstore.events", "eventstore.definitions",
+                                   "fleet.secret_refs"))

@@ -1,4 +1,5 @@
-"""An agent over MCP stdio: the SDK's own client spawns ``python -m sagafleet mcp``.
+"""An agent over MCP stdio: the SDK's own client spawns ``python -m sagafleet mcp``, which
+runs as the principal of the token it is started with.
 
 Real PostgreSQL and Redis, one real worker process; the test process only reads the log and
 sweeps, as the sweeper process would.
@@ -7,40 +8,46 @@ sweeps, as the sweeper process would.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import anyio
-from gateway_support import TRIP_INPUT, call
+from gateway_support import TRIP_INPUT, call, principal_token, recorded
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from saga_core.authority import PrincipalKind
 from saga_core.events import SagaStarted
+from sagafleet.exit_codes import ExitCode
 from workers.sweeper import Sweeper
 
+TOOLS = {"list_sagas", "start_saga", "put_secret", "propose_plan", "saga_status", "saga_wait",
+         "saga_audit", "cancel_saga"}
+"""Every tool an agent gets: no approve, deny or resolve."""
 
-def _server(env: dict[str, str], tenant: str, actor: str = "planner-bot") -> StdioServerParameters:
-    return StdioServerParameters(
-        command=sys.executable, args=["-m", "sagafleet", "mcp", "--tenant", tenant,
-                                      "--actor", actor],
-        env=env, cwd=str(Path.cwd()))
+
+def _server(env: dict[str, str], token: str) -> StdioServerParameters:
+    """``sagafleet mcp`` over stdio, started with ``token`` in SAGAFLEET_TOKEN."""
+    return StdioServerParameters(command=sys.executable, args=["-m", "sagafleet", "mcp"],
+                                 env=env | {"SAGAFLEET_TOKEN": token}, cwd=str(Path.cwd()))
 
 
 def test_agent_starts_retries_and_follows_a_trip_over_stdio(fleet, processes, server_env):
-    # given one worker process and an MCP server bound to tenant acme as planner-bot
+    # given one worker process and an MCP server started with the token of acme's planner-bot
     processes.start("worker")
     sweeper = Sweeper(fleet)
+    token = principal_token(fleet, "acme", "planner-bot")
 
     async def scenario() -> str:
-        async with stdio_client(_server(server_env, "acme")) as (read, write), \
+        async with stdio_client(_server(server_env, token)) as (read, write), \
                 ClientSession(read, write) as session:
             await session.initialize()
             # when the agent lists the tools
             names = {t.name for t in (await session.list_tools()).tools}
             # then the saga tools are there and approving is not
-            assert names == {"list_sagas", "start_saga", "put_secret", "propose_plan",
-                             "saga_status", "saga_wait", "saga_audit", "cancel_saga"}
+            assert names == TOOLS
 
             # when it lists the sagas
             failed, listed = await call(session, "list_sagas")
@@ -89,7 +96,7 @@ def test_agent_starts_retries_and_follows_a_trip_over_stdio(fleet, processes, se
             return saga_id
 
     saga_id = anyio.run(scenario)
-    # and the log records the actor and the agent's reason on SagaStarted
+    # and the log records the token's tenant and principal and the agent's reason
     started = fleet.repo.load(saga_id).events[0]
     assert isinstance(started, SagaStarted)
     assert (started.tenant, started.actor) == ("acme", "planner-bot")
@@ -102,7 +109,8 @@ def test_agent_gets_every_reason_back_and_cannot_see_other_tenants(fleet, server
         "trip", TRIP_INPUT, key="acme-1", reason="test")
 
     async def scenario() -> None:
-        async with stdio_client(_server(server_env, "beta")) as (read, write), \
+        async with stdio_client(_server(server_env, principal_token(fleet, "beta", "b-bot"))) \
+                as (read, write), \
                 ClientSession(read, write) as session:
             await session.initialize()
             # when an agent of tenant beta asks for it
@@ -155,3 +163,66 @@ def test_agent_gets_every_reason_back_and_cannot_see_other_tenants(fleet, server
             assert [d["name"] for d in listed["definitions"]] == ["trip"]
 
     anyio.run(scenario)
+
+
+def _run_mcp(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``sagafleet mcp`` over stdio with no client: it must refuse before serving."""
+    return subprocess.run(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "sagafleet", "mcp", *args], env=env, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_stdio_refuses_to_start_without_a_valid_token(fleet, database, server_env, tmp_path):
+    # given a revoked token (also in a file), and nothing recorded yet
+    revoked = principal_token(fleet, "acme", "old-bot")
+    fleet.principals.revoke("acme", "old-bot", "leaked")
+    token_file = tmp_path / "token"
+    token_file.write_text(revoked + "\n")
+    before = recorded(database)
+    # when the server is started with no token, an unknown one, the revoked one, or its file
+    runs = {
+        "none": _run_mcp(server_env),
+        "unknown": _run_mcp(server_env | {"SAGAFLEET_TOKEN": "sft_" + "A" * 43}),
+        "revoked": _run_mcp(server_env | {"SAGAFLEET_TOKEN": revoked}),
+        "revoked file": _run_mcp(server_env, "--token-file", str(token_file)),
+    }
+    # then each exits 11 (unauthenticated), saying why, without printing the token
+    for why, run in runs.items():
+        assert run.returncode == ExitCode.UNAUTHENTICATED, (why, run.stderr)
+        assert "token" in run.stderr and "Traceback" not in run.stderr, (why, run.stderr)
+        assert revoked not in run.stderr + run.stdout
+    assert "SAGAFLEET_TOKEN" in runs["none"].stderr
+    # and nothing was started, registered or deposited
+    assert recorded(database) == before
+
+
+def test_stdio_runs_as_an_auditor_that_may_read_but_not_start(fleet, server_env):
+    # given a saga of acme, and a server started with the token of acme's auditor
+    saga = fleet.client(tenant="acme", actor="someone").start(
+        "trip", TRIP_INPUT, key="acme-audited", reason="test")
+    token = principal_token(fleet, "acme", "ada", "auditor", kind=PrincipalKind.PERSON)
+
+    async def scenario() -> None:
+        async with stdio_client(_server(server_env, token)) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            # then it is offered the same tools, none of them an approval
+            assert {t.name for t in (await session.list_tools()).tools} == TOOLS
+            # when it reads the saga, then it may
+            failed, status = await call(session, "saga_status", saga_id=saga.saga_id)
+            assert not failed and status["saga_id"] == saga.saga_id
+            # when it tries to start a saga or deposit a secret
+            for tool, arguments in [
+                ("start_saga", {"definition": "trip", "input": TRIP_INPUT,
+                                "idempotency_key": "by-ada", "reason": "audit"}),
+                ("put_secret", {"value": "tok"}),
+            ]:
+                failed, refused = await call(session, tool, **arguments)
+                # then it is refused: FORBIDDEN, naming the principal and the action
+                assert failed and refused["error"] == "NotPermitted", refused
+                assert refused["kind"] == "forbidden" and "'ada'" in refused["message"]
+                assert "start" in refused["message"] and refused["hint"]
+
+    anyio.run(scenario)
+    # and nothing was started in its name
+    assert fleet.client(tenant="acme").find("by-ada") is None

@@ -7,7 +7,8 @@ import time
 
 from gateway_support import TRIP_INPUT
 
-from sagafleet.gateway import CallerBinding, FunctionRouter, GatewayService
+from saga_core.authority import Principal
+from sagafleet.gateway import FunctionRouter, GatewayService
 
 # Generous bound on the whole wait; each saga_wait call blocks 60 s at most.
 SETTLE_DEADLINE_S = 180.0
@@ -16,7 +17,7 @@ SETTLE_DEADLINE_S = 180.0
 def test_saga_wait_returns_when_the_saga_needs_a_person(fleet, workers):
     # given an agent that starts a trip above the approval limit while no worker runs
     router = FunctionRouter(GatewayService(fleet))
-    who = CallerBinding("acme", "waiter-bot")
+    who = Principal.in_process_agent("acme", "waiter-bot")
     started = router.call(who, "start_trip", {
         "input": {**TRIP_INPUT, "amount": 250_000}, "idempotency_key": "wait-1",
         "reason": "wait for it"})
@@ -40,14 +41,14 @@ def test_saga_wait_returns_when_the_saga_needs_a_person(fleet, workers):
 
 def test_saga_wait_names_a_bad_timeout_and_hides_other_tenants(fleet):
     router = FunctionRouter(GatewayService(fleet))
-    who = CallerBinding("acme", "waiter-bot")
+    who = Principal.in_process_agent("acme", "waiter-bot")
     saga_id = router.call(who, "start_trip", {
         "input": TRIP_INPUT, "idempotency_key": "wait-2", "reason": "r"})["saga_id"]
     for bad in (-1, 61, "10", True):
         rejected = router.call(who, "saga_wait", {"saga_id": saga_id, "timeout_seconds": bad})
         assert rejected["error"] == "ArgumentsRejected", rejected
         assert rejected["problems"][0]["where"] == "timeout_seconds"
-    other = router.call(CallerBinding("beta", "x"), "saga_wait",
+    other = router.call(Principal.in_process_agent("beta", "x"), "saga_wait",
                         {"saga_id": saga_id, "timeout_seconds": 0})
     assert other["error"] == "SagaNotFound"
     # and a timeout of 0 only looks

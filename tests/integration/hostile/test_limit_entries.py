@@ -160,11 +160,12 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _post(port: int, body: bytes) -> tuple[int, dict[str, Any]]:
-    """POST ``body`` to /mcp with its Content-Length."""
+def _post(port: int, body: bytes, token: str) -> tuple[int, dict[str, Any]]:
+    """POST ``body`` to /mcp with its Content-Length, as the principal of ``token``."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
-        conn.request("POST", "/mcp", body=body, headers=MCP_HEADERS)
+        conn.request("POST", "/mcp", body=body,
+                     headers=MCP_HEADERS | {"authorization": f"Bearer {token}"})
         response = conn.getresponse()
         text = response.read().decode()
     finally:
@@ -175,10 +176,11 @@ def _post(port: int, body: bytes) -> tuple[int, dict[str, Any]]:
         return response.status, {"text": text[:300]}
 
 
-def _post_chunked(port: int, size: int) -> tuple[int, dict[str, Any]]:
+def _post_chunked(port: int, size: int, token: str) -> tuple[int, dict[str, Any]]:
     """POST ``size`` bytes to /mcp chunked (no Content-Length), then read the answer."""
     chunk = b" " * (16 * 1024)
-    head = "".join(f"{k}: {v}\r\n" for k, v in MCP_HEADERS.items())
+    headers = MCP_HEADERS | {"authorization": f"Bearer {token}"}
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\n{head}"
                      "transfer-encoding: chunked\r\n\r\n".encode())
@@ -204,7 +206,11 @@ def _wait_listening(port: int, server: subprocess.Popen[bytes]) -> None:
             time.sleep(0.3)
 
 
-def test_the_mcp_http_server_refuses_a_body_over_the_limit_before_reading_it(database, broker):
+def test_the_mcp_http_server_refuses_a_body_over_the_limit_before_reading_it(
+    fleet, database, broker
+):
+    # given an agent's token: the body cap applies to requests that proved one
+    token = fleet.principals.add("acme", "limits-bot", "agent", ["agent"]).token
     port = _free_port()
     server = subprocess.Popen(  # noqa: S603 - our own interpreter and module
         [sys.executable, "-m", "sagafleet", "mcp", "--http", f"127.0.0.1:{port}"],
@@ -220,16 +226,19 @@ def test_the_mcp_http_server_refuses_a_body_over_the_limit_before_reading_it(dat
         request["params"]["padding"] = "p" * (MCP_BODY_BYTES.value - base)
         largest = json.dumps(request).encode()
         assert len(largest) == MCP_BODY_BYTES.value
-        status, answer = _post(port, largest)
+        status, answer = _post(port, largest, token)
         assert status == 200, answer
         # when a body a byte longer is declared, it is refused by its Content-Length
-        status, answer = _post(port, largest + b" ")
+        status, answer = _post(port, largest + b" ", token)
         assert status == 413
         assert answer["error"]["data"] == {
             "limit": "mcp_body_bytes", "limit_value": MCP_BODY_BYTES.value,
             "seen": MCP_BODY_BYTES.value + 1, "at_least": False}
+        # and with a token that proves nobody, it is refused before the limit is even looked at
+        status, answer = _post(port, largest + b" ", "sft_" + "A" * 43)
+        assert status == 401 and answer["kind"] == "unauthenticated"
         # and a chunked body without a length is cut off as soon as it passes the limit
-        status, answer = _post_chunked(port, MCP_BODY_BYTES.value + 16 * 1024)
+        status, answer = _post_chunked(port, MCP_BODY_BYTES.value + 16 * 1024, token)
         assert status == 413, answer
         assert answer["error"]["data"]["limit"] == "mcp_body_bytes"
         assert answer["error"]["data"]["at_least"] is True

@@ -10,8 +10,8 @@ from saga_core.errors import InputValidationError
 from saga_core.examples import trip_definition, trip_tool_catalogue
 from saga_core.inputs import validate_input
 from sagafleet.gateway import (
-    BindingPolicy,
     GatewayService,
+    NoCaller,
     build_mcp_server,
     definition_function,
     export,
@@ -30,7 +30,7 @@ def specs():
     """The functions of a server over a fleet that never connects (only schemas are read)."""
     fleet = Fleet(FleetConfig(database_url="postgresql://unused", broker_url="redis://unused"),
                   trip_tool_catalogue())
-    server = build_mcp_server(GatewayService(fleet), BindingPolicy("acme", "agent"))
+    server = build_mcp_server(GatewayService(fleet), NoCaller())
     return gateway_functions([trip_definition()], anyio.run(server.list_tools))
 
 
