@@ -28,6 +28,7 @@ from workers.executor import StepExecutor
 from workers.orchestrator import Clock, Orchestrator, utc_now
 from workers.publisher import CeleryPublisher
 from workers.secrets import SecretVault
+from workers.signed_commands import CommandNonces
 from workers.tools import ToolRegistry, ToolSet
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,11 @@ class Fleet:
     def dead_letters(self) -> DeadLetters:
         """Messages that can never succeed, kept whole for an operator."""
         return DeadLetters(self.store)
+
+    @cached_property
+    def command_nonces(self) -> CommandNonces:
+        """Single-use command ids of signed agent commands (``workers.signed_commands``)."""
+        return CommandNonces(self.store)
 
     @cached_property
     def publisher(self) -> CeleryPublisher:
