@@ -31,6 +31,11 @@ class Settings(BaseModel):
         "errors and traces to Sentry (unset: sentry-sdk is never initialised)"))
     tenant: str = Field(default="default", min_length=1, max_length=128,
                         description="the tenant a command acts for")
+    # The API token an operator's commands act with (approve, deny, resolve, cancel, start,
+    # ...): issued by `sagafleet principals add|rotate`, shown once. A file is safer than the
+    # environment (--token-file); either way it is never printed.
+    token: SecretStr | None = Field(default=None, description=(
+        "the API token a command acts with (else --token-file); never printed"))
     lease_seconds: float = Field(default=30.0, gt=0, le=86_400, description=(
         "how long a claim holds before its outcome counts as unknown"))
     queue_wait_seconds: float = Field(default=10.0, gt=0, le=86_400, description=(

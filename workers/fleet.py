@@ -26,6 +26,8 @@ from workers.client import SagaClient
 from workers.dead_letters import DeadLetters
 from workers.executor import StepExecutor
 from workers.orchestrator import Clock, Orchestrator, utc_now
+from workers.principals import PrincipalDirectory
+from workers.principals_pg import PostgresPrincipals
 from workers.publisher import CeleryPublisher
 from workers.secrets import SecretVault
 from workers.signed_commands import CommandNonces
@@ -116,6 +118,15 @@ class Fleet:
     def secrets(self) -> SecretVault:
         """Secret saga inputs, kept outside the log."""
         return SecretVault(self.store)
+
+    @cached_property
+    def principals(self) -> PrincipalDirectory:
+        """The people and agents of every tenant, their tokens and signing keys."""
+        return PostgresPrincipals(self.store, self.clock)
+
+    def authenticate(self, token: str) -> Principal:
+        """The principal a token proves (``Unauthenticated`` for any token that proves none)."""
+        return self.principals.authenticate(token)
 
     @cached_property
     def celery(self):  # type: ignore[no-untyped-def]

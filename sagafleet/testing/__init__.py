@@ -24,6 +24,7 @@ from sagafleet.testing.tools import (
     WorkerCrashed,
 )
 from sagafleet.testing.trip import TripLedger, TripTools
+from workers.principals_memory import MemoryPrincipals
 
 __all__ = [
     "CommittedEffect",
@@ -31,6 +32,7 @@ __all__ = [
     "FleetMisconfigured",
     "InMemoryTool",
     "InMemoryTools",
+    "MemoryPrincipals",
     "NeverIdle",
     "RecordingPublisher",
     "TestClock",

@@ -27,7 +27,7 @@ from events.memory import MemoryDefinitions, MemorySagaLog, MemorySecrets
 from events.model import Position
 from events.sagas import LoadedSaga, saga_id_of, saga_stream
 from saga_core import SagaDefinition
-from saga_core.authority import Principal
+from saga_core.authority import ADMIN_ROLE, Principal, PrincipalKind
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.events import SagaEvent
 from saga_core.examples import trip_definition
@@ -41,6 +41,7 @@ from workers.client import SagaClient
 from workers.executor import StepExecutor
 from workers.messages import StepCommand
 from workers.orchestrator import Orchestrator
+from workers.principals_memory import MemoryPrincipals
 from workers.sweeper import sweep_saga
 from workers.tools import ToolSet
 
@@ -113,7 +114,11 @@ class TestFleet:
         self._active: dict[str, None] = {}  # unfinished sagas in start order (the tracker's)
         self._checkpoint: Position | None = None
         self._folded: dict[str, LoadedSaga] = {}  # the tracker's sagas as last folded
-        admin = self.client(actor="testfleet")
+        self.principals = MemoryPrincipals(self.clock)
+        # The test's own setup registers the definitions it was given, as a trusted
+        # in-process admin (a test holds the fleet, as a deployment's admin holds the DB).
+        admin = self.client_for(Principal("default", "testfleet", PrincipalKind.AGENT,
+                                          frozenset({ADMIN_ROLE}), authenticated=False))
         for definition in definitions or ():
             admin.register_definition(definition)
 
@@ -126,6 +131,18 @@ class TestFleet:
         return SagaClient(self.orchestrator, self.definitions, self.catalogue,
                           secrets=self.secrets, publisher=self.publisher,
                           principal=principal)
+
+    def authenticate(self, token: str) -> Principal:
+        """The principal a token of :attr:`principals` proves (else ``Unauthenticated``)."""
+        return self.principals.authenticate(token)
+
+    def person(self, name: str, *, roles: Iterable[str] = ("approver",),
+               tenant: str = "default") -> SagaClient:
+        """A SagaClient acting as a person authenticated by the fleet's directory: adds
+        ``name`` to ``tenant`` with ``roles``, proves its token, and acts as it (an
+        approver by default), as the command line does with SAGAFLEET_TOKEN."""
+        issued = self.principals.add(tenant, name, PrincipalKind.PERSON, roles)
+        return self.client_for(self.authenticate(issued.token))
 
     # -- running
 
