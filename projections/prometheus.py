@@ -61,7 +61,10 @@ def render(metrics: Metrics, statuses: list[ProjectionStatus], alerts: Counter[s
         _line("dead_letters_recorded_total", {}, metrics.dead_letters.recorded),
         "# TYPE sagafleet_dead_letters_open gauge",
         _line("dead_letters_open", {}, metrics.dead_letters.open),
+        "# TYPE sagafleet_commands_refused_total counter",
     ]
+    lines += [_line("commands_refused_total", {"refusal": refusal}, count)
+              for refusal, count in metrics.dead_letters.refused.items()]
     for kind in (
         "captured_without_confirmation",
         "compensation_failing",

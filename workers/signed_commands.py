@@ -27,7 +27,6 @@ from typing import Protocol
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from events import EventStore
 from saga_core.authority import Principal
@@ -40,28 +39,13 @@ from saga_core.signed_commands import (
     refused,
     signed_parts,
 )
-
-
-class KnownSigningKey(Protocol):
-    """A live signing key as the principal directory hands it out."""
-
-    @property
-    def kid(self) -> str:
-        """The key's id, as messages name it."""
-
-    @property
-    def principal(self) -> Principal:
-        """Who a command signed with this key acts as."""
-
-    @property
-    def public_key(self) -> bytes:
-        """The Ed25519 public key: 32 raw bytes, or PEM (SubjectPublicKeyInfo)."""
+from workers.principals import SigningKey
 
 
 class SigningKeys(Protocol):
     """Where live signing keys are found by kid (``workers.principals``)."""
 
-    def signing_key(self, kid: str) -> KnownSigningKey | None:
+    def signing_key(self, kid: str) -> SigningKey | None:
         """The live key with this id; None when unknown or revoked."""
 
 
@@ -94,19 +78,10 @@ def verify_signed_command(task: str, kwargs: dict[str, object],
 
 def _signature_holds(public_key: bytes, signature: bytes, data: bytes) -> bool:
     try:
-        _public_key(public_key).verify(signature, data)
+        Ed25519PublicKey.from_public_bytes(public_key).verify(signature, data)
     except InvalidSignature:
         return False
     return True
-
-
-def _public_key(material: bytes) -> Ed25519PublicKey:
-    if len(material) == 32:
-        return Ed25519PublicKey.from_public_bytes(material)
-    loaded = load_pem_public_key(material)
-    if not isinstance(loaded, Ed25519PublicKey):  # the directory stores Ed25519 keys only
-        raise TypeError(f"signing key is {type(loaded).__name__}, not Ed25519")
-    return loaded
 
 
 class CommandNonces:

@@ -1,7 +1,8 @@
 """``sagafleet dead-letters [show|requeue|discard]``: messages that could never succeed.
 
-An agent's command that no retry can help (malformed, invalid input, unknown definition,
-idempotency conflict) is kept whole in ``fleet.dead_letters`` (:mod:`workers.dead_letters`).
+An agent's command that no retry can help (malformed, a refused signature — its refusal
+shown —, invalid input, unknown definition, idempotency conflict) is kept whole in
+``fleet.dead_letters`` (:mod:`workers.dead_letters`).
 Listing and showing only read (no broker). ``requeue`` publishes the original message again,
 to its task under its task id, once the cause is fixed — the command is idempotent, so a
 requeue can never act twice — and ``discard`` closes a letter saying why. Each resolves a
@@ -40,7 +41,10 @@ def _letter_json(letter: DeadLetter) -> dict[str, Any]:
 
 
 def _headline(letter: DeadLetter) -> str:
-    return (f"#{letter.id}  {letter.status:<9} {letter.task}  [{letter.error_kind or '?'}]"
+    kind = letter.error_kind or "?"
+    if letter.refusal:  # a refused signed command: why (unsigned, replayed, expired, ...)
+        kind = f"{kind}: {letter.refusal}"
+    return (f"#{letter.id}  {letter.status:<9} {letter.task}  [{kind}]"
             f"  {letter.recorded_at:%Y-%m-%d %H:%M:%S}  {letter.reason}")
 
 
