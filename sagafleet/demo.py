@@ -1,6 +1,12 @@
 """The demo: a real fleet (worker processes, a sweeper) running trip sagas against the
 sandbox providers with injected faults, with this process playing the operator.
 
+Nobody acts by a typed name: at the start the demo adds two principals to the fleet's
+directory, as an admin would with ``sagafleet principals add`` — the agent that registers
+and starts the sagas, and a person with the ``approver`` role — and acts as each only
+through the principal its API token proves. Every grant and denial in the log names the
+authenticated approver, who is not the saga's starter (four eyes).
+
 It proves its own claims from the outside: terminal states come from the log, duplicate
 effects and the business invariant from the providers' ledgers.
 """
@@ -21,6 +27,7 @@ from typing import Any
 from events.definitions import DefinitionConflict
 from events.sagas import LoadedSaga
 from saga_core import SagaDefinition
+from saga_core.authority import ADMIN_ROLE, AGENT_ROLE, APPROVER_ROLE, Principal, PrincipalKind
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.errors import SagaError
 from saga_core.events import (
@@ -37,9 +44,11 @@ from sagafleet.processes import spawn_sagafleet, stop_processes
 from sagafleet.sandbox import TripSandbox, ledger_for_saga, ledger_totals
 from workers.client import SagaClient
 from workers.fleet import Fleet
+from workers.principals import PrincipalConflict, PrincipalDirectory
 
 DEMO_DEFINITION = "trip_demo"
-OPERATOR = "demo-operator"
+AGENT = "demo-agent"
+APPROVER = "demo-approver"
 APPROVAL_TTL_S = 6.0
 
 
@@ -100,18 +109,32 @@ class DemoOptions:
     queue_wait_s: float = 3.0
 
 
+def demo_principal(fleet: Fleet, name: str, kind: PrincipalKind,
+                   roles: frozenset[str]) -> Principal:
+    """Add ``name`` to the demo's tenant (or, from an earlier demo, issue it a new token) and
+    return the principal that token proves, as every entry proves its caller."""
+    directory: PrincipalDirectory = fleet.principals
+    try:
+        issued = directory.add("default", name, kind, roles)
+    except PrincipalConflict:
+        issued = directory.rotate("default", name)
+    return fleet.authenticate(issued.token)
+
+
 @dataclass
 class Operator:
     """Plays the human: lets the first request expire (it is asked again), then approves
-    three of every four requests and denies the fourth, always as ``demo-operator``."""
+    three of every four requests and denies the fourth, always as ``approver``, a person
+    the fleet's directory authenticated by its API token."""
 
+    approver: Principal
     expired_one: str | None = None
     expired_request: datetime | None = None
     answered: Counter[str] = field(default_factory=Counter)
 
     def review(self, fleet: Fleet, loaded: LoadedSaga) -> None:
         """Answer this saga's open approval requests."""
-        client = fleet.client(tenant=loaded.tenant, actor=OPERATOR)
+        client = fleet.client_for(self.approver)
         for run in [*loaded.state.forward.values(), *loaded.state.compensation.values()]:
             approval = run.approval
             if approval is None or run.status is not RunStatus.AWAITING_APPROVAL:
@@ -194,14 +217,16 @@ def run(
 ) -> dict[str, Any]:
     """Run the demo on an already-migrated fleet whose tools are ``trip``'s (the sandbox
     installed); return the summary document."""
-    client = fleet.client(actor="demo-agent")
+    client = fleet.client_for(demo_principal(fleet, AGENT, PrincipalKind.AGENT,
+                                             frozenset({AGENT_ROLE, ADMIN_ROLE})))
     version = register_demo_definition(client)
+    approver = demo_principal(fleet, APPROVER, PrincipalKind.PERSON, frozenset({APPROVER_ROLE}))
     faults = trip.faults
     faults.clear()
     if options.fault_rate > 0:
         faults.configure_mix(options.fault_rate, options.seed)
     processes = FleetProcesses(env, options.workers, log_dir)
-    operator = Operator()
+    operator = Operator(approver)
     progress = Progress(options.sagas, sys.stderr)
     started = time.monotonic()
     try:
@@ -286,6 +311,9 @@ def summarize(
             "granted": counts["approvals_granted"],
             "denied": counts["approvals_denied"],
             "left_to_expire": operator.expired_one,
+            "approver": {"name": operator.approver.name, "kind": str(operator.approver.kind),
+                         "roles": sorted(operator.approver.roles),
+                         "authenticated": operator.approver.authenticated},
         },
         "faults_injected": dict(sorted(fault_hits.items())),
         "elapsed_s": round(elapsed, 2),

@@ -11,7 +11,6 @@ import json
 import math
 import time
 import uuid
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
 
@@ -25,7 +24,7 @@ from saga_core import (
     check_approval,
     validate_plan,
 )
-from saga_core.authority import Principal
+from saga_core.authority import Action, Principal, check_permitted
 from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.definition import parse_definition
@@ -202,8 +201,8 @@ class SagaClient:
 
     def as_actor(self, actor: str, tenant: str | None = None) -> SagaClient:
         """The same client acting as another in-process agent (or for another tenant)."""
-        return self.for_principal(replace(self.principal, name=actor,
-                                          tenant=tenant or self.tenant))
+        # Always an unproven agent: renaming a proven principal would forge its name.
+        return self.for_principal(Principal.in_process_agent(tenant or self.tenant, actor))
 
     def via_broker(self) -> SagaClient:
         """The same client for commands that crossed the broker: the message sat in Redis,
@@ -222,6 +221,7 @@ class SagaClient:
         start that uses it (its value moves to that saga); unused, it expires after ``ttl``
         and the sweeper forgets it. Errors never show the value.
         """
+        check_permitted(self.principal, Action.START, "a secret input")
         if not isinstance(ttl, timedelta) or not MIN_SECRET_TTL <= ttl <= MAX_SECRET_TTL:
             raise InvalidRequest(
                 f"secret ttl must be a timedelta from {MIN_SECRET_TTL} to {MAX_SECRET_TTL}")
@@ -243,6 +243,7 @@ class SagaClient:
 
     def register_definition(self, definition: SagaDefinition | dict[str, Any]) -> str:
         """Validate a definition against the tool catalogue and store it; return its hash."""
+        check_permitted(self.principal, Action.REGISTER, "a saga definition")
         if not isinstance(definition, SagaDefinition):
             definition = parse_definition(definition)  # size bounded before pydantic copies
         validated = validate_definition(definition, self.catalogue)
@@ -257,6 +258,7 @@ class SagaClient:
         (:func:`plan_definition_name`): the same plan submitted again registers nothing new,
         and a different plan never collides with it.
         """
+        check_permitted(self.principal, Action.START, "an agent plan")
         if not isinstance(plan, AgentPlan):
             plan = parse_plan(plan)  # size bounded before pydantic copies
         if name is None:
@@ -277,6 +279,7 @@ class SagaClient:
         reason: str = "",
     ) -> Started:
         """Start a saga; with ``key``, the same key and input return the same saga."""
+        check_permitted(self.principal, Action.START, f"definition {definition!r}")
         if key is not None:
             _text("idempotency key", key, KEY_CHARS)
         _text("definition name", definition, NAME_CHARS)
@@ -391,6 +394,7 @@ class SagaClient:
 
     def find(self, key: str) -> SagaView | None:
         """The saga this tenant started with idempotency ``key``, or None."""
+        check_permitted(self.principal, Action.READ, "a saga")
         _text("idempotency key", key, KEY_CHARS)
         try:
             return view_of(self._load(self._id_for_key(key)))
@@ -403,6 +407,7 @@ class SagaClient:
 
     def status(self, saga_id: str) -> SagaView:
         """The saga's current state and steps, folded from the log."""
+        check_permitted(self.principal, Action.READ, f"saga {saga_id}")
         return view_of(self._load(saga_id))
 
     def wait(self, saga_id: str, timeout: float = 30.0) -> Waited:
@@ -413,6 +418,7 @@ class SagaClient:
         loop; a slow re-check every :data:`RECHECK_SECONDS` covers a store with NOTIFY off.
         Another tenant's saga is ``SagaNotFound``, as for :meth:`status`.
         """
+        check_permitted(self.principal, Action.READ, f"saga {saga_id}")
         if (isinstance(timeout, bool) or not isinstance(timeout, int | float)
                 or not math.isfinite(timeout) or not 0 <= timeout <= MAX_WAIT_SECONDS):
             raise InvalidRequest(f"wait timeout must be a number of seconds from 0 to "
@@ -468,6 +474,7 @@ class SagaClient:
 
     def cancel(self, saga_id: str, *, reason: str = "") -> SagaView:
         """Ask to cancel: compensate what can be compensated (before the pivot)."""
+        check_permitted(self.principal, Action.CANCEL, f"saga {saga_id}")
         _text("reason", reason, REASON_CHARS, empty=True)
 
         def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
@@ -488,6 +495,7 @@ class SagaClient:
         saga after it; raises ``NothingToResolve`` when nothing waits for a person and
         ``OperatorActionRejected`` when the action does not fit what the saga waits on.
         """
+        check_permitted(self.principal, Action.RESOLVE, f"saga {saga_id}")
         _text("reason", reason, REASON_CHARS, empty=True)
         if step_id is not None:
             kind = _step_ref(step_id, kind)

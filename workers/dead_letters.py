@@ -26,6 +26,7 @@ from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from events import EventStore
+from saga_core.authority import Action, Principal, check_permitted
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.limits import LimitExceeded, check_command_message
 from workers.celery_app import STEP_TASK
@@ -190,23 +191,26 @@ class DeadLetters:
             raise DeadLetterNotFound(f"no dead letter {letter_id}")
         return letter
 
-    def requeue(self, letter_id: int, actor: str, reason: str,
+    def requeue(self, letter_id: int, principal: Principal, reason: str,
                 publish: Callable[[DeadLetter], None]) -> Resolution:
-        """Publish the letter's message again (``publish``) and mark it requeued, once.
+        """Publish the letter's message again (``publish``) and mark it requeued, once, as
+        done by ``principal`` (``NotPermitted`` unless a role of it allows dead letters).
 
         The row stays locked while ``publish`` runs, so two operators cannot requeue it
         twice; if publishing fails, nothing is marked. If the mark is lost after a
         successful publish, a second requeue publishes the same task id again, which every
         command absorbs (they are idempotent under redelivery).
         """
-        return self._resolve(letter_id, DeadLetterStatus.REQUEUED, actor, reason, publish)
+        return self._resolve(letter_id, DeadLetterStatus.REQUEUED, principal, reason, publish)
 
-    def discard(self, letter_id: int, actor: str, reason: str) -> Resolution:
-        """Mark the letter discarded (kept, with who and why), once."""
-        return self._resolve(letter_id, DeadLetterStatus.DISCARDED, actor, reason, None)
+    def discard(self, letter_id: int, principal: Principal, reason: str) -> Resolution:
+        """Mark the letter discarded (kept, with who and why), once, as done by
+        ``principal`` (``NotPermitted`` unless a role of it allows dead letters)."""
+        return self._resolve(letter_id, DeadLetterStatus.DISCARDED, principal, reason, None)
 
-    def _resolve(self, letter_id: int, status: DeadLetterStatus, actor: str, reason: str,
-                 publish: Callable[[DeadLetter], None] | None) -> Resolution:
+    def _resolve(self, letter_id: int, status: DeadLetterStatus, principal: Principal,
+                 reason: str, publish: Callable[[DeadLetter], None] | None) -> Resolution:
+        check_permitted(principal, Action.DEAD_LETTERS, f"dead letter {letter_id}")
         with self._store.connection() as conn, conn.transaction(), conn.cursor(
                 row_factory=class_row(DeadLetter)) as cur:
             letter = cur.execute(
@@ -234,7 +238,7 @@ class DeadLetters:
                 "UPDATE fleet.dead_letters SET status = %s, resolved_by = %s,"  # noqa: S608
                 " resolved_at = now(), resolution = %s WHERE id = %s"
                 f" RETURNING {_COLUMNS}",
-                (status.value, actor, reason, letter_id)).fetchone()
+                (status.value, principal.name, reason, letter_id)).fetchone()
         if resolved is None:  # pragma: no cover - the row is locked: it is still there
             raise DeadLetterNotFound(f"no dead letter {letter_id}")
         return Resolution(changed=True, letter=resolved)

@@ -10,6 +10,7 @@ from sagafleet.commands import (
     fleet,
     mcp_cmd,
     operator,
+    principals,
     projector,
     reports,
     sagas,
@@ -19,6 +20,6 @@ from sagafleet.errors import exit_code_for
 
 REGISTRARS = [demo.register, db.register, fleet.register, sagas.register, operator.register,
               reports.register, anchor.register, dead_letters.register, mcp_cmd.register,
-              projector.register, secrets.register]
+              projector.register, secrets.register, principals.register]
 
 __all__ = ["REGISTRARS", "exit_code_for"]

@@ -7,7 +7,9 @@ Listing and showing only read (no broker). ``requeue`` publishes the original me
 to its task under its task id, once the cause is fixed — the command is idempotent, so a
 requeue can never act twice — and ``discard`` closes a letter saying why. Each resolves a
 letter once: doing it again does nothing and says so; the other action on a resolved
-letter is a conflict (exit 5). An unknown id exits 4.
+letter is a conflict (exit 5). An unknown id exits 4. Requeue and discard act as the
+principal of the command's token (``--token-file`` or ``SAGAFLEET_TOKEN``), which needs the
+``operator`` role; the letter records its name.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sagafleet import runtime
+from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import command_fleet
 from sagafleet.output import emit_report
@@ -29,8 +32,8 @@ from workers.tasks import republish
 EXAMPLES = """examples:
   sagafleet dead-letters --json
   sagafleet dead-letters show 12
-  sagafleet dead-letters requeue 12 --as ada --reason "definition trip-v2 registered"
-  sagafleet dead-letters discard 13 --as ada --reason "test message from a broken agent"
+  SAGAFLEET_TOKEN=sft_… sagafleet dead-letters requeue 12 --reason "definition trip-v2 registered"
+  sagafleet dead-letters discard 13 --token-file ~/.sagafleet-token --reason "test message"
 """
 
 
@@ -132,11 +135,11 @@ def register(sub: Any) -> None:
     show = action("show", "one dead letter and its whole message")
     show.set_defaults(handler=run_show)
     requeue = action("requeue", "publish the message again to its task (once)")
-    requeue.add_argument("--as", dest="actor", required=True, help="who requeues it")
+    add_token_option(requeue)
     requeue.add_argument("--reason", default="", help="why (recorded on the letter)")
     requeue.set_defaults(handler=run_requeue)
     discard = action("discard", "close the letter without running it (once)")
-    discard.add_argument("--as", dest="actor", required=True, help="who discards it")
+    add_token_option(discard)
     discard.add_argument("--reason", required=True, help="why (recorded on the letter)")
     discard.set_defaults(handler=run_discard)
 
@@ -162,7 +165,7 @@ def run_requeue(args: argparse.Namespace, settings: Settings) -> int:
     fleet = command_fleet(settings)
     try:
         resolution = fleet.dead_letters.requeue(
-            args.letter_id, args.actor, args.reason,
+            args.letter_id, cli_principal(args, settings, fleet.principals), args.reason,
             lambda letter: republish(fleet.celery, letter))
     finally:
         fleet.close()
@@ -174,7 +177,8 @@ def run_discard(args: argparse.Namespace, settings: Settings) -> int:
     """Mark a letter discarded, with who and why (a second time: nothing)."""
     fleet = command_fleet(settings)
     try:
-        resolution = fleet.dead_letters.discard(args.letter_id, args.actor, args.reason)
+        resolution = fleet.dead_letters.discard(
+            args.letter_id, cli_principal(args, settings, fleet.principals), args.reason)
     finally:
         fleet.close()
     emit_report(ResolutionReport("discard", resolution), as_json=args.json)

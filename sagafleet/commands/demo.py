@@ -21,6 +21,7 @@ def register(sub: Any) -> None:
         help="run trip sagas on a real fleet with injected faults and print a summary",
         description="Starts W worker processes and a sweeper, runs N trip sagas against the "
         "sandbox providers with faults injected at rate P, plays the operator for approvals "
+        "as an approver it adds to the principal directory and authenticates by its API token "
         "(approves most, denies some, lets one expire), and checks the providers' ledgers for "
         "duplicate effects. Exit code 8 if any duplicate effect, broken invariant or "
         "unsettled saga is found.",
@@ -44,7 +45,9 @@ def _text(d: dict[str, Any]) -> str:
         *(f"  {state:<24} {n}" for state, n in d["terminal_states"].items()),
         f"compensations run:        {d['compensations']}",
         f"reconciliations:          {d['reconciliations'] or 'none'}",
-        f"approvals:                {d['approvals']}",
+        f"approvals:                requested {d['approvals']['requested']}, granted "
+        f"{d['approvals']['granted']}, denied {d['approvals']['denied']}",
+        f"approved by:              {_approver(d['approvals']['approver'])}",
         f"faults injected:          {d['faults_injected'] or 'none'}",
         f"duplicate net effects:    {d['duplicate_effects']}  (from the providers' ledgers)",
         f"invariant violations:     {len(d['invariant_violations'])}",
@@ -53,6 +56,13 @@ def _text(d: dict[str, Any]) -> str:
     for item in d["manual_intervention"]:
         lines.append(f"  manual intervention {item['saga_id']}: {item['reason']}")
     return "\n".join(lines)
+
+
+def _approver(approver: dict[str, Any]) -> str:
+    proof = ("authenticated by its API token" if approver["authenticated"]
+             else "NOT authenticated")
+    return (f"{approver['kind']} {approver['name']!r} (roles: {', '.join(approver['roles'])}),"
+            f" {proof}")
 
 
 def run_demo(args: argparse.Namespace, settings: Settings) -> int:

@@ -2,8 +2,10 @@
 
 ``queue`` reads the operator queue (a read command: no migration, no broker). The others
 record one typed operator event through the workers' SagaClient on an already migrated
-database; a second identical click records nothing. Which resolve actions fit a paused saga
-is saga_core's rule (:mod:`saga_core.resolution`).
+database; a second identical click records nothing. Each acts as the principal its API
+token proves (``--token-file PATH`` or ``SAGAFLEET_TOKEN``; :mod:`sagafleet.auth`): the
+tenant and the recorded actor are the principal's, whatever else is typed. Which resolve
+actions fit a paused saga is saga_core's rule (:mod:`saga_core.resolution`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from saga_core.events import OperatorActionName
 from saga_core.limits import INPUT_TEXT_BYTES, QUEUE_PAGE_ROWS
 from saga_core.resolution import OPERATOR_ACTIONS, OperatorRequest
 from sagafleet import runtime
+from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.commands.rendering import QueueReport, ResolveReport, SagaReport
 from sagafleet.errors import InvalidInput, UsageError
 from sagafleet.exit_codes import ExitCode
@@ -30,13 +33,15 @@ from workers.views import SagaView
 
 EXAMPLES = """examples:
   sagafleet queue
-  sagafleet approve 3f2c… capture_payment --as ada
-  sagafleet resolve 3f2c… mark_compensated --step capture_payment --as ada --reason "refunded"
+  export SAGAFLEET_TOKEN=sft_…        # issued by `sagafleet principals add`, shown once
+  sagafleet approve 3f2c… capture_payment
+  sagafleet resolve 3f2c… mark_compensated --step capture_payment --reason "refunded" \
+      --token-file ~/.sagafleet-token
 """
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tenant", default=None, help="act for this tenant (SAGAFLEET_TENANT)")
+    add_token_option(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
 
@@ -56,7 +61,6 @@ def register(sub: Any) -> None:
         p = sub.add_parser(name, help=helptext, epilog=EXAMPLES, formatter_class=fmt)
         p.add_argument("saga_id")
         p.add_argument("step")
-        p.add_argument("--as", dest="actor", required=True, help="the approver's identity")
         p.add_argument("--compensation", action="store_true",
                        help="the request is for the step's compensation")
         if name == "approve":
@@ -71,7 +75,6 @@ def register(sub: Any) -> None:
                              epilog=EXAMPLES, formatter_class=fmt)
     resolve.add_argument("saga_id")
     resolve.add_argument("action", choices=OPERATOR_ACTIONS)
-    resolve.add_argument("--as", dest="actor", required=True, help="the operator's identity")
     resolve.add_argument("--reason", required=True, help="why (recorded on the event)")
     resolve.add_argument("--step", default=None, help="the step the action is about")
     resolve.add_argument(
@@ -83,7 +86,6 @@ def register(sub: Any) -> None:
 
     cancel = sub.add_parser("cancel", help="cancel a saga: compensate what can be compensated")
     cancel.add_argument("saga_id")
-    cancel.add_argument("--as", dest="actor", required=True)
     cancel.add_argument("--reason", default="")
     _common(cancel)
     cancel.set_defaults(handler=run_cancel)
@@ -96,10 +98,10 @@ def _kind(args: argparse.Namespace) -> StepKind:
 def _act(
     args: argparse.Namespace, settings: Settings, action: Callable[[SagaClient], SagaView]
 ) -> int:
-    """Run one client action for the command's tenant and actor, and show the saga after it."""
+    """Run one client action as the token's principal, and show the saga after it."""
     fleet = command_fleet(settings)
     try:
-        view = action(fleet.client(tenant=args.tenant or settings.tenant, actor=args.actor))
+        view = action(fleet.client_for(cli_principal(args, settings, fleet.principals)))
     finally:
         fleet.close()
     emit_report(SagaReport(view), as_json=args.json)
@@ -140,14 +142,14 @@ def run_resolve(args: argparse.Namespace, settings: Settings) -> int:
                 if args.evidence else {})
     if not isinstance(evidence, dict):
         raise InvalidInput("--evidence must be a JSON object")
-    request = OperatorRequest(
-        action=cast(OperatorActionName, args.action),  # argparse checked the choices
-        actor=args.actor, reason=args.reason, step_id=args.step, kind=_kind(args),
-        evidence=evidence,
-    )
     fleet = command_fleet(settings)
     try:
-        client = fleet.client(tenant=args.tenant or settings.tenant, actor=args.actor)
+        client = fleet.client_for(cli_principal(args, settings, fleet.principals))
+        request = OperatorRequest(
+            action=cast(OperatorActionName, args.action),  # argparse checked the choices
+            actor=client.actor, reason=args.reason, step_id=args.step, kind=_kind(args),
+            evidence=evidence,
+        )
         report = _resolve(client, args.saga_id, request)
     finally:
         fleet.close()

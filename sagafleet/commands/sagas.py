@@ -2,7 +2,9 @@
 migrated database).
 
 Looking at a saga is ``status`` (reports.py); acting on one is ``approve``, ``deny``,
-``resolve`` and ``cancel`` (operator.py).
+``resolve`` and ``cancel`` (operator.py). ``register`` and ``start`` act as the principal
+of the command's API token (``--token-file`` or ``SAGAFLEET_TOKEN``), in its tenant:
+registering needs the ``admin`` role, starting the ``agent`` role.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, BinaryIO
 from saga_core.definition import check_definition_document
 from saga_core.documents import Syntax, load_document
 from saga_core.limits import DEFINITION_BYTES, INPUT_TEXT_BYTES, Limit, LimitExceeded
+from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.commands.rendering import RegisteredDefinition, SagaReport
 from sagafleet.errors import InvalidInput, NotFound
 from sagafleet.exit_codes import ExitCode
@@ -34,7 +37,7 @@ def register(sub: Any) -> None:
     """Add the saga subcommands."""
     define = sub.add_parser("register", help="register a saga definition (YAML or JSON file)")
     define.add_argument("file", help="the definition, as YAML (.yaml/.yml) or JSON")
-    define.add_argument("--as", dest="actor", default="cli", help="who registers it")
+    add_token_option(define)
     define.add_argument("--json", action="store_true", help="print one JSON document")
     define.set_defaults(handler=run_register)
 
@@ -44,9 +47,9 @@ def register(sub: Any) -> None:
                        help="the input as a JSON object; @FILE reads it from a file, - from stdin")
     start.add_argument("--key", default=None, help="idempotency key: a retry returns the same saga")
     start.add_argument("--version", type=int, default=None, help="definition version (latest)")
-    start.add_argument("--as", dest="actor", default="cli", help="who starts it")
     start.add_argument("--reason", default="", help="why (recorded on SagaStarted)")
-    _common(start)
+    add_token_option(start)
+    start.add_argument("--json", action="store_true", help="print one JSON document")
     start.set_defaults(handler=run_start)
 
     find = sub.add_parser("find", help="the saga this tenant started with an idempotency key")
@@ -78,7 +81,8 @@ def run_register(args: argparse.Namespace, settings: Settings) -> int:
     check_definition_document(document, f"definition file {path}")
     fleet = command_fleet(settings)
     try:
-        content_hash = fleet.client(actor=args.actor).register_definition(document)
+        principal = cli_principal(args, settings, fleet.principals)
+        content_hash = fleet.client_for(principal).register_definition(document)
     finally:
         fleet.close()
     report = RegisteredDefinition(document.get("name"), document.get("version"), content_hash)
@@ -91,8 +95,8 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
     data = _input_document(args.input)
     fleet = command_fleet(settings)
     try:
+        client = fleet.client_for(cli_principal(args, settings, fleet.principals))
         fleet.register_builtin_definitions()
-        client = fleet.client(tenant=args.tenant or settings.tenant, actor=args.actor)
         view = client.start(args.definition, data, key=args.key, version=args.version,
                             reason=args.reason)
     finally:

@@ -4,6 +4,8 @@ The value is read from stdin (prompted without echo on a terminal) or from a fil
 from the command line, where ``ps``, shell history and CI logs would keep it. What is
 printed is the ref, ``{"$secret_ref": "sr_…"}``: an agent puts it in the secret field of
 a ``sagafleet.commands.start_saga`` message (or any start), and the first start spends it.
+It is deposited for the tenant of the command's token (``--token-file`` or
+``SAGAFLEET_TOKEN``), whose principal needs a role that may start sagas.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.errors import InvalidInput, NotFound, UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import command_fleet
@@ -40,8 +43,7 @@ def register(sub: Any) -> None:
                           "json: the value is a JSON document")
     put.add_argument("--ttl", type=float, default=DEFAULT_SECRET_TTL.total_seconds(),
                      help="seconds the ref waits for its start (default %(default)g)")
-    put.add_argument("--tenant", default=None, help="act for this tenant (SAGAFLEET_TENANT)")
-    put.add_argument("--as", dest="actor", default="cli", help="who deposits it")
+    add_token_option(put)
     put.add_argument("--json", action="store_true", help="print one JSON document")
     put.set_defaults(handler=run_put)
 
@@ -51,10 +53,11 @@ def run_put(args: argparse.Namespace, settings: Settings) -> int:
     low, high = MIN_SECRET_TTL.total_seconds(), MAX_SECRET_TTL.total_seconds()
     if not low <= args.ttl <= high:
         raise UsageError(f"sagafleet secrets put: --ttl must be from {low:g} to {high:g} seconds")
-    value = _value(_read(args.file), args.format)
     fleet = command_fleet(settings)
     try:
-        client = fleet.client(tenant=args.tenant or settings.tenant, actor=args.actor)
+        # Proven before the value is asked for: a refused token never sees a secret typed.
+        client = fleet.client_for(cli_principal(args, settings, fleet.principals))
+        value = _value(_read(args.file), args.format)
         ref = client.put_secret(value, ttl=timedelta(seconds=args.ttl))
     finally:
         fleet.close()

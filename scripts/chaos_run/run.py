@@ -34,11 +34,18 @@ from chaos_run.agent import AGENT_ACTOR, AGENT_TENANT, AgentPlan, AgentSender, C
 from chaos_run.broker import BrokerSnapshot, snapshot
 from chaos_run.faults import LEASE_S, FleetProcesses, Injector, fault_schedule
 from chaos_run.verdicts import judge_commands, judge_sagas
-from saga_core.authority import AGENT_ROLE, PrincipalKind
+from saga_core.authority import ADMIN_ROLE, AGENT_ROLE, APPROVER_ROLE, PrincipalKind
 from saga_core.errors import SagaError
 from sagafleet import embedded, sandbox
 from sagafleet.agent import CommandSigner
-from sagafleet.demo import DEMO_DEFINITION, Operator, demo_definition, trip_input
+from sagafleet.demo import (
+    APPROVER,
+    DEMO_DEFINITION,
+    Operator,
+    demo_definition,
+    demo_principal,
+    trip_input,
+)
 from sagafleet.migrate import migrate_all
 from sagafleet.sandbox import saga_ledgers
 from workers.fleet import Fleet, FleetConfig
@@ -78,7 +85,7 @@ class ChaosRun:
         self.costs = Costs()
         self.durations: dict[str, float] = {}
         self.desk = CancelDesk()
-        self.operator = Operator()
+        self.operator: Operator | None = None  # once the fleet can authenticate its approver
 
     def elapsed(self) -> float:
         """Seconds since the run started."""
@@ -138,7 +145,12 @@ class ChaosRun:
         fleet = Fleet(FleetConfig(database_url=self.database, broker_url=broker_url,
                                   lease_s=LEASE_S, queue_wait_s=1.0, worker_id="chaos-operator"),
                       trip.tools)
-        client = fleet.client(actor="chaos-direct")
+        # The agent starting sagas directly and the approver are principals of the fleet's
+        # directory, acting through the principal their tokens prove (sagafleet.demo).
+        client = fleet.client_for(demo_principal(fleet, "chaos-direct", PrincipalKind.AGENT,
+                                                 frozenset({AGENT_ROLE, ADMIN_ROLE})))
+        self.operator = Operator(demo_principal(fleet, APPROVER, PrincipalKind.PERSON,
+                                                frozenset({APPROVER_ROLE})))
         client.register_definition(demo_definition())
         if self.args.fault_rate > 0:
             trip.faults.configure_mix(self.args.fault_rate, self.args.seed)
@@ -210,6 +222,9 @@ class ChaosRun:
     def review(self, fleet: Fleet) -> None:
         """One operator tick: the sagas waiting on approval, in one query, folded together;
         hand one to the agent when it wants a cancel target, answer the others."""
+        operator = self.operator
+        if operator is None:
+            return
         try:
             waiting = self.costs.timed("observe", lambda: observe.awaiting_approval(self.database))
             waiting = [s for s in waiting if not self.desk.is_held(s)]
@@ -225,7 +240,7 @@ class ChaosRun:
             if self.desk.offer(saga_id, saga.tenant):
                 continue
             try:
-                self.costs.timed("operator", partial(self.operator.review, fleet, saga))
+                self.costs.timed("operator", partial(operator.review, fleet, saga))
             except TRANSIENT:
                 return
 
@@ -384,7 +399,7 @@ class ChaosRun:
                           "refused_to_start_while_a_server_was_down":
                               sorted(procs.refused_start.values()),
                           "died_unexpectedly": casualties},
-            "operator": {"answered": dict(self.operator.answered),
+            "operator": {"answered": dict(self.operator.answered) if self.operator else {},
                          "held_for_cancel": commands.sent.get("cancel", 0)},
             "script_cost_s": {**{k: round(v, 1) for k, v in sorted(self.costs.seconds.items())},
                               "cpu": round(_cpu_seconds(), 1)},

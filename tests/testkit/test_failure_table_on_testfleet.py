@@ -118,7 +118,7 @@ def test_row6_a_changed_target_stops_for_a_human_who_resolves_it() -> None:
     (manual,) = [e for e in fleet.events(saga_id) if isinstance(e, ManualInterventionRequired)]
     assert manual.reason.startswith("target changed") and manual.step_id == "hold_flight"
     assert tools.ledger(saga_id).active_flight_holds == 1  # the stale release did nothing
-    operator = fleet.client().as_actor("ops")
+    operator = fleet.person("ops", roles={"operator"})
     operator.resolve(saga_id, "skip", step_id="hold_flight", kind=COMP,
                      reason="the customer kept the seat")
     fleet.run_until_idle()
@@ -177,7 +177,7 @@ def test_row8_authorization_expiring_during_recovery_pauses_for_renewed_approval
     assert asked.step_id == "hold_flight" and asked.kind is COMP
     assert asked.scope == "renew_authorization"
     assert tools.ledger(saga_id).active_flight_holds == 1  # old authority is never reused
-    fleet.client().as_actor("ops-lead").approve(saga_id, "hold_flight", kind=COMP)
+    fleet.person("ops-lead").approve(saga_id, "hold_flight", kind=COMP)
     fleet.run_until_idle()
     failed = _of(fleet.events(saga_id), "hold_flight", COMP, StepFailed)
     assert [f.error_class for f in failed] == [ErrorClass.AUTH_EXPIRED]

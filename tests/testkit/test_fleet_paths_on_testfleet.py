@@ -74,11 +74,12 @@ def test_rejection_at_the_pivot_compensates_in_dependency_order() -> None:
 
 def test_approval_granted_then_completed_and_a_second_click_is_a_no_op() -> None:
     fleet = TestFleet()
-    client, saga_id = _awaiting_approval(fleet)
+    _, saga_id = _awaiting_approval(fleet)
     assert _books(fleet).ledger(saga_id).captures == 0
-    client.as_actor("alice").approve(saga_id, "capture_payment")
+    alice = fleet.person("alice")
+    alice.approve(saga_id, "capture_payment")
     version = fleet.state(saga_id).version
-    client.as_actor("alice").approve(saga_id, "capture_payment")
+    alice.approve(saga_id, "capture_payment")
     assert fleet.state(saga_id).version == version
     fleet.run_until_idle()
     assert fleet.state(saga_id).status is SagaStatus.COMPLETED
@@ -87,8 +88,8 @@ def test_approval_granted_then_completed_and_a_second_click_is_a_no_op() -> None
 
 def test_approval_denied_compensates_the_holds() -> None:
     fleet = TestFleet()
-    client, saga_id = _awaiting_approval(fleet)
-    client.as_actor("bob").deny(saga_id, "capture_payment", reason="too expensive")
+    _, saga_id = _awaiting_approval(fleet)
+    fleet.person("bob").deny(saga_id, "capture_payment", reason="too expensive")
     fleet.run_until_idle()
     assert fleet.state(saga_id).status is SagaStatus.COMPENSATED
     assert _books(fleet).ledger(saga_id).is_unwound
@@ -133,7 +134,7 @@ def test_cancel_while_waiting_for_approval_releases_the_holds() -> None:
 def test_operator_actions_are_typed_before_anything_is_recorded() -> None:
     fleet = TestFleet()
     saga_id = fleet.client().start("trip", TRIP_INPUT, key="typed-resolve").saga_id
-    operator = fleet.client().as_actor("dana")
+    operator = fleet.person("dana", roles={"operator"})
     before = fleet.state(saga_id).version
     with pytest.raises(InvalidRequest, match="delete_everything"):
         operator.resolve(saga_id, "delete_everything", reason="oops")
@@ -147,8 +148,10 @@ def test_operator_actions_are_typed_before_anything_is_recorded() -> None:
 
 def test_one_tenant_cannot_read_approve_cancel_or_resolve_anothers_saga() -> None:
     fleet = TestFleet()
-    acme, saga_id = _awaiting_approval(fleet, tenant="acme")
-    intruder = fleet.client(tenant="globex", actor="mallory")
+    _, saga_id = _awaiting_approval(fleet, tenant="acme")
+    # an authenticated person of another tenant, holding every role there
+    intruder = fleet.person("mallory", roles={"agent", "approver", "operator"},
+                            tenant="globex")
     assert intruder.find("approval") is None
     for attempt in (
         lambda: intruder.status(saga_id),
@@ -160,7 +163,7 @@ def test_one_tenant_cannot_read_approve_cancel_or_resolve_anothers_saga() -> Non
         with pytest.raises(SagaNotFound):
             attempt()
     assert all(getattr(e, "actor", "") != "mallory" for e in fleet.events(saga_id))
-    acme.as_actor("acme-ops").approve(saga_id, "capture_payment")
+    fleet.person("acme-ops", tenant="acme").approve(saga_id, "capture_payment")
     fleet.run_until_idle()
     assert fleet.state(saga_id).status is SagaStatus.COMPLETED
 
@@ -181,13 +184,12 @@ def test_an_approval_is_bound_to_its_action_hash_its_expiry_and_a_single_grant()
     client, saga_id = _awaiting_approval(fleet)
     (pending,) = client.status(saga_id).pending_approvals
     assert pending["scope"] and pending["expires_at"]
+    alice = fleet.person("alice")
     with pytest.raises(ApprovalAltered):
-        client.as_actor("alice").approve(saga_id, "capture_payment", action_hash="0" * 64)
-    client.as_actor("alice").approve(saga_id, "capture_payment",
-                                     action_hash=pending["action_hash"])
+        alice.approve(saga_id, "capture_payment", action_hash="0" * 64)
+    alice.approve(saga_id, "capture_payment", action_hash=pending["action_hash"])
     version = fleet.state(saga_id).version
-    client.as_actor("alice").approve(saga_id, "capture_payment",
-                                     action_hash=pending["action_hash"])
+    alice.approve(saga_id, "capture_payment", action_hash=pending["action_hash"])
     assert fleet.state(saga_id).version == version  # a replayed click records nothing
     grants = [e for e in fleet.events(saga_id) if isinstance(e, ApprovalGranted)]
     assert [(g.approver, g.action_hash) for g in grants] == [("alice", pending["action_hash"])]
@@ -200,10 +202,10 @@ def test_a_denied_approval_cannot_be_replayed_as_a_grant() -> None:
     fleet = TestFleet()
     client, saga_id = _awaiting_approval(fleet)
     (pending,) = client.status(saga_id).pending_approvals
-    client.as_actor("bob").deny(saga_id, "capture_payment", reason="no")
+    fleet.person("bob").deny(saga_id, "capture_payment", reason="no")
     with pytest.raises(ApprovalReplayed):
-        client.as_actor("alice").approve(saga_id, "capture_payment",
-                                         action_hash=pending["action_hash"])
+        fleet.person("alice").approve(saga_id, "capture_payment",
+                                      action_hash=pending["action_hash"])
     fleet.run_until_idle()
     assert fleet.state(saga_id).status is SagaStatus.COMPENSATED
     assert _books(fleet).ledger(saga_id).captures == 0
@@ -214,14 +216,14 @@ def test_an_approval_expiring_while_nothing_runs_is_refused_late_and_asked_again
     client, saga_id = _awaiting_approval(fleet)
     (first,) = client.status(saga_id).pending_approvals
     fleet.clock.advance(2 * 3600)  # two hours pass with no sweeper and no worker
+    alice = fleet.person("alice")
     with pytest.raises(ApprovalExpired):
-        client.as_actor("alice").approve(saga_id, "capture_payment",
-                                         action_hash=first["action_hash"])
+        alice.approve(saga_id, "capture_payment", action_hash=first["action_hash"])
     fleet.sweep()  # recovery asks again, with a fresh expiry and the reason as evidence
     requests = [e for e in fleet.events(saga_id) if isinstance(e, ApprovalRequested)]
     assert len(requests) == 2 and requests[1].expires_at > requests[0].expires_at
     assert requests[1].evidence.reason == "approval expired"
-    client.as_actor("alice").approve(saga_id, "capture_payment")
+    alice.approve(saga_id, "capture_payment")
     fleet.run_until_idle()
     events = fleet.events(saga_id)
     (grant,) = [e for e in events if isinstance(e, ApprovalGranted)]

@@ -111,7 +111,7 @@ def test_the_worker_refuses_the_reused_key_in_its_claim_and_the_saga_escalates()
 def test_the_operator_retries_the_order_as_a_new_operation_under_a_new_key() -> None:
     # given an order paused because its retry would reuse the key with another price
     fleet, tools, saga_id = an_order_whose_first_placement_failed()
-    client = fleet.client(actor="ops")
+    client = fleet.person("ops", roles={"operator"})
     fleet.orchestrator.commit(fleet.log.load(saga_id), [requote(fleet, saga_id, 120)])
     view = client.status(saga_id)
     assert view.status == "MANUAL_INTERVENTION" and view.escalation is not None

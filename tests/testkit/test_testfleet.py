@@ -73,7 +73,7 @@ def test_an_approval_granted_in_time_lets_the_capture_run() -> None:
     fleet.run_until_idle()
     assert client.status(saga_id).pending_approvals
     fleet.advance(600)  # ten minutes pass; the request lives an hour
-    client.as_actor("finance").approve(saga_id, "capture_payment")
+    fleet.person("finance").approve(saga_id, "capture_payment")
     fleet.run_until_idle()
     assert client.status(saga_id).status == "COMPLETED"
 

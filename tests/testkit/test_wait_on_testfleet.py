@@ -29,7 +29,7 @@ def test_a_wait_returns_when_the_test_fleet_runs_the_saga_to_its_approval():
     assert waited.settled and waited.saga.status == SagaStatus.RUNNING
     assert [p["step_id"] for p in waited.saga.pending_approvals] == ["capture_payment"]
     # and once approved and run to the end, a wait returns the finished saga
-    client.as_actor("alice").approve(saga.saga_id, "capture_payment")
+    fleet.person("alice", tenant="acme").approve(saga.saga_id, "capture_payment")
     fleet.run_until_idle()
     done = client.wait(saga.saga_id, 0)
     assert done.settled and done.saga.status == SagaStatus.COMPLETED

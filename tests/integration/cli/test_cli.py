@@ -10,6 +10,7 @@ import sys
 import psycopg
 import pytest
 import yaml
+from principal_support import issue_token
 
 from saga_core import trip_definition
 from sagafleet.exit_codes import ExitCode
@@ -21,12 +22,16 @@ TRIP = {"customer_email": "ada@example.com", "flight_id": "FL1", "hotel_id": "HT
 
 @pytest.fixture
 def run(fresh_database, broker_url):
+    """The command on a migrated database, acting (by default) with the token of ``cli``, a
+    principal of tenant default that may start, register and resolve."""
     migrate_all(fresh_database)
     env = {**os.environ, "SAGAFLEET_DATABASE_URL": fresh_database,
-           "SAGAFLEET_BROKER_URL": broker_url}
+           "SAGAFLEET_BROKER_URL": broker_url,
+           "SAGAFLEET_TOKEN": issue_token(fresh_database, "cli", ("agent", "admin", "operator"))}
 
-    def invoke(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "sagafleet", *args], env=env,
+    def invoke(*args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+        acting = env if token is None else {**env, "SAGAFLEET_TOKEN": token}
+        return subprocess.run([sys.executable, "-m", "sagafleet", *args], env=acting,
                               capture_output=True, text=True, timeout=120, check=False)
 
     return invoke
@@ -58,21 +63,22 @@ def test_bad_input_is_a_typed_error_naming_every_field(run):
     assert "Traceback" not in result.stderr
 
 
-def test_input_that_is_not_json_and_unknown_sagas_have_named_exit_codes(run):
+def test_input_that_is_not_json_and_unknown_sagas_have_named_exit_codes(run, fresh_database):
     assert run("start", "trip", "--input", "{nope").returncode == 3
     missing = run("status", "00000000-0000-0000-0000-000000000000", "--json")
     assert missing.returncode == 4 and json.loads(missing.stdout)["error"] == "SagaNotFound"
-    other = run("start", "trip", "--input", json.dumps(TRIP), "--key", "k", "--tenant", "a",
-                "--json")
+    other = run("start", "trip", "--input", json.dumps(TRIP), "--key", "k", "--json",
+                token=issue_token(fresh_database, "agent-a", ["agent"], tenant="a"))
     saga_id = json.loads(other.stdout)["saga_id"]
     # another tenant cannot see it
     assert run("status", saga_id, "--tenant", "b").returncode == 4
 
 
-def test_approval_from_the_command_line(run):
+def test_approval_from_the_command_line(run, fresh_database):
     doc = json.loads(run("start", "trip", "--input", json.dumps(TRIP), "--key", "ap",
                          "--json").stdout)
-    result = run("approve", doc["saga_id"], "capture_payment", "--as", "alice", "--json")
+    result = run("approve", doc["saga_id"], "capture_payment", "--json",
+                 token=issue_token(fresh_database, "alice"))
     # nothing is pending yet (no worker ran the holds): a typed, named refusal
     assert result.returncode == 5
     assert json.loads(result.stdout)["error"] == "ApprovalNotPending"
@@ -177,7 +183,7 @@ def test_resolving_a_saga_that_waits_for_nobody_is_a_named_conflict(run):
     doc = json.loads(run("start", "trip", "--input", json.dumps(TRIP), "--key", "rs",
                          "--json").stdout)
     # when an operator tries to resolve it
-    result = run("resolve", doc["saga_id"], "resume", "--as", "ada", "--reason", "why", "--json")
+    result = run("resolve", doc["saga_id"], "resume", "--reason", "why", "--json")
     # then nothing is recorded and the command says why, with the conflict exit code
     assert result.returncode == ExitCode.CONFLICT, result.stdout + result.stderr
     refused = json.loads(result.stdout)
@@ -196,7 +202,8 @@ def test_input_comes_from_a_file_or_stdin_and_find_returns_the_saga_by_key(
     from_file = run("start", "trip", "--input", f"@{path}", "--key", "from-file", "--json")
     assert from_file.returncode == 0, from_file.stderr
     env = {**os.environ, "SAGAFLEET_DATABASE_URL": fresh_database,
-           "SAGAFLEET_BROKER_URL": broker_url}
+           "SAGAFLEET_BROKER_URL": broker_url,
+           "SAGAFLEET_TOKEN": issue_token(fresh_database, "cli", ("agent", "admin", "operator"))}
     from_stdin = subprocess.run(
         [sys.executable, "-m", "sagafleet", "start", "trip", "--input", "-", "--key",
          "from-stdin", "--json"], input=json.dumps(TRIP), env=env, capture_output=True,

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from principal_support import issue_token
 from trip_inputs import TRIP_INPUT
 
 from sagafleet.migrate import migrate_all
@@ -20,8 +21,11 @@ TOKEN = "tok_CLIPUT_6d1e8b2a44_leakcheck"
 @pytest.fixture
 def run(fresh_database, broker_url):
     migrate_all(fresh_database)
+    # acting as an agent of tenant acme (its API token in SAGAFLEET_TOKEN)
     env = {**os.environ, "SAGAFLEET_DATABASE_URL": fresh_database,
-           "SAGAFLEET_BROKER_URL": broker_url}
+           "SAGAFLEET_BROKER_URL": broker_url,
+           "SAGAFLEET_TOKEN": issue_token(fresh_database, "acme-agent", ["agent"],
+                                          tenant="acme")}
 
     def invoke(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "sagafleet", *args], env=env, input=stdin,
@@ -32,20 +36,20 @@ def run(fresh_database, broker_url):
 
 def test_a_ref_put_from_stdin_starts_one_saga_and_the_value_is_never_printed(run):
     # given a token deposited from stdin (as a pipe: no prompt)
-    put = run("secrets", "put", "--tenant", "acme", "--json", stdin=TOKEN + "\n")
+    put = run("secrets", "put", "--json", stdin=TOKEN + "\n")
     assert put.returncode == 0, put.stderr
     ref = json.loads(put.stdout)["secret_ref"]
     assert set(ref) == {"$secret_ref"} and TOKEN not in put.stdout + put.stderr
     # when a start names the ref in the secret field, twice with the same key
     data = json.dumps({**TRIP_INPUT, "card_token": ref})
-    first = run("start", "trip", "--input", data, "--key", "k1", "--tenant", "acme", "--json")
-    again = run("start", "trip", "--input", data, "--key", "k1", "--tenant", "acme", "--json")
+    first = run("start", "trip", "--input", data, "--key", "k1", "--json")
+    again = run("start", "trip", "--input", data, "--key", "k1", "--json")
     # then the first starts the saga and the second finds it (the ref is spent by then)
     assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
     assert json.loads(first.stdout)["created"] and not json.loads(again.stdout)["created"]
     assert json.loads(again.stdout)["saga_id"] == json.loads(first.stdout)["saga_id"]
     # and another key cannot use the spent ref: exit 3, naming the field
-    other = run("start", "trip", "--input", data, "--key", "k2", "--tenant", "acme", "--json")
+    other = run("start", "trip", "--input", data, "--key", "k2", "--json")
     assert other.returncode == 3
     assert json.loads(other.stdout)["error"] == "SecretRefRejected"
     assert "input.card_token" in json.loads(other.stdout)["message"]

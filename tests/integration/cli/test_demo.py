@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import psycopg
+
 
 def test_demo_runs_sagas_with_faults_and_reports_no_duplicates(
     fresh_database, broker_url, tmp_path
@@ -31,3 +33,14 @@ def test_demo_runs_sagas_with_faults_and_reports_no_duplicates(
     assert summary["approvals"]["left_to_expire"] is not None
     assert summary["approvals"]["requested"] > summary["approvals"]["granted"]
     assert sum(summary["faults_injected"].values()) > 0
+    # and every answer was given by the approver the directory authenticated by its token
+    assert summary["approvals"]["approver"] == {
+        "name": "demo-approver", "kind": "person", "roles": ["approver"], "authenticated": True}
+    with psycopg.connect(fresh_database) as conn:
+        approvers = conn.execute(
+            "SELECT DISTINCT data->>'approver' FROM eventstore.events"
+            " WHERE event_type IN ('ApprovalGranted', 'ApprovalDenied')").fetchall()
+        kept = conn.execute("SELECT kind, roles FROM fleet.principals"
+                            " WHERE tenant = 'default' AND name = 'demo-approver'").fetchall()
+    assert approvers == [("demo-approver",)]
+    assert kept == [("person", ["approver"])]

@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 from celery import Celery
+from principal_support import authenticated, token_for
 from signed_agent import agent_signer, send
 from trip_inputs import TRIP_INPUT, by_secret_ref
 
@@ -127,7 +128,7 @@ def test_a_worker_killed_while_handling_commands_loses_none(fleet, database, bro
     signer = agent_signer(fleet, tenant)
     _barrier(agent, fleet, signer, tenant)
     # and a definition it has never read
-    fleet.client().register_definition(
+    fleet.client_for(authenticated(fleet, "admin", ["admin"])).register_definition(
         {**trip_definition().model_dump(mode="json"), "name": "killed-trip"})
     with psycopg.connect(database) as held, psycopg.connect(database, autocommit=True) as look:
         # and the definitions table held, so the worker stops reading it for a start, before
@@ -163,9 +164,12 @@ def test_a_worker_killed_while_handling_commands_loses_none(fleet, database, bro
 def _cli(database: str, broker: str):  # type: ignore[no-untyped-def]
     env = {**os.environ, "SAGAFLEET_DATABASE_URL": database, "SAGAFLEET_BROKER_URL": broker}
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "sagafleet", *args], env=env,  # noqa: S603
-                              capture_output=True, text=True, timeout=120, check=False)
+    def run(*args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+        """The command, acting with ``token`` (SAGAFLEET_TOKEN) when one is given."""
+        acting = env if token is None else {**env, "SAGAFLEET_TOKEN": token}
+        return subprocess.run([sys.executable, "-m", "sagafleet", *args],  # noqa: S603
+                              env=acting, capture_output=True, text=True, timeout=120,
+                              check=False)
 
     return run
 
@@ -202,27 +206,28 @@ def test_commands_that_can_never_succeed_wait_in_the_dead_letters_for_an_operato
     assert "later-trip" in run("dead-letters", "show", str(unknown)).stdout
 
     # when the missing definition is registered and the letter requeued
-    fleet.client().register_definition(
+    fleet.client_for(authenticated(fleet, "admin", ["admin"])).register_definition(
         {**trip_definition().model_dump(mode="json"), "name": "later-trip"})
-    requeued = run("dead-letters", "requeue", str(unknown), "--as", "ada", "--json")
+    ada, bob = (token_for(fleet, name, ["operator"]) for name in ("ada", "bob"))
+    requeued = run("dead-letters", "requeue", str(unknown), "--json", token=ada)
     assert requeued.returncode == ExitCode.OK, requeued.stderr
     assert json.loads(requeued.stdout)["changed"]
     # then the saga starts, under the key the agent gave (the same message: its command id
     # is held by its own task id, so it is no replay)
     _wait_for_saga(fleet, tenant, "later")
     # and a second requeue does nothing, and says so
-    again = run("dead-letters", "requeue", str(unknown), "--as", "bob")
+    again = run("dead-letters", "requeue", str(unknown), token=bob)
     assert again.returncode == ExitCode.OK and "already requeued by ada" in again.stdout
 
     # when the malformed one is discarded
-    discarded = run("dead-letters", "discard", str(malformed), "--as", "ada",
-                    "--reason", "a broken agent", "--json")
+    discarded = run("dead-letters", "discard", str(malformed), "--reason", "a broken agent",
+                    "--json", token=ada)
     assert discarded.returncode == ExitCode.OK, discarded.stderr
     letter = json.loads(discarded.stdout)["letter"]
     assert letter["status"] == "discarded" and letter["resolved_by"] == "ada"
     assert letter["resolution"] == "a broken agent"
     # then it cannot be requeued any more, and only the invalid one stays open
-    assert run("dead-letters", "requeue", str(malformed), "--as", "bob").returncode == (
+    assert run("dead-letters", "requeue", str(malformed), token=bob).returncode == (
         ExitCode.CONFLICT)
     assert [letter["id"] for letter in json.loads(run("dead-letters", "--json").stdout)] == [
         no_input]

@@ -9,9 +9,10 @@ from __future__ import annotations
 import time
 
 from fleet_harness import redis_client
+from principal_support import authenticated, person
 from trip_inputs import TRIP_INPUT
 
-from saga_core.authority import Principal
+from saga_core.authority import PrincipalKind
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.events import (
     ApprovalRequested,
@@ -65,13 +66,15 @@ def test_a_version_registered_by_another_process_is_started_on_at_once(fleet):
     from workers.client import SagaClient
 
     v1 = {**trip_definition().model_dump(mode="json"), "name": "tour", "version": 1}
-    mine = fleet.client()
+    # (an authenticated agent that may also register definitions, as an admin)
+    owner = authenticated(fleet, "tour-owner", ("agent", "admin"), kind=PrincipalKind.AGENT)
+    mine = fleet.client_for(owner)
     mine.register_definition(v1)
     assert mine.start("tour", TRIP_INPUT).definition_version == 1
     # when another process registers v2, whose input adds a field v1 does not know
     theirs = SagaClient(fleet.orchestrator, DefinitionStore(fleet.store), fleet.catalogue,
                         secrets=fleet.secrets, publisher=fleet.publisher,
-                        principal=Principal.in_process_agent("default", "agent"))
+                        principal=owner)
     v2 = {**v1, "version": 2,
           "input": {**v1["input"], "note": {"type": "string", "required": False}}}
     theirs.register_definition(v2)
@@ -141,16 +144,17 @@ def test_timeout_before_dispatch_is_reconciled_absent_then_retried(
 def test_approval_granted_then_completed(fleet, workers, wait_settled):
     client, saga = _awaiting_approval(fleet, workers, wait_settled, "approve")
     assert ledger_for_saga(fleet.sandbox_pool, saga.saga_id).captures == 0
-    client.as_actor("alice").approve(saga.saga_id, "capture_payment")
+    alice = person(fleet, "alice")
+    alice.approve(saga.saga_id, "capture_payment")
     # a second click is a no-op
-    client.as_actor("alice").approve(saga.saga_id, "capture_payment")
+    alice.approve(saga.saga_id, "capture_payment")
     assert wait_settled(saga.saga_id) is SagaStatus.COMPLETED
     assert ledger_for_saga(fleet.sandbox_pool, saga.saga_id).captures == 1
 
 
 def test_approval_denied_compensates_the_holds(fleet, workers, wait_settled):
     client, saga = _awaiting_approval(fleet, workers, wait_settled, "deny")
-    client.as_actor("bob").deny(saga.saga_id, "capture_payment", reason="too expensive")
+    person(fleet, "bob").deny(saga.saga_id, "capture_payment", reason="too expensive")
     assert wait_settled(saga.saga_id) is SagaStatus.COMPENSATED
     ledger = ledger_for_saga(fleet.sandbox_pool, saga.saga_id)
     assert ledger.captures == 0 and ledger.is_unwound

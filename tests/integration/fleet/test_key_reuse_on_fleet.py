@@ -16,6 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from fleet_harness import LEASE_S, QUEUE_WAIT_S, worker_env
+from principal_support import authenticated, person
 
 from saga_core import OperatorActionRejected
 from saga_core.contracts import Receipt, SagaStatus, StepKind
@@ -46,7 +47,8 @@ def test_a_worker_refuses_a_reused_key_and_the_operator_retries_as_a_new_operati
     worker = None
     try:
         client = fleet.client()
-        client.register_definition(order_tools.DEFINITION)
+        fleet.client_for(authenticated(fleet, "admin", ["admin"])).register_definition(
+            order_tools.DEFINITION)
         saga_id = client.start("order", {"item": "lamp"}, key="o-1").saga_id
         # and an order whose first attempt was called once and answered 503 (run here,
         # before any worker process exists, so nothing can claim the retry meanwhile)
@@ -86,11 +88,12 @@ def test_a_worker_refuses_a_reused_key_and_the_operator_retries_as_a_new_operati
         assert first.operation_key in view.escalation["reason"]
 
         # when the operator tries the same key, then that is refused
+        operator = person(fleet, "ops", ["operator"])
         with pytest.raises(OperatorActionRejected, match="retry_as_new_operation"):
-            client.resolve(saga_id, "retry_step", step_id="place", reason="try again")
+            operator.resolve(saga_id, "retry_step", step_id="place", reason="try again")
         # when, having checked that the 503 placed nothing, they retry as a new operation
-        client.as_actor("ops").resolve(saga_id, "retry_as_new_operation", step_id="place",
-                                       reason="checked: the first call placed no order")
+        operator.resolve(saga_id, "retry_as_new_operation", step_id="place",
+                         reason="checked: the first call placed no order")
         # then the worker places the order once, under a new key, at the price it now resolves
         assert wait_settled(saga_id) is SagaStatus.COMMITTED_WITH_REPAIR
         renewed = fleet.repo.load(saga_id).state.run("place", F)

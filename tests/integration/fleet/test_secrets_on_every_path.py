@@ -29,6 +29,7 @@ from celery import Celery
 from fleet_harness import redis_client, worker_env
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from principal_support import issue_token
 from psycopg import sql
 from signed_agent import agent_signer, send
 from trip_inputs import TRIP_INPUT
@@ -126,10 +127,13 @@ def _bare_celery(broker: str) -> Celery:
 
 
 def _secrets_put(env: dict[str, str], value: str, *ttl: str) -> dict[str, Any]:
-    """``sagafleet secrets put`` with the value on stdin; its JSON answer."""
+    """``sagafleet secrets put`` with the value on stdin, as an agent of TENANT; its JSON
+    answer."""
+    token = issue_token(env["SAGAFLEET_DATABASE_URL"], "cli-agent", ["agent"], tenant=TENANT)
     done = subprocess.run(  # noqa: S603 - our own interpreter and module
-        [sys.executable, "-m", "sagafleet", "secrets", "put", "--tenant", TENANT, "--json",
-         *ttl], input=value.encode(), env=env, capture_output=True, check=True, timeout=60)
+        [sys.executable, "-m", "sagafleet", "secrets", "put", "--json", *ttl],
+        input=value.encode(), env={**env, "SAGAFLEET_TOKEN": token}, capture_output=True,
+        check=True, timeout=60)
     assert value.encode() not in done.stdout + done.stderr
     return dict(json.loads(done.stdout))
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from fleet_harness import LEASE_S, QUEUE_WAIT_S, worker_env
+from principal_support import authenticated
 
 from saga_core.contracts import SagaStatus
 from saga_core.examples import trip_definition, trip_tool_catalogue
@@ -37,7 +38,8 @@ def test_a_worker_runs_the_tool_set_it_is_given(database, broker, tmp_path, wait
                              tmp_path / "worker.log")
     try:
         client = fleet.client()
-        client.register_definition(notes_tools.DEFINITION)
+        fleet.client_for(authenticated(fleet, "admin", ["admin"])).register_definition(
+            notes_tools.DEFINITION)
         # when an agent starts a saga over them (twice, with the same key)
         saga = client.start("note", {"text": "hello"}, key="n-1")
         again = client.start("note", {"text": "hello"}, key="n-1")

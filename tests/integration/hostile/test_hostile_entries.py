@@ -19,6 +19,7 @@ from fleet_harness import settle, worker_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kombu import Connection, Exchange, Producer
+from principal_support import person
 from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import SagaStatus
@@ -86,7 +87,7 @@ def test_hostile_client_calls_are_refused_typed_and_leave_nothing_half_written(f
 
 def test_hostile_definitions_and_plans_are_refused_typed_and_never_stored(fleet, database):
     trip = trip_definition().model_dump(mode="json")
-    client = fleet.client(actor="hostile")
+    client = person(fleet, "hostile", ("agent", "admin"))
     stored = _half_written(database)["definitions"]
     accepted = 0
 
@@ -196,7 +197,7 @@ HOSTILE_ARGV = [
     ["start", "trip", "--input", json.dumps(TRIP_INPUT), "--key", "k" * 500],
     ["status", "'; DROP TABLE eventstore.events; --"],
     ["status", "x" * 10_000, "--json"],
-    ["approve", "no-such-saga", "capture_payment", "--as", ""],
+    ["approve", "no-such-saga", "capture_payment", "--token-file", ""],
     ["deny", "no-such-saga", "capture_payment"],
     ["cancel", "\x01\x02"],
     ["--no-such-flag"],
@@ -220,7 +221,7 @@ def test_hostile_cli_arguments_get_a_named_exit_code_never_a_traceback(database,
 def test_malformed_client_arguments_are_refused_by_name_before_any_write(fleet, database):
     from workers.client import InvalidRequest
 
-    client = fleet.client(actor="hostile")
+    client = person(fleet, "hostile", ("agent", "approver", "operator"))
     saga = client.start("trip", TRIP_INPUT, key="hostile-args").saga_id
     with psycopg.connect(database) as conn:
         before = conn.execute("SELECT count(*) FROM eventstore.events").fetchone()

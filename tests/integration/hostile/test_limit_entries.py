@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from celery import Celery
 from fleet_harness import worker_env
+from principal_support import person
 from trip_inputs import TRIP_INPUT
 
 from saga_core.examples import trip_definition
@@ -48,7 +49,7 @@ def _count(database: str, query: str) -> int:
 
 
 def test_client_entries_accept_the_largest_input_and_refuse_one_byte_more(fleet, database):
-    client = fleet.client(actor="limits")
+    client = person(fleet, "limits", ("agent", "admin", "operator"))
     # a definition document of exactly definition_bytes registers; a byte more does not
     trip = trip_definition().model_dump(mode="json", exclude={"tools"})
     largest = _padded({**trip, "name": "big_trip"}, "description", DEFINITION_BYTES.value)
@@ -102,7 +103,7 @@ def test_the_command_line_refuses_each_oversized_input_by_the_limit_name(
         (["start", "trip", "--input", "-", "--json"], "input_text_bytes"),  # stdin below
         (["audit", "some-saga", "--at", str(2**63), "--json"], "position_max"),
         (["queue", "--limit", "1001", "--json"], "queue_page_rows"),
-        (["resolve", "s", "mark_compensated", "--as", "ada", "--reason", "r",
+        (["resolve", "s", "mark_compensated", "--reason", "r",
           "--evidence", "{" * 1000], "json_depth"),
     ]
     env = worker_env(database, broker)

@@ -6,6 +6,7 @@ import json
 import urllib.request
 
 import pytest
+from principal_support import issue_token
 from projection_support import SECRET_CARD, TripScript
 
 from events.sagas import PostgresSagaLog
@@ -127,8 +128,9 @@ def test_the_operator_queue_shows_evidence_and_resolve_records_one_event(
     # when the operator resolves it twice through the command line
     monkeypatch.setenv("SAGAFLEET_DATABASE_URL", ctx.store.conninfo)
     monkeypatch.setenv("SAGAFLEET_BROKER_URL", broker_url)
+    monkeypatch.setenv("SAGAFLEET_TOKEN", issue_token(ctx.store.conninfo, "ada", ["operator"]))
     args = ["resolve", saga.saga_id, "mark_compensated", "--step", "capture_payment",
-            "--as", "ada", "--reason", "refunded by phone", "--json"]
+            "--reason", "refunded by phone", "--json"]
     capsys.readouterr()
     assert main(args) == ExitCode.OK
     first = json.loads(capsys.readouterr().out)

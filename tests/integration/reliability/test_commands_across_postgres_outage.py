@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from celery import Celery
 from fleet_harness import WorkerProcesses, install_everything, redis_client
+from principal_support import issue_token
 from signed_agent import agent_signer, send
 from trip_inputs import TRIP_INPUT
 
@@ -98,10 +99,12 @@ def _retried_task_ids(broker: str) -> set[str]:
 def _deposit(url: str) -> dict[str, Any]:
     """The trip input as an agent sends it over the broker: its card token deposited first
     (with ``sagafleet secrets put``, while the database is up) and carried as a ref."""
+    token = issue_token(url, "depositor", ["agent"], tenant=TENANT)
     done = subprocess.run(
-        [str(Path(sys.executable).with_name("sagafleet")), "secrets", "put", "--tenant", TENANT,
-         "--json"], input=TRIP_INPUT["card_token"], capture_output=True, text=True,
-        env={**os.environ, "SAGAFLEET_DATABASE_URL": url}, check=True, timeout=120)
+        [str(Path(sys.executable).with_name("sagafleet")), "secrets", "put", "--json"],
+        input=TRIP_INPUT["card_token"], capture_output=True, text=True,
+        env={**os.environ, "SAGAFLEET_DATABASE_URL": url, "SAGAFLEET_TOKEN": token},
+        check=True, timeout=120)
     return {**TRIP_INPUT, "card_token": json.loads(done.stdout)["secret_ref"]}
 
 

@@ -22,6 +22,7 @@ from fleet_harness import (
     shifted_fleet,
     worker_env,
 )
+from principal_support import issue_token, person
 from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
 from saga_core.contracts import SagaStatus, StepKind
@@ -125,7 +126,7 @@ def test_approval_expiring_while_the_fleet_is_down_is_asked_again_and_the_old_on
     # when the fleet recovers two hours later (a new process; its clock is "later")
     later = shifted_fleet(database, broker, timedelta(hours=2))
     try:
-        operator = later.client(actor="alice")
+        operator = person(later, "alice")
         # then the operator's late click on the expired request is refused, typed
         with pytest.raises(ApprovalExpired):
             operator.approve(saga_id, "capture_payment",
@@ -158,7 +159,8 @@ from workers.fleet import Fleet, FleetConfig
 config = FleetConfig(database_url=sys.argv[1], broker_url=sys.argv[2])
 fleet = Fleet(config, trip_tool_catalogue())
 definition = trip_definition().model_copy(update={"name": "trip_elsewhere"})
-print(fleet.client(actor="planner").register_definition(definition))
+planner = fleet.principals.add("default", "planner", "agent", ["admin"])
+print(fleet.client_for(fleet.authenticate(planner.token)).register_definition(definition))
 fleet.close()
 """
 
@@ -167,7 +169,8 @@ def test_saga_resumes_in_fresh_processes_that_never_saw_its_definition(
     database, broker, workers, faults, tmp_path
 ):
     # given a definition registered by a process that then exits, and a saga started by the CLI
-    env = worker_env(database, broker)
+    env = {**worker_env(database, broker),
+           "SAGAFLEET_TOKEN": issue_token(database, "cli-agent", ["agent"])}
     registered = subprocess.run(  # noqa: S603
         [sys.executable, "-c", _REGISTER_ELSEWHERE, database, broker],
         env=env, capture_output=True, text=True, check=True).stdout.strip()

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from fleet_harness import events_of, settle, shifted_fleet, worker_env
 from kombu import Connection, Exchange, Producer
+from principal_support import authenticated, person, token_for
 from trip_inputs import TRIP_INPUT
 
 from events.sagas import SagaNotFound
@@ -45,7 +46,9 @@ def test_one_tenant_cannot_read_approve_cancel_or_resolve_anothers_saga(
     acme = fleet.client(tenant="acme", actor="acme-agent")
     saga_id = acme.start("trip", EXPENSIVE, key="isolated").saga_id
     pending = _awaiting_approval(fleet, acme, saga_id)
-    intruder = fleet.client(tenant="globex", actor="mallory")
+    # an authenticated person of another tenant, holding every role there
+    every_role = ("agent", "approver", "operator")
+    intruder = person(fleet, "mallory", every_role, tenant="globex")
     # the other tenant sees nothing, and every command is refused as "no such saga"
     assert intruder.find("isolated") is None
     for attempt in (
@@ -58,9 +61,10 @@ def test_one_tenant_cannot_read_approve_cancel_or_resolve_anothers_saga(
         with pytest.raises(SagaNotFound):
             attempt()
     # nor through the CLI acting for that tenant
-    env = {**worker_env(database, broker), "SAGAFLEET_TENANT": "globex"}
-    for argv in (["status", saga_id], ["approve", saga_id, "capture_payment", "--as", "mallory"],
-                 ["cancel", saga_id, "--as", "mallory"]):
+    env = {**worker_env(database, broker), "SAGAFLEET_TENANT": "globex",
+           "SAGAFLEET_TOKEN": token_for(fleet, "mallory", every_role, tenant="globex")}
+    for argv in (["status", saga_id], ["approve", saga_id, "capture_payment"],
+                 ["cancel", saga_id]):
         done = subprocess.run([sys.executable, "-m", "sagafleet", *argv, "--json"],  # noqa: S603
                               env=env, capture_output=True, text=True, check=False)
         assert done.returncode == ExitCode.NOT_FOUND, (argv, done.stdout, done.stderr)
@@ -68,7 +72,7 @@ def test_one_tenant_cannot_read_approve_cancel_or_resolve_anothers_saga(
     assert acme.status(saga_id).pending_approvals == [pending]
     assert all(getattr(e, "actor", "acme-agent") != "mallory" for e in events_of(fleet, saga_id))
     # every event row and the sweeper's row carry the tenant
-    acme.as_actor("acme-ops").approve(saga_id, "capture_payment")
+    person(fleet, "acme-ops", tenant="acme").approve(saga_id, "capture_payment")
     assert settle(fleet, [saga_id])[saga_id] is SagaStatus.COMPLETED
     with psycopg.connect(database) as conn:
         tenants = conn.execute("SELECT DISTINCT tenant_id FROM eventstore.events"
@@ -86,22 +90,23 @@ def test_approval_is_bound_to_identity_hash_scope_and_expiry(fleet, database, br
     pending = _awaiting_approval(fleet, client, saga_id)
     assert pending["scope"] and pending["expires_at"]
     # an altered approval (another action hash) is refused
+    alice = authenticated(fleet, "alice")
     with pytest.raises(ApprovalAltered):
-        client.as_actor("alice").approve(saga_id, "capture_payment", action_hash="0" * 64)
+        fleet.client_for(alice).approve(saga_id, "capture_payment", action_hash="0" * 64)
     # an approval arriving after the request expired is refused
     later = shifted_fleet(database, broker, timedelta(hours=2))
     try:
         with pytest.raises(ApprovalExpired):
-            later.client(actor="alice").approve(saga_id, "capture_payment",
-                                                action_hash=pending["action_hash"])
+            later.client_for(alice).approve(saga_id, "capture_payment",
+                                            action_hash=pending["action_hash"])
     finally:
         later.close()
     # the grant records who approved which action; a replayed click changes nothing
-    client.as_actor("alice").approve(saga_id, "capture_payment",
-                                     action_hash=pending["action_hash"])
+    fleet.client_for(alice).approve(saga_id, "capture_payment",
+                                    action_hash=pending["action_hash"])
     version = fleet.repo.load(saga_id).version
-    client.as_actor("alice").approve(saga_id, "capture_payment",
-                                     action_hash=pending["action_hash"])
+    fleet.client_for(alice).approve(saga_id, "capture_payment",
+                                    action_hash=pending["action_hash"])
     grants = [e for e in events_of(fleet, saga_id) if isinstance(e, ApprovalGranted)]
     assert len(grants) == 1
     assert grants[0].approver == "alice" and grants[0].action_hash == pending["action_hash"]
@@ -115,10 +120,10 @@ def test_a_denied_approval_cannot_be_replayed_as_a_grant(fleet, workers):
     client = fleet.client()
     saga_id = client.start("trip", EXPENSIVE, key="denied").saga_id
     pending = _awaiting_approval(fleet, client, saga_id)
-    client.as_actor("bob").deny(saga_id, "capture_payment", reason="no")
+    person(fleet, "bob").deny(saga_id, "capture_payment", reason="no")
     with pytest.raises(ApprovalReplayed):
-        client.as_actor("alice").approve(saga_id, "capture_payment",
-                                         action_hash=pending["action_hash"])
+        person(fleet, "alice").approve(saga_id, "capture_payment",
+                                       action_hash=pending["action_hash"])
     assert settle(fleet, [saga_id])[saga_id] is SagaStatus.COMPENSATED
     assert ledger_for_saga(fleet.sandbox_pool, saga_id).captures == 0
 
