@@ -51,6 +51,14 @@ def _headline(letter: DeadLetter) -> str:
             f"  {letter.recorded_at:%Y-%m-%d %H:%M:%S}  {letter.reason}")
 
 
+def _readable(envelope: str) -> str:
+    """A signed command's envelope as sorted JSON, or as its text when it is not JSON."""
+    try:
+        return json.dumps(json.loads(envelope), sort_keys=True)
+    except (ValueError, RecursionError):
+        return envelope
+
+
 @dataclass(frozen=True)
 class DeadLettersReport:
     """The open dead letters, oldest first."""
@@ -87,6 +95,9 @@ class DeadLetterReport:
         else:
             lines.append(f"  args: {json.dumps(letter.args)}")
             lines.append(f"  kwargs: {json.dumps(letter.kwargs, sort_keys=True)}")
+            envelope = letter.kwargs.get("envelope")
+            if isinstance(envelope, str):  # a signed command: what its envelope says
+                lines.append(f"  envelope: {_readable(envelope)}")
         if letter.resolved_at is not None:
             lines.append(f"  {letter.status} by {letter.resolved_by} at {letter.resolved_at}:"
                          f" {letter.resolution}")

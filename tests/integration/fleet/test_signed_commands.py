@@ -215,7 +215,11 @@ def test_unsigned_forged_replayed_expired_and_other_tenant_commands_start_nothin
     assert sorted(letter["refusal"] for letter in json.loads(listed.stdout)
                   if letter["refusal"]) == sorted(refusal for _, refusal, _ in hostile.values())
     text = _cli(database, broker, "dead-letters").stdout
-    assert "replayed" in text and "bad_signature" in text and "not_permitted" in text
+    assert "[unauthenticated: replayed]" in text and "[forbidden: not_permitted]" in text
+    replayed = next(letter for letter in json.loads(listed.stdout)
+                    if letter["refusal"] == "replayed")
+    shown = _cli(database, broker, "dead-letters", "show", str(replayed["id"])).stdout
+    assert '"command_id"' in shown and "envelope: " in shown
     # and the metrics count refusals by kind
     stats = json.loads(_cli(database, broker, "stats", "--json").stdout)
     refused = stats["metrics"]["dead_letters"]["refused"]
