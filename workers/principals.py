@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from saga_core.authority import Principal, PrincipalKind, Unauthenticated, role_problems
 from saga_core.errors import ErrorKind, SagaError
-from saga_core.limits import NAME_CHARS
+from saga_core.limits import NAME_CHARS, REASON_CHARS
 
 __all__ = [
     "TOKEN_PREFIX",
@@ -68,7 +68,6 @@ BAD_TOKEN: Final = "the token is not valid: unknown, revoked or malformed"
 """The one message of every refused token: the refusal says nothing about which it was."""
 PRINCIPAL_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+\-]*$")
 """A principal's (and a tenant's) name: what events record as the actor."""
-REASON_CHARS: Final = 500
 
 
 class PrincipalConflict(SagaError):
@@ -227,7 +226,10 @@ def public_key_bytes(public_key: bytes) -> bytes:
         raise InvalidPrincipal("public key must be bytes: raw 32-byte Ed25519 or PEM")
     data = bytes(public_key)
     if len(data) == 32:
-        Ed25519PublicKey.from_public_bytes(data)  # any 32 bytes load; this only checks type
+        try:  # a key that is no one's loads too, and then verifies nothing
+            Ed25519PublicKey.from_public_bytes(data)
+        except ValueError:
+            raise InvalidPrincipal("public key is not an Ed25519 public key") from None
         return data
     try:
         loaded = serialization.load_pem_public_key(data)
@@ -289,9 +291,10 @@ def checked_principal(tenant: str, name: str, kind: PrincipalKind | str,
 
 
 def checked_reason(reason: object) -> str:
-    """A revocation's reason (any text up to :data:`REASON_CHARS`)."""
-    if not isinstance(reason, str) or len(reason) > REASON_CHARS:
-        raise InvalidPrincipal(f"reason must be a text of at most {REASON_CHARS} characters")
+    """A revocation's reason (any text up to ``reason_chars``)."""
+    if not isinstance(reason, str) or len(reason) > REASON_CHARS.value:
+        raise InvalidPrincipal(f"reason must be a text of at most {REASON_CHARS.value} "
+                               "characters (reason_chars)")
     return reason
 
 

@@ -40,7 +40,9 @@ from workers.principals import (
 
 __all__ = ["PostgresPrincipals"]
 
-_RECORD = (
+# A tenant's records, or (with a name) one: one literal statement for both, so no SQL is
+# ever put together from pieces.
+_RECORDS = (
     "SELECT p.tenant, p.name, p.kind, p.roles, p.created_at,"
     " (SELECT max(t.issued_at) FROM fleet.principal_tokens t"
     "   WHERE t.tenant = p.tenant AND t.name = p.name AND t.revoked_at IS NULL),"
@@ -48,6 +50,8 @@ _RECORD = (
     " ARRAY(SELECT k.kid FROM fleet.signing_keys k WHERE k.tenant = p.tenant"
     "   AND k.name = p.name AND k.revoked_at IS NULL ORDER BY k.kid)"
     " FROM fleet.principals p"
+    " WHERE p.tenant = %(tenant)s AND (%(name)s::text IS NULL OR p.name = %(name)s)"
+    " ORDER BY p.name"
 )
 
 
@@ -128,11 +132,14 @@ class PostgresPrincipals:
                 conn.execute(
                     "UPDATE fleet.principals SET revoked_at = %s, revoked_reason = %s"
                     " WHERE tenant = %s AND name = %s", (now, reason, tenant, name))
-                for table in ("fleet.principal_tokens", "fleet.signing_keys"):
-                    conn.execute(
-                        f"UPDATE {table} SET revoked_at = %s"  # noqa: S608 - fixed names
-                        " WHERE tenant = %s AND name = %s AND revoked_at IS NULL",
-                        (now, tenant, name))
+                conn.execute(
+                    "UPDATE fleet.principal_tokens SET revoked_at = %s"
+                    " WHERE tenant = %s AND name = %s AND revoked_at IS NULL",
+                    (now, tenant, name))
+                conn.execute(
+                    "UPDATE fleet.signing_keys SET revoked_at = %s"
+                    " WHERE tenant = %s AND name = %s AND revoked_at IS NULL",
+                    (now, tenant, name))
             return self._read(conn, tenant, name)
 
     def get(self, tenant: str, name: str) -> PrincipalRecord:
@@ -144,8 +151,7 @@ class PostgresPrincipals:
     def list(self, tenant: str) -> Sequence[PrincipalRecord]:
         """The tenant's principals by name."""
         with self._store.connection() as conn:
-            rows = conn.execute(_RECORD + " WHERE p.tenant = %s ORDER BY p.name",
-                                (tenant,)).fetchall()
+            rows = conn.execute(_RECORDS, {"tenant": tenant, "name": None}).fetchall()
         return [_record(row) for row in rows]
 
     def add_signing_key(self, tenant: str, name: str,
@@ -215,8 +221,7 @@ class PostgresPrincipals:
 
     @staticmethod
     def _read(conn: Any, tenant: str, name: str) -> PrincipalRecord:
-        row = conn.execute(_RECORD + " WHERE p.tenant = %s AND p.name = %s",
-                           (tenant, name)).fetchone()
+        row = conn.execute(_RECORDS, {"tenant": tenant, "name": name}).fetchone()
         if row is None:
             raise not_found(tenant, name)
         return _record(row)
