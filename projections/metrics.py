@@ -8,7 +8,8 @@ letters (agent commands that could never succeed) are counted from ``fleet.dead_
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
@@ -133,6 +134,8 @@ class DeadLetterMetrics:
 
     recorded: int = 0
     open: int = 0
+    refused: Mapping[str, int] = field(default_factory=dict)
+    """Signed agent commands refused, by refusal (unsigned, bad_signature, replayed, ...)."""
 
 
 @dataclass(frozen=True)
@@ -266,4 +269,9 @@ def _dead_letters(conn: psycopg.Connection[Any]) -> DeadLetterMetrics:
     is_open = "status = 'open'" if "status" in columns else "true"
     row = conn.execute(sql.SQL(_DEAD_LETTERS).format(open=sql.SQL(is_open))).fetchone()
     recorded, still_open = row if row else (0, 0)
-    return DeadLetterMetrics(recorded=int(recorded), open=int(still_open))
+    refused: dict[str, int] = {}
+    if "refusal" in columns:  # fleet migration 0006: why a signed command was refused
+        refused = {str(refusal): int(count) for refusal, count in conn.execute(
+            "SELECT refusal, count(*) FROM fleet.dead_letters WHERE refusal IS NOT NULL"
+            " GROUP BY refusal ORDER BY refusal")}
+    return DeadLetterMetrics(recorded=int(recorded), open=int(still_open), refused=refused)

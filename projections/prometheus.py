@@ -63,7 +63,10 @@ def render(metrics: Metrics, statuses: list[ProjectionStatus], alerts: Counter[s
             _line("dead_letters_recorded_total", {}, letters.recorded),
             "# TYPE sagafleet_dead_letters_open gauge",
             _line("dead_letters_open", {}, letters.open),
+            "# TYPE sagafleet_commands_refused_total counter",
         ]
+        lines += [_line("commands_refused_total", {"refusal": refusal}, count)
+                  for refusal, count in letters.refused.items()]
     for kind in (
         "captured_without_confirmation",
         "compensation_failing",

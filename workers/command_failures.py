@@ -15,7 +15,9 @@ task itself decides, by this rule, what a failure means:
     ``OperationalError``/``InterfaceError``, a pool timeout, redis ``ConnectionError``/
     ``TimeoutError``, kombu ``OperationalError``, any ``OSError``.
 
-* **dead-letter** — nothing about a later attempt would differ: the message is malformed,
+* **dead-letter** — nothing about a later attempt would differ: a signed command was
+  refused (``UNAUTHENTICATED`` or ``FORBIDDEN``, its reason led by its refusal:
+  ``replayed: ...``), the message is malformed,
   the input invalid, the definition or saga unknown, the idempotency key taken by another
   input (kinds ``INVALID_INPUT``, ``NOT_FOUND``, ``CONFLICT``, ``INTEGRITY``), or an
   unexpected error (kind ``FAILURE``: kept for an operator, who requeues it after a fix,
@@ -38,6 +40,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from saga_core.backoff import backoff_delay
 from saga_core.definition import RetryPolicy
 from saga_core.errors import ErrorKind, SagaError
+from saga_core.signed_commands import CommandRefused
 
 RETRIED_KINDS: Final = frozenset({ErrorKind.UNAVAILABLE, ErrorKind.MISCONFIGURED})
 """Error kinds after which a command is tried again."""
@@ -64,6 +67,7 @@ class CommandFailure:
     retry: bool
     kind: ErrorKind
     reason: str
+    refusal: str | None = None  # a signed-command refusal (saga_core.signed_commands.Refusal)
 
 
 def judge_failure(exc: BaseException) -> CommandFailure:
@@ -71,6 +75,9 @@ def judge_failure(exc: BaseException) -> CommandFailure:
     reason = f"{type(exc).__name__}: {exc}"
     if _caused_by_transient_driver_error(exc):
         return CommandFailure(retry=True, kind=ErrorKind.UNAVAILABLE, reason=reason)
+    if isinstance(exc, CommandRefused):
+        return CommandFailure(retry=False, kind=exc.kind, reason=str(exc),
+                              refusal=str(exc.refusal))
     if isinstance(exc, SagaError):
         return CommandFailure(retry=exc.kind in RETRIED_KINDS, kind=exc.kind, reason=reason)
     if isinstance(exc, TypeError | ValueError | KeyError):  # pydantic's errors among them

@@ -76,6 +76,7 @@ class DeadLetter:
     resolved_by: str | None
     resolved_at: datetime | None
     resolution: str | None
+    refusal: str | None = None  # why a signed command was refused (unsigned, replayed, ...)
 
     def __post_init__(self) -> None:
         # Rows hand the status over as text.
@@ -141,7 +142,7 @@ def _unwrapped(message: dict[str, Any] | None) -> dict[str, Any]:
 
 
 _COLUMNS = ("id, task, task_id, message, body, reason, error_kind, status, recorded_at,"
-            " resolved_by, resolved_at, resolution")
+            " resolved_by, resolved_at, resolution, refusal")
 
 
 class DeadLetters:
@@ -151,21 +152,23 @@ class DeadLetters:
         self._store = store
 
     def record(self, task: str, task_id: str | None, body: dict[str, Any], reason: str,
-               kind: ErrorKind) -> bool:
+               kind: ErrorKind, *, refusal: str | None = None) -> bool:
         """Keep a message that can never succeed; False when its letter is already open
         (a redelivery of a message that was dead-lettered before its ack was lost).
+        ``refusal``: why a signed command was refused (``saga_core.signed_commands.Refusal``).
 
         Raises StoreUnavailable (and the store's other errors): the caller must then keep
         the message in the broker, since nothing was kept here.
         """
         with self._store.connection() as conn:
             row = conn.execute(
-                "INSERT INTO fleet.dead_letters (task, task_id, message, reason, error_kind)"
-                " VALUES (%s, %s, %s, %s, %s)"
+                "INSERT INTO fleet.dead_letters"
+                " (task, task_id, message, reason, error_kind, refusal)"
+                " VALUES (%s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT (task, task_id) WHERE status = 'open' AND task_id IS NOT NULL"
                 " DO NOTHING RETURNING id",
                 (task, task_id, Jsonb(_storable(body)), reason[:MAX_REASON_CHARS],
-                 kind.value),
+                 kind.value, refusal),
             ).fetchone()
         return row is not None
 

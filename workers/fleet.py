@@ -30,6 +30,7 @@ from workers.principals import PrincipalDirectory
 from workers.principals_pg import PostgresPrincipals
 from workers.publisher import CeleryPublisher
 from workers.secrets import SecretVault
+from workers.signed_commands import CommandNonces
 from workers.tools import ToolRegistry, ToolSet
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,11 @@ class Fleet:
     def dead_letters(self) -> DeadLetters:
         """Messages that can never succeed, kept whole for an operator."""
         return DeadLetters(self.store)
+
+    @cached_property
+    def command_nonces(self) -> CommandNonces:
+        """Single-use command ids of signed agent commands (``workers.signed_commands``)."""
+        return CommandNonces(self.store)
 
     @cached_property
     def publisher(self) -> CeleryPublisher:

@@ -53,6 +53,7 @@ __all__ = [
     "SecretRefRejected",
     "SecretUnavailable",
     "SecretVault",
+    "SIGNATURE_WITHHELD",
     "WITHHELD",
     "checked_values",
     "placeholder",
@@ -253,6 +254,9 @@ def withhold_secrets(
         withheld.append(args)
         kept["args"] = f"[{len(args)} positional arguments withheld]"
     kwargs = kept.get("kwargs")
+    if isinstance(kwargs, dict) and isinstance(kwargs.get("envelope"), str):
+        kwargs = _withheld_envelope(definitions, kwargs, withheld)
+        kept["kwargs"] = kwargs
     if isinstance(kwargs, dict) and "input" in kwargs:
         # The tenant the command names (tasks reads it so, "default" when absent).
         masked, hidden = _withheld_input(definitions, kwargs.get("tenant", "default"),
@@ -263,6 +267,40 @@ def withhold_secrets(
         withheld.append(kwargs)
         kept["kwargs"] = WITHHELD
     return kept, scrub(reason, withheld)
+
+
+SIGNATURE_WITHHELD = "[withheld: the envelope was kept with its secrets withheld]"
+"""A dead letter's signature once its envelope was altered (it could never verify again)."""
+
+
+def _withheld_envelope(definitions: Definitions, kwargs: dict[str, Any],
+                       withheld: list[Any]) -> dict[str, Any]:
+    """A signed command's kwargs with the secret input fields of its envelope withheld.
+
+    The envelope is JSON text: a start's ``args.input`` is masked as a plain start's
+    ``input`` is, and the envelope written again. An altered envelope can never verify, so
+    its signature is withheld too (the letter says so; the agent must sign a new command).
+    An envelope that is not a JSON object is withheld whole: the fleet could not read it,
+    so nothing in it could ever be requeued.
+    """
+    text = kwargs["envelope"]
+    try:
+        envelope = json.loads(text)
+    except (ValueError, RecursionError):
+        envelope = None
+    if not isinstance(envelope, dict):
+        withheld.append(text)
+        return {**kwargs, "envelope": WITHHELD}
+    args = envelope.get("args")
+    if not isinstance(args, dict) or "input" not in args:
+        return kwargs
+    masked, hidden = _withheld_input(definitions, args.get("definition"), args["input"])
+    if not hidden:
+        return kwargs  # nothing secret in it: kept as signed, so a requeue can verify it
+    withheld.append(hidden)
+    altered = json.dumps({**envelope, "args": {**args, "input": masked}},
+                         separators=(",", ":"), ensure_ascii=False)
+    return {**kwargs, "envelope": altered, "signature": SIGNATURE_WITHHELD}
 
 
 def _withheld_input(

@@ -51,6 +51,7 @@ class SweepReport:
     republished: int = 0
     advanced: int = 0
     expired_refs: int = 0  # deposited secrets forgotten: expired, spent or not
+    expired_nonces: int = 0  # signed commands' single-use ids past their window
     errors: list[str] = field(default_factory=list)
 
 
@@ -136,6 +137,10 @@ class Sweeper:
                 # A deposited secret no start used in time is forgotten, as a finished
                 # saga's secrets are (a spent ref's row only remembers who spent it).
                 report.expired_refs = self.vault.purge_expired(self.fleet.clock())
+                # A signed command's id is kept only while a copy could pass the window
+                # check; after that the check alone refuses it (a bounded table).
+                report.expired_nonces = self.fleet.command_nonces.purge_expired(
+                    self.fleet.clock())
                 active = self._active_ids()
                 # Read in chunks (one query each), not one saga at a time: a pass over
                 # many waiting sagas is a few queries, not one round trip per saga.

@@ -2,11 +2,20 @@
 
 ``sagafleet.step`` is internal: ``[saga_id, step_id, kind, attempt]``. The
 ``sagafleet.commands.*`` tasks let an agent in any language with a Celery client enqueue
-saga commands with JSON keyword arguments, without importing sagafleet:
+saga commands with JSON keyword arguments, without importing sagafleet. Each takes a
+**signed** command only (README "Signed commands", :mod:`saga_core.signed_commands`):
+``{"envelope": "<JSON text>", "kid": ..., "signature": ...}``, the envelope's ``args``
+being the command's arguments:
 
-* ``sagafleet.commands.start_saga(definition, input, key, tenant, actor, reason)``
-* ``sagafleet.commands.cancel_saga(saga_id, tenant, actor, reason)``
-* ``sagafleet.commands.submit_plan(plan, tenant, actor, name)``
+* ``sagafleet.commands.start_saga``: ``definition, input, key, reason``
+* ``sagafleet.commands.cancel_saga``: ``saga_id, reason``
+* ``sagafleet.commands.submit_plan``: ``plan, name``
+
+Tenant and actor are the signing key's principal's (``fleet.client_for(principal)``), who
+must hold a role allowing the command (:data:`COMMAND_ACTIONS`). An unsigned, forged
+(bad signature, unknown or revoked key), replayed, expired or not-yet-valid command, or
+one naming a tenant or actor, is dead-lettered with its refusal (kind ``UNAUTHENTICATED``
+or ``FORBIDDEN``) and starts nothing (:mod:`workers.signed_commands`).
 
 No agent command is ever lost
 -----------------------------
@@ -23,17 +32,20 @@ time-out). What a failure means is one rule, :mod:`workers.command_failures`:
   requeue, dropping it; we reject it *with* requeue instead, and if even that cannot reach
   the broker, the message is still in kombu's unacknowledged set, from which Redis hands it
   out again once its visibility timeout ends. A worker killed mid-command ends the same way.
-* **permanent** (malformed message, invalid input, unknown definition or saga, an
-  idempotency key taken by other input, an unexpected error): the whole message is kept in
-  ``fleet.dead_letters`` with its reason and error kind (:mod:`workers.dead_letters`), and
-  only then acknowledged. ``sagafleet dead-letters`` lists, shows, requeues and discards.
-  If the dead letter cannot be written, the command is retried instead.
+* **permanent** (malformed message, a refused signature, invalid input, unknown definition
+  or saga, an idempotency key taken by other input, an unexpected error): the whole message
+  is kept in ``fleet.dead_letters`` with its reason, error kind and refusal
+  (:mod:`workers.dead_letters`), and only then acknowledged. ``sagafleet dead-letters``
+  lists, shows, requeues and discards. If the dead letter cannot be written, the command is
+  retried instead.
 
-Every command is idempotent under redelivery (the price of never losing one): a start with
-a ``key`` lands on the saga that key started; a start without one gets the key
-``celery-task:<task id>``, which a redelivery, a retry and a requeue all keep; a cancel
-records ``CancelRequested`` once; a plan without a ``name`` is named by its content
-(``SagaClient.submit_plan``), so registering it again changes nothing.
+Every command is idempotent under redelivery (the price of never losing one). A redelivery
+keeps its task id, so the command's single-use ``command_id`` lets it through (another task
+id with the same ``command_id`` is a replay, refused). A start with a ``key`` lands on the
+saga that key started; a start without one gets the key ``command:<kid>:<command_id>``
+(:func:`keyless_start_key`), so even a replay that got through could not start a second
+saga; a cancel records ``CancelRequested`` once; a plan without a ``name`` is named by its
+content (``SagaClient.submit_plan``), so registering it again changes nothing.
 """
 
 from __future__ import annotations
@@ -48,14 +60,17 @@ from celery import Celery, Task
 from celery.exceptions import Reject
 from kombu.exceptions import KombuError, OperationalError
 
+from saga_core.authority import Action, NotPermitted, check_permitted
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.limits import check_command_message
+from saga_core.signed_commands import Refusal, refused
 from workers.branches import SagaBranches
 from workers.celery_app import COMMAND_TASK_OPTIONS, STEP_TASK
 from workers.command_failures import CommandFailure, judge_failure, retry_delay_s
 from workers.dead_letters import DeadLetter, dead_letter_body
 from workers.messages import MalformedMessage, StepCommand
 from workers.secrets import withhold_secrets
+from workers.signed_commands import VerifiedCommand, verify_signed_command
 
 if TYPE_CHECKING:
     from workers.client import SagaClient
@@ -71,11 +86,21 @@ STEP_TASK_OPTIONS: Mapping[str, Any] = MappingProxyType({"acks_late": True, "ign
 FLEET_TASKS = (STEP_TASK, START_SAGA, CANCEL_SAGA, SUBMIT_PLAN)
 """Every task name a worker of the fleet registers (what ``celery inspect registered`` lists)."""
 
-DERIVED_KEY_PREFIX = "celery-task:"
-"""A start without a key is keyed by its Celery task id, so a redelivery starts nothing new."""
+COMMAND_KEY_PREFIX = "command:"
+"""A start without a key is keyed by its signed command (:func:`keyless_start_key`)."""
 
-#: A command's effect: (fleet, its keyword arguments, its Celery task id).
-CommandAction = Callable[["Fleet", dict[str, Any], "str | None"], None]
+COMMAND_ACTIONS: Mapping[str, Action] = MappingProxyType({
+    START_SAGA: Action.START, CANCEL_SAGA: Action.CANCEL, SUBMIT_PLAN: Action.START})
+"""The action each command asks of its principal's roles (the agent role allows all three)."""
+
+#: A command's effect: (fleet, the verified command) -> None.
+CommandAction = Callable[["Fleet", VerifiedCommand], None]
+
+
+def keyless_start_key(kid: str, command_id: str) -> str:
+    """The idempotency key of a signed start that gave none: its key and command id, which
+    a redelivery, a retry, a requeue — and a replay — all keep."""
+    return f"{COMMAND_KEY_PREFIX}{kid}:{command_id}"
 
 
 @dataclass(frozen=True)
@@ -173,7 +198,7 @@ def run_command(fleet: Fleet, task: Task, message: CommandMessage,
     """Take one agent command to its outcome (effect or dead letter), or leave it in the
     broker to be tried again (raises celery's ``Retry`` or ``Reject``)."""
     try:
-        action(fleet, _command_arguments(message.args, message.kwargs), message.task_id)
+        action(fleet, accepted_command(fleet, message))
         return  # took effect, or was already in effect (a redelivery)
     except Exception as exc:  # every failure is judged by the one rule, none escapes unjudged
         failure = judge_failure(exc)
@@ -185,10 +210,25 @@ def run_command(fleet: Fleet, task: Task, message: CommandMessage,
     _retry_later(fleet, task, message, failure)
 
 
+def accepted_command(fleet: Fleet, message: CommandMessage) -> VerifiedCommand:
+    """The message's command once its signature, window, single use and its principal's
+    roles allow it; else ``CommandRefused`` (or MalformedMessage, LimitExceeded)."""
+    kwargs = _command_arguments(message.args, message.kwargs)
+    command = verify_signed_command(message.task, kwargs, fleet.principals)
+    if not message.task_id:
+        raise MalformedMessage("a command message must carry its Celery task id")
+    fleet.command_nonces.accept(command, message.task_id, fleet.clock())
+    try:
+        check_permitted(command.principal, COMMAND_ACTIONS[message.task], message.task)
+    except NotPermitted as exc:
+        raise refused(Refusal.NOT_PERMITTED, str(exc)) from None
+    return command
+
+
 def _command_arguments(args: Any, kwargs: Any) -> dict[str, Any]:
-    """The command's keyword arguments (a copy the action consumes), or MalformedMessage
-    (LimitExceeded for a message over ``command_message_bytes``)."""
-    check_command_message(args, kwargs)  # bounded before any model is built from it
+    """The command's keyword arguments, or MalformedMessage (LimitExceeded for a message
+    over ``command_message_bytes``)."""
+    check_command_message(args, kwargs)  # bounded before any signature is checked
     if args:
         raise MalformedMessage("saga commands take keyword arguments only")
     if not isinstance(kwargs, dict):
@@ -205,9 +245,11 @@ def _keep_dead_letter(fleet: Fleet, message: CommandMessage,
     body, reason = withhold_secrets(fleet.definitions, name,
                                     dead_letter_body(name, message.args, message.kwargs),
                                     failure.reason)
-    failure = CommandFailure(retry=False, kind=failure.kind, reason=reason)
+    failure = CommandFailure(retry=False, kind=failure.kind, reason=reason,
+                             refusal=failure.refusal)
     try:
-        fleet.dead_letters.record(name, task_id, body, failure.reason, failure.kind)
+        fleet.dead_letters.record(name, task_id, body, failure.reason, failure.kind,
+                                  refusal=failure.refusal)
     except Exception as exc:  # noqa: BLE001 - whatever it is, the message must not be dropped
         log.error("%s[%s]: could not dead-letter (%s): %s", name, task_id, failure.reason, exc)
         return CommandFailure(retry=True, kind=judge_failure(exc).kind,
@@ -248,11 +290,10 @@ def republish(app: Celery, letter: DeadLetter) -> None:
         raise BrokerUnavailable(f"could not publish dead letter {letter.id}: {exc}") from exc
 
 
-def _client(fleet: Fleet, kw: dict[str, Any]) -> SagaClient:
-    tenant, actor = kw.pop("tenant", "default"), kw.pop("actor", "agent")
-    if not isinstance(tenant, str) or not isinstance(actor, str):
-        raise MalformedMessage("tenant and actor must be strings")
-    return fleet.client(tenant=tenant, actor=actor)
+def _client(fleet: Fleet, command: VerifiedCommand) -> SagaClient:
+    """A client acting as the command's key's principal, for a command that crossed the
+    broker (a secret input field must come by ref)."""
+    return fleet.client_for(command.principal).via_broker()
 
 
 def _required(kw: dict[str, Any], name: str) -> Any:
@@ -261,23 +302,25 @@ def _required(kw: dict[str, Any], name: str) -> Any:
     return kw.pop(name)
 
 
-def _start(fleet: Fleet, kw: dict[str, Any], task_id: str | None) -> None:
-    client = _client(fleet, kw).via_broker()
+def _start(fleet: Fleet, command: VerifiedCommand) -> None:
+    kw = dict(command.envelope.args)
     key = kw.pop("key", None)
-    if key is None and task_id is not None:
-        key = f"{DERIVED_KEY_PREFIX}{task_id}"
-    client.start(_required(kw, "definition"), _required(kw, "input"), key=key,
-                 reason=kw.pop("reason", ""), **_no_more(kw))
+    if key is None:
+        key = keyless_start_key(command.kid, command.envelope.command_id)
+    _client(fleet, command).start(_required(kw, "definition"), _required(kw, "input"),
+                                  key=key, reason=kw.pop("reason", ""), **_no_more(kw))
 
 
-def _cancel(fleet: Fleet, kw: dict[str, Any], task_id: str | None) -> None:
-    client = _client(fleet, kw)
-    client.cancel(_required(kw, "saga_id"), reason=kw.pop("reason", ""), **_no_more(kw))
+def _cancel(fleet: Fleet, command: VerifiedCommand) -> None:
+    kw = dict(command.envelope.args)
+    _client(fleet, command).cancel(_required(kw, "saga_id"), reason=kw.pop("reason", ""),
+                                   **_no_more(kw))
 
 
-def _plan(fleet: Fleet, kw: dict[str, Any], task_id: str | None) -> None:
-    client = _client(fleet, kw)
-    client.submit_plan(_required(kw, "plan"), name=kw.pop("name", None), **_no_more(kw))
+def _plan(fleet: Fleet, command: VerifiedCommand) -> None:
+    kw = dict(command.envelope.args)
+    _client(fleet, command).submit_plan(_required(kw, "plan"), name=kw.pop("name", None),
+                                        **_no_more(kw))
 
 
 def _no_more(kw: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """``sagafleet dead-letters [show|requeue|discard]``: messages that could never succeed.
 
-An agent's command that no retry can help (malformed, invalid input, unknown definition,
-idempotency conflict) is kept whole in ``fleet.dead_letters`` (:mod:`workers.dead_letters`).
+An agent's command that no retry can help (malformed, a refused signature — its refusal
+shown —, invalid input, unknown definition, idempotency conflict) is kept whole in
+``fleet.dead_letters`` (:mod:`workers.dead_letters`).
 Listing and showing only read (no broker). ``requeue`` publishes the original message again,
 to its task under its task id, once the cause is fixed — the command is idempotent, so a
 requeue can never act twice — and ``discard`` closes a letter saying why. Each resolves a
@@ -43,8 +44,19 @@ def _letter_json(letter: DeadLetter) -> dict[str, Any]:
 
 
 def _headline(letter: DeadLetter) -> str:
-    return (f"#{letter.id}  {letter.status:<9} {letter.task}  [{letter.error_kind or '?'}]"
+    kind = letter.error_kind or "?"
+    if letter.refusal:  # a refused signed command: why (unsigned, replayed, expired, ...)
+        kind = f"{kind}: {letter.refusal}"
+    return (f"#{letter.id}  {letter.status:<9} {letter.task}  [{kind}]"
             f"  {letter.recorded_at:%Y-%m-%d %H:%M:%S}  {letter.reason}")
+
+
+def _readable(envelope: str) -> str:
+    """A signed command's envelope as sorted JSON, or as its text when it is not JSON."""
+    try:
+        return json.dumps(json.loads(envelope), sort_keys=True)
+    except (ValueError, RecursionError):
+        return envelope
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,9 @@ class DeadLetterReport:
         else:
             lines.append(f"  args: {json.dumps(letter.args)}")
             lines.append(f"  kwargs: {json.dumps(letter.kwargs, sort_keys=True)}")
+            envelope = letter.kwargs.get("envelope")
+            if isinstance(envelope, str):  # a signed command: what its envelope says
+                lines.append(f"  envelope: {_readable(envelope)}")
         if letter.resolved_at is not None:
             lines.append(f"  {letter.status} by {letter.resolved_by} at {letter.resolved_at}:"
                          f" {letter.resolution}")

@@ -1,9 +1,13 @@
 """The chaos run's agent: sends ``sagafleet.commands.*`` through Celery exactly as an
-external agent does (a bare Celery client, the task's name, JSON keyword arguments),
-throughout the run and through every server outage.
+external agent does (a bare Celery client, the task's name, JSON keyword arguments signed
+with its principal's key by ``sagafleet.agent.CommandSigner``), throughout the run and
+through every server outage.
 
-It retries a publish the broker refused, as an agent would, with the same task id and
-arguments (every command is idempotent: start by key, cancel by state, plan by hash), and
+A command is signed when it is first published (so it is fresh whenever it is due), with
+its Celery task id as its ``command_id``. The agent retries a publish the broker refused,
+as an agent would, with the same task id and the same signed arguments (never signed
+again: that would be a new command; every command is idempotent: start by key, cancel by
+state, plan by hash), and
 records which publish returned: a command is *accepted* once ``send_task`` returned.
 What became of each accepted command is judged at the end (:mod:`chaos_run.verdicts`).
 """
@@ -15,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -24,6 +28,7 @@ from celery import Celery
 from kombu.exceptions import KombuError, OperationalError
 from redis import RedisError
 
+from sagafleet.agent import CommandSigner
 from sagafleet.demo import DEMO_DEFINITION, trip_input
 from workers.celery_app import QUEUE_COMMANDS
 from workers.tasks import CANCEL_SAGA, START_SAGA, SUBMIT_PLAN
@@ -38,11 +43,13 @@ PUBLISH_GIVE_UP_S = 60.0
 class Command:
     """One agent command: what was sent, when, what the broker said, and what was down."""
 
-    command_id: str  # the Celery task id, the same on every publish retry
+    command_id: str  # the Celery task id and the signed command id, the same on every retry
     task: str
-    kwargs: dict[str, Any]
+    args: dict[str, Any]  # what the envelope carries
     target: str  # start: the idempotency key; cancel: the saga id; plan: the definition name
     due_s: float
+    tenant: str = AGENT_TENANT  # whose agent signs it
+    kwargs: dict[str, Any] | None = None  # the signed message, once first published
     first_try_s: float | None = None
     accepted_s: float | None = None
     accepted_at: datetime | None = None  # wall clock, to compare with the log's times
@@ -146,13 +153,11 @@ def agent_commands(plan: AgentPlan, deposit: Callable[[Any], dict[str, str]]) ->
         data["card_token"] = deposit(data["card_token"])
         commands.append(Command(str(uuid.uuid4()), START_SAGA, {
             "definition": DEMO_DEFINITION, "input": data,
-            "key": key, "tenant": AGENT_TENANT, "actor": AGENT_ACTOR,
-            "reason": "chaos agent start"}, key, 0.0))
+            "key": key, "reason": "chaos agent start"}, key, 0.0))
     for i in range(plan.plans):
         name = f"chaos_plan_{plan.seed}_{i}"
         commands.append(Command(str(uuid.uuid4()), SUBMIT_PLAN, {
-            "plan": plan_body(i), "tenant": AGENT_TENANT, "actor": AGENT_ACTOR,
-            "name": name}, name, 0.0))
+            "plan": plan_body(i), "name": name}, name, 0.0))
     rng.shuffle(commands)
     for i, command in enumerate(commands):
         spot = (i + rng.random()) / max(len(commands), 1)
@@ -166,8 +171,12 @@ class AgentSender(threading.Thread):
 
     def __init__(self, broker_url: str, plan: AgentPlan, desk: CancelDesk,
                  clock: Callable[[], float], down: Callable[[], tuple[str, ...]],
-                 deposit: Callable[[Any], dict[str, str]]) -> None:
+                 deposit: Callable[[Any], dict[str, str]],
+                 signers: Mapping[str, CommandSigner]) -> None:
+        """``signers``: the agent principal's signer in each tenant it acts for (its own
+        sagas' tenant, and every tenant whose sagas the operator may hand over to cancel)."""
         super().__init__(name="chaos-agent", daemon=True)
+        self.signers = signers
         self.app = Celery("chaos-agent", broker=broker_url, set_as_current=False)
         self.app.conf.update(task_serializer="json", accept_content=["json"])
         self.plan = plan
@@ -208,12 +217,14 @@ class AgentSender(threading.Thread):
     def cancel_of(self, saga_id: str, tenant: str) -> Command:
         """A cancel command for a saga the operator handed over."""
         return Command(str(uuid.uuid4()), CANCEL_SAGA, {
-            "saga_id": saga_id, "tenant": tenant, "actor": AGENT_ACTOR,
-            "reason": "the traveller changed their mind"}, saga_id, self.clock())
+            "saga_id": saga_id, "reason": "the traveller changed their mind"}, saga_id,
+            self.clock(), tenant=tenant)
 
     def publish(self, command: Command) -> None:
         """Publish until the broker accepts it, as an agent would, or give it up."""
         command.first_try_s = self.clock()
+        _, command.kwargs = self.signers[command.tenant].sign(
+            command.task, command.args, command_id=command.command_id)
         down = set(self.down())
         give_up = time.monotonic() + PUBLISH_GIVE_UP_S
         delay = 0.2

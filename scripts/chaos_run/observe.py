@@ -130,6 +130,12 @@ def _message_kwargs(message: Any) -> dict[str, Any]:
     except ValueError:
         return {}
     kwargs = message.get("kwargs") if isinstance(message, dict) else None
+    if isinstance(kwargs, dict) and isinstance(kwargs.get("envelope"), str):
+        try:  # a signed command: its arguments are the envelope's
+            args = json.loads(kwargs["envelope"]).get("args")
+        except (ValueError, AttributeError):
+            return {}
+        return args if isinstance(args, dict) else {}
     return kwargs if isinstance(kwargs, dict) else {}
 
 

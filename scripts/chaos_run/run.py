@@ -37,6 +37,7 @@ from chaos_run.verdicts import judge_commands, judge_sagas
 from saga_core.authority import ADMIN_ROLE, AGENT_ROLE, APPROVER_ROLE, PrincipalKind
 from saga_core.errors import SagaError
 from sagafleet import embedded, sandbox
+from sagafleet.agent import CommandSigner
 from sagafleet.demo import (
     APPROVER,
     DEMO_DEFINITION,
@@ -164,7 +165,8 @@ class ChaosRun:
         depositor = fleet.client(tenant=AGENT_TENANT, actor=AGENT_ACTOR)
         agent = AgentSender(broker_url, plan, self.desk, self.elapsed, injector.down,
                             deposit=lambda value: depositor.put_secret(
-                                value, ttl=timedelta(hours=2)).as_input())
+                                value, ttl=timedelta(hours=2)).as_input(),
+                            signers=agent_signers(fleet, (AGENT_TENANT, client.tenant)))
         injector.on_outage = agent.nudge.set
         direct_total = self.args.sagas - plan.starts
         direct: list[str] = []
@@ -445,3 +447,15 @@ def run_verify(env: dict[str, str]) -> dict[str, Any]:
             "lagging": len(found.get("lagging", [])) if found else None,
             "sagas_checked": found.get("sagas_checked"),
             "output": done.stdout[-2000:] + done.stderr[-2000:]}
+
+
+def agent_signers(fleet: Fleet, tenants: tuple[str, ...]) -> dict[str, CommandSigner]:
+    """The chaos agent as a principal of each tenant (agent role), with a signing key made
+    before the run: its commands are signed, as every agent's must be."""
+    signers = {}
+    for tenant in dict.fromkeys(tenants):
+        fleet.principals.add(tenant, AGENT_ACTOR, PrincipalKind.AGENT, [AGENT_ROLE])
+        issued = fleet.principals.add_signing_key(tenant, AGENT_ACTOR)
+        assert issued.private_key_pem is not None  # generated here, returned once
+        signers[tenant] = CommandSigner(issued.kid, issued.private_key_pem)
+    return signers

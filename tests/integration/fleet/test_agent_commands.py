@@ -1,4 +1,4 @@
-"""Agents enqueue saga commands as plain Celery tasks, without importing sagafleet."""
+"""Agents enqueue signed saga commands as plain Celery tasks by name, with JSON arguments."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import time
 
 import psycopg
 from celery import Celery
+from signed_agent import agent_signer
 from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import SagaStatus
@@ -24,20 +25,18 @@ def _dead_letters(database: str) -> list[tuple[str, str]]:
 
 
 def test_start_saga_task_by_name_runs_a_saga(fleet, database, broker, workers, wait_settled):
-    # given a worker and an agent with nothing but a Celery client
+    # given a worker and an agent principal with a signing key and a bare Celery client
     workers.start(1)
     agent = _bare_celery(broker)
+    signer = agent_signer(fleet, "acme", "travel-agent")
     # when it deposits its secret card token (a direct call: never through the broker)
     ref = fleet.client(tenant="acme").put_secret(TRIP_INPUT["card_token"])
-    # and enqueues sagafleet.commands.start_saga with JSON keyword arguments, the ref in
-    # the secret field
-    agent.send_task(
-        "sagafleet.commands.start_saga", queue="sagafleet.commands",
-        kwargs={"definition": "trip", "input": {**TRIP_INPUT, "card_token": ref.as_input()},
-                "key": "agent-1",
-                "tenant": "acme", "actor": "travel-agent", "reason": "user asked for a trip"},
-    )
-    # then a saga with that key exists for that tenant and completes
+    # and enqueues a signed sagafleet.commands.start_saga, the ref in the secret field
+    name, kwargs = signer.start_saga("trip", {**TRIP_INPUT, "card_token": ref.as_input()},
+                                     key="agent-1", reason="user asked for a trip")
+    assert name == "sagafleet.commands.start_saga"
+    agent.send_task(name, queue="sagafleet.commands", kwargs=kwargs)
+    # then a saga with that key exists for the key's tenant and completes
     client = fleet.client(tenant="acme")
     deadline = time.monotonic() + 30
     while (saga := client.find("agent-1")) is None:
@@ -57,10 +56,10 @@ def test_malformed_messages_are_dead_lettered_and_the_fleet_keeps_going(
     # given garbage on both queues
     agent.send_task("sagafleet.step", args=["not", "enough"], queue="sagafleet.steps")
     agent.send_task("sagafleet.step", args=["x", "y", "forward", "one"], queue="sagafleet.steps")
-    agent.send_task("sagafleet.commands.start_saga", queue="sagafleet.commands",
-                    kwargs={"definition": "trip", "input": {"nights": "many"}})
-    agent.send_task("sagafleet.commands.start_saga", queue="sagafleet.commands",
-                    kwargs={"definition": "no-such-saga", "input": {}})
+    signer = agent_signer(fleet)
+    for signed in (signer.start_saga("trip", {"nights": "many"}),
+                   signer.start_saga("no-such-saga", {})):
+        agent.send_task(signed[0], queue="sagafleet.commands", kwargs=signed[1])
     # when a valid saga follows
     saga = fleet.client().start("trip", TRIP_INPUT, key="after-garbage")
     # then it still completes, and every bad message was kept with its reason

@@ -14,15 +14,17 @@ from typing import Any
 import psycopg
 from celery import Celery
 from principal_support import authenticated, token_for
+from signed_agent import agent_signer, send
 from trip_inputs import TRIP_INPUT, by_secret_ref
 
 from projections import ProjectionContext, collect_platform_metrics
 from projections.metrics import DeadLetterMetrics
 from projections.prometheus import scrape
 from saga_core import trip_definition
+from sagafleet.agent import CommandSigner
 from sagafleet.exit_codes import ExitCode
 from workers.fleet import Fleet
-from workers.tasks import CANCEL_SAGA, DERIVED_KEY_PREFIX, START_SAGA, SUBMIT_PLAN
+from workers.tasks import START_SAGA, keyless_start_key
 
 COMMANDS = "sagafleet.commands"
 ROOM_PLAN = {"goal": "a room", "actions": [
@@ -56,13 +58,16 @@ def _wait_for_saga(fleet: Fleet, tenant: str, key: str, timeout: float = 60.0) -
     return saga.saga_id
 
 
-def _barrier(agent: Celery, fleet: Fleet, tenant: str) -> None:
+def _barrier(agent: Celery, fleet: Fleet, signer: CommandSigner, tenant: str) -> None:
     """Once a start queued behind everything sent so far has run, the one worker has handled
     every command before it (one queue, first in, first out)."""
     key = f"barrier-{uuid.uuid4().hex[:8]}"
-    _send(agent, START_SAGA, definition="trip", input=by_secret_ref(fleet.client(tenant=tenant)),
-          key=key, tenant=tenant)
+    send(agent, signer.start_saga("trip", by_secret_ref(fleet.client(tenant=tenant)), key=key))
     _wait_for_saga(fleet, tenant, key)
+
+
+def _keyless_key(signer: CommandSigner, signed: tuple[str, dict[str, Any]]) -> str:
+    return keyless_start_key(signer.kid, json.loads(signed[1]["envelope"])["command_id"])
 
 
 def _scalar(database: str, query: str, *params: Any) -> Any:
@@ -82,26 +87,25 @@ def test_every_command_delivered_twice_acts_once(fleet, database, broker, worker
     workers.start(1)
     agent = _agent(broker)
     tenant = "twice"
+    signer = agent_signer(fleet, tenant)
     waiting = fleet.client(tenant=tenant).start("trip", WAITS_FOR_APPROVAL, key="waits")
-    # when every kind of command is delivered twice (the same message: the same task id)
+    # when every kind of signed command is delivered twice (the same message: the same
+    # task id)
     by_ref = fleet.client(tenant=tenant)
     sent = {
-        "keyed": (START_SAGA, {"definition": "trip", "input": by_secret_ref(by_ref),
-                               "key": "k-1"}),
-        "keyless": (START_SAGA, {"definition": "trip", "input": by_secret_ref(by_ref)}),
-        "cancel": (CANCEL_SAGA, {"saga_id": waiting.saga_id, "reason": "plans changed"}),
-        "plan": (SUBMIT_PLAN, {"plan": ROOM_PLAN}),
+        "keyed": signer.start_saga("trip", by_secret_ref(by_ref), key="k-1"),
+        "keyless": signer.start_saga("trip", by_secret_ref(by_ref)),
+        "cancel": signer.cancel_saga(waiting.saga_id, reason="plans changed"),
+        "plan": signer.submit_plan(ROOM_PLAN),
     }
-    ids = {}
-    for name, (task, kwargs) in sent.items():
-        ids[name] = _send(agent, task, **kwargs, tenant=tenant)
-        _send(agent, task, ids[name], **kwargs, tenant=tenant)
+    for signed in sent.values():
+        send(agent, signed, send(agent, signed))
     # and a different plan, also without a name
-    _send(agent, SUBMIT_PLAN, plan=LONGER_ROOM_PLAN, tenant=tenant)
-    _barrier(agent, fleet, tenant)
-    # then each start started one saga: the keyless one keyed by its task id
+    send(agent, signer.submit_plan(LONGER_ROOM_PLAN))
+    _barrier(agent, fleet, signer, tenant)
+    # then each start started one saga: the keyless one keyed by its signed command
     _wait_for_saga(fleet, tenant, "k-1")
-    _wait_for_saga(fleet, tenant, f"{DERIVED_KEY_PREFIX}{ids['keyless']}")
+    _wait_for_saga(fleet, tenant, _keyless_key(signer, sent["keyless"]))
     assert _sagas_started(database, tenant) == 1 + 2 + 1  # waiting, keyed, keyless, barrier
     # and the cancel was recorded once
     assert _scalar(database, "SELECT count(*) FROM eventstore.events WHERE stream_id = %s"
@@ -122,7 +126,8 @@ def test_a_worker_killed_while_handling_commands_loses_none(fleet, database, bro
     (victim,) = workers.start(1, extra_env=short, args=("--concurrency", "2"))
     agent = _agent(broker)
     tenant = "killed"
-    _barrier(agent, fleet, tenant)
+    signer = agent_signer(fleet, tenant)
+    _barrier(agent, fleet, signer, tenant)
     # and a definition it has never read
     fleet.client_for(authenticated(fleet, "admin", ["admin"], tenant=tenant)).register_definition(
         {**trip_definition().model_dump(mode="json"), "name": "killed-trip"})
@@ -131,11 +136,11 @@ def test_a_worker_killed_while_handling_commands_loses_none(fleet, database, bro
         # anything of the start is written or sent
         held.execute("LOCK TABLE eventstore.definitions IN ACCESS EXCLUSIVE MODE")
         for n in range(2):
-            _send(agent, START_SAGA, definition="killed-trip", tenant=tenant,
-                  input=by_secret_ref(fleet.client(tenant=tenant)), key=f"kill-{n}")
-        keyless = _send(agent, START_SAGA, definition="killed-trip",
-                        input=by_secret_ref(fleet.client(tenant=tenant)),
-                        tenant=tenant)
+            send(agent, signer.start_saga("killed-trip",
+                                          by_secret_ref(fleet.client(tenant=tenant)),
+                                          key=f"kill-{n}"))
+        keyless = signer.start_saga("killed-trip", by_secret_ref(fleet.client(tenant=tenant)))
+        send(agent, keyless)
         deadline = time.monotonic() + 60
         while not look.execute(
                 "SELECT count(*) FROM pg_locks JOIN pg_stat_activity USING (pid)"
@@ -152,7 +157,7 @@ def test_a_worker_killed_while_handling_commands_loses_none(fleet, database, bro
     # then every command takes effect, once
     for n in range(2):
         _wait_for_saga(fleet, tenant, f"kill-{n}")
-    _wait_for_saga(fleet, tenant, f"{DERIVED_KEY_PREFIX}{keyless}")
+    _wait_for_saga(fleet, tenant, _keyless_key(signer, keyless))
     assert _sagas_started(database, tenant) == 1 + 3  # the barrier, and the three
     assert _scalar(database, "SELECT count(*) FROM fleet.dead_letters") == 0
 
@@ -177,13 +182,14 @@ def test_commands_that_can_never_succeed_wait_in_the_dead_letters_for_an_operato
     agent = _agent(broker)
     run = _cli(database, broker)
     tenant = "letters"
+    signer = agent_signer(fleet, tenant)
     # given a start of a definition nobody registered yet, a malformed one, an invalid one
-    later = {"definition": "later-trip", "input": by_secret_ref(fleet.client(tenant=tenant)),
-             "key": "later", "tenant": tenant}
-    later_id = _send(agent, START_SAGA, **later)
+    later = signer.start_saga("later-trip", by_secret_ref(fleet.client(tenant=tenant)),
+                              key="later")
+    later_id = send(agent, later)
     _send(agent, START_SAGA, args=["positional"])
-    _send(agent, START_SAGA, definition="trip", tenant=tenant)  # no input
-    _barrier(agent, fleet, tenant)
+    send(agent, signer.sign(START_SAGA, {"definition": "trip"}))  # no input
+    _barrier(agent, fleet, signer, tenant)
     # when the operator lists the dead letters
     listed = run("dead-letters", "--json")
     assert listed.returncode == ExitCode.OK, listed.stderr
@@ -196,7 +202,7 @@ def test_commands_that_can_never_succeed_wait_in_the_dead_letters_for_an_operato
     assert "missing argument 'input'" in letters[2]["reason"]
     # then each keeps the whole message, as sent
     shown = json.loads(run("dead-letters", "show", str(unknown), "--json").stdout)
-    assert shown["kwargs"] == later and shown["task_id"] == later_id
+    assert shown["kwargs"] == later[1] and shown["task_id"] == later_id
     assert shown["status"] == "open" and shown["task"] == START_SAGA
     assert "later-trip" in run("dead-letters", "show", str(unknown)).stdout
 
@@ -207,7 +213,8 @@ def test_commands_that_can_never_succeed_wait_in_the_dead_letters_for_an_operato
     requeued = run("dead-letters", "requeue", str(unknown), "--json", token=ada)
     assert requeued.returncode == ExitCode.OK, requeued.stderr
     assert json.loads(requeued.stdout)["changed"]
-    # then the saga starts, under the key the agent gave
+    # then the saga starts, under the key the agent gave (the same message: its command id
+    # is held by its own task id, so it is no replay)
     _wait_for_saga(fleet, tenant, "later")
     # and a second requeue does nothing, and says so
     again = run("dead-letters", "requeue", str(unknown), token=bob)
@@ -229,10 +236,10 @@ def test_commands_that_can_never_succeed_wait_in_the_dead_letters_for_an_operato
     missing = run("dead-letters", "show", "999999", "--json")
     assert missing.returncode == ExitCode.NOT_FOUND
     assert json.loads(missing.stdout)["error"] == "DeadLetterNotFound"
-    # and the platform's metrics count them: three recorded, one still open (a tenant's
-    # stats do not: no tenant is proven to own a dead letter)
+    # and the platform's metrics count them: three recorded, one still open, none refused
+    # for its credentials (a tenant's stats do not: no tenant is proven to own a dead letter)
     with ProjectionContext.connect(database) as ctx:
-        assert collect_platform_metrics(ctx).dead_letters == DeadLetterMetrics(3, 1)
+        assert collect_platform_metrics(ctx).dead_letters == DeadLetterMetrics(3, 1, {})
         exposition = scrape(ctx)
     assert "sagafleet_dead_letters_open{} 1.0" in exposition
     assert "sagafleet_dead_letters_recorded_total{} 3.0" in exposition

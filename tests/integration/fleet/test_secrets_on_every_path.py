@@ -1,8 +1,8 @@
 """A secret input, on every entry path, ends up nowhere in clear: not in the broker, not in
 the log or any table, not in any process's log file.
 
-The paths: the Python client (a value), a Celery command from an agent with no sagafleet
-import (a ref from ``sagafleet secrets put``, the message delivered twice), MCP over HTTP
+The paths: the Python client (a value), a signed Celery command from an agent (a ref
+from ``sagafleet secrets put``, the message delivered twice), MCP over HTTP
 (``put_secret`` then ``start_saga`` with the ref, and ``start_saga`` with a value), and a
 Celery command holding a raw value, which is refused. Real PostgreSQL and Redis, real
 ``sagafleet worker`` (at DEBUG, Celery's most talkative), ``sweeper`` and ``mcp --http``
@@ -32,11 +32,13 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from principal_support import issue_token
 from psycopg import sql
+from signed_agent import agent_signer, send
 from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import SagaStatus
 from sagafleet.processes import spawn_sagafleet, stop_processes
 from sagafleet.sandbox import ledger_for_saga
+from workers.secrets import SIGNATURE_WITHHELD
 
 # Distinctive values, one per path, so that a leak says where it came from.
 SECRETS = {
@@ -204,12 +206,10 @@ def _run_every_path(fleet, database, broker, env, port, procs, logs) -> None:  #
     # and a Celery agent deposits its token with the CLI and sends the ref, twice (a
     # redelivery: the second start finds the ref spent and lands on the same saga)
     put = _secrets_put(env, SECRETS["celery"])
-    command = {"definition": "trip", "input": {**TRIP_INPUT, "card_token": put["secret_ref"]},
-               "key": "celery-ref", "tenant": TENANT, "actor": "celery-agent",
-               "reason": "by ref over the broker"}
-    for _ in range(2):
-        agent.send_task("sagafleet.commands.start_saga", queue="sagafleet.commands",
-                        kwargs=command)
+    signer = agent_signer(fleet, TENANT, "celery-agent")
+    command = signer.start_saga("trip", {**TRIP_INPUT, "card_token": put["secret_ref"]},
+                                key="celery-ref", reason="by ref over the broker")
+    send(agent, command, send(agent, command))
     sagas["celery"] = _wait_for("the Celery start", lambda: client.find("celery-ref")).saga_id
 
     # and an MCP agent puts a secret and starts with its ref, and starts with a value
@@ -219,14 +219,13 @@ def _run_every_path(fleet, database, broker, env, port, procs, logs) -> None:  #
     sagas["mcp_ref"], sagas["mcp_raw"] = by_ref["saga_id"], raw["saga_id"]
 
     # and an agent sends a raw token over the broker, and deposits one it never uses
-    agent.send_task("sagafleet.commands.start_saga", queue="sagafleet.commands", kwargs={
-        **command, "input": {**TRIP_INPUT, "card_token": SECRETS["refused"]},
-        "key": "celery-raw"})
+    send(agent, signer.start_saga(
+        "trip", {**TRIP_INPUT, "card_token": SECRETS["refused"]}, key="celery-raw"))
     _secrets_put(env, SECRETS["unused"], "--ttl", "1")
     # and one misspells the task's name (Celery drops the message; its report must not
     # show what it carried)
-    agent.send_task("sagafleet.commands.start_sagas", queue="sagafleet.commands", kwargs={
-        **command, "input": {**TRIP_INPUT, "card_token": SECRETS["misnamed"]}})
+    send(agent, signer.sign("sagafleet.commands.start_sagas", {
+        "definition": "trip", "input": {**TRIP_INPUT, "card_token": SECRETS["misnamed"]}}))
 
     # then every started trip completes, the tool having received the token
     for path, saga_id in sagas.items():
@@ -243,7 +242,9 @@ def _run_every_path(fleet, database, broker, env, port, procs, logs) -> None:  #
     assert len(letter) == 1
     body, reason = letter[0]
     assert "input.card_token" in reason and "$secret_ref" in reason and "put_secret" in reason
-    assert body["kwargs"]["input"]["card_token"] == "[secret withheld]"
+    envelope = json.loads(body["kwargs"]["envelope"])
+    assert envelope["args"]["input"]["card_token"] == "[secret withheld]"
+    assert body["kwargs"]["signature"] == SIGNATURE_WITHHELD  # an altered envelope
 
     # and once acknowledged the message is gone from the broker; the sweeper has purged the
     # finished sagas' secrets and the unused deposit once it expired

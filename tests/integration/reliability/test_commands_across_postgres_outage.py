@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,10 +20,14 @@ import pytest
 from celery import Celery
 from fleet_harness import WorkerProcesses, install_everything, redis_client
 from principal_support import issue_token
+from signed_agent import agent_signer, send
 from trip_inputs import TRIP_INPUT
 
+from saga_core.examples import trip_tool_catalogue
 from sagafleet import embedded
-from workers.tasks import DERIVED_KEY_PREFIX, START_SAGA
+from sagafleet.agent import CommandSigner
+from workers.fleet import Fleet, FleetConfig
+from workers.tasks import keyless_start_key
 
 TENANT = "outage"
 
@@ -105,12 +108,13 @@ def _deposit(url: str) -> dict[str, Any]:
     return {**TRIP_INPUT, "card_token": json.loads(done.stdout)["secret_ref"]}
 
 
-def _send(agent: Celery, input: dict[str, Any], **kwargs: Any) -> str:
-    task_id = str(uuid.uuid4())
-    agent.send_task(START_SAGA, kwargs={"definition": "trip", "input": input,
-                                        "tenant": TENANT, **kwargs},
-                    queue="sagafleet.commands", task_id=task_id)
-    return task_id
+def _signer(url: str, broker: str) -> CommandSigner:
+    """An agent of the tenant with a signing key (added while the database is up)."""
+    fleet = Fleet(FleetConfig(database_url=url, broker_url=broker), trip_tool_catalogue())
+    try:
+        return agent_signer(fleet, TENANT)
+    finally:
+        fleet.close()
 
 
 def test_commands_sent_while_postgres_is_down_all_start_their_sagas_once_it_is_back(
@@ -123,21 +127,25 @@ def test_commands_sent_while_postgres_is_down_all_start_their_sagas_once_it_is_b
     try:
         # given a worker that handles commands (a first one took effect)
         workers.start(1, args=("--concurrency", "3"))
-        _send(agent, _deposit(url), key="before")
+        signer = _signer(url, broker)
+        send(agent, signer.start_saga("trip", _deposit(url), key="before"))
         # and an agent that deposited its secrets before the outage
         inputs = [_deposit(url) for _ in range(3)]
         _eventually(lambda: _started_keys(url) == ["before"], "the first start never ran")
         # when PostgreSQL stops, and agents send commands (with and without a key)
         assert embedded.stop_postgres(home)
-        sent = [_send(agent, inputs[0], key="during-1"), _send(agent, inputs[1], key="during-2"),
-                _send(agent, inputs[2])]
+        keyless = signer.start_saga("trip", inputs[2])
+        sent = [send(agent, signer.start_saga("trip", inputs[0], key="during-1")),
+                send(agent, signer.start_saga("trip", inputs[1], key="during-2")),
+                send(agent, keyless)]
         # then each is tried, and put back for later rather than dropped or dead-lettered
         _eventually(lambda: _retried_task_ids(broker) >= set(sent),
                     "the commands were not retried while the database was down")
         # when PostgreSQL is back
         assert _start_postgres_again(home) == url
         # then every command started its saga, once
-        expected = {"before", "during-1", "during-2", f"{DERIVED_KEY_PREFIX}{sent[2]}"}
+        command_id = json.loads(keyless[1]["envelope"])["command_id"]
+        expected = {"before", "during-1", "during-2", keyless_start_key(signer.kid, command_id)}
         _eventually(lambda: set(_started_keys(url)) == expected,
                     "not every command started its saga after the database came back")
         assert sorted(_started_keys(url)) == sorted(expected)

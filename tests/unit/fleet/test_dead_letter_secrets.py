@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 from trip_inputs import TRIP_INPUT
 
 from events.memory import MemoryDefinitions
 from saga_core.examples import trip_definition
 from workers.celery_app import STEP_TASK
-from workers.secrets import WITHHELD, withhold_secrets
+from workers.secrets import SIGNATURE_WITHHELD, WITHHELD, withhold_secrets
 
 START = "sagafleet.commands.start_saga"
 TOKEN = TRIP_INPUT["card_token"]
@@ -58,3 +60,47 @@ def test_a_step_command_is_kept_as_it_is() -> None:
     body = {"args": ["saga", "step", "forward", "x"], "kwargs": {}}
     assert withhold_secrets(_definitions(), STEP_TASK, body, "bad attempt") == (body,
                                                                                  "bad attempt")
+
+
+def _signed_start(definition: str, data: dict) -> dict:  # type: ignore[type-arg]
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from sagafleet.agent import CommandSigner
+
+    pem = Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption())
+    return CommandSigner("sk_" + "A" * 22, pem).start_saga(definition, data, key="k")[1]
+
+
+def test_a_signed_start_keeps_its_envelope_with_the_secret_field_withheld() -> None:
+    # given a signed start carrying the raw card token inside its envelope
+    kwargs = _signed_start("trip", TRIP_INPUT)
+    # when it is dead-lettered
+    kept, reason = withhold_secrets(_definitions(), START, {"args": [], "kwargs": kwargs},
+                                    f"refused {TOKEN}")
+    # then the envelope is kept, its secret field withheld and its public input whole
+    assert TOKEN not in repr(kept) and TOKEN not in reason
+    envelope = json.loads(kept["kwargs"]["envelope"])
+    assert envelope["args"]["input"] == {**TRIP_INPUT, "card_token": WITHHELD}
+    assert envelope["command_id"] == json.loads(kwargs["envelope"])["command_id"]
+    # and the signature, which could never verify the altered envelope, says so
+    assert kept["kwargs"]["signature"] == SIGNATURE_WITHHELD
+    assert kept["kwargs"]["kid"] == kwargs["kid"]
+
+
+def test_a_signed_start_with_nothing_secret_to_withhold_is_kept_as_signed() -> None:
+    # a definition nobody registered declares no secret field: kept whole and verifiable,
+    # so a requeue after registering it is the same signed message
+    kwargs = _signed_start("nope", TRIP_INPUT)
+    kept, _ = withhold_secrets(_definitions(), START, {"args": [], "kwargs": kwargs}, "")
+    assert kept["kwargs"] == kwargs
+
+
+def test_an_envelope_that_is_not_json_is_withheld_whole() -> None:
+    kwargs = {"envelope": '{"args": {"input": {"card_token": "' + TOKEN + '"', "kid": "k",
+              "signature": "s"}
+    kept, reason = withhold_secrets(_definitions(), START, {"kwargs": kwargs},
+                                    f"bad envelope {kwargs['envelope']}")
+    assert kept["kwargs"]["envelope"] == WITHHELD and TOKEN not in reason

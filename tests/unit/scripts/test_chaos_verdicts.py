@@ -27,7 +27,7 @@ def _facts(saga_id: str, *, key: str | None = None, finished_at: datetime | None
 
 
 def _command(task: str, target: str, *, accepted: bool = True, at_s: float = 1.0) -> Command:
-    return Command(command_id=f"task-{target}", task=task, kwargs={}, target=target, due_s=0.0,
+    return Command(command_id=f"task-{target}", task=task, args={}, target=target, due_s=0.0,
                    accepted_s=at_s if accepted else None,
                    accepted_at=NOW if accepted else None)
 
