@@ -234,7 +234,8 @@ def _ref_state(found: tuple[str, datetime, str | None] | None, tenant: str,
 
 
 def withhold_secrets(
-    definitions: Definitions, task: str, body: Any, reason: str
+    definitions: Definitions, task: str, body: Any, reason: str,
+    signer_tenant: str | None = None,
 ) -> tuple[Any, str]:
     """A rejected message's body and reason as a dead letter may keep them.
 
@@ -242,7 +243,9 @@ def withhold_secrets(
     command) has its positional arguments withheld whole (commands take keyword arguments
     only, so they cannot be told apart), and in its ``input`` each field the named
     definition marks secret — value or ref — is withheld; when the definition cannot be
-    found, every input value is. The reason is scrubbed of every withheld string. Never
+    found, every input value is. A signed command's definition is looked up as the tenant
+    of the key that signed it (``signer_tenant``); when that key is unknown, every input value
+    of its envelope is withheld. The reason is scrubbed of every withheld string. Never
     raises: a dead letter must always be written.
     """
     if task == STEP_TASK or not isinstance(body, dict):
@@ -255,7 +258,7 @@ def withhold_secrets(
         kept["args"] = f"[{len(args)} positional arguments withheld]"
     kwargs = kept.get("kwargs")
     if isinstance(kwargs, dict) and isinstance(kwargs.get("envelope"), str):
-        kwargs = _withheld_envelope(definitions, kwargs, withheld)
+        kwargs = _withheld_envelope(definitions, kwargs, withheld, signer_tenant)
         kept["kwargs"] = kwargs
     if isinstance(kwargs, dict) and "input" in kwargs:
         # The tenant the command names (tasks reads it so, "default" when absent).
@@ -274,7 +277,7 @@ SIGNATURE_WITHHELD = "[withheld: the envelope was kept with its secrets withheld
 
 
 def _withheld_envelope(definitions: Definitions, kwargs: dict[str, Any],
-                       withheld: list[Any]) -> dict[str, Any]:
+                       withheld: list[Any], tenant: str | None) -> dict[str, Any]:
     """A signed command's kwargs with the secret input fields of its envelope withheld.
 
     The envelope is JSON text: a start's ``args.input`` is masked as a plain start's
@@ -294,7 +297,7 @@ def _withheld_envelope(definitions: Definitions, kwargs: dict[str, Any],
     args = envelope.get("args")
     if not isinstance(args, dict) or "input" not in args:
         return kwargs
-    masked, hidden = _withheld_input(definitions, args.get("definition"), args["input"])
+    masked, hidden = _withheld_input(definitions, tenant, args.get("definition"), args["input"])
     if not hidden:
         return kwargs  # nothing secret in it: kept as signed, so a requeue can verify it
     withheld.append(hidden)

@@ -244,7 +244,7 @@ def _keep_dead_letter(fleet: Fleet, message: CommandMessage,
     # Secret input fields (values and refs) never reach the dead letter or the log line.
     body, reason = withhold_secrets(fleet.definitions, name,
                                     dead_letter_body(name, message.args, message.kwargs),
-                                    failure.reason)
+                                    failure.reason, _signer_tenant(fleet, message.kwargs))
     failure = CommandFailure(retry=False, kind=failure.kind, reason=reason,
                              refusal=failure.refusal)
     try:
@@ -256,6 +256,19 @@ def _keep_dead_letter(fleet: Fleet, message: CommandMessage,
                               reason=f"dead letter not written: {type(exc).__name__}: {exc}")
     log.warning("%s[%s] dead-lettered (%s): %s", name, task_id, failure.kind, failure.reason)
     return None
+
+
+def _signer_tenant(fleet: Fleet, kwargs: Any) -> str | None:
+    """The tenant of the live key that names itself in a signed command (whose definition
+    says which input fields are secret), or None when it cannot be told."""
+    kid = kwargs.get("kid") if isinstance(kwargs, dict) else None
+    if not isinstance(kid, str):
+        return None
+    try:
+        key = fleet.principals.signing_key(kid)
+    except Exception:  # noqa: BLE001 - a dead letter must still be written: withhold all
+        return None
+    return None if key is None else key.principal.tenant
 
 
 def _retry_later(fleet: Fleet, task: Task, message: CommandMessage,

@@ -270,7 +270,7 @@ class StatsReport:
         if letters is not None and letters.recorded:
             lines.append(f"dead letters: {letters.open} open, {letters.recorded} recorded"
                          " (sagafleet dead-letters)")
-        if letters.refused:
+        if letters is not None and letters.refused:
             lines.append("signed commands refused: " + ", ".join(
                 f"{refusal} {count}" for refusal, count in letters.refused.items()))
         lines += [f"ALERT {_alert_line(a)}" for a in self.alerts]
