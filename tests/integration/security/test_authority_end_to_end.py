@@ -139,6 +139,12 @@ def test_an_agents_large_capture_is_approved_only_by_a_proper_approver_of_its_te
         assert result.returncode == code, (who, result.stdout, result.stderr)
         assert json.loads(result.stdout)["error"] == error, (who, result.stdout)
         assert _events(database, saga_id) == before, who
+    # and globex's principal can neither deny nor cancel the waiting saga, nor see it queued
+    for argv in (["deny", saga_id, step, "--reason", "mine"], ["cancel", saga_id]):
+        _refused(run(*argv, "--json", token=gus), ExitCode.NOT_FOUND, "SagaNotFound")
+    assert json.loads(run("queue", "--json", token=gus).stdout) == []
+    assert _events(database, saga_id) == before
+    assert _sagas_started(database) == {"acme": 1}
     # and a grant up to less than the amount (the command line has no --up-to: the client)
     ada = fleet.client_for(fleet.authenticate(ada_file.read_text()))
     with pytest.raises(ApprovalOutOfScope, match="does not cover amount 250000"):
@@ -151,7 +157,7 @@ def test_an_agents_large_capture_is_approved_only_by_a_proper_approver_of_its_te
     # then the saga completes, and the grant and the audit name her
     assert wait_settled(saga_id) is SagaStatus.COMPLETED
     (grant,) = [data for kind, data in _events(database, saga_id) if kind == "ApprovalGranted"]
-    assert grant["actor"] == "ada"
+    assert (grant["approver"], grant["roles"]) == ("ada", ["approver"])
     audit = run("audit", saga_id, "--json", "--token-file", str(ada_file))
     assert audit.returncode == ExitCode.OK, audit.stdout + audit.stderr
     granted = [e for e in json.loads(audit.stdout)["timeline"] if e["type"] == "ApprovalGranted"]
@@ -166,6 +172,13 @@ def test_an_agents_large_capture_is_approved_only_by_a_proper_approver_of_its_te
         result = run(*argv, "--json", token=gus)
         _refused(result, ExitCode.NOT_FOUND, "SagaNotFound")
     assert _events(database, saga_id) == after
+    assert _sagas_started(database) == {"acme": 1}
+
+
+def _sagas_started(database: str) -> dict[str, int]:
+    with psycopg.connect(database) as conn:
+        return dict(conn.execute("SELECT tenant_id, count(*) FROM eventstore.events WHERE"
+                                 " event_type = 'SagaStarted' GROUP BY tenant_id").fetchall())
 
 
 def _plan_registered(database: str) -> bool:
