@@ -17,7 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from saga_core.catalogue import ArgSpec, ToolCatalogue
 from saga_core.contracts import Semantics
-from saga_core.definition import CompensationCommand, InputField, SagaDefinition, StepDefinition
+from saga_core.definition import (
+    CompensationCommand,
+    InputField,
+    InputType,
+    SagaDefinition,
+    StepDefinition,
+)
 from saga_core.errors import DefinitionError, PlanRejected, Problem
 from saga_core.keys import JsonArgs, payload_hash
 from saga_core.limits import PLAN_ACTIONS, PLAN_BYTES, measure_json
@@ -128,12 +134,63 @@ def _plan_problems(
         if spec is None:
             continue  # reported by definition validation as unknown_tool
         problems += _arg_type_problems(where, action.args, spec.args)
+        problems += _secret_literal_problems(where, action.args, spec.args)
         needs_undo = spec.semantics in (Semantics.COMPENSABLE, Semantics.OFFSETTABLE)
         if needs_undo and spec.compensation is None:
             problems.append(
                 Problem(where, "no_default_compensation", "catalogue declares no compensation")
             )
     return problems
+
+
+def _secret_literal_problems(
+    where: str, args: dict[str, Any], specs: dict[str, ArgSpec]
+) -> list[Problem]:
+    """A secret argument given as a literal would be stored in the plan's definition (and
+    cross the broker in a Celery ``submit_plan``): it must come from the saga's input."""
+    return [
+        Problem(where, "secret_literal",
+                f"{name} is secret: write it as ${{input.{name}}} and give its value (over "
+                "the broker: a secret ref) when starting the saga")
+        for name, value in args.items()
+        if name in specs and specs[name].secret and _input_field_of(value) is None
+    ]
+
+
+def _input_field_of(value: Any) -> str | None:
+    """The input field ``value`` is exactly a reference to (``${input.card_token}``)."""
+    if not isinstance(value, str):
+        return None
+    refs = references(value)
+    whole = len(refs) == 1 and value.strip().startswith("${") and value.strip().endswith("}")
+    if whole and refs[0].root == "input" and len(refs[0].path) == 1:
+        return refs[0].path[0]
+    return None
+
+
+_INPUT_TYPES: dict[str, InputType] = {
+    "string": "string", "integer": "integer", "number": "number", "boolean": "boolean",
+    "object": "object", "array": "array",
+}
+
+
+def plan_input_fields(plan: AgentPlan, catalogue: ToolCatalogue) -> dict[str, InputField]:
+    """The input fields a plan's arguments refer to (``${input.NAME}``), typed and marked
+    secret as the catalogue's argument is: a plan takes its secrets from the start's input
+    (a value, or a secret ref over the broker), never as literals."""
+    fields: dict[str, InputField] = {}
+    for action in plan.actions:
+        spec = catalogue.get(action.tool, action.version)
+        for arg, value in action.args.items():
+            for ref in references(value) if isinstance(value, str) else []:
+                if ref.root != "input" or not ref.path or ref.path[0] in fields:
+                    continue
+                arg_spec = spec.args.get(arg) if spec is not None else None
+                exact = _input_field_of(value) == ref.path[0]
+                kind = _INPUT_TYPES.get(arg_spec.type, "string") if arg_spec and exact else "string"
+                fields[ref.path[0]] = InputField(
+                    type=kind, secret=bool(arg_spec and exact and arg_spec.secret))
+    return fields
 
 
 def _plan_definition(
@@ -194,7 +251,8 @@ def validate_plan(
     PLAN_ACTIONS.check("agent plan actions", len(plan.actions))
     problems = _plan_problems(plan, catalogue, allowlist)
     try:
-        definition = _plan_definition(plan, catalogue, name, version, input_fields or {})
+        fields = {**plan_input_fields(plan, catalogue), **(input_fields or {})}
+        definition = _plan_definition(plan, catalogue, name, version, fields)
     except ValidationError as exc:
         for error in exc.errors():
             loc = ".".join(str(p) for p in error["loc"])

@@ -67,6 +67,9 @@ def register(sub: Any) -> None:
         if name == "approve":
             p.add_argument("--action-hash", default=None,
                            help="the action hash shown in the request (default: the pending one)")
+            p.add_argument("--up-to", type=float, default=None, metavar="AMOUNT",
+                           help="the largest amount of the gate's amount argument this grant "
+                           "covers (default: exactly the amount requested)")
         else:
             p.add_argument("--reason", required=True)
         _common(p)
@@ -125,7 +128,8 @@ def run_queue(args: argparse.Namespace, settings: Settings) -> int:
 def run_approve(args: argparse.Namespace, settings: Settings) -> int:
     """Approve a pending request."""
     return _act(args, settings, lambda client: client.approve(
-        args.saga_id, args.step, kind=_kind(args), action_hash=args.action_hash))
+        args.saga_id, args.step, kind=_kind(args), action_hash=args.action_hash,
+        up_to=args.up_to))
 
 
 def run_deny(args: argparse.Namespace, settings: Settings) -> int:

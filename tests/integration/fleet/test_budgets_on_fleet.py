@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from fleet_harness import drive, events_of, shifted_fleet
+from principal_support import person
 from trip_inputs import TRIP_INPUT
 
 from projections.context import ProjectionContext
@@ -75,10 +76,11 @@ def test_a_trip_whose_retry_would_break_its_cost_budget_compensates(
 ):
     # given a trip version whose budget pays for one call of every step and nothing more
     definition = trip_definition().model_dump(mode="json")
-    definition.update(version=2, budget={"max_cost": 35, "on_exceeded": "compensate"})
+    definition.update(name="tight_trip", version=1,
+                      budget={"max_cost": 35, "on_exceeded": "compensate"})
+    person(fleet, "admin", ("admin",)).register_definition(definition)
     client = fleet.client()
-    client.register_definition(definition)
-    saga = client.start("trip", TRIP_INPUT, key="tight-trip", version=2)
+    saga = client.start("tight_trip", TRIP_INPUT, key="tight-trip")
     # and a flight provider that fails its first call transiently (a retry would be needed)
     faults.add("flights", "hold", Boundary.FAIL_BEFORE_COMMIT, saga_id=saga.saga_id, count=1)
     # when workers run it
@@ -110,7 +112,7 @@ def _queued(ctx: ProjectionContext, saga_id: str, timeout: float = 60.0) -> Any:
     runner, deadline = ProjectionRunner(ctx), time.monotonic() + timeout
     while True:
         runner.catch_up()
-        found = [e for e in operator_queue(ctx)
+        found = [e for e in operator_queue(ctx, tenant="default")
                  if e.saga_id == saga_id and e.entry == "manual_intervention"]
         if found:
             return found[0]
@@ -123,11 +125,12 @@ def test_a_trip_declared_to_escalate_goes_to_the_operator_queue_with_its_budget(
 ):
     # given a trip version that escalates on a limit, waiting for an approval
     definition = trip_definition().model_dump(mode="json")
-    definition.update(version=3, budget={"time_limit_s": 600, "on_exceeded": "escalate"})
+    definition.update(name="escalating_trip", version=1,
+                      budget={"time_limit_s": 600, "on_exceeded": "escalate"})
+    person(fleet, "admin", ("admin",)).register_definition(definition)
     client = fleet.client()
-    client.register_definition(definition)
     workers.start(1)
-    saga = client.start("trip", {**TRIP_INPUT, "amount": 250_000}, key="queued", version=3)
+    saga = client.start("escalating_trip", {**TRIP_INPUT, "amount": 250_000}, key="queued")
     wait_settled(saga.saga_id, until=lambda s: bool(
         client.status(saga.saga_id).pending_approvals))
     # when a sweeper runs after the limit

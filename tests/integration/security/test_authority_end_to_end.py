@@ -37,7 +37,7 @@ pytestmark = pytest.mark.integration
 AMOUNT = 250_000
 BIG_CAPTURE = {"goal": "pay for the trip", "actions": [
     {"tool": "payments.capture",
-     "args": {"amount": AMOUNT, "currency": "EUR", "card_token": "tok_visa_4242"}}]}
+     "args": {"amount": AMOUNT, "currency": "EUR", "card_token": "${input.card_token}"}}]}
 
 
 @pytest.fixture
@@ -107,7 +107,9 @@ def test_an_agents_large_capture_is_approved_only_by_a_proper_approver_of_its_te
     # when the agent signs its plan (the capture above the gate's limit), then starts it
     send(celery, signer.submit_plan(BIG_CAPTURE, name="big-capture"))
     _eventually("the plan registered", lambda: _plan_registered(database))
-    send(celery, signer.start_saga("big-capture", {}, key="big-1", reason="book it"))
+    card = fleet.client(tenant="acme").put_secret("tok_visa_4242").as_input()
+    send(celery, signer.start_saga("big-capture", {"card_token": card}, key="big-1",
+                                   reason="book it"))
     saga_id = _eventually("the saga started",
                           lambda: getattr(fleet.client(tenant="acme").find("big-1"),
                                           "saga_id", None))
@@ -145,7 +147,10 @@ def test_an_agents_large_capture_is_approved_only_by_a_proper_approver_of_its_te
     assert json.loads(run("queue", "--json", token=gus).stdout) == []
     assert _events(database, saga_id) == before
     assert _sagas_started(database) == {"acme": 1}
-    # and a grant up to less than the amount (the command line has no --up-to: the client)
+    # and a grant up to less than the amount, on the command line and through the client
+    narrow = run("approve", saga_id, step, "--up-to", str(AMOUNT - 1), "--json",
+                 "--token-file", str(ada_file))
+    _refused(narrow, ExitCode.CONFLICT, "ApprovalOutOfScope")
     ada = fleet.client_for(fleet.authenticate(ada_file.read_text()))
     with pytest.raises(ApprovalOutOfScope, match="does not cover amount 250000"):
         ada.approve(saga_id, step, up_to=AMOUNT - 1)

@@ -79,7 +79,7 @@ def test_a_signed_start_keeps_its_envelope_with_the_secret_field_withheld() -> N
     kwargs = _signed_start("trip", TRIP_INPUT)
     # when it is dead-lettered
     kept, reason = withhold_secrets(_definitions(), START, {"args": [], "kwargs": kwargs},
-                                    f"refused {TOKEN}")
+                                    f"refused {TOKEN}", "default")
     # then the envelope is kept, its secret field withheld and its public input whole
     assert TOKEN not in repr(kept) and TOKEN not in reason
     envelope = json.loads(kept["kwargs"]["envelope"])
@@ -94,8 +94,22 @@ def test_a_signed_start_with_nothing_secret_to_withhold_is_kept_as_signed() -> N
     # a definition nobody registered declares no secret field: kept whole and verifiable,
     # so a requeue after registering it is the same signed message
     kwargs = _signed_start("nope", TRIP_INPUT)
-    kept, _ = withhold_secrets(_definitions(), START, {"args": [], "kwargs": kwargs}, "")
+    kept, _ = withhold_secrets(_definitions(), START, {"args": [], "kwargs": kwargs}, "",
+                               "default")
     assert kept["kwargs"] == kwargs
+
+
+def test_a_signed_start_whose_key_is_unknown_has_every_input_value_withheld() -> None:
+    # given a signed start whose key names no live principal (so no tenant's definition
+    # can say which fields are secret)
+    kwargs = _signed_start("trip", TRIP_INPUT)
+    # when it is dead-lettered without a signer's tenant
+    kept, reason = withhold_secrets(_definitions(), START, {"args": [], "kwargs": kwargs},
+                                    f"refused {TOKEN}")
+    # then every input value is withheld, the secret one included
+    envelope = json.loads(kept["kwargs"]["envelope"])
+    assert set(envelope["args"]["input"].values()) == {WITHHELD}
+    assert TOKEN not in repr(kept) and TOKEN not in reason
 
 
 def test_an_envelope_that_is_not_json_is_withheld_whole() -> None:

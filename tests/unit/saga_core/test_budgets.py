@@ -406,7 +406,7 @@ def test_the_shipped_trip_declares_a_time_limit_a_budget_and_tool_costs() -> Non
 PLAN = AgentPlan(actions=[
     PlannedAction(tool="flights.hold", args={"flight_id": "LH1", "passenger_email": "a@b.c"}),
     PlannedAction(tool="payments.capture",
-                  args={"amount": 100, "currency": "EUR", "card_token": "tok"}),
+                  args={"amount": 100, "currency": "EUR", "card_token": "${input.card_token}"}),
 ])
 
 

@@ -220,7 +220,7 @@ def test_plan_takes_semantics_and_compensation_from_the_catalogue() -> None:
                 args={
                     "amount": 100,
                     "currency": "EUR",
-                    "card_token": "t",
+                    "card_token": "${input.card_token}",
                     "reference": "${steps.fl.receipt.resource_id}",
                 },
             ),
@@ -233,6 +233,18 @@ def test_plan_takes_semantics_and_compensation_from_the_catalogue() -> None:
     assert fl.compensation.tool == "flights.release"
     assert pay.compensation is not None and pay.compensation.tool == "payments.refund"
     assert definition.tools  # bound to the tool contracts
+    # and the secret argument comes from the start's input, a secret field of it
+    assert definition.input["card_token"].secret
+
+
+def test_a_plan_giving_a_secret_argument_as_a_literal_is_rejected() -> None:
+    # a literal would be stored in the plan's definition (and cross the broker)
+    plan = AgentPlan(actions=[PlannedAction(
+        tool="payments.capture",
+        args={"amount": 100, "currency": "EUR", "card_token": "tok_visa_4242"})])
+    with pytest.raises(PlanRejected, match="secret_literal") as rejected:
+        validate_plan(plan, trip_tool_catalogue())
+    assert "tok_visa_4242" not in str(rejected.value)
 
 
 def test_plan_rejections_list_every_reason() -> None:

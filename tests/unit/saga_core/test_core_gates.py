@@ -191,21 +191,22 @@ def test_a_saga_decides_by_the_gates_it_was_registered_with() -> None:
 
 def _capture_plan(amount: int) -> AgentPlan:
     return AgentPlan(goal="pay", actions=[PlannedAction(
-        tool="payments.capture", args={"amount": amount, "currency": "EUR", "card_token": "t"})])
+        tool="payments.capture",
+        args={"amount": amount, "currency": "EUR", "card_token": "${input.card_token}"})])
 
 
 def test_an_agent_plan_capturing_above_the_limit_pauses_for_approval() -> None:
     # given an agent's plan whose capture is above the catalogue's limit
     definition = validate_plan(_capture_plan(250_000), trip_tool_catalogue())
     # when the saga starts, then nothing is scheduled: a person with the role is asked
-    (request,) = Saga(definition, {}).record()
+    (request,) = Saga(definition, {"card_token": "t"}).record()
     assert isinstance(request, RequestApproval)
     assert (request.role, request.risk_class) == ("approver", "money")
 
 
 def test_an_agent_plan_capturing_under_the_limit_runs() -> None:
     definition = validate_plan(_capture_plan(10_000), trip_tool_catalogue())
-    (scheduled,) = Saga(definition, {}).record()
+    (scheduled,) = Saga(definition, {"card_token": "t"}).record()
     assert isinstance(scheduled, ScheduleStep)
 
 
@@ -255,7 +256,8 @@ def test_the_example_catalogue_gates_every_class_of_risk_the_seed_names() -> Non
 
 
 @pytest.mark.parametrize(("tool", "args", "role"), [
-    ("payments.transfer", {"amount": 90_000, "currency": "EUR", "iban": "x"}, "finance_approver"),
+    ("payments.transfer", {"amount": 90_000, "currency": "EUR", "iban": "${input.iban}"},
+     "finance_approver"),
     ("records.delete", {"collection": "users", "record_id": "u1"}, "data_steward"),
     ("infra.deploy", {"service": "api", "image": "api:2"}, "sre"),
     ("infra.scale", {"service": "api", "replicas": 50}, "sre"),
@@ -266,5 +268,5 @@ def test_an_agent_plan_calling_a_gated_example_tool_pauses_for_its_role(
 ) -> None:
     definition = validate_plan(AgentPlan(actions=[PlannedAction(tool=tool, args=args)]),
                                gated_tool_catalogue())
-    (request,) = Saga(definition, {}).record()
+    (request,) = Saga(definition, dict.fromkeys(definition.input, "x")).record()
     assert isinstance(request, RequestApproval) and request.role == role
