@@ -12,17 +12,15 @@ import json
 import os
 import subprocess
 import sys
-import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 from principal_support import issue_token
+from read_model_support import project_database
 from trip_inputs import TRIP_INPUT
 
-from projections import ProjectionContext, ProjectionRunner
-from projections.status import lag_of
 from saga_core import due_work, trip_definition
 from sagafleet.exit_codes import ExitCode
 from workers.fleet import Fleet
@@ -60,17 +58,6 @@ def _run_until_it_waits(fleet: Fleet, saga_id: str) -> None:
     raise AssertionError(f"saga {saga_id} never came to wait")
 
 
-def _project_all(database: str) -> None:
-    """Catch the read model up with the whole log (another session's open transaction on the
-    shared server can hold the horizon back for a while: look again until nothing is behind)."""
-    with ProjectionContext.connect(database) as ctx:
-        runner = ProjectionRunner(ctx)
-        for _ in range(3000):
-            runner.catch_up()
-            if lag_of(ctx, "sagas", 1)[1] == 0:
-                return
-            time.sleep(0.05)
-    raise AssertionError("the read model never caught up with the log")
 
 
 def _doc(result: subprocess.CompletedProcess[str]) -> object:
@@ -96,7 +83,7 @@ def test_tenant_b_sees_nothing_of_tenant_a_through_any_command(
     assert isinstance(started, dict)
     saga_id = started["saga_id"]
     _run_until_it_waits(fleet, saga_id)
-    _project_all(database)
+    project_database(database)
 
     # when tenant B reads every view, then each is empty or says "not found"
     for argv in (["status", saga_id], ["audit", saga_id], ["find", "a-1"],

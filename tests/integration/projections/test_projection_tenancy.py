@@ -7,17 +7,16 @@ platform's own monitoring (the Prometheus exporter) is the one view that counts 
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
 from projection_support import TripScript
+from read_model_support import project_all
 
 from events.errors import InvalidArgument
 from events.sagas import PostgresSagaLog, SagaNotFound
 from projections import (
     ProjectionContext,
-    ProjectionRunner,
     SagaCursor,
     audit,
     business_alerts,
@@ -27,23 +26,11 @@ from projections import (
     platform_alerts,
     saga_page,
 )
-from projections.status import lag_of
 from saga_core.contracts import SagaStatus
 
 pytestmark = pytest.mark.integration
 
 
-def _project_all(ctx: ProjectionContext) -> None:
-    """Catch the read model up with every event written. The horizon is the cluster's oldest
-    open transaction, so another session's transaction (other tests share the server) can
-    hold it back for a while: look again until nothing is behind."""
-    runner = ProjectionRunner(ctx)
-    for _ in range(3000):
-        runner.catch_up()
-        if lag_of(ctx, "sagas", 1)[1] == 0:
-            return
-        time.sleep(0.05)
-    raise AssertionError("the read model never caught up with the log")
 
 
 def _stuck(tenant: str) -> TripScript:
@@ -65,7 +52,7 @@ def two_tenants(ctx: ProjectionContext, repo: PostgresSagaLog) -> dict[str, list
     for scripts in sagas.values():
         for script in scripts:
             script.write(repo)
-    _project_all(ctx)
+    project_all(ctx)
     return sagas
 
 
@@ -153,7 +140,7 @@ def test_the_list_pages_through_one_tenants_sagas_newest_first(
     later = TripScript(tenant="A")
     later.t += timedelta(hours=1)
     later.completed().write(repo)
-    _project_all(ctx)
+    project_all(ctx)
     again = saga_page(ctx, tenant="A", limit=2, after=first.next_after)
     assert [r.saga_id for r in again.sagas] == [r.saga_id for r in second.sagas]
 

@@ -20,11 +20,10 @@ from typing import Any
 import psycopg
 import pytest
 from principal_support import token_for
+from read_model_support import project_database
 from signed_agent import agent_signer, bare_celery, send
 from trip_inputs import TRIP_INPUT
 
-from projections import ProjectionContext, ProjectionRunner
-from projections.status import lag_of
 from saga_core.authority import PrincipalKind
 from saga_core.contracts import SagaStatus
 from saga_core.errors import ApprovalOutOfScope
@@ -71,16 +70,6 @@ def _eventually(what: str, probe: Any) -> Any:
     return found
 
 
-def _project_all(database: str) -> None:
-    """Catch the read model up with the whole log (queue and list read it)."""
-    with ProjectionContext.connect(database) as ctx:
-        runner = ProjectionRunner(ctx)
-        for _ in range(3000):
-            runner.catch_up()
-            if lag_of(ctx, "sagas", 1)[1] == 0:
-                return
-            time.sleep(0.05)
-    raise AssertionError("the read model never caught up with the log")
 
 
 def _refused(result: subprocess.CompletedProcess[str], code: ExitCode, error: str) -> None:
@@ -118,7 +107,7 @@ def test_an_agents_large_capture_is_approved_only_by_a_proper_approver_of_its_te
         kind == "ApprovalRequested" for kind, _ in _events(database, saga_id)))
     assert not any(kind == "StepScheduled" and "capture" in str(data)
                    for kind, data in _events(database, saga_id))
-    _project_all(database)
+    project_database(database)
     queued = run("queue", "--json", "--token-file", str(ada_file))
     assert queued.returncode == ExitCode.OK, queued.stdout + queued.stderr
     (entry,) = json.loads(queued.stdout)
@@ -170,7 +159,7 @@ def test_an_agents_large_capture_is_approved_only_by_a_proper_approver_of_its_te
     after = _events(database, saga_id)
 
     # and globex's principal can neither list, read, audit nor cancel acme's saga
-    _project_all(database)
+    project_database(database)
     listed = run("list", "--json", token=gus)
     assert listed.returncode == ExitCode.OK and json.loads(listed.stdout)["sagas"] == []
     for argv in (["status", saga_id], ["audit", saga_id], ["cancel", saga_id]):
