@@ -27,7 +27,7 @@ from saga_core.definition import (
 from saga_core.errors import DefinitionError, PlanRejected, Problem
 from saga_core.keys import JsonArgs, payload_hash
 from saga_core.limits import PLAN_ACTIONS, PLAN_BYTES, measure_json
-from saga_core.templates import references
+from saga_core.templates import references, whole_reference
 from saga_core.validation import definition_problems, validate_definition
 
 
@@ -159,12 +159,9 @@ def _secret_literal_problems(
 
 def _input_field_of(value: Any) -> str | None:
     """The input field ``value`` is exactly a reference to (``${input.card_token}``)."""
-    if not isinstance(value, str):
-        return None
-    refs = references(value)
-    whole = len(refs) == 1 and value.strip().startswith("${") and value.strip().endswith("}")
-    if whole and refs[0].root == "input" and len(refs[0].path) == 1:
-        return refs[0].path[0]
+    ref = whole_reference(value)
+    if ref is not None and ref.root == "input" and len(ref.path) == 1:
+        return ref.path[0]
     return None
 
 

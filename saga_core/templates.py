@@ -159,6 +159,15 @@ def _compiled(template: str) -> Reference | tuple[str | Reference, ...]:
     )
 
 
+def whole_reference(template: Any) -> Reference | None:
+    """The reference ``template`` is exactly (``"${input.card_token}"``: its value keeps its
+    type when resolved), or None for anything else; raises on a malformed reference."""
+    if not isinstance(template, str):
+        return None
+    compiled = _compiled(template)
+    return compiled if isinstance(compiled, Reference) else None
+
+
 def resolve_template(template: Any, context: TemplateContext) -> Any:
     """Resolve a template into a plain JSON value (see the module docstring for the syntax)."""
     if isinstance(template, str):
