@@ -15,9 +15,12 @@ from typing import Any, Final
 
 import redis
 from celery import Celery, Task
+from celery.app.amqp import AMQP
 from celery.utils.log import get_logger
 from celery.worker.consumer import Consumer
 from celery.worker.request import Request
+
+from workers.reliable_redis import ReliableConnection
 
 STEP_TASK = "sagafleet.step"
 QUEUE_STEPS = "sagafleet.steps"
@@ -97,6 +100,15 @@ def _headers_withheld(message: Any) -> Any:
     return message
 
 
+class ReliableAMQP(AMQP):  # type: ignore[misc]
+    """Celery's AMQP layer whose broker connections consume from Redis atomically: a
+    message is taken and recorded as unacknowledged in one step (workers.reliable_redis),
+    so a worker killed as it takes one leaves it to be redelivered, never lost."""
+
+    Connection = ReliableConnection
+    BrokerConnection = ReliableConnection
+
+
 class FleetTask(Task):  # type: ignore[misc]
     """The base of the fleet's tasks: requests with their arguments withheld from logs."""
 
@@ -144,7 +156,8 @@ def create_celery_app(settings: BrokerSettings, *, name: str = "sagafleet") -> C
     if settings.visibility_timeout_s <= settings.step_time_limit_s:
         # A message whose task outlives the visibility timeout is redelivered while it runs.
         raise ValueError("visibility_timeout_s must exceed step_time_limit_s")
-    app = Celery(name, broker=settings.broker_url, set_as_current=False, task_cls=FleetTask)
+    app = Celery(name, broker=settings.broker_url, set_as_current=False, task_cls=FleetTask,
+                 amqp=ReliableAMQP)
     app.conf.update(
         # JSON only: a writable broker must never become code execution (no pickle).
         task_serializer="json",
