@@ -3,7 +3,8 @@ and servers are abused.
 
     python scripts/chaos.py [--sagas N] [--workers W] [--duration S] [--seed K]
                             [--kill-every S] [--agent-share F] [--fault-rate P]
-                            [--settle-timeout T] [--broker-loss-is-violation] [--json]
+                            [--settle-timeout T] [--no-resend] [--broker-loss-is-violation]
+                            [--json]
 
 It starts W ``sagafleet worker`` processes and one ``sagafleet sweeper`` on fresh embedded
 servers and a fresh database. Over the first 60% of the run it starts N trip sagas: a share
@@ -23,14 +24,25 @@ ledgers and Redis:
   ledger holds a saga the log does not know;
 * every accepted command was acted on, or dead-lettered with a reason; otherwise it is
   *lost* (a violation), or *lost with the broker's state* when its message was in Redis as
-  the run emptied it (Redis runs without persistence: a real gap, reported apart and a
-  violation only with ``--broker-loss-is-violation``), or still pending in Redis;
+  the run emptied it (Redis runs without persistence), or still pending in Redis. The agent
+  follows the README's protocol for a broker that lost its memory: once it sees Redis
+  restarted (a new ``run_id``) it resends every accepted command it does not yet see acting
+  (as ``sagafleet find`` would show it); the report counts those resends, and a command the
+  restart dropped that no resend repaired is a violation. With ``--no-resend`` the agent
+  does not resend: the report then shows what a restart drops, counted apart and a
+  violation only with ``--broker-loss-is-violation``;
 * every process it did not kill survived every server restart;
 * ``sagafleet verify`` finds no difference.
 
-It prints tables (or one JSON document with ``--json``) and exits 1 on any violation.
+It prints tables (or one JSON document with ``--json``).
 Server restarts need the embedded servers (the default); with ``SAGAFLEET_DATABASE_URL`` /
 ``SAGAFLEET_BROKER_URL`` set they are skipped and reported as such.
+
+exit codes:
+  0  no violation
+  2  bad arguments (usage)
+  8  invariant-violated: at least one violation (listed under "violations"; the logs of
+     the run's processes are kept, their directory printed on stderr)
 """
 
 from __future__ import annotations
@@ -48,11 +60,14 @@ from chaos_run.report import render
 from chaos_run.run import ChaosRun
 
 from sagafleet import embedded
+from sagafleet.exit_codes import ExitCode
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The run's parameters, checked."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
+    doc = __doc__ or ""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                     epilog=doc[doc.index("exit codes:"):],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sagas", type=int, default=50, help="trip sagas to start")
     parser.add_argument("--workers", type=int, default=3)
@@ -68,8 +83,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--settle-timeout", type=float, default=300.0)
     parser.add_argument("--review-every", type=float, default=0.5,
                         help="seconds between the operator's looks at pending approvals")
+    parser.add_argument("--no-resend", action="store_true",
+                        help="the agent does not resend after a Redis restart (to see what "
+                             "a restart drops)")
     parser.add_argument("--broker-loss-is-violation", action="store_true",
-                        help="count commands lost with an emptied Redis as violations")
+                        help="with --no-resend: still count commands lost with an emptied "
+                             "Redis as violations (always so without --no-resend)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args(argv)
     if args.sagas < 1 or args.workers < 1 or args.duration <= 0 or args.kill_every <= 0:
@@ -80,7 +99,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse arguments, run, print, exit 0 (clean) or 1 (violations)."""
+    """Parse arguments, run, print; exit 0 (clean) or 8 (INVARIANT_VIOLATED)."""
     args = parse_args(argv)
     # The operator's pool notices every PostgreSQL restart; the report says what matters.
     logging.getLogger("psycopg").setLevel(logging.ERROR)
@@ -96,9 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(report, indent=2, default=str) if args.json else render(report))
     if report["violations"]:
         print(f"\nlogs kept in {log_dir}", file=sys.stderr)
-        return 1
+        return ExitCode.INVARIANT_VIOLATED
     shutil.rmtree(home, ignore_errors=True)
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

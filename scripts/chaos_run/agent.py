@@ -10,6 +10,15 @@ again: that would be a new command; every command is idempotent: start by key, c
 state, plan by hash), and
 records which publish returned: a command is *accepted* once ``send_task`` returned.
 What became of each accepted command is judged at the end (:mod:`chaos_run.verdicts`).
+
+A broker that restarts without persistence loses what it held, accepted commands included.
+The agent follows the README's protocol for that: it watches the broker's ``run_id``
+(``INFO server``, new on every restart), and once it has seen a restart it resends every
+accepted command not yet seen acting -- as ``sagafleet find KEY`` would tell it, for all of
+them in one look at the log (``acted``) -- signed again under a new command id (a resend is
+a new message; every command is idempotent: a start by its key, a plan by its name, a
+cancel by the saga's state). Resends are recorded on the command they repeat and counted in
+the report. ``resend=False`` turns the protocol off, to measure what a restart drops.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ from redis import RedisError
 
 from sagafleet.agent import CommandSigner
 from sagafleet.demo import DEMO_DEFINITION, trip_input
-from workers.celery_app import QUEUE_COMMANDS
+from workers.celery_app import QUEUE_COMMANDS, broker_redis
 from workers.tasks import CANCEL_SAGA, START_SAGA, SUBMIT_PLAN
 
 AGENT_TENANT = "acme"
@@ -56,6 +65,13 @@ class Command:
     attempts: int = 0
     refused: list[str] = field(default_factory=list)  # the broker's errors, in order
     servers_down: tuple[str, ...] = ()  # servers down while this command was being sent
+    resends: list[str] = field(default_factory=list)  # task ids of its resends, in order
+    resent_at_s: list[float] = field(default_factory=list)  # when each resend was accepted
+
+    @property
+    def message_ids(self) -> tuple[str, ...]:
+        """The Celery task ids of every message that carried it (first send and resends)."""
+        return (self.command_id, *self.resends)
 
     @property
     def kind(self) -> str:
@@ -172,11 +188,20 @@ class AgentSender(threading.Thread):
     def __init__(self, broker_url: str, plan: AgentPlan, desk: CancelDesk,
                  clock: Callable[[], float], down: Callable[[], tuple[str, ...]],
                  deposit: Callable[[Any], dict[str, str]],
-                 signers: Mapping[str, CommandSigner]) -> None:
+                 signers: Mapping[str, CommandSigner],
+                 acted: Callable[[list[Command]], set[str]] | None = None) -> None:
         """``signers``: the agent principal's signer in each tenant it acts for (its own
-        sagas' tenant, and every tenant whose sagas the operator may hand over to cancel)."""
+        sagas' tenant, and every tenant whose sagas the operator may hand over to cancel).
+        ``acted``: the ids of the given commands whose effect is in the log (raises while
+        the database is down); None: never resend after a broker restart."""
         super().__init__(name="chaos-agent", daemon=True)
         self.signers = signers
+        self.broker_url = broker_url
+        self.acted = acted
+        self.broker_run_id: str | None = None
+        self.restarts_seen = 0
+        self.resend_due = False  # a restart was seen; the resends it calls for are not done
+        self.last_look = 0.0
         self.app = Celery("chaos-agent", broker=broker_url, set_as_current=False)
         self.app.conf.update(task_serializer="json", accept_content=["json"])
         self.plan = plan
@@ -206,13 +231,60 @@ class AgentSender(threading.Thread):
                 while self.pending and (self.pending[0].due_s <= now or nudged):
                     self.publish(self.pending.pop(0))
                     nudged = False
+                if time.monotonic() - self.last_look >= 1.0:
+                    self.resend_after_broker_restart()
                 self.nudge.wait(0.1)
             self.desk.stop_wanting()
             self.unserved_cancels = len(self.cancels_due)
             while (target := self.desk.take()) is not None:
                 self.publish(self.cancel_of(*target))
+            give_up = time.monotonic() + PUBLISH_GIVE_UP_S
+            self.resend_after_broker_restart()
+            while self.resend_due and time.monotonic() < give_up:
+                time.sleep(1.0)
+                self.resend_after_broker_restart()
         finally:
             self.app.close()
+
+    def resend_after_broker_restart(self) -> None:
+        """Look at the broker's run id; after a restart, resend every accepted command not
+        yet seen acting (the README's protocol for a broker that lost its memory)."""
+        self.last_look = time.monotonic()
+        if self.acted is None:
+            return
+        try:
+            client = broker_redis(self.broker_url)
+            try:
+                run_id = str(client.info("server")["run_id"])
+            finally:
+                client.close()
+        except (RedisError, OSError):
+            return  # down: look again once it is back
+        if self.broker_run_id is not None and run_id != self.broker_run_id:
+            self.restarts_seen += 1
+            self.resend_due = True
+        self.broker_run_id = run_id
+        if not self.resend_due:
+            return
+        accepted = [c for c in self.sent if c.accepted_s is not None]
+        try:
+            acted = self.acted(accepted)
+        except Exception:  # noqa: BLE001 - the database restarting: look again later
+            return
+        unsent = [c for c in accepted if c.command_id not in acted and not self.resend(c)]
+        self.resend_due = bool(unsent)
+
+    def resend(self, command: Command) -> bool:
+        """Send ``command`` again: the same arguments, signed anew under a new id; True
+        once the broker accepted it."""
+        message_id = str(uuid.uuid4())
+        _, kwargs = self.signers[command.tenant].sign(command.task, command.args,
+                                                      command_id=message_id)
+        if not self._send_until_accepted(command.task, kwargs, message_id, []):
+            return False
+        command.resends.append(message_id)
+        command.resent_at_s.append(self.clock())
+        return True
 
     def cancel_of(self, saga_id: str, tenant: str) -> Command:
         """A cancel command for a saga the operator handed over."""
@@ -226,25 +298,32 @@ class AgentSender(threading.Thread):
         _, command.kwargs = self.signers[command.tenant].sign(
             command.task, command.args, command_id=command.command_id)
         down = set(self.down())
+        if self._send_until_accepted(command.task, command.kwargs, command.command_id,
+                                     command.refused, down):
+            command.accepted_s = self.clock()
+            command.accepted_at = datetime.now(UTC)
+        command.attempts = len(command.refused) + (command.accepted_s is not None)
+        command.servers_down = tuple(sorted(down))
+        self.sent.append(command)
+
+    def _send_until_accepted(self, task: str, kwargs: dict[str, Any], task_id: str,
+                             refused: list[str], down: set[str] | None = None) -> bool:
+        """Publish until the broker accepts (True) or the agent gives up (False); every
+        refusal is appended to ``refused``, every server seen down added to ``down``."""
         give_up = time.monotonic() + PUBLISH_GIVE_UP_S
         delay = 0.2
         while True:
-            command.attempts += 1
             try:
-                self.app.send_task(command.task, kwargs=command.kwargs, queue=QUEUE_COMMANDS,
-                                   task_id=command.command_id)
-                command.accepted_s = self.clock()
-                command.accepted_at = datetime.now(UTC)
-                break
+                self.app.send_task(task, kwargs=kwargs, queue=QUEUE_COMMANDS, task_id=task_id)
+                return True
             except (OperationalError, KombuError, RedisError, OSError) as exc:
-                command.refused.append(f"{type(exc).__name__}: {str(exc)[:120]}")
-                down |= set(self.down())
+                refused.append(f"{type(exc).__name__}: {str(exc)[:120]}")
+                if down is not None:
+                    down |= set(self.down())
                 if time.monotonic() > give_up or self.stopping.is_set():
-                    break
+                    return False
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
-        command.servers_down = tuple(sorted(down))
-        self.sent.append(command)
 
     def stop(self) -> None:
         """Stop sending and wait for the thread (commands not yet sent are reported so)."""

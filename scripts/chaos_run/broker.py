@@ -41,29 +41,36 @@ def _queue_keys(client: redis.Redis, queue: str) -> Iterator[bytes]:
 
 
 def snapshot(broker_url: str) -> BrokerSnapshot:
-    """Read every command message Redis holds right now (raises redis errors when down)."""
+    """Read every command message Redis holds right now, queues and the unacked hash in
+    one transaction (a message moving between them is seen once); raises redis errors
+    when Redis is down."""
     client = broker_redis(broker_url)
     try:
+        lists = [key for queue in (QUEUE_COMMANDS, "sagafleet.steps")
+                 for key in _queue_keys(client, queue) if client.type(key) == b"list"]
+        with client.pipeline(transaction=True) as pipe:
+            for key in lists:
+                pipe.lrange(key, 0, -1)
+            pipe.hvals("unacked")
+            *contents, unacked_values = pipe.execute()
         queued: set[str] = set()
-        for key in _queue_keys(client, QUEUE_COMMANDS):
-            if client.type(key) != b"list":
+        steps = 0
+        for key, items in zip(lists, contents, strict=True):
+            if not key.startswith(QUEUE_COMMANDS.encode()):
+                steps += len(items)
                 continue
-            for raw in client.lrange(key, 0, -1):
+            for raw in items:
                 task_id, _ = _task_id(json.loads(raw))
                 if task_id:
                     queued.add(task_id)
         unacked: set[str] = set()
-        steps = 0
-        for raw in client.hvals("unacked"):
+        for raw in unacked_values:
             entry = json.loads(raw)
             task_id, task = _task_id(entry[0] if isinstance(entry, list) and entry else None)
             if task_id and task.startswith("sagafleet.commands."):
                 unacked.add(task_id)
             else:
                 steps += 1
-        for key in _queue_keys(client, "sagafleet.steps"):
-            if client.type(key) == b"list":
-                steps += int(client.llen(key))
         return BrokerSnapshot(frozenset(queued), frozenset(unacked), steps)
     finally:
         client.close()

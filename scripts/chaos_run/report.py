@@ -42,6 +42,11 @@ def render(report: dict[str, Any]) -> str:
               f"lost commands: {cmds['lost']['count']}; lost with the broker's state: "
               f"{cmds['lost_with_broker_state']['count']}; pending in the broker: "
               f"{cmds['pending_in_broker']}",
+              "resent after a broker restart (protocol {protocol}): {messages} messages for "
+              "{commands} commands, after {restarts_seen_by_agent} restarts seen; "
+              "{acted_after_resend} of them had gone with Redis and acted when resent".format(
+                  **{**cmds["resent_after_broker_restart"],
+                     "commands": sum(cmds["resent_after_broker_restart"]["commands"].values())}),
               "sagafleet verify: " + ("clean" if verify["clean"] else
                                       f"NOT CLEAN ({verify['differences']} differences)"),
               f"processes: {report['processes']['spawned']} spawned, "

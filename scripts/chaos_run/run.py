@@ -33,7 +33,7 @@ from chaos_run import observe
 from chaos_run.agent import AGENT_ACTOR, AGENT_TENANT, AgentPlan, AgentSender, CancelDesk
 from chaos_run.broker import BrokerSnapshot, snapshot
 from chaos_run.faults import LEASE_S, FleetProcesses, Injector, fault_schedule
-from chaos_run.verdicts import judge_commands, judge_sagas
+from chaos_run.verdicts import acted_commands, judge_commands, judge_sagas
 from saga_core.authority import ADMIN_ROLE, AGENT_ROLE, APPROVER_ROLE, PrincipalKind
 from saga_core.errors import SagaError
 from sagafleet import embedded, sandbox
@@ -166,7 +166,8 @@ class ChaosRun:
         agent = AgentSender(broker_url, plan, self.desk, self.elapsed, injector.down,
                             deposit=lambda value: depositor.put_secret(
                                 value, ttl=timedelta(hours=2)).as_input(),
-                            signers=agent_signers(fleet, (AGENT_TENANT, client.tenant)))
+                            signers=agent_signers(fleet, (AGENT_TENANT, client.tenant)),
+                            acted=None if self.args.no_resend else self.seen_acting)
         injector.on_outage = agent.nudge.set
         direct_total = self.args.sagas - plan.starts
         direct: list[str] = []
@@ -207,6 +208,11 @@ class ChaosRun:
         fleet.close()
         report["durations_s"] = {**self.durations, "total": round(sum(self.durations.values()), 1)}
         return report
+
+    def seen_acting(self, commands: list[Any]) -> set[str]:
+        """What the agent's ``sagafleet find`` shows it: ids of ``commands`` in effect."""
+        return acted_commands(commands, observe.saga_facts(self.database),
+                              observe.definition_names(self.database))
 
     def start_direct(self, client: Any, direct: list[str]) -> bool:
         """Start the next saga through the client API (as an in-process caller would)."""
@@ -273,8 +279,10 @@ class ChaosRun:
             now = time.monotonic()
             for task_id in broker.unacked:
                 unacked_since.setdefault(task_id, now)
-            waiting = [t for t in unresolved if t in broker.queued or (
-                t in broker.unacked and now - unacked_since[t] < UNACKED_GRACE_S)]
+            messages = {c.command_id: c.message_ids for c in agent.sent}
+            waiting = [t for t in unresolved for m in messages.get(t, (t,))
+                       if m in broker.queued or (
+                           m in broker.unacked and now - unacked_since[m] < UNACKED_GRACE_S)]
             if waiting:
                 quiet_since = None
             elif quiet_since is None:
@@ -345,7 +353,8 @@ class ChaosRun:
         violations += [f"duplicate effect: {d}" for d in duplicates]
         violations += [f"lost {c['kind']} command {c['target']} (task {c['task_id']})"
                        for c in commands.lost]
-        if self.args.broker_loss_is_violation:
+        if self.args.broker_loss_is_violation or not self.args.no_resend:
+            # The agent resends what a restart dropped: a drop no resend repaired is a loss.
             violations += [f"lost with the broker's state: {c['kind']} {c['target']}"
                            for c in commands.lost_with_broker_state]
         if verify["ran"] and not verify["clean"]:
@@ -390,6 +399,13 @@ class ChaosRun:
                 "lost": {"count": lost, "items": commands.lost},
                 "lost_with_broker_state": {"count": len(commands.lost_with_broker_state),
                                            "items": commands.lost_with_broker_state},
+                "resent_after_broker_restart": {
+                    "protocol": "off (--no-resend)" if self.args.no_resend else "on",
+                    "restarts_seen_by_agent": agent.restarts_seen,
+                    "commands": dict(commands.resent),
+                    "messages": sum(len(c.resends) for c in agent.sent),
+                    "acted_after_resend": sum(commands.outcomes.get(
+                        "acted_after_resend", Counter()).values())},
                 "pending_in_broker": sum(
                     commands.outcomes.get("pending_in_broker", Counter()).values()),
                 "cancels_without_target": agent.unserved_cancels + self.desk.unserved,

@@ -11,11 +11,16 @@ Commands: every accepted command (its publish returned) is exactly one of
   cancel: CancelRequested in the saga; plan: a definition with its name);
 * ``moot``: a cancel for a saga that had finished before the cancel was accepted;
 * ``dead_lettered``: refused with a reason in ``fleet.dead_letters``;
-* ``lost_with_broker_state``: its message was in Redis when the run emptied Redis (no
-  persistence), or its publish returned while Redis was being emptied: the agent's
-  publish was accepted and the message then went with the broker's memory. A real gap,
-  but one the deployment chooses (Redis without AOF), so it is counted apart from losses
-  the fleet caused;
+* ``acted_after_resend``: its message was in Redis when the run emptied Redis (no
+  persistence), or its publish returned while Redis was being emptied, and the agent,
+  having seen the restart, resent it (the README's protocol: check with ``find``, send
+  again) and the resend acted. A command resent although its first message had not been
+  in Redis at the restart, accepted before it, means the fleet had lost that message
+  before the restart: ``lost``, whatever its resend did. One accepted after the restart
+  (its first message in the new Redis) whose resend was a harmless repeat is ``acted``;
+* ``lost_with_broker_state``: its message went with the emptied Redis and no resend acted
+  (the agent resends by default; with ``--no-resend`` this is what a broker without
+  persistence loses, counted apart from losses the fleet caused);
 * ``pending_in_broker``: still queued or unacknowledged in Redis at the end (a worker
   SIGKILLed while holding it: Redis hands it out again after the visibility timeout);
 * ``lost``: none of the above. The fleet lost it; always a violation.
@@ -35,8 +40,8 @@ from chaos_run.observe import DeadLetter, SagaFacts
 from saga_core.contracts import SagaStatus
 from sagafleet.sandbox import TripLedger
 
-OUTCOMES = ("acted", "moot", "dead_lettered", "lost_with_broker_state", "pending_in_broker",
-            "lost")
+OUTCOMES = ("acted", "acted_after_resend", "moot", "dead_lettered", "lost_with_broker_state",
+            "pending_in_broker", "lost")
 
 
 @dataclass
@@ -88,6 +93,7 @@ class CommandVerdicts:
     lost_with_broker_state: list[dict[str, Any]] = field(default_factory=list)
     sent_while_down: Counter[str] = field(default_factory=Counter)
     publish_retries: int = 0
+    resent: Counter[str] = field(default_factory=Counter)  # commands resent after a restart
     unpublished: int = 0
     unresolved: set[str] = field(default_factory=set)  # accepted, no effect, no dead letter
 
@@ -117,11 +123,32 @@ def _dead_letter_for(command: Command, letters: list[DeadLetter]) -> DeadLetter 
         if letter.task != command.task:
             continue
         if letter.task_id is not None:
-            if letter.task_id == command.command_id:
+            if letter.task_id in command.message_ids:
                 return letter
         elif letter.kwargs.get(field_name) == command.target:
             return letter
     return None
+
+
+def acted_commands(commands: list[Command], facts: dict[str, SagaFacts],
+                   plan_names: set[str]) -> set[str]:
+    """Ids of the commands whose effect is in the log (or moot): what the agent's
+    ``sagafleet find`` would show it, for all of them at once."""
+    by_key = {(s.tenant, s.key): s.saga_id for s in facts.values() if s.key is not None}
+    return {c.command_id for c in commands if _acted(c, facts, by_key, plan_names)}
+
+
+def _after_resend(command: Command, went_with_redis: bool,
+                  blackouts: Sequence[tuple[float, float]]) -> str:
+    """The outcome of a command that acted and was resent (see the module docstring)."""
+    if went_with_redis:
+        return "acted_after_resend"
+    first_resend = command.resent_at_s[0]
+    restart = max((b for b in blackouts if b[0] <= first_resend), default=None)
+    accepted_s = command.accepted_s or 0.0
+    if restart is not None and accepted_s < restart[0]:
+        return "lost"  # not in Redis at the restart, not acting: the fleet had lost it
+    return "acted"
 
 
 def judge_commands(commands: list[Command], facts: dict[str, SagaFacts], plan_names: set[str],
@@ -147,11 +174,16 @@ def judge_commands(commands: list[Command], facts: dict[str, SagaFacts], plan_na
             verdicts.dead_letter_reasons[letter.reason.split(":")[0][:80]] += 1
         accepted_s = command.accepted_s
         in_blackout = any(start <= accepted_s <= end for start, end in blackouts)
+        went_with_redis = in_blackout or any(i in dropped for i in command.message_ids)
+        if command.resends:
+            verdicts.resent[command.kind] += 1
+        if outcome == "acted" and command.resends:
+            outcome = _after_resend(command, went_with_redis, blackouts)
         if outcome is None:
             verdicts.unresolved.add(command.command_id)
-            if command.command_id in dropped or in_blackout:
+            if went_with_redis:
                 outcome = "lost_with_broker_state"
-            elif command.command_id in in_broker:
+            elif any(i in in_broker for i in command.message_ids):
                 outcome = "pending_in_broker"
             else:
                 outcome = "lost"
@@ -161,8 +193,11 @@ def judge_commands(commands: list[Command], facts: dict[str, SagaFacts], plan_na
                     "task_id": command.command_id, "accepted_at_s": command.accepted_s,
                     "servers_down": list(command.servers_down),
                     "refused_publishes": len(command.refused)}
-            if command.command_id in dropped:
-                item["in_redis_when_emptied"] = dropped[command.command_id]
+            dropped_as = [dropped[i] for i in command.message_ids if i in dropped]
+            if command.resends:
+                item["resends"] = list(command.resends)
+            if dropped_as:
+                item["in_redis_when_emptied"] = dropped_as[0]
             elif in_blackout:
                 item["in_redis_when_emptied"] = "published while Redis was being emptied"
             getattr(verdicts, outcome).append(item)
