@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 from chaos_run.agent import AGENT_TENANT, Command  # noqa: E402
 from chaos_run.faults import fault_schedule  # noqa: E402
 from chaos_run.observe import DeadLetter, SagaFacts  # noqa: E402
-from chaos_run.verdicts import judge_commands  # noqa: E402
+from chaos_run.verdicts import acted_commands, judge_commands  # noqa: E402
 
 from workers.tasks import CANCEL_SAGA, START_SAGA, SUBMIT_PLAN  # noqa: E402
 
@@ -75,6 +75,43 @@ def test_each_accepted_command_gets_exactly_one_outcome_and_only_fleet_losses_ar
     assert [c["in_redis_when_emptied"] for c in verdicts.lost_with_broker_state] == [
         "queued", "published while Redis was being emptied"]
     assert dict(verdicts.dead_letter_reasons) == {"StoreUnavailable": 1, "PlanRejected": 1}
+
+
+def _resent(command: Command, at_s: float) -> Command:
+    command.resends.append(f"resend-{command.target}")
+    command.resent_at_s.append(at_s)
+    return command
+
+
+def test_a_resend_repairs_what_a_restart_dropped_but_never_hides_a_loss_of_the_fleet():
+    # given a Redis restart over [49.5, 51.0], after which the agent resent at 52 s every
+    # accepted command it did not see acting
+    facts = {f"s-{n}": _facts(f"s-{n}", key=f"agent-{n}") for n in range(1, 5)}
+    commands = [
+        _resent(_command(START_SAGA, "agent-1", at_s=40.0), 52.0),  # queued when emptied
+        _resent(_command(START_SAGA, "agent-2", at_s=50.0), 52.0),  # accepted in the restart
+        _resent(_command(START_SAGA, "agent-3", at_s=40.0), 52.0),  # not in Redis: lost before
+        _resent(_command(START_SAGA, "agent-4", at_s=51.5), 52.0),  # in the new Redis already
+        _resent(_command(START_SAGA, "agent-5", at_s=40.0), 52.0),  # dropped, resend dropped
+        _command(START_SAGA, "agent-6", at_s=45.0),  # never resent: acted before
+    ]
+    facts["s-6"] = _facts("s-6", key="agent-6")
+    # when the run judges them (the resend of agent-5 went with Redis too)
+    dropped = {"task-agent-1": "queued", "task-agent-5": "queued",
+               "resend-agent-5": "unacked, held by a worker"}
+    verdicts = judge_commands(commands, facts, set(), [], dropped, frozenset(), [(49.5, 51.0)])
+    # then a dropped command that acted once resent is told apart from one that acted on
+    # its own; the one the fleet had lost before the restart stays lost; the one no resend
+    # repaired is lost with the broker's state
+    outcomes = {name: dict(counts) for name, counts in verdicts.outcomes.items()}
+    assert outcomes == {"acted_after_resend": {"start": 2}, "acted": {"start": 2},
+                        "lost": {"start": 1}, "lost_with_broker_state": {"start": 1}}
+    assert [c["target"] for c in verdicts.lost] == ["agent-3"]
+    assert verdicts.lost_with_broker_state[0]["resends"] == ["resend-agent-5"]
+    assert verdicts.resent == {"start": 5}
+    # and what the agent sees acting is what its find would show
+    assert acted_commands(commands, facts, set()) == {
+        f"task-agent-{n}" for n in (1, 2, 3, 4, 6)}
 
 
 def test_the_fault_schedule_kills_every_few_seconds_and_restarts_each_server():
