@@ -234,6 +234,10 @@ class AgentSender(threading.Thread):
                 if time.monotonic() - self.last_look >= 1.0:
                     self.resend_after_broker_restart()
                 self.nudge.wait(0.1)
+            # What fell due while the agent was busy (a publish or a resend through an
+            # outage) is still sent; only what was not yet due is "never sent".
+            while self.pending and self.pending[0].due_s <= self.clock():
+                self.publish(self.pending.pop(0))
             self.desk.stop_wanting()
             self.unserved_cancels = len(self.cancels_due)
             while (target := self.desk.take()) is not None:
