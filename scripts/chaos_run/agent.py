@@ -16,9 +16,10 @@ The agent follows the README's protocol for that: it watches the broker's ``run_
 (``INFO server``, new on every restart), and once it has seen a restart it resends every
 accepted command not yet seen acting -- as ``sagafleet find KEY`` would tell it, for all of
 them in one look at the log (``acted``) -- signed again under a new command id (a resend is
-a new message; every command is idempotent: a start by its key, a plan by its name, a
-cancel by the saga's state). Resends are recorded on the command they repeat and counted in
-the report. ``resend=False`` turns the protocol off, to measure what a restart drops.
+a new message; every command is idempotent: a start by its key -- this agent's starts all
+have one --, a plan by its name, a cancel by the saga's state). Resends are recorded on the
+command they repeat and counted in the report. Without ``acted`` (``--no-resend``) the
+agent does not resend, to measure what a restart drops.
 """
 
 from __future__ import annotations
