@@ -136,18 +136,33 @@ def demo_principal(fleet: Fleet, name: str, kind: PrincipalKind,
 @dataclass
 class Operator:
     """Plays the human: lets the first request expire (it is asked again), then approves
-    three of every four requests and denies the fourth, always as ``approver``, a person
-    the fleet's directory authenticated by its API token (never the agent that started
-    the sagas: gates need four eyes)."""
+    three of every four requests and denies the fourth, always as a person the fleet's
+    directory authenticated by its API token (never the agent that started the sagas:
+    gates need four eyes).
+
+    Only a person of the saga's own tenant may answer its request (the fleet does not even
+    show another tenant's saga), so the operator answers with ``approver`` in that
+    approver's tenant and with ``approvers[tenant]`` in any other. A request it cannot
+    answer -- no approver of the saga's tenant, or the fleet refusing the answer -- is
+    counted in ``refused`` by why, never passed over silently: an unanswered request
+    expires, and after its last re-ask the saga waits for a person in
+    MANUAL_INTERVENTION."""
 
     approver: Principal
+    approvers: dict[str, Principal] = field(default_factory=dict)
     expired_one: str | None = None
     expired_request: datetime | None = None
     answered: Counter[str] = field(default_factory=Counter)
+    refused: Counter[str] = field(default_factory=Counter)
+
+    def approver_for(self, tenant: str) -> Principal | None:
+        """The person who answers for ``tenant``'s sagas, if the operator has one."""
+        if tenant in self.approvers:
+            return self.approvers[tenant]
+        return self.approver if self.approver.tenant == tenant else None
 
     def review(self, fleet: Fleet, loaded: LoadedSaga) -> None:
         """Answer this saga's open approval requests."""
-        client = fleet.client_for(self.approver)
         for run in [*loaded.state.forward.values(), *loaded.state.compensation.values()]:
             approval = run.approval
             if approval is None or run.status is not RunStatus.AWAITING_APPROVAL:
@@ -158,6 +173,11 @@ class Operator:
                 self.expired_one, self.expired_request = loaded.saga_id, approval.requested_at
             if self.expired_one == loaded.saga_id and approval.requested_at == self.expired_request:
                 continue  # never answered: it expires and decide asks again
+            approver = self.approver_for(loaded.tenant)
+            if approver is None:
+                self.refused[f"no approver in tenant {loaded.tenant}"] += 1
+                continue
+            client = fleet.client_for(approver)
             try:
                 if sum(self.answered.values()) % 4 == 1:
                     client.deny(loaded.saga_id, run.step_id, kind=run.kind,
@@ -167,8 +187,10 @@ class Operator:
                     client.approve(loaded.saga_id, run.step_id, kind=run.kind,
                                    action_hash=approval.action_hash)
                     self.answered["approved"] += 1
-            except SagaError:
-                pass  # expired or changed meanwhile: the next look sees the new request
+            except SagaError as exc:
+                # Expired or changed meanwhile (the next look sees the new request), or
+                # refused outright: counted by its type either way.
+                self.refused[type(exc).__name__] += 1
 
 
 class FleetProcesses:
@@ -324,6 +346,7 @@ def summarize(
             "granted": counts["approvals_granted"],
             "denied": counts["approvals_denied"],
             "left_to_expire": operator.expired_one,
+            "refused": dict(sorted(operator.refused.items())),
             "approver": {"name": operator.approver.name, "kind": str(operator.approver.kind),
                          "roles": sorted(operator.approver.roles),
                          "authenticated": operator.approver.authenticated},

@@ -4,7 +4,7 @@ and servers are abused.
     python scripts/chaos.py [--sagas N] [--workers W] [--duration S] [--seed K]
                             [--kill-every S] [--agent-share F] [--fault-rate P]
                             [--settle-timeout T] [--no-resend] [--broker-loss-is-violation]
-                            [--json]
+                            [--keep-home] [--json]
 
 It starts W ``sagafleet worker`` processes and one ``sagafleet sweeper`` on fresh embedded
 servers and a fresh database. Over the first 60% of the run it starts N trip sagas: a share
@@ -14,12 +14,15 @@ cancels sagas that wait for approval (``cancel_saga``) and submits plans (``subm
 throughout the run and through every outage, retrying a refused publish as an agent would.
 Meanwhile, reproducibly for a seed, it SIGKILLs a worker every few seconds (and starts a
 replacement), SIGSTOPs workers past their lease, restarts Redis empty and restarts PostgreSQL.
-This process plays the operator (it answers approvals; the first is left to expire).
+This process plays the operator: it answers approvals, each tenant's with a person of that
+tenant (the first request is left to expire); answers the fleet refused are counted.
 
 At the end it waits for quiescence and checks, set-based, from the log, the providers'
 ledgers and Redis:
 
-* every saga is terminal, or in MANUAL_INTERVENTION with evidence;
+* every saga is terminal, or in MANUAL_INTERVENTION with evidence; the report groups
+  those by the reason of their last escalation and its step, counted, with their tenants
+  (``sagas.manual_intervention_reasons``), so a reader sees at once why they need a person;
 * no duplicate net effect in any ledger, every saga's business invariant holds, and no
   ledger holds a saga the log does not know;
 * every accepted command was acted on, or dead-lettered with a reason; otherwise it is
@@ -89,6 +92,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--broker-loss-is-violation", action="store_true",
                         help="with --no-resend: still count commands lost with an emptied "
                              "Redis as violations (always so without --no-resend)")
+    parser.add_argument("--keep-home", action="store_true",
+                        help="keep the run's home (logs, the embedded servers' data) and leave "
+                             "its embedded servers running, to query the log afterwards; "
+                             "their URLs are printed on stderr")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args(argv)
     if args.sagas < 1 or args.workers < 1 or args.duration <= 0 or args.kill_every <= 0:
@@ -110,13 +117,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = run.run()
     finally:
-        if run.embedded:
+        if run.embedded and not args.keep_home:
             embedded.stop_embedded(home)
+    if args.keep_home:
+        print(f"home kept in {home} (SAGAFLEET_HOME={home}); database "
+              f"{getattr(run, 'database', '?')}; stop its servers with "
+              f"SAGAFLEET_HOME={home} sagafleet embedded stop", file=sys.stderr)
     print(json.dumps(report, indent=2, default=str) if args.json else render(report))
     if report["violations"]:
         print(f"\nlogs kept in {log_dir}", file=sys.stderr)
         return ExitCode.INVARIANT_VIOLATED
-    shutil.rmtree(home, ignore_errors=True)
+    if not args.keep_home:
+        shutil.rmtree(home, ignore_errors=True)
     return ExitCode.OK
 
 

@@ -32,6 +32,7 @@ class SagaFacts:
     resolved_at: int | None  # position of the last OperatorAction
     manual_reason: str | None  # the evidence reason of the last ManualInterventionRequired
     cancel_requested: bool
+    manual_step: str | None = None  # the step of the last ManualInterventionRequired
 
     @property
     def status(self) -> str:
@@ -59,6 +60,9 @@ SELECT substr(stream_id, %(skip)s) AS saga_id,
        max(global_position) FILTER (WHERE event_type = 'OperatorAction') AS resolved_at,
        (array_agg(data->'evidence'->>'reason' ORDER BY global_position DESC)
            FILTER (WHERE event_type = 'ManualInterventionRequired'))[1] AS manual_reason,
+       (array_agg(coalesce(data->>'kind', '') || ' ' || coalesce(data->>'step_id', '')
+                  ORDER BY global_position DESC)
+           FILTER (WHERE event_type = 'ManualInterventionRequired'))[1] AS manual_step,
        coalesce(bool_or(event_type = 'CancelRequested'), false) AS cancel_requested
   FROM eventstore.events
  WHERE stream_id LIKE %(prefix)s

@@ -11,6 +11,20 @@ def _counts(title: str, counts: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _manual_reasons(groups: list[dict[str, Any]]) -> list[str]:
+    """Why the sagas in MANUAL_INTERVENTION wait for a person: one row per reason and step."""
+    lines = [f"MANUAL_INTERVENTION reasons ({sum(g['count'] for g in groups)} sagas):"]
+    if not groups:
+        return [*lines, "  (none)"]
+    lines.append(f"  {'count':>5}  {'step':<28} {'tenants':<22} reason")
+    for g in groups:
+        tenants = ", ".join(f"{t} {n}" for t, n in g["tenants"].items())
+        lines.append(f"  {g['count']:>5}  {g['step']:<28} {tenants:<22} {g['reason']}")
+        if g["example"] != g["reason"]:
+            lines.append(f"  {'':>5}  e.g. {g['example'][:160]}")
+    return lines
+
+
 def render(report: dict[str, Any]) -> str:
     """Faults, sagas, commands, checks and violations, one table each."""
     p, sagas, cmds = report["parameters"], report["sagas"], report["commands"]
@@ -27,6 +41,12 @@ def render(report: dict[str, Any]) -> str:
                   f"{sagas['started_by_agent']} by agent commands)",
               *_counts("settled:", sagas["settled"]),
               f"unsettled: {sagas['unsettled']['count']}"]
+    lines += ["", *_manual_reasons(sagas.get("manual_intervention_reasons", []))]
+    operator = report.get("operator", {})
+    lines += ["", "operator: answered " + (", ".join(
+        f"{k} {n}" for k, n in operator.get("answered", {}).items()) or "none")
+              + "; refused " + (", ".join(
+                  f"{k} {n}" for k, n in operator.get("refused", {}).items()) or "none")]
     outcomes = {f"{o} ({', '.join(f'{k} {n}' for k, n in by_kind.items())})": sum(
         by_kind.values()) for o, by_kind in cmds["outcomes"].items()}
     lines += ["", f"agent commands: sent {sum(cmds['sent'].values())}, accepted "

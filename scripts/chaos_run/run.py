@@ -34,7 +34,7 @@ from chaos_run.agent import AGENT_ACTOR, AGENT_TENANT, AgentPlan, AgentSender, C
 from chaos_run.broker import BrokerSnapshot, snapshot
 from chaos_run.faults import LEASE_S, FleetProcesses, Injector, fault_schedule
 from chaos_run.verdicts import acted_commands, judge_commands, judge_sagas
-from saga_core.authority import ADMIN_ROLE, AGENT_ROLE, APPROVER_ROLE, PrincipalKind
+from saga_core.authority import ADMIN_ROLE, AGENT_ROLE, APPROVER_ROLE, Principal, PrincipalKind
 from saga_core.errors import SagaError
 from sagafleet import embedded, sandbox
 from sagafleet.agent import CommandSigner
@@ -149,8 +149,13 @@ class ChaosRun:
         # directory, acting through the principal their tokens prove (sagafleet.demo).
         client = fleet.client_for(demo_principal(fleet, "chaos-direct", PrincipalKind.AGENT,
                                                  frozenset({AGENT_ROLE, ADMIN_ROLE})))
-        self.operator = Operator(demo_principal(fleet, APPROVER, PrincipalKind.PERSON,
-                                                frozenset({APPROVER_ROLE})))
+        # The operator answers every tenant's requests, each with a person of that tenant:
+        # the agent's sagas are acme's, and only an acme approver may answer them (with the
+        # default tenant's approver alone, every acme request was refused as SagaNotFound,
+        # expired three times and left the saga in MANUAL_INTERVENTION: 462 of 1000).
+        self.operator = Operator(
+            demo_principal(fleet, APPROVER, PrincipalKind.PERSON, frozenset({APPROVER_ROLE})),
+            approvers={AGENT_TENANT: tenant_approver(fleet, AGENT_TENANT)})
         register_demo_definition(fleet)  # shared: the agents' tenant starts it too
         if self.args.fault_rate > 0:
             trip.faults.configure_mix(self.args.fault_rate, self.args.seed)
@@ -381,6 +386,8 @@ class ChaosRun:
                                         if f.key and f.key.startswith("agent-")),
                 "settled": {s: n for s, n in sorted(sagas.by_status.items()) if s != "OPEN"},
                 "unsettled": {"count": len(sagas.unsettled), "ids": sagas.unsettled},
+                # Why each saga waits for a person: its last escalation's reason, grouped.
+                "manual_intervention_reasons": sagas.manual_reasons,
             },
             "duplicate_effects": {"count": len(duplicates), "items": duplicates[:50]},
             "invariant_violations": sagas.problems,
@@ -416,6 +423,8 @@ class ChaosRun:
                               sorted(procs.refused_start.values()),
                           "died_unexpectedly": casualties},
             "operator": {"answered": dict(self.operator.answered) if self.operator else {},
+                         "refused": dict(sorted(self.operator.refused.items()))
+                         if self.operator else {},
                          "held_for_cancel": commands.sent.get("cancel", 0)},
             "script_cost_s": {**{k: round(v, 1) for k, v in sorted(self.costs.seconds.items())},
                               "cpu": round(_cpu_seconds(), 1)},
@@ -463,6 +472,12 @@ def run_verify(env: dict[str, str]) -> dict[str, Any]:
             "lagging": len(found.get("lagging", [])) if found else None,
             "sagas_checked": found.get("sagas_checked"),
             "output": done.stdout[-2000:] + done.stderr[-2000:]}
+
+
+def tenant_approver(fleet: Fleet, tenant: str) -> Principal:
+    """A person with the approver role in ``tenant``, as its token proves them."""
+    issued = fleet.principals.add(tenant, APPROVER, PrincipalKind.PERSON, [APPROVER_ROLE])
+    return fleet.authenticate(issued.token)
 
 
 def agent_signers(fleet: Fleet, tenants: tuple[str, ...]) -> dict[str, CommandSigner]:

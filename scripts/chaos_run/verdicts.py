@@ -52,6 +52,35 @@ class SagaVerdicts:
     by_status: Counter[str] = field(default_factory=Counter)
     unsettled: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    manual_reasons: list[dict[str, Any]] = field(default_factory=list)  # see manual_reasons()
+
+
+def reason_class(reason: str) -> str:
+    """An escalation reason without its instance details: the text before its first ': '
+    (what follows names the resource or quotes the provider, e.g. "target changed since
+    the forward step (precondition): PreconditionFailed: hotels.release: hold_id 'hh_1'
+    is at version 2, expected 1")."""
+    return reason.split(": ", 1)[0].strip() or reason
+
+
+def manual_reasons(facts: dict[str, SagaFacts], examples: int = 3) -> list[dict[str, Any]]:
+    """The sagas in MANUAL_INTERVENTION grouped by why (the reason class of their last
+    escalation and its step), most first: count, tenants, one full reason and a few ids."""
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for saga_id, saga in sorted(facts.items()):
+        if saga.status != SagaStatus.MANUAL_INTERVENTION:
+            continue
+        reason = saga.manual_reason or "(no evidence reason)"
+        step = (saga.manual_step or "").strip() or "(saga)"
+        group = groups.setdefault((reason_class(reason), step), {
+            "reason": reason_class(reason), "step": step, "count": 0,
+            "tenants": Counter(), "example": reason, "sagas": []})
+        group["count"] += 1
+        group["tenants"][saga.tenant] += 1
+        if len(group["sagas"]) < examples:
+            group["sagas"].append(saga_id)
+    ordered = sorted(groups.values(), key=lambda g: (-g["count"], g["reason"], g["step"]))
+    return [{**g, "tenants": dict(sorted(g["tenants"].items()))} for g in ordered]
 
 
 def _zero_ledger(saga_id: str) -> TripLedger:
@@ -78,6 +107,7 @@ def judge_sagas(facts: dict[str, SagaFacts], ledgers: dict[str, TripLedger]) -> 
             verdicts.problems.append(f"{saga_id}: {status} breaks the trip invariant")
     for saga_id in sorted(set(ledgers) - set(facts)):
         verdicts.problems.append(f"{saga_id}: in the providers' ledgers but not in the log")
+    verdicts.manual_reasons = manual_reasons(facts)
     return verdicts
 
 

@@ -11,7 +11,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 from chaos_run.agent import AGENT_TENANT, Command  # noqa: E402
 from chaos_run.faults import fault_schedule  # noqa: E402
 from chaos_run.observe import DeadLetter, SagaFacts  # noqa: E402
-from chaos_run.verdicts import acted_commands, judge_commands  # noqa: E402
+from chaos_run.verdicts import (  # noqa: E402
+    acted_commands,
+    judge_commands,
+    manual_reasons,
+    reason_class,
+)
 
 from workers.tasks import CANCEL_SAGA, START_SAGA, SUBMIT_PLAN  # noqa: E402
 
@@ -126,3 +131,40 @@ def test_the_fault_schedule_kills_every_few_seconds_and_restarts_each_server():
     assert all(0 < at < 300 for at, _ in schedule)
     # and the same seed gives the same schedule
     assert fault_schedule(300.0, 6.0, seed=7) == schedule
+
+
+def _paused(saga_id: str, reason: str, step: str, tenant: str = AGENT_TENANT,
+            resolved: bool = False) -> SagaFacts:
+    return SagaFacts(saga_id=saga_id, tenant=tenant, key=None, finished=None, finished_at=None,
+                     manual_at=10, resolved_at=20 if resolved else None, manual_reason=reason,
+                     cancel_requested=False, manual_step=step)
+
+
+def test_sagas_in_manual_intervention_are_grouped_by_reason_class_and_step_most_first():
+    # given sagas paused for a person for two reasons (one with instance details), one
+    # paused saga an operator resolved since, and one finished saga
+    expired = "approval expired; no usable approval after 3 requests"
+    facts = {
+        "s1": _paused("s1", expired, "forward capture_payment"),
+        "s2": _paused("s2", expired, "forward capture_payment", tenant="default"),
+        "s3": _paused("s3", expired, "forward capture_payment"),
+        "s4": _paused("s4", "target changed since the forward step (precondition): "
+                            "PreconditionFailed: hold_id 'hh_1' is at version 2, expected 1",
+                      "compensation hold_hotel"),
+        "s5": _paused("s5", "target changed since the forward step (precondition): "
+                            "PreconditionFailed: hold_id 'hh_9' is at version 3, expected 1",
+                      "compensation hold_hotel"),
+        "s6": _paused("s6", "approval denied", "forward send_itinerary", resolved=True),
+        "s7": _facts("s7", finished_at=NOW),
+    }
+    # when the run groups them
+    groups = manual_reasons(facts, examples=2)
+    # then one row per reason class and step, most first, with tenants and example ids;
+    # the resolved and the finished sagas are not in it
+    assert [(g["reason"], g["step"], g["count"], g["tenants"], g["sagas"]) for g in groups] == [
+        (expired, "forward capture_payment", 3, {"acme": 2, "default": 1}, ["s1", "s2"]),
+        ("target changed since the forward step (precondition)", "compensation hold_hotel",
+         2, {"acme": 2}, ["s4", "s5"]),
+    ]
+    assert groups[1]["example"].endswith("is at version 2, expected 1")
+    assert reason_class("lookup found no receipt") == "lookup found no receipt"
