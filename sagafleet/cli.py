@@ -22,7 +22,7 @@ EPILOG = (
     "examples:\n"
     "  sagafleet demo --sagas 50 --workers 2\n"
     "  sagafleet db migrate\n"
-    "  sagafleet db url\n"
+    "  sagafleet db url --show-password\n"
     "  sagafleet embedded stop\n\n" + Settings.describe() + "\n\n" + describe()
 )
 

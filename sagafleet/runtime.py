@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from projections import ProjectionContext
 from sagafleet import embedded
 from sagafleet.migrate import migrate_all, require_migrated
-from sagafleet.settings import Settings
+from sagafleet.settings import Settings, reveal
 
 
 @dataclass(frozen=True)
@@ -24,15 +24,17 @@ class Endpoints:
 
 def database_url(settings: Settings) -> str:
     """The configured database URL, or the embedded PostgreSQL's (started if needed)."""
-    if settings.database_url is not None:
-        return settings.database_url
+    configured = reveal(settings.database_url)
+    if configured is not None:
+        return configured
     return embedded.start_postgres(settings.home).url
 
 
 def broker_url(settings: Settings) -> str:
     """The configured broker URL, or the embedded Redis's (started if needed)."""
-    if settings.broker_url is not None:
-        return settings.broker_url
+    configured = reveal(settings.broker_url)
+    if configured is not None:
+        return configured
     return embedded.start_redis(settings.home).url
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from sagafleet import embedded, runtime
 from sagafleet.exit_codes import ExitCode
@@ -19,7 +21,9 @@ def register(sub: Any) -> None:
     mig = db_sub.add_parser("migrate", help="apply schema migrations (idempotent)")
     mig.add_argument("--json", action="store_true", help="print one JSON document")
     mig.set_defaults(handler=run_migrate)
-    url = db_sub.add_parser("url", help="print the database URL in use")
+    url = db_sub.add_parser("url", help="print the database URL in use (password masked)")
+    url.add_argument("--show-password", action="store_true",
+                     help="print the password too (it is masked as *** otherwise)")
     url.add_argument("--json", action="store_true", help="print one JSON document")
     url.set_defaults(handler=run_url)
 
@@ -43,9 +47,36 @@ def run_migrate(args: argparse.Namespace, settings: Settings) -> int:
     return ExitCode.OK
 
 
+MASK = "***"
+"""What a masked password reads as."""
+
+_KEYWORD_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
+
+
+def mask_password(url: str) -> str:
+    """``url`` with its password replaced by ``***``: in the URL's user part, in a
+    ``password=`` query parameter, or in a libpq ``key=value`` connection string."""
+    if "://" not in url:
+        return _KEYWORD_PASSWORD.sub(lambda m: m.group(1) + MASK, url)
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.password:
+        userinfo, _, hostinfo = netloc.rpartition("@")
+        user = userinfo.partition(":")[0]
+        netloc = f"{user}:{MASK}@{hostinfo}"
+    query = parts.query
+    pairs = parse_qsl(query, keep_blank_values=True)
+    if any(key == "password" for key, _ in pairs):
+        query = urlencode([(k, MASK if k == "password" else v) for k, v in pairs], safe="/*")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
 def run_url(args: argparse.Namespace, settings: Settings) -> int:
-    """Print the database URL in use, starting the embedded server if that is the one."""
+    """Print the database URL in use (its password masked unless --show-password), starting
+    the embedded server if that is the one."""
     url = runtime.database_url(settings)
+    if not args.show_password:
+        url = mask_password(url)
     emit(
         {"database_url": url, "embedded": settings.embedded_database},
         as_json=args.json,

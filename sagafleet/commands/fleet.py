@@ -10,7 +10,7 @@ from typing import Any
 from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import build_fleet
-from sagafleet.settings import Settings
+from sagafleet.settings import Settings, reveal
 from workers.celery_app import QUEUE_COMMANDS, QUEUE_STEPS, worker_options
 from workers.observability import init_sentry
 from workers.sweeper import Sweeper
@@ -53,7 +53,7 @@ def run_worker(args: argparse.Namespace, settings: Settings) -> int:
         return ExitCode.USAGE
     logging.basicConfig(level=args.loglevel.upper())
     fleet = build_fleet(settings, tools=tools)
-    init_sentry(settings.sentry_dsn, component="worker")
+    init_sentry(reveal(settings.sentry_dsn), component="worker")
     fleet.register_builtin_definitions()
     pool = "solo" if args.concurrency == 1 else "threads"
     try:
@@ -74,7 +74,7 @@ def run_sweeper(args: argparse.Namespace, settings: Settings) -> int:
 
     logging.basicConfig(level=logging.INFO)
     fleet = build_fleet(settings)
-    init_sentry(settings.sentry_dsn, component="sweeper")
+    init_sentry(reveal(settings.sentry_dsn), component="sweeper")
     sweeper = Sweeper(fleet)
     try:
         if args.once:
