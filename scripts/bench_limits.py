@@ -111,7 +111,7 @@ def case_input(name: str) -> tuple[int, Any]:
         text = _pad(lambda n: json.dumps([[], {"reason": "r" * n}], separators=(",", ":")),
                     COMMAND_MESSAGE_BYTES.value)
         return len(text), lambda: check_command_message(*json.loads(text))
-    raise SystemExit(f"no case {name!r}")
+    raise ValueError(f"no case {name!r}")  # unreachable: argparse checked --case's choices
 
 
 CASES = (
@@ -170,7 +170,7 @@ def main() -> None:
     """Run every case in a subprocess and print the table (or JSON)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--case", help=argparse.SUPPRESS)
+    parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)
     parser.add_argument("--before", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:

@@ -155,6 +155,12 @@ class Started(SagaView):
     created: bool = False
 
 
+def saga_id_for_key(tenant: str, key: str) -> str:
+    """The saga a tenant's idempotency ``key`` starts: the key decides the stream, so a retry,
+    from any process, lands on the same saga (and ``sagafleet find`` reads it back)."""
+    return str(uuid.uuid5(_KEY_NAMESPACE, f"{tenant}\x00{key}"))
+
+
 class SagaClient:
     """The command side for agents and operators, bound to one tenant and actor."""
 
@@ -406,8 +412,7 @@ class SagaClient:
             return None
 
     def _id_for_key(self, key: str) -> str:
-        # The key decides the stream: a retry, from any process, lands on the same saga.
-        return str(uuid.uuid5(_KEY_NAMESPACE, f"{self.tenant}\x00{key}"))
+        return saga_id_for_key(self.tenant, key)
 
     def status(self, saga_id: str) -> SagaView:
         """The saga's current state and steps, folded from the log."""

@@ -1,4 +1,4 @@
-"""``sagafleet db migrate|url`` and ``sagafleet embedded status|stop``."""
+"""``sagafleet db migrate|url`` and ``sagafleet embedded start|status|stop``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from sagafleet import embedded, runtime
+from sagafleet import embedded, embedded_state, runtime
 from sagafleet.exit_codes import ExitCode
 from sagafleet.migrate import migrate_all
 from sagafleet.output import emit
@@ -29,6 +29,13 @@ def register(sub: Any) -> None:
 
     emb = sub.add_parser("embedded", help="the embedded PostgreSQL and Redis under SAGAFLEET_HOME")
     emb_sub = emb.add_subparsers(dest="embedded_command", required=True, metavar="ACTION")
+    start = emb_sub.add_parser(
+        "start", help="start the embedded servers the settings use (those without a URL)")
+    start.add_argument("--json", action="store_true", help="print one JSON document")
+    start.set_defaults(handler=run_start)
+    status = emb_sub.add_parser("status", help="which embedded servers run (starts nothing)")
+    status.add_argument("--json", action="store_true", help="print one JSON document")
+    status.set_defaults(handler=run_status)
     stop = emb_sub.add_parser("stop", help="stop the embedded servers cleanly")
     stop.add_argument("--json", action="store_true", help="print one JSON document")
     stop.set_defaults(handler=run_stop)
@@ -81,6 +88,38 @@ def run_url(args: argparse.Namespace, settings: Settings) -> int:
         {"database_url": url, "embedded": settings.embedded_database},
         as_json=args.json,
         text=lambda d: d["database_url"],
+    )
+    return ExitCode.OK
+
+
+def run_start(args: argparse.Namespace, settings: Settings) -> int:
+    """Start (or find running) the embedded servers the settings use: read commands never
+    start one, so after a demo that stopped them this is how to read its sagas."""
+    before = embedded_state.state(settings.home)
+    ends = runtime.endpoints(settings, need_broker=True)
+    started = {}
+    if ends.embedded_database:
+        started["postgres"] = "already running" if before.postgres else "started"
+    if ends.embedded_broker:
+        started["redis"] = "already running" if before.redis else "started"
+    emit(
+        {"servers": started, "home": str(settings.home.resolve())},
+        as_json=args.json,
+        text=lambda d: "\n".join(f"{name}: {what}" for name, what in d["servers"].items())
+        or "nothing to start: SAGAFLEET_DATABASE_URL and SAGAFLEET_BROKER_URL are both set",
+    )
+    return ExitCode.OK
+
+
+def run_status(args: argparse.Namespace, settings: Settings) -> int:
+    """Say which embedded servers under SAGAFLEET_HOME run, starting nothing."""
+    now = embedded_state.state(settings.home)
+    emit(
+        {"running": {"postgres": now.postgres, "redis": now.redis},
+         "home": str(settings.home.resolve())},
+        as_json=args.json,
+        text=lambda d: "\n".join(f"{name}: {'running' if up else 'not running'}"
+                                 for name, up in d["running"].items()),
     )
     return ExitCode.OK
 

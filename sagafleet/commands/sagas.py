@@ -15,17 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from events.sagas import PostgresSagaLog, SagaNotFound
 from saga_core.definition import check_definition_document
 from saga_core.documents import Syntax, load_document
-from saga_core.limits import DEFINITION_BYTES, INPUT_TEXT_BYTES, Limit, LimitExceeded
+from saga_core.limits import DEFINITION_BYTES, INPUT_TEXT_BYTES, KEY_CHARS, Limit, LimitExceeded
+from sagafleet import runtime
 from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.commands.rendering import RegisteredDefinition, SagaReport
+from sagafleet.commands.reports import reader
 from sagafleet.errors import InvalidInput, NotFound
 from sagafleet.exit_codes import ExitCode
-from sagafleet.fleetcli import command_fleet
+from sagafleet.fleetcli import command_fleet, watching_fleet
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
-from workers.client import MAX_WAIT_SECONDS, Waited
+from workers.client import MAX_WAIT_SECONDS, Waited, saga_id_for_key
+from workers.views import view_of
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -107,15 +111,17 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_find(args: argparse.Namespace, settings: Settings) -> int:
-    """Show the saga started with an idempotency key (another tenant's is not found)."""
-    fleet = command_fleet(settings)
-    try:
-        view = fleet.client_for(cli_principal(args, settings, fleet.principals)).find(args.key)
-    finally:
-        fleet.close()
-    if view is None:
-        raise NotFound(f"no saga was started with key {args.key!r} for this tenant")
-    emit_report(SagaReport(view), as_json=args.json)
+    """Show the saga started with an idempotency key (another tenant's is not found): a read
+    command, like ``status``."""
+    KEY_CHARS.check("find KEY", len(args.key))
+    with runtime.read_side(settings) as ctx:
+        tenant = reader(args, settings, ctx, "a saga").tenant
+        try:
+            loaded = PostgresSagaLog(ctx.store, ctx.definitions).load(
+                saga_id_for_key(tenant, args.key), tenant=tenant)
+        except SagaNotFound:
+            raise NotFound(f"no saga was started with key {args.key!r} for this tenant") from None
+    emit_report(SagaReport(view_of(loaded)), as_json=args.json)
     return ExitCode.OK
 
 
@@ -145,7 +151,7 @@ class WaitReport:
 
 def run_wait(args: argparse.Namespace, settings: Settings) -> int:
     """Wait for a saga to finish or to wait for a person; exit TIMED_OUT if it did neither."""
-    fleet = command_fleet(settings)
+    fleet = watching_fleet(settings)
     try:
         client = fleet.client_for(cli_principal(args, settings, fleet.principals))
         waited = client.wait(args.saga_id, args.timeout)
