@@ -135,6 +135,9 @@ READ_COMMANDS = [
     ["alerts"],
     ["verify"],
     ["projections", "status"],
+    ["find", "some-key"],
+    ["dead-letters"],
+    ["dead-letters", "show", "1"],
 ]
 
 
