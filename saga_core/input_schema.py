@@ -72,6 +72,9 @@ FORMAT_CHECKER.checks("email")(_email)
 FORMATS: Final = frozenset(FORMAT_CHECKER.checkers)
 """The ``format`` names an input field may use: each is checked, not only annotated."""
 
+PROBLEMS_LISTED: Final = 50
+"""Problems listed for one field at most; the rest are one ``more_problems`` line."""
+
 _RULES: Final = {
     "type": "wrong_type",
     "minimum": "out_of_range",
@@ -209,6 +212,11 @@ def value_problems(where: str, spec: InputField, value: Any) -> list[Problem]:
     validator = _validator(canonical_json(spec.json_schema()))
     problems: dict[tuple[str, str], Problem] = {}
     for error in validator.iter_errors(value):
+        if len(problems) >= PROBLEMS_LISTED:
+            # An array of a thousand bad items needs no thousand lines: stop looking.
+            problems[(where, "more_problems")] = Problem(
+                where, "more_problems", f"more problems than the {PROBLEMS_LISTED} listed")
+            break
         for problem in _problems(where, error):
             problems.setdefault((problem.where, problem.rule), problem)
     return sorted(problems.values(), key=lambda p: (p.where, p.rule))

@@ -225,3 +225,14 @@ def test_every_shipped_definition_and_catalogue_still_validates() -> None:
     trip = SagaDefinition.from_yaml(examples.joinpath("trip.yaml").read_text())
     registered = validate_definition(trip, catalogues[0])
     assert validate_input(registered, TRIP_INPUT) == TRIP_INPUT
+
+
+def test_a_thousand_bad_items_list_fifty_problems_and_say_there_are_more() -> None:
+    passengers = [{"email": "nobody", "seat": 0}] * 3
+    definition = _registered(**{**EXTRA_FIELDS, "passengers": {**PASSENGERS, "max_length": 2000}})
+    with pytest.raises(InputValidationError) as caught:
+        validate_input(definition, {**GOOD, "passengers": passengers * 400})
+    problems = caught.value.problems
+    assert len(problems) == 51
+    assert Problem("input.passengers", "more_problems",
+                   "more problems than the 50 listed") in problems
