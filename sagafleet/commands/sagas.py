@@ -10,15 +10,14 @@ registering needs the ``admin`` role, starting the ``agent`` role.
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from events.sagas import PostgresSagaLog, SagaNotFound
 from saga_core.definition import check_definition_document
 from saga_core.documents import Syntax, load_document
-from saga_core.limits import DEFINITION_BYTES, INPUT_TEXT_BYTES, KEY_CHARS, Limit, LimitExceeded
+from saga_core.limits import DEFINITION_BYTES, INPUT_TEXT_BYTES, KEY_CHARS
 from sagafleet import runtime
 from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.commands.rendering import RegisteredDefinition, SagaReport
@@ -26,6 +25,7 @@ from sagafleet.commands.reports import reader
 from sagafleet.errors import InvalidInput, NotFound
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import command_fleet, watching_fleet
+from sagafleet.json_arguments import json_argument, read_at_most
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
 from workers.client import MAX_WAIT_SECONDS, Waited, saga_id_for_key
@@ -75,7 +75,7 @@ def run_register(args: argparse.Namespace, settings: Settings) -> int:
     path = Path(args.file)
     try:
         with path.open("rb") as file:
-            text = _read_at_most(file, DEFINITION_BYTES, f"definition file {path}")
+            text = read_at_most(file, DEFINITION_BYTES, f"definition file {path}")
     except OSError as exc:
         raise NotFound(f"cannot read {path}: {exc.strerror}") from None
     syntax: Syntax = "yaml" if path.suffix in (".yaml", ".yml") else "json"
@@ -96,7 +96,9 @@ def run_register(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_start(args: argparse.Namespace, settings: Settings) -> int:
     """Start a saga from a JSON input."""
-    data = _input_document(args.input)
+    # Size and nesting are checked on the text; the parsed value's own size (against
+    # saga_input_bytes) is the client's check, the same for every entry.
+    data = json_argument(args.input, "--input", INPUT_TEXT_BYTES)
     fleet = command_fleet(settings)
     try:
         client = fleet.client_for(cli_principal(args, settings, fleet.principals))
@@ -159,33 +161,3 @@ def run_wait(args: argparse.Namespace, settings: Settings) -> int:
         fleet.close()
     emit_report(WaitReport(waited, args.timeout), as_json=args.json)
     return ExitCode.OK if waited.settled else ExitCode.TIMED_OUT
-
-
-def _input_document(value: str) -> Any:
-    """``--input``'s JSON: the text itself, ``@FILE``'s content, or ``-`` for stdin."""
-    source = "--input"
-    raw: str | bytes
-    if value == "-":
-        source = "--input - (stdin)"
-        raw = _read_at_most(sys.stdin.buffer, INPUT_TEXT_BYTES, source)
-    elif value.startswith("@"):
-        path = Path(value[1:])
-        source = f"--input {value}"
-        try:
-            with path.open("rb") as file:
-                raw = _read_at_most(file, INPUT_TEXT_BYTES, source)
-        except OSError as exc:
-            raise NotFound(f"--input {value}: cannot read {path}: {exc.strerror}") from None
-    else:
-        raw = value
-    # Size and nesting are checked on the text; the parsed value's own size (against
-    # saga_input_bytes) is the client's check, the same for every entry.
-    return load_document(raw, source, INPUT_TEXT_BYTES, "json")
-
-
-def _read_at_most(file: BinaryIO, limit: Limit, what: str) -> bytes:
-    """A file's bytes, reading no more than one byte past ``limit`` (LimitExceeded then)."""
-    data = file.read(limit.value + 1)
-    if len(data) > limit.value:
-        raise LimitExceeded(limit, what, len(data), at_least=True)
-    return data
