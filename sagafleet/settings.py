@@ -13,6 +13,7 @@ table and the ``_FILE`` variant of a secret are all generated from the fields.
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -159,7 +160,10 @@ class Settings(BaseSettings):
         lines = ["configuration (environment variables; secrets are never printed):"]
         for var in cls.variables():
             mark = " (secret)" if var.secret else ""
-            lines.append(f"  {var.name} [{var.default}]{mark}\n      {var.meaning}")
+            meaning = textwrap.fill(var.meaning, width=94, initial_indent="      ",
+                                    subsequent_indent="      ", break_long_words=False,
+                                    break_on_hyphens=False)
+            lines.append(f"  {var.name} [{var.default}]{mark}\n{meaning}")
         return "\n".join(lines)
 
     @classmethod
