@@ -77,6 +77,11 @@ DEFAULT_SECRET_TTL = timedelta(minutes=15)
 MIN_SECRET_TTL, MAX_SECRET_TTL = timedelta(seconds=1), timedelta(days=1)
 
 
+def saga_id_for_key(tenant: str, key: str) -> str:
+    """The id of the saga ``tenant`` starts (or started) with idempotency ``key``."""
+    return str(uuid.uuid5(_KEY_NAMESPACE, f"{tenant}\x00{key}"))
+
+
 PLAN_NAME_PREFIX = "agent-plan-"
 """Names of definitions made from agent plans that were given no name of their own."""
 
@@ -153,12 +158,6 @@ class Started(SagaView):
     """The started (or, for a repeated key, the existing) saga, and whether it was new."""
 
     created: bool = False
-
-
-def saga_id_for_key(tenant: str, key: str) -> str:
-    """The saga a tenant's idempotency ``key`` starts: the key decides the stream, so a retry,
-    from any process, lands on the same saga (and ``sagafleet find`` reads it back)."""
-    return str(uuid.uuid5(_KEY_NAMESPACE, f"{tenant}\x00{key}"))
 
 
 class SagaClient:
@@ -412,6 +411,7 @@ class SagaClient:
             return None
 
     def _id_for_key(self, key: str) -> str:
+        # The key decides the stream: a retry, from any process, lands on the same saga.
         return saga_id_for_key(self.tenant, key)
 
     def status(self, saga_id: str) -> SagaView:

@@ -96,9 +96,7 @@ def run_register(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_start(args: argparse.Namespace, settings: Settings) -> int:
     """Start a saga from a JSON input."""
-    # Size and nesting are checked on the text; the parsed value's own size (against
-    # saga_input_bytes) is the client's check, the same for every entry.
-    data = json_argument(args.input, "--input", INPUT_TEXT_BYTES)
+    data = _input_document(args.input)
     fleet = command_fleet(settings)
     try:
         client = fleet.client_for(cli_principal(args, settings, fleet.principals))
@@ -161,3 +159,10 @@ def run_wait(args: argparse.Namespace, settings: Settings) -> int:
         fleet.close()
     emit_report(WaitReport(waited, args.timeout), as_json=args.json)
     return ExitCode.OK if waited.settled else ExitCode.TIMED_OUT
+
+
+def _input_document(value: str) -> Any:
+    """``--input``'s JSON: the text itself, ``@FILE``'s content, or ``-`` for stdin."""
+    # Size and nesting are checked on the text; the parsed value's own size (against
+    # saga_input_bytes) is the client's check, the same for every entry.
+    return json_argument(value, "--input", INPUT_TEXT_BYTES)
