@@ -84,11 +84,11 @@ def run_demo(args: argparse.Namespace, settings: Settings) -> int:
     if args.sagas < 1 or args.workers < 1 or not 0.0 <= args.fault_rate <= 1.0:
         raise UsageError("sagafleet demo: --sagas and --workers must be >= 1, "
                          "--fault-rate within [0, 1]")
+    # Servers that ran before the demo belong to someone else: the demo stops only its own.
+    before = embedded_state.state(settings.home)
     options = demo.DemoOptions(sagas=args.sagas, workers=args.workers,
                                fault_rate=args.fault_rate, seed=args.seed,
                                timeout_s=args.timeout)
-    # Servers that ran before the demo belong to someone else: the demo stops only its own.
-    before = embedded_state.state(settings.home)
     ends = runtime.endpoints(settings, need_broker=True)
     assert ends.broker_url is not None
     migrate_all(ends.database_url)

@@ -1,7 +1,7 @@
-"""``sagafleet register|start|find|wait``: define sagas, start them, wait for one (on a
+"""``sagafleet register|start|wait``: define sagas, start them, wait for one (on a
 migrated database).
 
-Looking at a saga is ``status`` (reports.py); acting on one is ``approve``, ``deny``,
+Looking at a saga is ``status`` or ``find`` (reports.py); acting on one is ``approve``, ``deny``,
 ``resolve`` and ``cancel`` (operator.py). ``register`` and ``start`` act as the principal
 of the command's API token (``--token-file`` or ``SAGAFLEET_TOKEN``), in its tenant:
 registering needs the ``admin`` role, starting the ``agent`` role.
@@ -14,22 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from events.sagas import PostgresSagaLog, SagaNotFound
 from saga_core.definition import check_definition_document
 from saga_core.documents import Syntax, load_document
-from saga_core.limits import DEFINITION_BYTES, INPUT_TEXT_BYTES, KEY_CHARS
-from sagafleet import runtime
+from saga_core.limits import DEFINITION_BYTES, INPUT_TEXT_BYTES
 from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.commands.rendering import RegisteredDefinition, SagaReport
-from sagafleet.commands.reports import reader
 from sagafleet.errors import InvalidInput, NotFound
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import command_fleet, watching_fleet
 from sagafleet.json_arguments import json_argument, read_at_most
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
-from workers.client import MAX_WAIT_SECONDS, Waited, saga_id_for_key
-from workers.views import view_of
+from workers.client import MAX_WAIT_SECONDS, Waited
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -55,11 +51,6 @@ def register(sub: Any) -> None:
     add_token_option(start)
     start.add_argument("--json", action="store_true", help="print one JSON document")
     start.set_defaults(handler=run_start)
-
-    find = sub.add_parser("find", help="the saga this tenant started with an idempotency key")
-    find.add_argument("key", help="the idempotency key given to start")
-    _common(find)
-    find.set_defaults(handler=run_find)
 
     wait = sub.add_parser(
         "wait", help="wait until a saga is finished or waits for a person (exit 10: timed out)")
@@ -108,21 +99,6 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
     emit_report(SagaReport(view), as_json=args.json)
     return ExitCode.OK
 
-
-
-def run_find(args: argparse.Namespace, settings: Settings) -> int:
-    """Show the saga started with an idempotency key (another tenant's is not found): a read
-    command, like ``status``."""
-    KEY_CHARS.check("find KEY", len(args.key))
-    with runtime.read_side(settings) as ctx:
-        tenant = reader(args, settings, ctx, "a saga").tenant
-        try:
-            loaded = PostgresSagaLog(ctx.store, ctx.definitions).load(
-                saga_id_for_key(tenant, args.key), tenant=tenant)
-        except SagaNotFound:
-            raise NotFound(f"no saga was started with key {args.key!r} for this tenant") from None
-    emit_report(SagaReport(view_of(loaded)), as_json=args.json)
-    return ExitCode.OK
 
 
 @dataclass(frozen=True)
