@@ -133,9 +133,23 @@ class StepDefinition(BaseModel):
 
 InputType = Literal["string", "integer", "number", "boolean", "object", "array"]
 
+# The JSON Schema keywords an input field may carry besides the flat ones above them, dumped
+# only when set: a definition written before they existed keeps its content hash.
+_SCHEMA_KEYWORDS = ("pattern", "format", "properties", "items", "additional_properties")
+
 
 class InputField(BaseModel):
-    """One field of a saga's input, JSON-Schema-ish; ``secret`` values are never shown."""
+    """One field of a saga's input, checked as the JSON Schema (Draft 2020-12) it compiles to
+    (:meth:`json_schema`, :mod:`saga_core.input_schema`); ``secret`` values are never shown.
+
+    An ``object`` field may declare its ``properties`` and an ``array`` field its ``items``,
+    each an input field again (nested ``required`` defaults to true, as at the top); an
+    object with declared properties refuses others unless ``additional_properties``.
+    ``min_length``/``max_length`` bound a string's characters or an array's items; ``pattern``
+    (a regular expression searched in the string) and ``format`` (``email``, ``date-time``,
+    ``uri``, ... checked, never merely annotated) apply to strings. A nested ``default`` is
+    an annotation only: defaults are filled in for top-level fields.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -151,24 +165,51 @@ class InputField(BaseModel):
     max_length: int | None = Field(default=None, ge=0)
     enum: list[Any] | None = None
     default: Any = None
+    pattern: str | None = None
+    format: str | None = None
+    properties: dict[str, InputField] | None = None
+    items: InputField | None = None
+    additional_properties: bool | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_schema_keywords(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in _SCHEMA_KEYWORDS:
+                if data.get(name) is None:
+                    data.pop(name, None)
+        return data
 
     def json_schema(self) -> dict[str, Any]:
-        """This field as a JSON Schema property."""
+        """This field as a JSON Schema (Draft 2020-12) property, nested fields included."""
         schema: dict[str, Any] = {"type": self.type}
         if self.description:
             schema["description"] = self.description
+        # JSON Schema counts a string's characters with minLength, an array's items with
+        # minItems; the definition says min_length for both.
+        lengths = ("minItems", "maxItems") if self.type == "array" else ("minLength", "maxLength")
         for name, key in (
             ("minimum", "minimum"),
             ("maximum", "maximum"),
             ("exclusive_minimum", "exclusiveMinimum"),
             ("exclusive_maximum", "exclusiveMaximum"),
-            ("min_length", "minLength"),
-            ("max_length", "maxLength"),
+            ("min_length", lengths[0]),
+            ("max_length", lengths[1]),
             ("enum", "enum"),
+            ("pattern", "pattern"),
+            ("format", "format"),
         ):
             value = getattr(self, name)
             if value is not None:
                 schema[key] = value
+        if self.properties is not None:
+            schema["properties"] = {name: f.json_schema() for name, f in self.properties.items()}
+            schema["required"] = [name for name, f in self.properties.items() if f.required]
+            schema["additionalProperties"] = bool(self.additional_properties)
+        elif self.additional_properties is not None:
+            schema["additionalProperties"] = self.additional_properties
+        if self.items is not None:
+            schema["items"] = self.items.json_schema()
         if self.default is not None:
             schema["default"] = self.default
         if self.secret:

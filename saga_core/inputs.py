@@ -1,4 +1,8 @@
-"""Saga input validation against a definition's declared input fields."""
+"""Saga input validation against a definition's declared input fields.
+
+The top level (unknown fields, missing ones, defaults, fields given by reference) is read
+here; each value is checked against its field's JSON Schema by :mod:`saga_core.input_schema`.
+"""
 
 from __future__ import annotations
 
@@ -7,62 +11,15 @@ from typing import Any
 
 from saga_core.definition import InputField, SagaDefinition
 from saga_core.errors import InputValidationError, Problem
-from saga_core.keys import json_value_problem
+from saga_core.input_schema import value_problems
 from saga_core.limits import SAGA_INPUT_BYTES, measure_json
-
-_PY_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "object": (dict,),
-    "array": (list,),
-}
-
-
-def _type_ok(spec: InputField, value: Any) -> bool:
-    # bool is an int in Python but never a number in JSON.
-    if isinstance(value, bool) and spec.type != "boolean":
-        return False
-    return isinstance(value, _PY_TYPES[spec.type])
-
-
-def _within(value: float, relation: str, limit: float) -> bool:
-    return {
-        ">=": value >= limit,
-        "<=": value <= limit,
-        ">": value > limit,
-        "<": value < limit,
-    }[relation]
 
 
 def field_problems(name: str, spec: InputField, value: Any) -> list[Problem]:
-    """Every rule ``value`` breaks for field ``name`` (type, range, length, enum)."""
-    where = f"input.{name}"
-    if not _type_ok(spec, value):
-        return [Problem(where, "wrong_type", f"expected {spec.type}, got {type(value).__name__}")]
-    unstorable = json_value_problem(value)
-    if unstorable is not None:
-        return [Problem(where, "not_json", unstorable)]
-    problems: list[Problem] = []
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        bounds = (
-            (spec.minimum, ">="),
-            (spec.maximum, "<="),
-            (spec.exclusive_minimum, ">"),
-            (spec.exclusive_maximum, "<"),
-        )
-        for limit, relation in bounds:
-            if limit is not None and not _within(value, relation, limit):
-                problems.append(Problem(where, "out_of_range", f"must be {relation} {limit}"))
-    if isinstance(value, str | list):
-        if spec.min_length is not None and len(value) < spec.min_length:
-            problems.append(Problem(where, "too_short", f"length must be >= {spec.min_length}"))
-        if spec.max_length is not None and len(value) > spec.max_length:
-            problems.append(Problem(where, "too_long", f"length must be <= {spec.max_length}"))
-    if spec.enum is not None and value not in spec.enum:
-        problems.append(Problem(where, "not_in_enum", f"must be one of {spec.enum}"))
-    return problems
+    """Every rule ``value`` breaks for the top-level field ``name``: the field's JSON Schema
+    (type, range, length, enum, pattern, format, nested properties and items), each problem
+    naming the path inside the field (``input.traveller.email``) and the rule."""
+    return value_problems(f"input.{name}", spec, value)
 
 
 def validate_input(

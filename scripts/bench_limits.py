@@ -105,13 +105,27 @@ def case_input(name: str) -> tuple[int, Any]:
                                          separators=(",", ":")), SAGA_INPUT_BYTES.value)
         return len(text), lambda: validate_input(spec, load_document(
             text, "--input", INPUT_TEXT_BYTES, "json"))
+    if name == "start: largest saga input, every item schema-checked (format, pattern)":
+        trip = trip_definition()
+        item = InputField(type="object", properties={
+            "email": InputField(type="string", format="email"),
+            "code": InputField(type="string", pattern="^[A-Z]{2}[0-9]+$")})
+        spec = trip.model_copy(update={"input": {**trip.input, "notes": InputField(
+            type="array", required=False, items=item)}})
+        base = {"customer_email": "ada@example.com", "flight_id": "F1", "hotel_id": "H1",
+                "nights": 2, "amount": 100, "currency": "EUR", "card_token": "tok"}
+        text = _pad(lambda n: json.dumps(
+            {**base, "notes": [{"email": "a@example.com", "code": f"AB{i}"} for i in range(n)]},
+            separators=(",", ":")), SAGA_INPUT_BYTES.value)
+        return len(text), lambda: validate_input(spec, load_document(
+            text, "--input", INPUT_TEXT_BYTES, "json"))
     if name == "command message: largest (command_message_bytes)":
         from saga_core.limits import COMMAND_MESSAGE_BYTES
 
         text = _pad(lambda n: json.dumps([[], {"reason": "r" * n}], separators=(",", ":")),
                     COMMAND_MESSAGE_BYTES.value)
         return len(text), lambda: check_command_message(*json.loads(text))
-    raise SystemExit(f"no case {name!r}")
+    raise ValueError(f"no case {name!r}")  # unreachable: argparse checked --case's choices
 
 
 CASES = (
@@ -120,6 +134,7 @@ CASES = (
     "definition: alias bomb of issue 20, 9 levels",
     "plan: largest (100 actions, padded to plan_bytes)",
     "start: largest saga input (saga_input_bytes)",
+    "start: largest saga input, every item schema-checked (format, pattern)",
     "command message: largest (command_message_bytes)",
 )
 
@@ -170,7 +185,7 @@ def main() -> None:
     """Run every case in a subprocess and print the table (or JSON)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--case", help=argparse.SUPPRESS)
+    parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)
     parser.add_argument("--before", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:

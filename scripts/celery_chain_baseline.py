@@ -59,7 +59,8 @@ def run_baseline(broker_url: str, chains: int, timeout_s: float = 600.0) -> floa
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] != "worker":
-        sys.exit("usage: celery_chain_baseline.py worker BROKER_URL")
+        print("usage: celery_chain_baseline.py worker BROKER_URL", file=sys.stderr)
+        sys.exit(2)  # a usage error, as argparse exits
     build_app(sys.argv[2]).worker_main(
         ["worker", "--pool=solo", "--queues=bench.baseline", "--loglevel=WARNING",
          "--without-heartbeat", "--without-mingle", "--without-gossip"]

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
-from sagafleet import demo, embedded, runtime, sandbox
+from sagafleet import demo, embedded, embedded_state, runtime, sandbox
 from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.migrate import migrate_all
@@ -65,11 +66,26 @@ def _approver(approver: dict[str, Any]) -> str:
             f" {proof}")
 
 
+def stop_what_it_started(
+    home: Path, ends: runtime.Endpoints, before: embedded_state.EmbeddedState
+) -> dict[str, bool]:
+    """Stop the embedded servers the demo started (not configured ones, not ones that already
+    ran); return which were stopped."""
+    stopped = {"postgres": False, "redis": False}
+    if ends.embedded_database and not before.postgres:
+        stopped["postgres"] = embedded.stop_postgres(home)
+    if ends.embedded_broker and not before.redis:
+        stopped["redis"] = embedded.stop_redis(home)
+    return stopped
+
+
 def run_demo(args: argparse.Namespace, settings: Settings) -> int:
     """Run the demo and report; fail loudly on a duplicate effect or an unsettled saga."""
     if args.sagas < 1 or args.workers < 1 or not 0.0 <= args.fault_rate <= 1.0:
         raise UsageError("sagafleet demo: --sagas and --workers must be >= 1, "
                          "--fault-rate within [0, 1]")
+    # Servers that ran before the demo belong to someone else: the demo stops only its own.
+    before = embedded_state.state(settings.home)
     options = demo.DemoOptions(sagas=args.sagas, workers=args.workers,
                                fault_rate=args.fault_rate, seed=args.seed,
                                timeout_s=args.timeout)
@@ -87,8 +103,8 @@ def run_demo(args: argparse.Namespace, settings: Settings) -> int:
                            options, settings.home / "demo-logs")
     finally:
         fleet.close()
-        if not args.keep_servers and (ends.embedded_database or ends.embedded_broker):
-            embedded.stop_embedded(settings.home)
+        if not args.keep_servers:
+            stop_what_it_started(settings.home, ends, before)
     emit(summary, as_json=args.json, text=_text)
     bad = summary["duplicate_effects"] or summary["invariant_violations"] or summary["non_terminal"]
     return ExitCode.INVARIANT_VIOLATED if bad else ExitCode.OK

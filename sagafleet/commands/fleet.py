@@ -7,10 +7,12 @@ import logging
 import sys
 from typing import Any
 
+from celery.signals import worker_shutting_down
+
 from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import build_fleet
-from sagafleet.settings import Settings
+from sagafleet.settings import Settings, reveal
 from workers.celery_app import QUEUE_COMMANDS, QUEUE_STEPS, worker_options
 from workers.observability import init_sentry
 from workers.sweeper import Sweeper
@@ -53,9 +55,11 @@ def run_worker(args: argparse.Namespace, settings: Settings) -> int:
         return ExitCode.USAGE
     logging.basicConfig(level=args.loglevel.upper())
     fleet = build_fleet(settings, tools=tools)
-    init_sentry(settings.sentry_dsn, component="worker")
+    init_sentry(reveal(settings.sentry_dsn), component="worker")
     fleet.register_builtin_definitions()
     pool = "solo" if args.concurrency == 1 else "threads"
+    interrupted = _InterruptWatch()
+    worker_shutting_down.connect(interrupted.note, weak=False)
     try:
         fleet.celery.worker_main([
             "worker", f"--pool={pool}", f"--concurrency={args.concurrency}",
@@ -64,8 +68,22 @@ def run_worker(args: argparse.Namespace, settings: Settings) -> int:
             f"--hostname=sagafleet-{fleet.config.worker_id}",
         ])
     finally:
+        worker_shutting_down.disconnect(interrupted.note)
         fleet.close()
-    return ExitCode.OK
+    # Celery's warm shutdown answers Ctrl-C and SIGTERM alike; the exit status tells them apart.
+    return ExitCode.INTERRUPTED if interrupted.by_ctrl_c else ExitCode.OK
+
+
+class _InterruptWatch:
+    """Whether Celery's worker shut down because of SIGINT (Ctrl-C)."""
+
+    def __init__(self) -> None:
+        self.by_ctrl_c = False
+
+    def note(self, sig: str | None = None, **_: Any) -> None:
+        """``worker_shutting_down`` receiver: remember a SIGINT."""
+        if sig == "SIGINT":
+            self.by_ctrl_c = True
 
 
 def run_sweeper(args: argparse.Namespace, settings: Settings) -> int:
@@ -74,7 +92,7 @@ def run_sweeper(args: argparse.Namespace, settings: Settings) -> int:
 
     logging.basicConfig(level=logging.INFO)
     fleet = build_fleet(settings)
-    init_sentry(settings.sentry_dsn, component="sweeper")
+    init_sentry(reveal(settings.sentry_dsn), component="sweeper")
     sweeper = Sweeper(fleet)
     try:
         if args.once:

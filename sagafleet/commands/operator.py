@@ -16,7 +16,6 @@ from typing import Any, cast
 
 from projections import operator_queue
 from saga_core.contracts import StepKind
-from saga_core.documents import load_document
 from saga_core.events import OperatorActionName
 from saga_core.limits import INPUT_TEXT_BYTES, QUEUE_PAGE_ROWS
 from saga_core.resolution import OPERATOR_ACTIONS, OperatorRequest
@@ -27,6 +26,7 @@ from sagafleet.commands.reports import reader
 from sagafleet.errors import InvalidInput, UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import command_fleet
+from sagafleet.json_arguments import json_argument
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
 from workers.client import SagaClient
@@ -84,7 +84,9 @@ def register(sub: Any) -> None:
     resolve.add_argument(
         "--compensation", action="store_true", help="the action is about the step's compensation"
     )
-    resolve.add_argument("--evidence", default=None, help="what the operator checked, as JSON")
+    resolve.add_argument("--evidence", default=None,
+                         help="what the operator checked, as a JSON object; @FILE reads it "
+                              "from a file, - from stdin")
     _common(resolve)
     resolve.set_defaults(handler=run_resolve)
 
@@ -145,7 +147,7 @@ def run_cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_resolve(args: argparse.Namespace, settings: Settings) -> int:
     """Record an operator action; the same action clicked again records nothing."""
-    evidence = (load_document(args.evidence, "--evidence", INPUT_TEXT_BYTES, "json")
+    evidence = (json_argument(args.evidence, "--evidence", INPUT_TEXT_BYTES)
                 if args.evidence else {})
     if not isinstance(evidence, dict):
         raise InvalidInput("--evidence must be a JSON object")

@@ -89,18 +89,19 @@ def run_projector(args: argparse.Namespace, settings: Settings) -> int:
             if settings.anchor_interval_seconds > 0 else None
         )
         signal.signal(signal.SIGTERM, lambda *_: projector.stop_event.set())
+        interrupted = False
         try:
             while not projector.stop_event.is_set():
                 projector.wait(1.0)
         except KeyboardInterrupt:
-            pass
+            interrupted = True  # stopped cleanly below, then reported as Ctrl-C (130)
         finally:
             projector.stop()
             if anchors is not None:
                 anchors.stop()
             if server is not None:
                 server.close()
-    return ExitCode.OK
+    return ExitCode.INTERRUPTED if interrupted else ExitCode.OK
 
 
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
@@ -143,7 +144,7 @@ def run_serve_metrics(args: argparse.Namespace, settings: Settings) -> int:
         try:
             server.serve_forever()
         except KeyboardInterrupt:
-            pass
+            return ExitCode.INTERRUPTED
         finally:
             server.close()
     return ExitCode.OK

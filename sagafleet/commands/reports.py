@@ -1,4 +1,4 @@
-"""``sagafleet status|list|stats|alerts|audit|verify``: read commands.
+"""``sagafleet status|find|list|stats|alerts|audit|verify``: read commands.
 
 They read the log and the read models of an already migrated database and change nothing:
 no migration, no broker, no definition registered. On a database that was never migrated
@@ -19,7 +19,7 @@ from typing import Any
 
 from events import InvalidArgument
 from events.model import Position
-from events.sagas import PostgresSagaLog
+from events.sagas import PostgresSagaLog, SagaNotFound
 from projections import (
     ProjectionContext,
     SagaCursor,
@@ -32,7 +32,7 @@ from projections import (
 )
 from saga_core.authority import Action, Principal, check_permitted
 from saga_core.contracts import SagaStatus
-from saga_core.limits import POSITION_MAX, SAGA_PAGE_ROWS
+from saga_core.limits import KEY_CHARS, POSITION_MAX, SAGA_PAGE_ROWS
 from sagafleet import runtime
 from sagafleet.anchor_key import anchor_key
 from sagafleet.auth import add_token_option, cli_principal
@@ -44,10 +44,11 @@ from sagafleet.commands.rendering import (
     StatsReport,
     VerifyView,
 )
-from sagafleet.errors import UsageError
+from sagafleet.errors import NotFound, UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
+from workers.client import saga_id_for_key
 from workers.principals_pg import PostgresPrincipals
 from workers.views import view_of
 
@@ -57,6 +58,7 @@ DEFAULT_LIST_ROWS = 100
 EXAMPLES = """examples:
   export SAGAFLEET_TOKEN=sft_…        # issued by `sagafleet principals add`, shown once
   sagafleet status 3f2c… --json
+  sagafleet find order-42
   sagafleet list --status MANUAL_INTERVENTION --limit 20
   sagafleet stats
   sagafleet audit 3f2c… --at 1234 --json
@@ -100,6 +102,12 @@ def register(sub: Any) -> None:
     status.add_argument("saga_id")
     _reader(status)
     status.set_defaults(handler=run_status)
+
+    find = sub.add_parser("find", help="the saga this tenant started with an idempotency key",
+                          epilog=EXAMPLES, formatter_class=fmt)
+    find.add_argument("key", help="the idempotency key given to start")
+    _reader(find)
+    find.set_defaults(handler=run_find)
 
     listing = sub.add_parser("list", help="this tenant's sagas, newest first, a page at a time",
                              epilog=EXAMPLES, formatter_class=fmt)
@@ -148,6 +156,21 @@ def run_status(args: argparse.Namespace, settings: Settings) -> int:
     with runtime.read_side(settings) as ctx:
         tenant = reader(args, settings, ctx, f"saga {args.saga_id}").tenant
         loaded = PostgresSagaLog(ctx.store, ctx.definitions).load(args.saga_id, tenant=tenant)
+    emit_report(SagaReport(view_of(loaded)), as_json=args.json)
+    return ExitCode.OK
+
+
+def run_find(args: argparse.Namespace, settings: Settings) -> int:
+    """Show the saga the tenant started with an idempotency key (another tenant's is not
+    found): the same fold as ``status``, of the saga the key names."""
+    KEY_CHARS.check("find KEY", len(args.key))
+    with runtime.read_side(settings) as ctx:
+        tenant = reader(args, settings, ctx, "a saga").tenant
+        try:
+            loaded = PostgresSagaLog(ctx.store, ctx.definitions).load(
+                saga_id_for_key(tenant, args.key), tenant=tenant)
+        except SagaNotFound:
+            raise NotFound(f"no saga was started with key {args.key!r} for this tenant") from None
     emit_report(SagaReport(view_of(loaded)), as_json=args.json)
     return ExitCode.OK
 

@@ -1,7 +1,7 @@
-"""``sagafleet register|start|find|wait``: define sagas, start them, wait for one (on a
+"""``sagafleet register|start|wait``: define sagas, start them, wait for one (on a
 migrated database).
 
-Looking at a saga is ``status`` (reports.py); acting on one is ``approve``, ``deny``,
+Looking at a saga is ``status`` or ``find`` (reports.py); acting on one is ``approve``, ``deny``,
 ``resolve`` and ``cancel`` (operator.py). ``register`` and ``start`` act as the principal
 of the command's API token (``--token-file`` or ``SAGAFLEET_TOKEN``), in its tenant:
 registering needs the ``admin`` role, starting the ``agent`` role.
@@ -10,19 +10,19 @@ registering needs the ``admin`` role, starting the ``agent`` role.
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from saga_core.definition import check_definition_document
 from saga_core.documents import Syntax, load_document
-from saga_core.limits import DEFINITION_BYTES, INPUT_TEXT_BYTES, Limit, LimitExceeded
+from saga_core.limits import DEFINITION_BYTES, INPUT_TEXT_BYTES
 from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.commands.rendering import RegisteredDefinition, SagaReport
 from sagafleet.errors import InvalidInput, NotFound
 from sagafleet.exit_codes import ExitCode
-from sagafleet.fleetcli import command_fleet
+from sagafleet.fleetcli import command_fleet, watching_fleet
+from sagafleet.json_arguments import json_argument, read_at_most
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
 from workers.client import MAX_WAIT_SECONDS, Waited
@@ -52,11 +52,6 @@ def register(sub: Any) -> None:
     start.add_argument("--json", action="store_true", help="print one JSON document")
     start.set_defaults(handler=run_start)
 
-    find = sub.add_parser("find", help="the saga this tenant started with an idempotency key")
-    find.add_argument("key", help="the idempotency key given to start")
-    _common(find)
-    find.set_defaults(handler=run_find)
-
     wait = sub.add_parser(
         "wait", help="wait until a saga is finished or waits for a person (exit 10: timed out)")
     wait.add_argument("saga_id")
@@ -71,7 +66,7 @@ def run_register(args: argparse.Namespace, settings: Settings) -> int:
     path = Path(args.file)
     try:
         with path.open("rb") as file:
-            text = _read_at_most(file, DEFINITION_BYTES, f"definition file {path}")
+            text = read_at_most(file, DEFINITION_BYTES, f"definition file {path}")
     except OSError as exc:
         raise NotFound(f"cannot read {path}: {exc.strerror}") from None
     syntax: Syntax = "yaml" if path.suffix in (".yaml", ".yml") else "json"
@@ -106,19 +101,6 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
 
 
 
-def run_find(args: argparse.Namespace, settings: Settings) -> int:
-    """Show the saga started with an idempotency key (another tenant's is not found)."""
-    fleet = command_fleet(settings)
-    try:
-        view = fleet.client_for(cli_principal(args, settings, fleet.principals)).find(args.key)
-    finally:
-        fleet.close()
-    if view is None:
-        raise NotFound(f"no saga was started with key {args.key!r} for this tenant")
-    emit_report(SagaReport(view), as_json=args.json)
-    return ExitCode.OK
-
-
 @dataclass(frozen=True)
 class WaitReport:
     """What ``wait`` saw: whether the saga settled, and the saga as it then stood."""
@@ -145,7 +127,7 @@ class WaitReport:
 
 def run_wait(args: argparse.Namespace, settings: Settings) -> int:
     """Wait for a saga to finish or to wait for a person; exit TIMED_OUT if it did neither."""
-    fleet = command_fleet(settings)
+    fleet = watching_fleet(settings)
     try:
         client = fleet.client_for(cli_principal(args, settings, fleet.principals))
         waited = client.wait(args.saga_id, args.timeout)
@@ -157,29 +139,6 @@ def run_wait(args: argparse.Namespace, settings: Settings) -> int:
 
 def _input_document(value: str) -> Any:
     """``--input``'s JSON: the text itself, ``@FILE``'s content, or ``-`` for stdin."""
-    source = "--input"
-    raw: str | bytes
-    if value == "-":
-        source = "--input - (stdin)"
-        raw = _read_at_most(sys.stdin.buffer, INPUT_TEXT_BYTES, source)
-    elif value.startswith("@"):
-        path = Path(value[1:])
-        source = f"--input {value}"
-        try:
-            with path.open("rb") as file:
-                raw = _read_at_most(file, INPUT_TEXT_BYTES, source)
-        except OSError as exc:
-            raise NotFound(f"--input {value}: cannot read {path}: {exc.strerror}") from None
-    else:
-        raw = value
     # Size and nesting are checked on the text; the parsed value's own size (against
     # saga_input_bytes) is the client's check, the same for every entry.
-    return load_document(raw, source, INPUT_TEXT_BYTES, "json")
-
-
-def _read_at_most(file: BinaryIO, limit: Limit, what: str) -> bytes:
-    """A file's bytes, reading no more than one byte past ``limit`` (LimitExceeded then)."""
-    data = file.read(limit.value + 1)
-    if len(data) > limit.value:
-        raise LimitExceeded(limit, what, len(data), at_least=True)
-    return data
+    return json_argument(value, "--input", INPUT_TEXT_BYTES)

@@ -135,6 +135,9 @@ READ_COMMANDS = [
     ["alerts"],
     ["verify"],
     ["projections", "status"],
+    ["find", "some-key"],
+    ["dead-letters"],
+    ["dead-letters", "show", "1"],
 ]
 
 
@@ -228,3 +231,42 @@ def test_input_comes_from_a_file_or_stdin_and_find_returns_the_saga_by_key(
     path.write_text("{not json", encoding="utf-8")
     broken = run("start", "trip", "--input", f"@{path}", "--json")
     assert broken.returncode == ExitCode.INVALID_INPUT and "is not JSON" in broken.stdout
+
+
+def test_a_definition_with_nested_input_is_registered_and_its_input_checked_by_path(
+    run, tmp_path
+):
+    # given the trip with a nested traveller and a list of passengers, as a YAML file
+    spec = trip_definition().model_dump(mode="json") | {"name": "group_trip"}
+    spec.pop("tools")
+    spec["input"] |= {
+        "traveller": {"type": "object", "properties": {
+            "name": {"type": "string", "min_length": 1},
+            "email": {"type": "string", "format": "email"}}},
+        "passengers": {"type": "array", "max_length": 4, "items": {
+            "type": "object", "properties": {
+                "ticket": {"type": "string", "pattern": "^TK[0-9]{6}$"}}}},
+    }
+    path = tmp_path / "group_trip.yaml"
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    assert run("register", str(path), "--json").returncode == 0
+    good = {**TRIP, "traveller": {"name": "Ada", "email": "ada@example.com"},
+            "passengers": [{"ticket": "TK000001"}]}
+    # when a start breaks rules deep inside the input
+    bad = {**good, "traveller": {"email": "ada"}, "passengers": [{"ticket": "TK1"}]}
+    refused = run("start", "group_trip", "--input", json.dumps(bad), "--json")
+    # then every problem is named by its path and rule, with exit 3, and nothing started
+    assert refused.returncode == ExitCode.INVALID_INPUT, refused.stdout + refused.stderr
+    message = json.loads(refused.stdout)["message"]
+    for expected in ("input.traveller.name: [missing]", "input.traveller.email: [invalid_format]",
+                     "input.passengers[0].ticket: [pattern_mismatch]"):
+        assert expected in message
+    started = run("start", "group_trip", "--input", json.dumps(good), "--json")
+    assert started.returncode == 0, started.stdout + started.stderr
+    # and a definition whose pattern cannot compile is refused when registered, naming it
+    spec["name"] = "broken_trip"
+    spec["input"]["traveller"]["properties"]["email"] = {"type": "string", "pattern": "(TK"}
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    broken = run("register", str(path), "--json")
+    assert broken.returncode == ExitCode.INVALID_INPUT
+    assert "input.traveller.email: [invalid_pattern]" in json.loads(broken.stdout)["message"]
