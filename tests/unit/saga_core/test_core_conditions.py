@@ -13,7 +13,6 @@ from saga_core.decisions import (
     BeginCompensation,
     Escalate,
     MissDeadline,
-    MissPostcondition,
     ObservePostcondition,
     Reconcile,
 )
@@ -278,5 +277,5 @@ def test_a_failed_forward_precondition_follows_the_declared_policy(
     saga.fail("debit", ErrorClass.PRECONDITION_FAILED, msg="balance 100 < 500")
     decisions = saga.record()
     assert kinds(decisions)[0] == first
-    reason = getattr(decisions[0], "reason")
+    reason = decisions[0].reason  # type: ignore[attr-defined]
     assert "precondition of debit failed: balance 100 < 500" in reason
