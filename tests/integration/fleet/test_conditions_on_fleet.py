@@ -18,7 +18,11 @@ import psycopg
 import pytest
 from fleet_harness import QUEUE_WAIT_S, worker_env
 from principal_support import authenticated, person
+from read_model_support import project_all
 
+from projections import ProjectionContext
+from projections.audit import audit
+from projections.queue import operator_queue
 from saga_core import SagaDefinition
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.events import (
@@ -64,6 +68,7 @@ class PayoutFleet:
         self.worker = spawn_sagafleet(["worker", "--concurrency", "4"], env,
                                       log_dir / "worker.log")
         self.version = definition.version
+        self.definition = definition
 
     def start(self, key: str, **changes: Any) -> str:
         return self.fleet.client().start("payout", {**INPUT, **changes}, key=key,
@@ -140,6 +145,15 @@ def test_a_postcondition_not_observed_is_reconciled_then_escalated_never_advance
     assert _of(events, PostconditionObserved) == [] and _of(events, CompensationStarted) == []
     view = fleet.fleet.client().status(saga_id)
     assert view.escalation is not None and "not observed" in view.escalation["reason"]
+    # and the operator queue's evidence and the audit state the business invariant
+    with ProjectionContext.connect(database) as ctx:
+        project_all(ctx)
+        (entry,) = operator_queue(ctx, tenant="default")
+        assert entry.step_id == "credit" and "not observed" in entry.reason
+        assert entry.evidence["details"]["invariant"] == fleet.definition.invariant
+        report = audit(ctx, saga_id, tenant="default")
+        assert report.invariant == fleet.definition.invariant
+        assert "PostconditionNotObserved" in [e.type for e in report.timeline]
 
     # when the bank settles it after all and a person resumes the saga
     with psycopg.connect(database, autocommit=True) as conn:
