@@ -32,6 +32,9 @@ from saga_core.limits import LimitExceeded
 from saga_core.state import RunStatus
 from saga_core.validation import validate_definition
 
+# Three trip logs (completed; compensated after an operator's mark_compensated; in flight
+# after a transient failure), their definition and folded states, recorded with the code of
+# commit acb4424, before conditions existed, through core_harness.Saga.
 FIXTURE = Path(__file__).parent / "fixtures" / "logs_before_conditions.json"
 INPUT = {"source": "acc-a", "destination": "acc-b", "amount": 500}
 
