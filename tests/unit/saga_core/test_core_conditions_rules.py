@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from core_harness import T0, F, Saga
+from core_harness import T0, C, F, Saga
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from saga_core import (
     DefinitionError,
+    ErrorClass,
     Receipt,
     SagaDefinition,
     SagaStatus,
@@ -25,7 +26,7 @@ from saga_core import (
     load_event,
 )
 from saga_core.conditions import Postcondition, ReceiptCondition
-from saga_core.decisions import MissDeadline, MissPostcondition
+from saga_core.decisions import MissDeadline, MissPostcondition, ObservePostcondition
 from saga_core.events import PostconditionObserved
 from saga_core.examples import payout_definition, payout_tool_catalogue, trip_definition
 from saga_core.limits import LimitExceeded
@@ -290,3 +291,106 @@ def test_a_verifying_step_advances_only_on_an_observed_postcondition(
         assert state.status is SagaStatus.MANUAL_INTERVENTION
         assert observed == [] and credit.status is RunStatus.VERIFYING
         assert credit.postcondition_missed
+
+
+# -- receipt-only postconditions, compensation deadlines ----------------------------------
+
+
+def _with_catalogue(change: Any, **step_changes: Any) -> Saga:
+    document = payout_tool_catalogue().model_dump(mode="json")
+    change(document)
+    catalogue = ToolCatalogue.model_validate(document)
+    definition = validate_definition(SagaDefinition.model_validate(_payout(**step_changes)),
+                                     catalogue)
+    return Saga(definition, dict(INPUT))
+
+
+def _receipt_observed(document: dict[str, Any]) -> None:
+    credit = next(t for t in document["tools"] if t["name"] == "accounts.credit")
+    credit["postcondition"] = {"observe": "receipt", "horizon_s": 60,
+                               "receipt": [{"field": "status", "op": "eq", "value": "settled"},
+                                           {"field": "amount", "op": "ge", "value": 1}]}
+
+
+def test_a_receipt_that_shows_the_postcondition_advances_without_a_lookup() -> None:
+    saga = _with_catalogue(_receipt_observed)
+    saga.record()
+    saga.run_ok("debit")
+    saga.record()
+    saga.claim("credit")
+    saga.succeed("credit", receipt=Receipt(resource_id="CR-1", status="settled",
+                                           fields={"amount": 500}))
+    (observed, *_rest) = saga.settle()
+    assert isinstance(observed, ObservePostcondition) and observed.how == "receipt"
+    assert saga.state.status is SagaStatus.COMPLETED
+
+
+def test_a_receipt_that_does_not_show_it_is_looked_up_until_one_does() -> None:
+    saga = _with_catalogue(_receipt_observed)
+    saga.record()
+    saga.run_ok("debit")
+    saga.record()
+    saga.claim("credit")
+    pending = Receipt(resource_id="CR-1", status="pending", fields={"amount": 500})
+    saga.succeed("credit", receipt=pending)
+    assert [type(d).__name__ for d in saga.record()] == ["Reconcile"]
+    saga.lookup("credit", "found", receipt=pending.model_copy(update={"status": "settled"}))
+    (observed, *_rest) = saga.settle()
+    assert isinstance(observed, ObservePostcondition) and observed.how == "lookup"
+    assert saga.state.run("credit", F).receipt.status == "settled"  # type: ignore[union-attr]
+    assert saga.state.status is SagaStatus.COMPLETED
+
+
+def _refusing_credit(saga: Saga) -> Saga:
+    saga.record()
+    saga.run_ok("debit")
+    saga.record()
+    saga.claim("credit")
+    saga.fail("credit", ErrorClass.BUSINESS_REJECTION, msg="account closed")
+    saga.settle()  # compensation begins, the refund is scheduled
+    return saga
+
+
+def test_a_compensation_deadline_under_retry_is_recorded_and_the_undo_goes_on() -> None:
+    data = _payout()
+    data["steps"][0]["compensation"]["on_deadline"] = "retry"
+    saga = _refusing_credit(Saga(validate_definition(SagaDefinition.model_validate(data),
+                                                     payout_tool_catalogue()), dict(INPUT)))
+    saga.tick(600)
+    (missed,) = saga.record()
+    assert isinstance(missed, MissDeadline) and missed.policy == "retry"
+    assert saga.record() == []  # nothing more: the scheduled refund just runs
+    saga.claim("debit", C)
+    saga.succeed("debit", C)
+    saga.settle()
+    assert saga.state.status is SagaStatus.COMPENSATED
+
+
+@settings(max_examples=60, deadline=None)
+@given(deadline_s=st.floats(min_value=0.01, max_value=86_400),
+       probes=st.lists(st.floats(min_value=0, max_value=2), min_size=1, max_size=6))
+def test_a_compensation_deadline_is_missed_once_exactly_when_it_passes(
+    deadline_s: float, probes: list[float]
+) -> None:
+    # given a refund under way (its deadline counted from when compensation began)
+    data = _payout()
+    data["steps"][0]["compensation"]["deadline_s"] = deadline_s
+    saga = _refusing_credit(Saga(validate_definition(SagaDefinition.model_validate(data),
+                                                     payout_tool_catalogue()), dict(INPUT)))
+    begun = saga.state.compensation_started_at
+    assert begun is not None
+    due = begun + timedelta(seconds=deadline_s)
+    saga.claim("debit", C, lease_s=10 * 86_400)
+    misses = 0
+    for fraction in sorted(probes):
+        saga.now = max(saga.now, begun + timedelta(seconds=deadline_s * fraction))
+        swept = [d.action for d in due_work(saga.state, saga.now, timedelta(0))]
+        found = [d for d in saga.record() if isinstance(d, MissDeadline)]
+        # then it is due and recorded only once it passed, and only once
+        if saga.now < due:
+            assert found == [] and "deadline" not in swept
+        else:
+            assert misses + len(found) == 1
+        misses += len(found)
+    assert misses == (1 if saga.now >= due else 0)
+    assert (saga.state.status is SagaStatus.MANUAL_INTERVENTION) is (misses == 1)
