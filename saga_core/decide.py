@@ -5,7 +5,9 @@ returns what the log does not already record, so after a decision's event is fol
 same decision is never returned again. Callers append each decision's event with the stream's
 expected version and call decide again until it returns nothing.
 
-Each batch has one shape: facts first (a lease expired, a lookup found the effect); otherwise
+Each batch has one shape: facts first (a lease expired, a lookup found the effect, a declared
+time passed or a postcondition was observed or given up on, see :mod:`saga_core.checks`;
+one of those that escalates comes with its escalation, alone); otherwise
 a limit's breach (``StopAtLimit``, see :mod:`saga_core.stops`: a time limit passed, or the
 forward calls about to be scheduled would break the cost budget); otherwise at most one
 escalation, or one BeginCompensation, or one Finish; otherwise the schedules, retries,
