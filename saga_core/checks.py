@@ -53,6 +53,8 @@ def condition_facts(state: SagaState, now: datetime) -> list[Decision]:
     """Facts about declared conditions at ``now``: calls past their timeout, postconditions
     observed or given up on, compensations past their deadline. At most one escalation,
     returned right after the fact that causes it."""
+    if not state.definition.declares_conditions:
+        return []
     facts: list[Decision] = []
     for run in [*state.forward.values(), *state.compensation.values()]:
         step = state.definition.step(run.step_id)
@@ -206,9 +208,11 @@ def verify_next(state: SagaState, step: StepDefinition, run: StepRun) -> Reconci
 
 def compensation_deadline(state: SagaState, step_id: str) -> datetime | None:
     """When the step's compensation must be done (None: no deadline, or not compensating)."""
-    seconds = state.definition.compensation_deadline_s(step_id)
     started = state.compensation_started_at
-    if seconds is None or started is None or state.phase != "compensating":
+    if started is None or state.phase != "compensating":
+        return None
+    seconds = state.definition.compensation_deadline_s(step_id)
+    if seconds is None:
         return None
     return started + timedelta(seconds=seconds)
 
@@ -260,6 +264,8 @@ def condition_due(state: SagaState, now: datetime) -> list[tuple[StepRun, Condit
     """Declared times that passed at ``now`` and wait for ``decide`` to record them: calls
     past their timeout, compensations past their deadline (the sweeper's wake-ups)."""
     due: list[tuple[StepRun, ConditionDue, datetime]] = []
+    if not state.definition.declares_conditions:
+        return due
     for run in [*state.forward.values(), *state.compensation.values()]:
         if timed_out(run, now) and run.timeout_at is not None:
             due.append((run, "timeout", run.timeout_at))

@@ -397,8 +397,23 @@ class SagaDefinition(BaseModel):
 
     def tool_spec(self, step_id: str, kind: StepKind) -> ToolSpec | None:
         """The snapshotted tool contract of a step's operation (None if not bound)."""
-        name, version = self.tool_for(step_id, kind)
-        return next((t for t in self.tools if (t.name, t.version) == (name, version)), None)
+        return self._specs.get(self.tool_for(step_id, kind))
+
+    @cached_property
+    def _specs(self) -> dict[tuple[str, int], ToolSpec]:
+        return {(t.name, t.version): t for t in self.tools}
+
+    @cached_property
+    def declares_conditions(self) -> bool:
+        """Whether any timeout, compensation deadline or postcondition applies to this saga
+        (the condition rules are skipped for one that declares none: most of them)."""
+        for step in self.steps:
+            compensation = step.compensation
+            if step.timeout_s is not None or compensation is not None and (
+                    compensation.timeout_s is not None or compensation.deadline_s is not None):
+                return True
+        return any(t.timeout_s is not None or t.deadline_s is not None
+                   or t.postcondition is not None for t in self.tools)
 
 
 def parse_definition(document: Any) -> SagaDefinition:

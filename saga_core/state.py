@@ -437,7 +437,10 @@ def _step(state: SagaState, event: StepEvent) -> SagaState:
 
 def _has_postcondition(state: SagaState, event: StepSucceeded) -> bool:
     """Whether the operation's tool declares a postcondition its receipt must wait for."""
-    spec = state.definition.tool_spec(event.step_id, event.kind)
+    definition = state.definition
+    if not definition.declares_conditions:
+        return False
+    spec = definition.tool_spec(event.step_id, event.kind)
     return spec is not None and spec.postcondition is not None
 
 
