@@ -33,6 +33,7 @@ from saga_core.conditions import DeadlinePolicy, Postcondition
 from saga_core.contracts import StepKind
 from saga_core.decisions import (
     Decision,
+    Escalate,
     MissDeadline,
     MissPostcondition,
     ObservePostcondition,
@@ -64,15 +65,19 @@ def condition_facts(state: SagaState, now: datetime) -> list[Decision]:
             batch = _verification(state, step, run, now)
         else:
             continue
-        if len(batch) > 1:  # an escalation: recorded alone with its cause
+        if _escalates(batch):  # recorded alone, with its cause
             return batch
         facts += batch
     for step_id, run, due in _deadlines_passed(state, now):
         batch = _deadline(state, state.definition.step(step_id), run, due, now)
-        if len(batch) > 1:
+        if _escalates(batch):
             return batch
         facts += batch
     return facts
+
+
+def _escalates(batch: list[Decision]) -> bool:
+    return any(isinstance(decision, Escalate) for decision in batch)
 
 
 def timed_out(run: StepRun, now: datetime) -> bool:
