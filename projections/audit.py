@@ -48,6 +48,8 @@ class AuditReport:
     saga_id: str
     at: str | None
     events_total: int
+    # The definition's business invariant in plain language ("" when it states none).
+    invariant: str
     chain_ok: bool
     chain_break: str | None
     timeline: list[TimelineEntry]
@@ -143,6 +145,7 @@ def audit(
         saga_id=saga_id,
         at=str(at) if at is not None else None,
         events_total=len(records),
+        invariant=definition.invariant,
         chain_ok=chain.ok,
         chain_break=(
             f"version {chain.first_break.stream_version}: {chain.first_break.reason}"

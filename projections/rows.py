@@ -26,6 +26,7 @@ ACTIVE_RUN_STATES = frozenset(
         RunStatus.FOUND,
         RunStatus.ABSENT,
         RunStatus.RETRY_REQUESTED,
+        RunStatus.VERIFYING,  # a receipt waiting for its postcondition to be looked up
     }
 )
 

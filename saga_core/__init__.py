@@ -21,6 +21,7 @@ from saga_core.commands import (
     resolve_arguments,
     resolve_command,
 )
+from saga_core.conditions import Postcondition, ReceiptCondition
 from saga_core.contracts import ErrorClass, Receipt, SagaStatus, Semantics, StepKind
 from saga_core.decide import decide, escalate_key_reuse
 from saga_core.decisions import (
@@ -75,9 +76,12 @@ from saga_core.events import (
     BudgetExceeded,
     CancelRequested,
     CompensationStarted,
+    DeadlineMissed,
     Evidence,
     ManualInterventionRequired,
     OperatorAction,
+    PostconditionNotObserved,
+    PostconditionObserved,
     ReconciliationResult,
     ReconciliationScheduled,
     SagaEvent,
@@ -138,6 +142,11 @@ __all__ = [
     "ArgSpec",
     "BeginCompensation",
     "BudgetExceeded",
+    "DeadlineMissed",
+    "Postcondition",
+    "PostconditionNotObserved",
+    "PostconditionObserved",
+    "ReceiptCondition",
     "CancelRequested",
     "ClaimVerdict",
     "CompensationCommand",

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from saga_core.budgets import SagaBudget
+from saga_core.conditions import Postcondition
 from saga_core.contracts import Semantics
 from saga_core.documents import load_document
 from saga_core.errors import UnknownToolError
@@ -80,6 +81,14 @@ class ToolSpec(BaseModel):
     description: str = ""
     # When a call needs a person (saga_core.gates); every saga calling the tool obeys it.
     gate: RiskGate | None = None
+    # What must be observed before a receipt of this tool advances a saga (None: the
+    # receipt alone does), see saga_core.conditions.
+    postcondition: Postcondition | None = None
+    # Defaults a definition may override: how long one call may run from its claim before
+    # it is treated as timed out, and (for a compensation tool) how long after compensation
+    # begins the undo must be done.
+    timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    deadline_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _gate_reads_known_arguments(self) -> ToolSpec:
@@ -87,6 +96,11 @@ class ToolSpec(BaseModel):
         if self.args and unknown:
             raise ValueError(f"gate of {self.name}@{self.version} reads unknown arguments "
                              f"{unknown}")
+        conditions = self.postcondition.receipt if self.postcondition else []
+        unreturned = [c.field for c in conditions if not self.returns(c.field)]
+        if unreturned:
+            raise ValueError(f"postcondition of {self.name}@{self.version} reads receipt "
+                             f"fields it does not return: {unreturned}")
         return self
 
     @model_serializer(mode="wrap")
@@ -100,6 +114,10 @@ class ToolSpec(BaseModel):
                 data.pop("gate", None)
             if self.cost == 0:
                 data.pop("cost", None)
+            # Likewise for the conditions added later (postcondition, deadlines).
+            for name in ("postcondition", "timeout_s", "deadline_s"):
+                if data.get(name) is None:
+                    data.pop(name, None)
         return data
 
     def returns(self, field: str) -> bool:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from saga_core.checks import condition_due
 from saga_core.contracts import StepKind
 from saga_core.decide import decide
 from saga_core.gate_policy import grant_problem
@@ -92,7 +93,8 @@ def _refused_for_grant(state: SagaState, run: StepRun, now: datetime) -> ClaimVe
 
 
 DueAction = Literal[
-    "execute", "reconcile", "lease_expired", "approval_expired", "limit_passed", "decide"
+    "execute", "reconcile", "lease_expired", "approval_expired", "limit_passed", "timeout",
+    "deadline", "decide",
 ]
 
 
@@ -119,7 +121,8 @@ def _due_at(run: StepRun, queue_wait: timedelta) -> datetime | None:
 
 def due_work(state: SagaState, now: datetime, queue_wait: timedelta) -> list[DueWork]:
     """Work overdue at ``now``: unclaimed schedules, due lookups, expired leases and approvals,
-    and a time limit that passed (whatever the saga waits for: a claim, approval, backoff)."""
+    a time limit that passed (whatever the saga waits for: a claim, approval, backoff), a call
+    past its step timeout and a compensation past its deadline (saga_core.checks)."""
     if not state.started or state.finished is not None or state.escalation is not None:
         return []
     items: list[DueWork] = []
@@ -127,6 +130,10 @@ def due_work(state: SagaState, now: datetime, queue_wait: timedelta) -> list[Due
     if passed is not None:
         # Recorded by decide when the sweeper advances the saga; its schedules wait for that.
         items.append(DueWork(state.saga_id, None, None, 0, "limit_passed", deadline(state) or now))
+    conditions = condition_due(state, now)
+    for run, action, since in conditions:
+        items.append(DueWork(state.saga_id, run.step_id, run.kind, run.attempt, action, since))
+    timed = {(run.step_id, run.kind) for run, action, _ in conditions if action == "timeout"}
     for run in [*state.forward.values(), *state.compensation.values()]:
         item: tuple[DueAction, datetime] | None = None
         due = _due_at(run, queue_wait)
@@ -138,7 +145,7 @@ def due_work(state: SagaState, now: datetime, queue_wait: timedelta) -> list[Due
         elif run.status is RunStatus.RECONCILING and due is not None and now >= due:
             item = ("reconcile", due)
         elif run.status is RunStatus.STARTED and run.lease_expires_at is not None:
-            if now >= run.lease_expires_at:
+            if now >= run.lease_expires_at and (run.step_id, run.kind) not in timed:
                 item = ("lease_expired", run.lease_expires_at)
         elif run.status is RunStatus.AWAITING_APPROVAL and run.approval is not None:
             approval = run.approval

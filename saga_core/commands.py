@@ -65,7 +65,7 @@ def _templates(state: SagaState, step_id: str, kind: StepKind) -> tuple[Any, Any
         if step.compensation is None:
             raise KeyError(f"step {step_id!r} has no compensation")
         return step.compensation.args, step.compensation.precondition
-    return step.args, {}
+    return step.args, step.precondition
 
 
 def resolve_command(state: SagaState, step_id: str, kind: StepKind) -> ResolvedCommand:

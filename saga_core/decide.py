@@ -5,7 +5,9 @@ returns what the log does not already record, so after a decision's event is fol
 same decision is never returned again. Callers append each decision's event with the stream's
 expected version and call decide again until it returns nothing.
 
-Each batch has one shape: facts first (a lease expired, a lookup found the effect); otherwise
+Each batch has one shape: facts first (a lease expired, a lookup found the effect, a declared
+time passed or a postcondition was observed or given up on, see :mod:`saga_core.checks`;
+one of those that escalates comes with its escalation, alone); otherwise
 a limit's breach (``StopAtLimit``, see :mod:`saga_core.stops`: a time limit passed, or the
 forward calls about to be scheduled would break the cost budget); otherwise at most one
 escalation, or one BeginCompensation, or one Finish; otherwise the schedules, retries,
@@ -16,12 +18,12 @@ that attempt escalates instead.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from saga_core.backoff import backoff_delay
+from saga_core.checks import condition_facts, timed_out, timeout_rejection, verify_next
 from saga_core.commands import (
     KeyReuse,
     operation_action_hash,
@@ -45,7 +47,7 @@ from saga_core.decisions import (
 )
 from saga_core.definition import StepDefinition
 from saga_core.errors import TemplateError
-from saga_core.events import Evidence
+from saga_core.escalations import escalate, evidence_for
 from saga_core.gate_policy import (
     RENEWAL_SCOPE,
     GatePolicy,
@@ -53,7 +55,6 @@ from saga_core.gate_policy import (
     grant_problem,
     renewal_policy,
 )
-from saga_core.resolution import escalation_alternatives
 from saga_core.state import FORWARD_DONE, IN_DOUBT, RunStatus, SagaState, StepRun
 from saga_core.stops import cost_overrun, limit_evidence, limit_passed, must_escalate, stopped_by
 
@@ -88,10 +89,13 @@ def decide(state: SagaState, now: datetime) -> list[Decision]:
 
 
 def _facts(state: SagaState, now: datetime) -> list[Decision]:
+    conditions = condition_facts(state, now)
+    if any(isinstance(d, Escalate) for d in conditions):
+        return conditions  # the fact and its escalation, recorded alone
     found: list[Decision] = []
     for run in [*state.forward.values(), *state.compensation.values()]:
         expired = run.lease_expires_at is not None and now >= run.lease_expires_at
-        if run.status is RunStatus.STARTED and expired:
+        if run.status is RunStatus.STARTED and expired and not timed_out(run, now):
             detail = f"lease of worker {run.worker_id} expired at {run.lease_expires_at}"
             found.append(
                 DeclareOutcomeUnknown(run.step_id, run.kind, run.attempt, run.operation_key, detail)
@@ -102,7 +106,7 @@ def _facts(state: SagaState, now: datetime) -> list[Decision]:
                     run.step_id, run.kind, run.attempt, run.operation_key, run.lookup_receipt
                 )
             )
-    return found
+    return found + conditions
 
 
 # -- forward phase -------------------------------------------------------------------------
@@ -141,6 +145,9 @@ def _forward_phase(state: SagaState, now: datetime) -> list[Decision]:
             escalations.append(outcome.escalation)
         if outcome.rejection is not None and rejection is None:
             rejection = (outcome.rejection, step.id)
+        timed_out_reason = timeout_rejection(state, step, run)
+        if timed_out_reason is not None and rejection is None:
+            rejection = (timed_out_reason, step.id)
     if escalations:
         return [escalations[0]]
     if rejection is None and stop_forward:
@@ -156,7 +163,7 @@ def _forward_phase(state: SagaState, now: datetime) -> list[Decision]:
             if pending or pivot_run.status in (RunStatus.STARTED, RunStatus.RECONCILING):
                 return pending
             reason = f"{rejection[0]}; the pivot's outcome is unproven, so nothing can be undone"
-            return [_escalate(state, pivot, pivot_run, reason, now)]
+            return [escalate(state, pivot, pivot_run, reason, now)]
         return [BeginCompensation(rejection[0], rejection[1])]
     if decisions:
         overrun = cost_overrun(state, decisions)
@@ -205,7 +212,7 @@ def _horizon_end(state: SagaState, step: StepDefinition, run: StepRun) -> dateti
 def _compensation_phase(state: SagaState, now: datetime) -> list[Decision]:
     definition = state.definition
     if state.pivot_passed:
-        return [_escalate(state, None, None, "the pivot succeeded while compensating", now)]
+        return [escalate(state, None, None, "the pivot succeeded while compensating", now)]
     effects = {s.id: _forward_effect(state, s, state.forward[s.id]) for s in definition.steps}
     settled: dict[str, bool] = {}
     for step in definition.steps:
@@ -274,7 +281,7 @@ def _ready(state: SagaState, step: StepDefinition, run: StepRun, now: datetime) 
     try:
         args = resolve_arguments(state, step.id, run.kind)
     except TemplateError as exc:
-        return _Outcome(escalation=_escalate(state, step, run, f"cannot resolve: {exc}", now))
+        return _Outcome(escalation=escalate(state, step, run, f"cannot resolve: {exc}", now))
     if policy is not None and policy.applies(args):
         return _approval(state, step, run, policy, now)
     reason = "dependencies done" if run.kind is FORWARD else "dependents compensated"
@@ -305,7 +312,7 @@ def _approval(
         if approval.action_hash == current and approval.status == "denied":
             if run.kind is FORWARD and not state.pivot_passed:
                 return _Outcome(rejection=f"approval denied by {approval.approver}")
-            return _Outcome(escalation=_escalate(state, step, run, "approval denied", now))
+            return _Outcome(escalation=escalate(state, step, run, "approval denied", now))
         if approval.action_hash != current:
             why = "the action changed since approval was requested"
         elif approval.status == "requested" and now < approval.expires_at:
@@ -314,18 +321,18 @@ def _approval(
             why = "approval expired"
     if run.approval_requests >= state.definition.max_approval_requests:
         reason = f"{why}; no usable approval after {run.approval_requests} requests"
-        return _Outcome(escalation=_escalate(state, step, run, reason, now))
+        return _Outcome(escalation=escalate(state, step, run, reason, now))
     expires = now + timedelta(seconds=policy.request_ttl_s)
-    evidence = _evidence(
+    evidence = evidence_for(
         state, step, run, why, now, alternatives=["approve", "deny"], deadline=expires,
-        details={"gate": _gate_evidence(state, step, run, policy)},
+        details={"gate": _gateevidence_for(state, step, run, policy)},
     )
     risk = str(policy.risk_class) if policy.risk_class is not None else None
     return _Outcome([RequestApproval(step.id, run.kind, current, policy.scope, evidence,
                                      expires, policy.role, risk, policy.four_eyes)])
 
 
-def _gate_evidence(
+def _gateevidence_for(
     state: SagaState, step: StepDefinition, run: StepRun, policy: GatePolicy
 ) -> dict[str, Any]:
     """Who may answer and why a person is asked, amounts shown only when not secret."""
@@ -369,7 +376,7 @@ def escalate_key_reuse(state: SagaState, reuse: KeyReuse, now: datetime) -> Esca
     ``decide`` records it before scheduling such an attempt, a worker in place of its claim."""
     step = state.definition.step(reuse.step_id)
     run = state.run(reuse.step_id, reuse.kind)
-    return _escalate(state, step, run, reuse.reason, now, details=reuse.evidence())
+    return escalate(state, step, run, reuse.reason, now, details=reuse.evidence())
 
 
 def _progress(state: SagaState, step: StepDefinition, run: StepRun, now: datetime) -> _Outcome:
@@ -395,9 +402,12 @@ def _progress(state: SagaState, step: StepDefinition, run: StepRun, now: datetim
     if status is RunStatus.ABSENT:
         return _absent(state, step, run, now)
     if status is RunStatus.FOUND:  # found without a receipt: nothing to prove the effect with
-        return _Outcome(escalation=_escalate(state, step, run, "lookup found no receipt", now))
+        return _Outcome(escalation=escalate(state, step, run, "lookup found no receipt", now))
     if status is RunStatus.RETRY_REQUESTED:
         return _Outcome([_schedule(run, now, "operator retry")])
+    if status is RunStatus.VERIFYING:
+        lookup = verify_next(state, step, run)
+        return _Outcome([lookup] if lookup is not None else [])
     return _Outcome()  # scheduled, started within its lease, reconciling, or done
 
 
@@ -411,6 +421,9 @@ def _failure(state: SagaState, step: StepDefinition, run: StepRun, now: datetime
             return _Outcome(rejection=f"business rejection: {run.error_message}")
         if run.kind is FORWARD:  # after the pivot: only forward
             return _retry(state, step, run, now, f"business rejection: {run.error_message}")
+    if error is ErrorClass.PRECONDITION_FAILED and run.kind is FORWARD and (
+            step.precondition or step.on_precondition_failed):
+        return _forward_precondition(state, step, run, now)
     if error is ErrorClass.AUTH_EXPIRED:
         # Never reuse old authority: pause for a renewed approval, keeping the same key.
         renew = renewal_policy(state.definition, step.id, run.kind)
@@ -419,7 +432,21 @@ def _failure(state: SagaState, step: StepDefinition, run: StepRun, now: datetime
         ErrorClass.PRECONDITION_FAILED: "target changed since the forward step (precondition)",
         ErrorClass.PERMANENT: "permanent failure",
     }.get(error or ErrorClass.PERMANENT, f"{error} failure")
-    return _Outcome(escalation=_escalate(state, step, run, f"{reason}: {run.error_message}", now))
+    return _Outcome(escalation=escalate(state, step, run, f"{reason}: {run.error_message}", now))
+
+
+def _forward_precondition(
+    state: SagaState, step: StepDefinition, run: StepRun, now: datetime
+) -> _Outcome:
+    """A forward step's declared precondition did not hold: its ``on_precondition_failed``
+    follows (default escalate; compensate only before the pivot, validation sees to it)."""
+    policy = step.on_precondition_failed or "escalate"
+    why = f"precondition of {step.id} failed: {run.error_message}"
+    if policy == "retry":
+        return _retry(state, step, run, now, why)
+    if policy == "compensate" and not state.pivot_passed:
+        return _Outcome(rejection=f"{why}; policy: compensate")
+    return _Outcome(escalation=escalate(state, step, run, f"{why}; policy: {policy}", now))
 
 
 def _retry(
@@ -430,10 +457,10 @@ def _retry(
         reason = f"{why}; {run.attempt} attempts exhausted"
         if run.kind is FORWARD and not state.pivot_passed:
             return _Outcome(rejection=reason)
-        return _Outcome(escalation=_escalate(state, step, run, reason, now))
+        return _Outcome(escalation=escalate(state, step, run, reason, now))
     if state.retry_budget_left <= 0:
         reason = f"{why}; saga retry budget exhausted"
-        return _Outcome(escalation=_escalate(state, step, run, reason, now))
+        return _Outcome(escalation=escalate(state, step, run, reason, now))
     base = run.changed_at or now
     not_before = base + backoff_delay(policy, run.operation_key, run.attempt)
     decision = RetryAfterBackoff(step.id, run.kind, run.attempt + 1, not_before, why)
@@ -452,7 +479,7 @@ def _reconcile(
     policy = state.definition.retry_policy(step.id, run.kind)
     if run.reconciliations >= policy.max_reconciliations:
         reason = f"{why}: still unproven after {run.reconciliations} lookups by key"
-        return _Outcome(escalation=_escalate(state, step, run, reason, now))
+        return _Outcome(escalation=escalate(state, step, run, reason, now))
     if not_before is None:
         base = run.changed_at or now
         delay = backoff_delay(policy, run.operation_key, run.reconciliations)
@@ -477,79 +504,4 @@ def _absent(state: SagaState, step: StepDefinition, run: StepRun, now: datetime)
             state, step, run, now, "absent: wait out the commit horizon", not_before=horizon_end
         )
     reason = "confirmed absent, but the tool neither dedupes by key nor declares a commit horizon"
-    return _Outcome(escalation=_escalate(state, step, run, reason, now))
-
-
-# -- evidence ------------------------------------------------------------------------------
-
-
-def _evidence(
-    state: SagaState,
-    step: StepDefinition | None,
-    run: StepRun | None,
-    reason: str,
-    now: datetime,
-    *,
-    alternatives: list[str],
-    deadline: datetime | None = None,
-    details: Mapping[str, Any] | None = None,
-) -> Evidence:
-    deadline = deadline or now + timedelta(seconds=state.definition.escalation_deadline_s)
-    if step is None or run is None:
-        return Evidence(
-            intended_action="none", reason=reason, deadline=deadline, alternatives=alternatives
-        )
-    tool, version = state.definition.tool_for(step.id, run.kind)
-    forward = state.forward[step.id]
-    try:
-        args = redacted_arguments(state, step.id, run.kind)
-    except TemplateError as exc:
-        args = {"unresolved": str(exc)}
-    undoing = run.kind is COMPENSATION
-    if undoing:
-        expected = f"{step.id}'s effect undone by {tool}@{version}"
-    else:
-        expected = f"{step.id} done by {tool}@{version}"
-    residual = (
-        f"{step.semantics} effect of {step.id} may remain"
-        if undoing or step.leaves_effect
-        else "none: the step has no effect to undo"
-    )
-    return Evidence(
-        intended_action=f"{run.kind} {step.id}: {tool}@{version}",
-        affected_resource=forward.receipt.resource_id if forward.receipt else None,
-        forward_receipt=forward.receipt,
-        reason=reason,
-        expected_result=expected,
-        residual_risk=residual,
-        deadline=deadline,
-        alternatives=alternatives,
-        details={
-            "args": args,
-            "attempt": run.attempt,
-            "operation_key": run.operation_key,
-            "status": str(run.status),
-            "error_class": str(run.error_class) if run.error_class else None,
-            **(details or {}),
-        },
-    )
-
-
-def _escalate(
-    state: SagaState,
-    step: StepDefinition | None,
-    run: StepRun | None,
-    reason: str,
-    now: datetime,
-    *,
-    details: Mapping[str, Any] | None = None,
-) -> Escalate:
-    kind = run.kind if run is not None else None
-    options = escalation_alternatives(state, kind, step.id if step is not None else None)
-    evidence = _evidence(state, step, run, reason, now, alternatives=options, details=details)
-    return Escalate(
-        reason,
-        step.id if step is not None else None,
-        run.kind if run is not None else None,
-        evidence,
-    )
+    return _Outcome(escalation=escalate(state, step, run, reason, now))

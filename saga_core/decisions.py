@@ -8,13 +8,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
+from saga_core.conditions import DeadlinePolicy
 from saga_core.contracts import Receipt, SagaStatus, StepKind
 from saga_core.events import (
     ApprovalRequested,
     CompensationStarted,
+    DeadlineKind,
+    DeadlineMissed,
     Evidence,
     ManualInterventionRequired,
+    PostconditionNotObserved,
+    PostconditionObserved,
     ReconciliationScheduled,
     SagaEvent,
     SagaFinished,
@@ -162,6 +168,68 @@ class AcceptReconciledReceipt(Decision):
             operation_key=self.operation_key,
             receipt=self.receipt,
             via="reconcile",
+        )
+
+
+@dataclass(frozen=True)
+class ObservePostcondition(Decision):
+    """The tool's postcondition is observed: the receipt advances the saga."""
+
+    step_id: str
+    kind: StepKind
+    attempt: int
+    operation_key: str
+    how: Literal["lookup", "receipt"]
+    receipt: Receipt
+    detail: str
+
+    def to_event(self, at: datetime) -> SagaEvent:
+        """A PostconditionObserved."""
+        return PostconditionObserved(
+            at=at, step_id=self.step_id, kind=self.kind, attempt=self.attempt,
+            operation_key=self.operation_key, how=self.how,
+            receipt=self.receipt, detail=self.detail,
+        )
+
+
+@dataclass(frozen=True)
+class MissPostcondition(Decision):
+    """The horizon passed without the postcondition observed: the operation stays in doubt."""
+
+    step_id: str
+    kind: StepKind
+    attempt: int
+    operation_key: str
+    horizon_end: datetime
+    reason: str
+
+    def to_event(self, at: datetime) -> SagaEvent:
+        """A PostconditionNotObserved."""
+        return PostconditionNotObserved(
+            at=at, step_id=self.step_id, kind=self.kind, attempt=self.attempt,
+            operation_key=self.operation_key, horizon_end=self.horizon_end, reason=self.reason,
+        )
+
+
+@dataclass(frozen=True)
+class MissDeadline(Decision):
+    """A declared time passed (a call's timeout, a compensation's deadline): record it with
+    the policy that follows."""
+
+    step_id: str
+    kind: StepKind
+    attempt: int
+    deadline_kind: DeadlineKind
+    deadline: datetime
+    policy: DeadlinePolicy
+    reason: str
+
+    def to_event(self, at: datetime) -> SagaEvent:
+        """A DeadlineMissed."""
+        return DeadlineMissed(
+            at=at, step_id=self.step_id, kind=self.kind, attempt=self.attempt,
+            deadline_kind=self.deadline_kind, deadline=self.deadline, policy=self.policy,
+            reason=self.reason,
         )
 
 

@@ -24,15 +24,26 @@ from pydantic import (
 from saga_core.authority import ROLE_NAME
 from saga_core.budgets import SagaBudget
 from saga_core.catalogue import ToolSpec
+from saga_core.conditions import CompensationDeadlinePolicy, DeadlinePolicy
 from saga_core.contracts import EFFECT_FREE_SEMANTICS, Semantics, StepKind
 from saga_core.documents import load_document
 from saga_core.errors import DefinitionError, Problem
 from saga_core.gates import AmountLimit
 from saga_core.keys import JsonArgs, payload_hash
-from saga_core.limits import DEFINITION_BYTES, DEFINITION_STEPS, measure_json
+from saga_core.limits import DEFINITION_BYTES, DEFINITION_STEPS, INVARIANT_CHARS, measure_json
 
 _NAME = r"^[a-z][a-z0-9_.\-]*$"
 _STEP_ID = r"^[a-z][a-z0-9_]*$"
+
+def _omit_unset(data: Any, names: tuple[str, ...]) -> Any:
+    """Drop fields added after definitions were first stored while they hold their unset
+    value (None, {} or ""), so a definition that does not use them dumps, and hashes, as
+    before they existed."""
+    if isinstance(data, dict):
+        for name in names:
+            if name in data and data[name] in (None, {}, ""):
+                del data[name]
+    return data
 
 
 class RetryPolicy(BaseModel):
@@ -105,6 +116,17 @@ class CompensationCommand(BaseModel):
     approval: ApprovalPolicy | None = None
     operation_version: int = Field(default=1, ge=1)
     description: str = ""
+    # How long one call may run from its claim (default: the tool's timeout_s); a timed-out
+    # compensation call is looked up by key and retried like any ambiguous outcome.
+    timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    # How long after compensation begins this undo must be done (default: the tool's
+    # deadline_s); a miss is recorded and follows on_deadline (default escalate).
+    deadline_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    on_deadline: CompensationDeadlinePolicy | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_conditions(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _omit_unset(handler(self), ("timeout_s", "deadline_s", "on_deadline"))
 
 
 class StepDefinition(BaseModel):
@@ -124,6 +146,18 @@ class StepDefinition(BaseModel):
     approval: ApprovalPolicy | None = None
     operation_version: int = Field(default=1, ge=1)
     description: str = ""
+    # Resolved like args (over the input and dependencies' receipts) and handed to the tool
+    # with them, which raises PreconditionFailed when it does not hold: as compensations do.
+    precondition: JsonArgs = Field(default_factory=dict)
+    on_precondition_failed: DeadlinePolicy | None = None  # default: escalate
+    # How long one forward call may run from its claim (default: the tool's timeout_s).
+    timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    on_timeout: DeadlinePolicy | None = None  # default: retry (look up by key first)
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_conditions(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _omit_unset(handler(self), (
+            "precondition", "on_precondition_failed", "timeout_s", "on_timeout"))
 
     @property
     def leaves_effect(self) -> bool:
@@ -226,6 +260,9 @@ class SagaDefinition(BaseModel):
     name: str = Field(pattern=_NAME, max_length=128)
     version: int = Field(ge=1)
     description: str = ""
+    # The business invariant in plain language: what must hold when the saga ends, however
+    # it ends (shown in escalations' evidence, the operator queue and audit).
+    invariant: str = ""
     input: dict[str, InputField] = Field(default_factory=dict)
     steps: list[StepDefinition]
     retry_budget: int = Field(default=10, ge=0)
@@ -247,6 +284,8 @@ class SagaDefinition(BaseModel):
         data: dict[str, Any] = handler(self)
         if self.budget is None:
             data.pop("budget", None)
+        if not self.invariant:
+            data.pop("invariant", None)
         return data
 
     def content_hash(self) -> str:
@@ -376,10 +415,46 @@ class SagaDefinition(BaseModel):
             return step.compensation.tool, step.compensation.version
         return step.tool, step.version
 
+    def step_timeout_s(self, step_id: str, kind: StepKind) -> float | None:
+        """How long one call of a step's operation may run from its claim (the definition's
+        timeout, else its tool's; None: only the fleet's lease bounds it)."""
+        step = self.step(step_id)
+        declared = step.timeout_s
+        if kind is StepKind.COMPENSATION and step.compensation is not None:
+            declared = step.compensation.timeout_s
+        spec = self.tool_spec(step_id, kind)
+        return declared if declared is not None else (spec.timeout_s if spec else None)
+
+    def compensation_deadline_s(self, step_id: str) -> float | None:
+        """How long after compensation begins a step's compensation must be done (the
+        definition's deadline, else its compensation tool's; None: no deadline)."""
+        compensation = self.step(step_id).compensation
+        if compensation is None:
+            return None
+        if compensation.deadline_s is not None:
+            return compensation.deadline_s
+        spec = self.tool_spec(step_id, StepKind.COMPENSATION)
+        return spec.deadline_s if spec else None
+
     def tool_spec(self, step_id: str, kind: StepKind) -> ToolSpec | None:
         """The snapshotted tool contract of a step's operation (None if not bound)."""
-        name, version = self.tool_for(step_id, kind)
-        return next((t for t in self.tools if (t.name, t.version) == (name, version)), None)
+        return self._specs.get(self.tool_for(step_id, kind))
+
+    @cached_property
+    def _specs(self) -> dict[tuple[str, int], ToolSpec]:
+        return {(t.name, t.version): t for t in self.tools}
+
+    @cached_property
+    def declares_conditions(self) -> bool:
+        """Whether any timeout, compensation deadline or postcondition applies to this saga
+        (the condition rules are skipped for one that declares none: most of them)."""
+        for step in self.steps:
+            compensation = step.compensation
+            if step.timeout_s is not None or compensation is not None and (
+                    compensation.timeout_s is not None or compensation.deadline_s is not None):
+                return True
+        return any(t.timeout_s is not None or t.deadline_s is not None
+                   or t.postcondition is not None for t in self.tools)
 
 
 def parse_definition(document: Any) -> SagaDefinition:
@@ -405,3 +480,6 @@ def check_definition_document(document: Any, what: str = "definition") -> None:
     steps = document.get("steps") if isinstance(document, dict) else None
     if isinstance(steps, list):
         DEFINITION_STEPS.check(f"{what} steps", len(steps))
+    invariant = document.get("invariant") if isinstance(document, dict) else None
+    if isinstance(invariant, str):
+        INVARIANT_CHARS.check(f"{what} invariant", len(invariant))

@@ -9,8 +9,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
+from saga_core.conditions import DeadlinePolicy
 from saga_core.contracts import ErrorClass, Receipt, SagaStatus, StepKind
 from saga_core.errors import EventRejected
 
@@ -93,6 +102,17 @@ class StepStarted(StepEvent):
     request_hash: str
     worker_id: str
     lease_expires_at: AwareDatetime
+    # When this call times out (the step's declared timeout from the claim); None: only the
+    # lease bounds it (and claims recorded before step timeouts existed).
+    timeout_at: AwareDatetime | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_no_timeout(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Without a timeout a claim is stored exactly as before timeouts existed.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("timeout_at") is None:
+            data.pop("timeout_at", None)
+        return data
 
 
 class StepSucceeded(StepEvent):
@@ -148,6 +168,47 @@ class ReconciliationResult(StepEvent):
     result: Literal["found", "absent", "unknown"]
     receipt: Receipt | None = None
     detail: str = ""
+
+
+class PostconditionObserved(StepEvent):
+    """The tool's declared postcondition was observed: the receipt may now advance the saga
+    (``receipt`` is the one that showed it: the call's own, or the one a lookup found)."""
+
+    event_type: ClassVar[str] = "PostconditionObserved"
+
+    attempt: int = Field(ge=1)
+    operation_key: str
+    how: Literal["lookup", "receipt"]
+    receipt: Receipt
+    detail: str = ""
+
+
+class PostconditionNotObserved(StepEvent):
+    """A receipt arrived but its postcondition was not observed within its horizon: the
+    operation stays in doubt and is never advanced on the receipt alone."""
+
+    event_type: ClassVar[str] = "PostconditionNotObserved"
+
+    attempt: int = Field(ge=1)
+    operation_key: str
+    horizon_end: AwareDatetime
+    reason: str
+
+
+DeadlineKind = Literal["step_timeout", "compensation_deadline"]
+
+
+class DeadlineMissed(StepEvent):
+    """A declared time passed: a call ran past its step timeout (its outcome is now unknown)
+    or a compensation was not done by its deadline; ``policy`` is what follows."""
+
+    event_type: ClassVar[str] = "DeadlineMissed"
+
+    attempt: int = Field(ge=0)
+    deadline_kind: DeadlineKind
+    deadline: AwareDatetime
+    policy: DeadlinePolicy
+    reason: str
 
 
 class ApprovalRequested(StepEvent):
@@ -289,6 +350,9 @@ _ALL: tuple[type[SagaEvent], ...] = (
     OperatorAction,
     SagaFinished,
     BudgetExceeded,
+    PostconditionObserved,
+    PostconditionNotObserved,
+    DeadlineMissed,
 )
 
 #: Every saga event type by its stable type name (the event store's registry starts here).

@@ -93,9 +93,26 @@ DEPENDENCY_EDGES: Final = Limit(
 )
 TEMPLATE_REFERENCES: Final = Limit(
     "template_references", 64, "references",
-    "${...} references in one operation's templates (its args, or a compensation's args "
-    "and precondition): resolving them copies the referenced values, so one operation's "
+    "${...} references in one operation's templates (its args and precondition, forward "
+    "or compensation): resolving them copies the referenced values, so one operation's "
     "arguments are at most 64 x saga_input_bytes (4 MiB) plus the template itself.",
+)
+INVARIANT_CHARS: Final = Limit(
+    "invariant_chars", 2_000, "characters",
+    "a definition's business invariant in plain language: a sentence or a short paragraph "
+    "a person reads in the operator queue's evidence and in audit, copied into every "
+    "escalation's evidence.",
+)
+RECEIPT_CONDITIONS: Final = Limit(
+    "receipt_conditions", 16, "conditions",
+    "conditions over receipt fields in one tool's postcondition: each is evaluated on every "
+    "receipt and lookup of the tool's calls, and a postcondition is a short, declared check, "
+    "not a program.",
+)
+CONDITION_VALUES: Final = Limit(
+    "condition_values", 64, "values",
+    "values one `in`/`not_in` receipt condition lists: a handful of accepted statuses, "
+    "compared by equality against one receipt field.",
 )
 PLAN_BYTES: Final = Limit(
     "plan_bytes", 256 * KIB, "bytes",
@@ -202,7 +219,8 @@ BATCH_EVENTS: Final = Limit(
 
 ALL_LIMITS: Final[tuple[Limit, ...]] = (
     DEFINITION_BYTES, YAML_NODES, JSON_DEPTH, DEFINITION_STEPS, DEPENDENCY_EDGES,
-    TEMPLATE_REFERENCES, PLAN_BYTES, PLAN_ACTIONS, INPUT_SCHEMA_DEPTH, INPUT_PATTERN_CHARS,
+    TEMPLATE_REFERENCES, INVARIANT_CHARS, RECEIPT_CONDITIONS, CONDITION_VALUES,
+    PLAN_BYTES, PLAN_ACTIONS, INPUT_SCHEMA_DEPTH, INPUT_PATTERN_CHARS,
     SAGA_INPUT_BYTES, INPUT_TEXT_BYTES,
     EVIDENCE_BYTES, NAME_CHARS, KEY_CHARS, REASON_CHARS, AGENT_REASON_CHARS,
     SECRET_VALUE_BYTES, MCP_BODY_BYTES,

@@ -24,8 +24,11 @@ from saga_core.events import (
     BudgetExceeded,
     CancelRequested,
     CompensationStarted,
+    DeadlineMissed,
     ManualInterventionRequired,
     OperatorAction,
+    PostconditionNotObserved,
+    PostconditionObserved,
     ReconciliationResult,
     ReconciliationScheduled,
     SagaEvent,
@@ -78,13 +81,16 @@ class RunStatus(StrEnum):
     RETRY_REQUESTED = "retry_requested"  # an operator asked for another attempt
     SKIPPED = "skipped"  # an operator chose to leave this operation undone
     FORCED = "forced"  # an operator declared it done (force_complete / mark_compensated)
+    # A receipt arrived, but the tool's postcondition is not observed yet (saga_core.checks).
+    VERIFYING = "verifying"
 
 
 #: A forward run in one of these lets its dependents proceed.
 FORWARD_DONE = frozenset({RunStatus.SUCCEEDED, RunStatus.FORCED, RunStatus.SKIPPED})
 #: A forward or compensation run whose effect may exist but is not yet proven either way.
 IN_DOUBT = frozenset(
-    {RunStatus.STARTED, RunStatus.UNKNOWN, RunStatus.RECONCILING, RunStatus.FOUND, RunStatus.ABSENT}
+    {RunStatus.STARTED, RunStatus.UNKNOWN, RunStatus.RECONCILING, RunStatus.FOUND, RunStatus.ABSENT,
+     RunStatus.VERIFYING}
 )
 
 
@@ -143,6 +149,17 @@ class StepRun:
     approval: ApprovalState | None = None
     approval_requests: int = 0
     changed_at: datetime | None = None
+    # When the current call times out (StepStarted.timeout_at) and which attempt missed it.
+    timeout_at: datetime | None = None
+    timed_out_attempt: int = 0
+    # Since when a receipt waits for its postcondition (None: not verifying), what the last
+    # lookup since then saw and when, and whether the horizon passed unobserved.
+    verify_since: datetime | None = None
+    verify_lookup: Literal["found", "absent", "unknown"] | None = None
+    verify_lookup_at: datetime | None = None
+    postcondition_missed: bool = False
+    # A compensation not done by its deadline (recorded once, DeadlineMissed).
+    deadline_missed: bool = False
 
 
 # Templates for new runs: replace() on these skips StepRun's 22-field frozen __init__.
@@ -179,6 +196,7 @@ class SagaState:
     repaired: bool = False
     compensation_reason: str | None = None
     failed_step: str | None = None
+    compensation_started_at: datetime | None = None  # compensation deadlines count from here
     forward: Mapping[str, StepRun] = field(default_factory=dict)
     compensation: Mapping[str, StepRun] = field(default_factory=dict)
     # Start time, cost spent, a limit's breach (saga_core.budgets; the rules: saga_core.stops).
@@ -297,6 +315,7 @@ def _step(state: SagaState, event: StepEvent) -> SagaState:
                 forward_at_first_claim=state.forward,
                 worker_id=event.worker_id,
                 lease_expires_at=event.lease_expires_at,
+                timeout_at=event.timeout_at,
             )
         case StepStarted():
             new = replace(
@@ -306,6 +325,21 @@ def _step(state: SagaState, event: StepEvent) -> SagaState:
                 attempt=event.attempt,
                 worker_id=event.worker_id,
                 lease_expires_at=event.lease_expires_at,
+                timeout_at=event.timeout_at,
+            )
+        case StepSucceeded() if _has_postcondition(state, event):
+            # A receipt is a fact, but it advances nothing until the postcondition is seen.
+            new = replace(
+                run,
+                status=RunStatus.VERIFYING,
+                receipt=event.receipt,
+                via=event.via,
+                changed_at=at,
+                verify_since=at,
+                verify_lookup=None,
+                verify_lookup_at=None,
+                reconciliations=0,
+                postcondition_missed=False,
             )
         case StepSucceeded():
             # A receipt is a fact: even a late worker's success is recorded.
@@ -341,6 +375,27 @@ def _step(state: SagaState, event: StepEvent) -> SagaState:
                 scheduled_at=at,
                 reconciliations=run.reconciliations + 1,
             )
+        case ReconciliationResult() if run.verify_since is not None:
+            # A lookup for the postcondition: what it saw is evidence, not a new outcome.
+            new = replace(
+                run,
+                changed_at=at,
+                status=RunStatus.VERIFYING,
+                lookup_receipt=event.receipt,
+                verify_lookup=event.result,
+                verify_lookup_at=at,
+            )
+        case PostconditionObserved():
+            new = replace(run, changed_at=at, status=RunStatus.SUCCEEDED, receipt=event.receipt)
+        case PostconditionNotObserved():
+            new = replace(run, changed_at=at, postcondition_missed=True)
+        case DeadlineMissed() if event.deadline_kind == "step_timeout":
+            new = replace(run, changed_at=at, timed_out_attempt=event.attempt)
+            if run.status is RunStatus.STARTED and run.attempt == event.attempt:
+                # Dispatched and unanswered: the call may have taken effect (rule 3).
+                new = replace(new, status=RunStatus.UNKNOWN, unknown_at=at, reconciliations=0)
+        case DeadlineMissed():
+            new = replace(run, changed_at=at, deadline_missed=True)
         case ReconciliationResult():
             status = {
                 "found": RunStatus.FOUND,
@@ -380,6 +435,15 @@ def _step(state: SagaState, event: StepEvent) -> SagaState:
     )
 
 
+def _has_postcondition(state: SagaState, event: StepSucceeded) -> bool:
+    """Whether the operation's tool declares a postcondition its receipt must wait for."""
+    definition = state.definition
+    if not definition.declares_conditions:
+        return False
+    spec = definition.tool_spec(event.step_id, event.kind)
+    return spec is not None and spec.postcondition is not None
+
+
 def _answer(run: StepRun, event: ApprovalGranted | ApprovalDenied) -> StepRun:
     approval = run.approval
     if approval is None or approval.action_hash != event.action_hash:
@@ -408,7 +472,12 @@ def _operator(state: SagaState, event: OperatorAction) -> SagaState:
             state = replace(state, budget=lifted(state.budget))
         if event.step_id is not None:
             run = state.run(event.step_id, event.kind)
-            state = state.with_run(replace(run, reconciliations=0, approval_requests=0))
+            run = replace(run, reconciliations=0, approval_requests=0)
+            if run.status is RunStatus.VERIFYING:
+                # A fresh horizon to observe the postcondition in.
+                run = replace(run, verify_since=event.at, verify_lookup=None,
+                              verify_lookup_at=None, postcondition_missed=False)
+            state = state.with_run(run)
         return state
     if event.step_id is None:
         raise EventRejected(f"operator action {event.action} needs a step_id")
@@ -444,6 +513,10 @@ def _as_new_operation(state: SagaState, run: StepRun) -> StepRun:
         lookup_receipt=None,
         unknown_at=None,
         absent_at=None,
+        verify_since=None,
+        verify_lookup=None,
+        verify_lookup_at=None,
+        postcondition_missed=False,
     )
 
 
@@ -455,6 +528,7 @@ def _saga(state: SagaState, event: SagaEvent) -> SagaState:
                 phase="compensating",
                 compensation_reason=event.reason,
                 failed_step=event.failed_step,
+                compensation_started_at=event.at,
             )
         case CancelRequested():
             # Before the pivot a cancel also ends a pause: compensation is the way out.

@@ -17,7 +17,12 @@ from saga_core.definition import RetryPolicy, SagaDefinition, StepDefinition
 from saga_core.errors import DefinitionError, Problem, TemplateError
 from saga_core.gate_policy import weakening_problems
 from saga_core.input_schema import schema_problems
-from saga_core.limits import DEFINITION_STEPS, DEPENDENCY_EDGES, TEMPLATE_REFERENCES
+from saga_core.limits import (
+    DEFINITION_STEPS,
+    DEPENDENCY_EDGES,
+    INVARIANT_CHARS,
+    TEMPLATE_REFERENCES,
+)
 from saga_core.templates import references
 
 
@@ -58,6 +63,7 @@ def definition_problems(definition: SagaDefinition, catalogue: ToolCatalogue) ->
     gates = {(t.name, t.version): t.gate for t in catalogue.tools if t.gate is not None}
     problems += weakening_problems(definition, gates)
     problems += budget_problems(definition, catalogue)
+    problems += _condition_problems(definition, catalogue)
     return problems
 
 
@@ -67,8 +73,9 @@ def check_definition_size(definition: SagaDefinition) -> None:
     DEFINITION_STEPS.check(f"definition {definition.name!r} steps", len(definition.steps))
     edges = sum(len(step.depends_on) for step in definition.steps)
     DEPENDENCY_EDGES.check(f"definition {definition.name!r} depends_on", edges)
+    INVARIANT_CHARS.check(f"definition {definition.name!r} invariant", len(definition.invariant))
     for step in definition.steps:
-        operations: list[tuple[str, list[Any]]] = [("", [step.args])]
+        operations: list[tuple[str, list[Any]]] = [("", [step.args, step.precondition])]
         if step.compensation is not None:
             operations.append(
                 (" compensation", [step.compensation.args, step.compensation.precondition]))
@@ -222,7 +229,8 @@ def _template_problems(
     definition: SagaDefinition, step: StepDefinition, catalogue: ToolCatalogue
 ) -> list[Problem]:
     problems: list[Problem] = []
-    templates: list[tuple[str, Any, bool]] = [("", step.args, False)]
+    templates: list[tuple[str, Any, bool]] = [
+        ("", step.args, False), (" precondition", step.precondition, False)]
     if step.compensation is not None:
         templates.append((" compensation", step.compensation.args, True))
         templates.append((" compensation precondition", step.compensation.precondition, True))
@@ -338,6 +346,40 @@ def _semantics_problems(definition: SagaDefinition, catalogue: ToolCatalogue) ->
                         _where(step), "after_pivot_not_retryable", f"runs after pivot {pivot.id}"
                     )
                 )
+    return problems
+
+
+def _condition_problems(definition: SagaDefinition, catalogue: ToolCatalogue) -> list[Problem]:
+    """Deadline and precondition policies that cannot apply: a policy for a time nothing
+    declares, and ``compensate`` where the pivot makes undoing impossible."""
+    problems: list[Problem] = []
+    if definition.invariant and not definition.invariant.strip():
+        problems.append(Problem("definition invariant", "blank_invariant",
+                                "state the business invariant in words, or leave it out"))
+    pivot = definition.pivot
+    from_pivot = ({pivot.id} | definition.descendants(pivot.id)
+                  if pivot is not None and definition.has_step(pivot.id) else set())
+    for step in definition.steps:
+        spec = catalogue.get(step.tool, step.version)
+        timeout = step.timeout_s if step.timeout_s is not None else (
+            spec.timeout_s if spec is not None else None)
+        if step.on_timeout is not None and timeout is None:
+            problems.append(Problem(_where(step), "policy_without_deadline",
+                                    "on_timeout needs timeout_s (on the step or its tool)"))
+        for name, policy in (("on_timeout", step.on_timeout),
+                             ("on_precondition_failed", step.on_precondition_failed)):
+            if policy == "compensate" and step.id in from_pivot:
+                problems.append(Problem(_where(step), "compensate_after_pivot",
+                                        f"{name}: compensate cannot apply at or after pivot "
+                                        f"{pivot.id if pivot else ''}: only retry or escalate"))
+        comp = step.compensation
+        if comp is not None and comp.on_deadline is not None:
+            comp_spec = catalogue.get(comp.tool, comp.version)
+            deadline = comp.deadline_s if comp.deadline_s is not None else (
+                comp_spec.deadline_s if comp_spec is not None else None)
+            if deadline is None:
+                problems.append(Problem(_where(step, " compensation"), "policy_without_deadline",
+                                        "on_deadline needs deadline_s (here or on its tool)"))
     return problems
 
 

@@ -45,6 +45,7 @@ from saga_core import (
     resolve_command,
 )
 from saga_core.contracts import ErrorClass, Receipt
+from saga_core.definition import SagaDefinition
 from saga_core.errors import EventRejected, TemplateError
 from saga_core.events import (
     ReconciliationResult,
@@ -167,7 +168,7 @@ class StepExecutor:
         reuse = key_reuse(loaded.state, resolved)
         if reuse is not None:
             return self._refuse_key_reuse(command, loaded, reuse)
-        started = self._started(command, resolved, now)
+        started = self._started(command, resolved, now, loaded.state.definition)
         return Claimed(command, resolved, self.orchestrator.commit(loaded, [started], claim=ahead))
 
     def claim_due(self, state: SagaState, now: datetime) -> list[tuple[StepCommand, StepStarted]]:
@@ -189,7 +190,7 @@ class StepExecutor:
             if key_reuse(state, resolved) is not None:
                 continue  # left to the plain path, which records the escalation
             self._keep_resolved(candidate, resolved)
-            found.append((candidate, self._started(candidate, resolved, now)))
+            found.append((candidate, self._started(candidate, resolved, now, state.definition)))
         return found
 
     def resolution(self, command: StepCommand, loaded: LoadedSaga) -> ResolvedCommand:
@@ -203,8 +204,10 @@ class StepExecutor:
             check_key_payload(recorded, resolved.request_hash, resolved.operation_key)
         return resolved
 
-    def _started(self, command: StepCommand, resolved: ResolvedCommand,
-                 now: datetime) -> StepStarted:
+    def _started(self, command: StepCommand, resolved: ResolvedCommand, now: datetime,
+                 definition: SagaDefinition) -> StepStarted:
+        # The step's declared timeout is a time in the log: decide and the sweeper read it.
+        timeout_s = definition.step_timeout_s(command.step_id, command.kind)
         return StepStarted(
             at=now,
             step_id=command.step_id,
@@ -214,6 +217,7 @@ class StepExecutor:
             request_hash=resolved.request_hash,
             worker_id=self.worker_id,
             lease_expires_at=now + self.lease,
+            timeout_at=now + timedelta(seconds=timeout_s) if timeout_s is not None else None,
         )
 
     def _keep_resolved(self, command: StepCommand, resolved: ResolvedCommand) -> None:
@@ -256,8 +260,10 @@ class StepExecutor:
             run = loaded.state.run(command.step_id, command.kind)
             if run.attempt != command.attempt:
                 return None  # a later attempt exists; this observation is superseded
-            if isinstance(result, StepSucceeded) and run.status in IN_DOUBT:
-                # A receipt is a fact, even from a worker whose lease expired meanwhile.
+            if (isinstance(result, StepSucceeded) and run.status in IN_DOUBT
+                    and run.verify_since is None):
+                # A receipt is a fact, even from a worker whose lease expired meanwhile (one
+                # already recorded and waiting for its postcondition is not replaced).
                 return [result]
             if run.status is RunStatus.STARTED and run.worker_id == self.worker_id:
                 return [result]

@@ -1,5 +1,6 @@
-"""Shipped example definitions: the trip saga and its tool catalogue, and a catalogue whose
-gates cover every class of risk, stored as YAML data."""
+"""Shipped example definitions: the trip saga and its tool catalogue, the payout saga (an
+invariant, a postcondition, timeouts, a compensation deadline and a forward precondition)
+and its catalogue, and a catalogue whose gates cover every class of risk, as YAML data."""
 
 from __future__ import annotations
 
@@ -28,3 +29,14 @@ def gated_tool_catalogue() -> ToolCatalogue:
     """An example catalogue gating money, deletion, infrastructure and external
     communication (each tool's ``gate``; see ``saga_core.gates``)."""
     return ToolCatalogue.from_yaml(_read("gated_tools.yaml"))
+
+
+def payout_tool_catalogue() -> ToolCatalogue:
+    """The payout saga's tools: debit and credit, undone by refund and reverse."""
+    return ToolCatalogue.from_yaml(_read("payout_tools.yaml"))
+
+
+def payout_definition() -> SagaDefinition:
+    """The payout saga, validated and bound to :func:`payout_tool_catalogue`."""
+    return validate_definition(SagaDefinition.from_yaml(_read("payout.yaml")),
+                               payout_tool_catalogue())

@@ -143,6 +143,10 @@ class QueueReport:
             gate = _gate_line(e.evidence)
             if gate:
                 lines.append(f"    who may answer: {gate}")
+            details = e.evidence.get("details")
+            invariant = details.get("invariant") if isinstance(details, dict) else None
+            if isinstance(invariant, str) and invariant:
+                lines.append(f"    invariant: {invariant}")
         return "\n".join(lines)
 
 
@@ -307,6 +311,8 @@ class AuditView:
         r = self.report
         chain = "intact" if r.chain_ok else f"BROKEN ({r.chain_break})"
         lines = [f"saga {r.saga_id}: {r.events_total} events, hash chain {chain}"]
+        if r.invariant:
+            lines.append(f"invariant: {r.invariant}")
         for e in r.timeline:
             extra = " ".join(f"{name}={value}" for name, value in
                              (("step_id", e.step_id), ("kind", e.kind), ("actor", e.actor))

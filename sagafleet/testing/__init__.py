@@ -14,6 +14,7 @@ The README's section "Testing your sagas" documents the whole kit.
 
 from sagafleet.testing.clock import TestClock
 from sagafleet.testing.fleet import FleetMisconfigured, NeverIdle, TestFleet
+from sagafleet.testing.payout import PayoutBooks, PayoutTools
 from sagafleet.testing.publisher import RecordingPublisher
 from sagafleet.testing.tools import (
     CommittedEffect,
@@ -34,6 +35,8 @@ __all__ = [
     "InMemoryTools",
     "MemoryPrincipals",
     "NeverIdle",
+    "PayoutBooks",
+    "PayoutTools",
     "RecordingPublisher",
     "TestClock",
     "TestFleet",

@@ -28,6 +28,7 @@ from events.model import Position
 from events.sagas import LoadedSaga, saga_id_of, saga_stream
 from saga_core import SagaDefinition
 from saga_core.authority import Principal, PrincipalKind
+from saga_core.checks import compensation_deadline
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.events import SagaEvent
 from saga_core.examples import trip_definition
@@ -253,8 +254,8 @@ class TestFleet:
 
 def due_times(state: SagaState) -> list[datetime]:
     """When each waiting operation of an unfinished saga falls due: a scheduled step or
-    lookup, a lease or an approval running out, the time limit passing (the moments
-    ``saga_core.due_work`` checks)."""
+    lookup, a lease, a step timeout or an approval running out, a compensation deadline or
+    the time limit passing (the moments ``saga_core.due_work`` checks)."""
     if not state.started or state.finished is not None or state.escalation is not None:
         return []
     times: list[datetime] = []
@@ -266,10 +267,16 @@ def due_times(state: SagaState) -> list[datetime]:
             times.append(run.not_before)
         elif run.status is RunStatus.STARTED and run.lease_expires_at is not None:
             times.append(run.lease_expires_at)
+            if run.timeout_at is not None:
+                times.append(run.timeout_at)
         elif run.status is RunStatus.AWAITING_APPROVAL and run.approval is not None:
             approval = run.approval
             granted = approval.grant_expires_at if approval.status == "granted" else None
             times.append(granted or approval.expires_at)
+    for step_id in state.compensation:
+        passes = compensation_deadline(state, step_id)
+        if passes is not None:
+            times.append(passes)
     return times
 
 

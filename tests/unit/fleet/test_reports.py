@@ -79,3 +79,26 @@ def test_the_queue_text_names_who_may_answer_an_approval_request() -> None:
     # then the queue says which person may answer it
     assert QueueReport([row]).to_text().endswith(
         "who may answer: a person with role approver, not the saga's starter, money risk")
+
+
+def test_the_queue_text_states_the_definitions_business_invariant() -> None:
+    # given an escalation whose evidence carries the definition's invariant
+    invariant = "Money leaves the source account only if it arrives in the destination."
+    row = QueueRow(saga_id="s1", entry="escalation", step_id="credit", kind="forward",
+                   tenant="t", definition_name="payout", reason="postcondition not observed",
+                   action_hash=None, scope=None, evidence={"details": {"invariant": invariant}},
+                   deadline=None, requested_at=datetime(2026, 1, 1, tzinfo=UTC))
+    # then the queue shows it with the entry
+    assert QueueReport([row]).to_text().endswith(f"invariant: {invariant}")
+
+
+def test_the_audit_text_states_the_definitions_business_invariant() -> None:
+    from projections.audit import AuditReport
+    from sagafleet.commands.rendering import AuditView
+    report = AuditReport(saga_id="s1", at=None, events_total=0, invariant="No charge without "
+                         "a booking.", chain_ok=True, chain_break=None, timeline=[], state=None)
+    assert AuditView(report).to_text().splitlines()[1] == "invariant: No charge without a booking."
+    assert AuditView(report).to_json()["invariant"] == "No charge without a booking."
+    silent = AuditReport(saga_id="s1", at=None, events_total=0, invariant="", chain_ok=True,
+                         chain_break=None, timeline=[], state=None)
+    assert "invariant" not in AuditView(silent).to_text()

@@ -140,6 +140,7 @@ class Saga:
     def claim(self, step_id: str, kind: StepKind = F, lease_s: float = 30) -> StepStarted:
         run = self.state.run(step_id, kind)
         command = resolve_command(self.state, step_id, kind)
+        timeout_s = self.definition.step_timeout_s(step_id, kind)  # as a worker records it
         event = StepStarted(
             at=self.now,
             step_id=step_id,
@@ -149,6 +150,7 @@ class Saga:
             request_hash=command.request_hash,
             worker_id="w1",
             lease_expires_at=self.now + timedelta(seconds=lease_s),
+            timeout_at=self.now + timedelta(seconds=timeout_s) if timeout_s else None,
         )
         self.append(event)
         return event
