@@ -270,9 +270,10 @@ class StepExecutor:
             began = time.perf_counter()
             result = self._call_tool(command, resolved, args, revealed)
             outcome = _step_outcome(result)
-            self.metrics.step_called(resolved.tool, kind, outcome,
-                                     time.perf_counter() - began)
+            took = time.perf_counter() - began
+            self.metrics.step_called(resolved.tool, kind, outcome, took)
             set_outcome(span, outcome)
+            log.info("%s %s: %s in %.3fs", resolved.tool, kind, outcome, took)
         if revealed and isinstance(result, StepFailed):
             # Error text goes into the log: never with a secret an adapter echoed.
             return result.model_copy(update={"message": scrub(result.message, revealed)})
