@@ -9,9 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from projection_support import TripScript
 from prometheus_client.parser import text_string_to_metric_families
+from read_model_support import project_all
 
 from events.sagas import PostgresSagaLog
-from projections import MetricsServer, ProjectionContext, ProjectionRunner
+from projections import MetricsServer, ProjectionContext
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +55,7 @@ def test_the_endpoint_reports_the_window_by_prometheus_conventions(
         script.write(repo)
     running = _at(2).start().succeed("hold_flight").duplicate_success("hold_flight", "again")
     running.write(repo)
-    ProjectionRunner(ctx).catch_up()
+    project_all(ctx)
 
     # when Prometheus scrapes the endpoint with a 15-minute window
     text, content_type = _scrape(ctx, 900)
@@ -119,7 +120,7 @@ def test_an_empty_window_reports_counts_but_no_shares(
 ) -> None:
     # given only a saga finished two hours ago
     _at(120).completed().write(repo)
-    ProjectionRunner(ctx).catch_up()
+    project_all(ctx)
     # when scraped with a 15-minute window
     families = _families(_scrape(ctx, 900)[0])
     # then no saga is in the window, and no share is invented from nothing
