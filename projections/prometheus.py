@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from projections.alerts import platform_alerts
 from projections.context import ProjectionContext
-from projections.metrics import DeadLetterMetrics, collect_platform_metrics
+from projections.metrics import DeadLetterMetrics, dead_letter_metrics
 from projections.status import projection_status
 from projections.window import QUANTILES, OperationWindow, WindowMetrics, collect_window
 from saga_core.errors import SagaError
@@ -71,9 +71,8 @@ class ReadModelCollector(Collector):
         window = collect_window(self.ctx, self.window_s)
         yield from _window_families(window)
         yield from _lag_families(self.ctx)
-        dead_letters = collect_platform_metrics(self.ctx).dead_letters
-        if dead_letters is not None:
-            yield from _dead_letter_families(dead_letters)
+        # The platform's view: dead letters belong to no tenant proven to own them.
+        yield from _dead_letter_families(dead_letter_metrics(self.ctx))
         alerts = Counter(a.kind for a in platform_alerts(self.ctx))
         family = _gauge("business_alerts", "Business-risk alerts open now, by kind.", ["kind"])
         for kind in ALERT_KINDS:
