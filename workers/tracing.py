@@ -4,7 +4,8 @@ The fleet's code uses only the OpenTelemetry *API*, as a library should: a span 
 with the global tracer, which is a no-op until a process configures the SDK. Without the
 ``otel`` extra (``pip install 'sagafleet[otel]'``) the API is not even importable, and every
 helper here is a plain function returning a shared do-nothing object: no import, no
-allocation per call.
+allocation per call. With the extra installed but no tracer provider set up (``SAGAFLEET_OTEL``
+unset, and the application configured none), the helpers do the same.
 
 A process turns tracing on with :func:`init_tracing` when ``SAGAFLEET_OTEL=1``: it installs
 the SDK's tracer provider (service name and resource from the standard ``OTEL_SERVICE_NAME``
@@ -26,7 +27,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from saga_core.errors import ErrorKind, SagaError
@@ -53,9 +54,16 @@ class Span(Protocol):
 
 
 class _NoSpan:
-    """The span of a process without OpenTelemetry: accepts everything, keeps nothing."""
+    """The span of a process without tracing: accepts everything, keeps nothing; it is its
+    own context manager, so a span that is off costs one call and no allocation."""
 
     def set_attribute(self, key: str, value: Any) -> None:
+        return None
+
+    def __enter__(self) -> _NoSpan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         return None
 
 
@@ -67,32 +75,46 @@ def tracing_available() -> bool:
     return _trace is not None
 
 
+def _tracing_configured() -> bool:
+    """Whether some tracer provider was installed in this process (ours or the
+    application's own): until then the API's proxy would only make non-recording spans,
+    at a few microseconds each, so the helpers skip it."""
+    return _trace is not None and not isinstance(_trace.get_tracer_provider(),
+                                                 _trace.ProxyTracerProvider)
+
+
 def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:
     return {ATTRIBUTE_PREFIX + k: v for k, v in values.items() if v is not None}
 
 
-@contextmanager
-def operation_span(name: str, **attributes: Any) -> Iterator[Span]:
+def operation_span(name: str, **attributes: Any) -> AbstractContextManager[Span]:
     """A span around one step attempt, compensation or lookup (``sagafleet.*`` attributes);
     the caller sets ``outcome`` on it with :func:`set_outcome`."""
-    if _trace is None:
-        yield _NO_SPAN
-        return
-    tracer = _trace.get_tracer(TRACER_NAME)
+    if _trace is None or not _tracing_configured():
+        return _NO_SPAN
+    return _recorded_span(_trace, name, attributes)
+
+
+@contextmanager
+def _recorded_span(api: Any, name: str, attributes: Mapping[str, Any]) -> Iterator[Span]:
+    tracer = api.get_tracer(TRACER_NAME)
     with tracer.start_as_current_span(name, attributes=_attributes(attributes)) as span:
         yield span
 
 
-@contextmanager
-def saga_start_span(**attributes: Any) -> Iterator[Span]:
+def saga_start_span(**attributes: Any) -> AbstractContextManager[Span]:
     """The root of a saga's trace: a new trace per start, linked to the caller's span (an
     agent's request) when there is one, so each saga's work reads as one trace."""
-    if _trace is None:
-        yield _NO_SPAN
-        return
-    caller = _trace.get_current_span().get_span_context()
-    links = [_trace.Link(caller)] if caller.is_valid else []
-    tracer = _trace.get_tracer(TRACER_NAME)
+    if _trace is None or not _tracing_configured():
+        return _NO_SPAN
+    return _start_span(_trace, attributes)
+
+
+@contextmanager
+def _start_span(api: Any, attributes: Mapping[str, Any]) -> Iterator[Span]:
+    caller = api.get_current_span().get_span_context()
+    links = [api.Link(caller)] if caller.is_valid else []
+    tracer = api.get_tracer(TRACER_NAME)
     with tracer.start_as_current_span("saga.start", context=_root_context(), links=links,
                                       attributes=_attributes(attributes)) as span:
         yield span
