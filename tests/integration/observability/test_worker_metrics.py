@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
 from saga_core.contracts import SagaStatus
+from saga_core.events import StepStarted
 
 DEADLINE_S = 60.0
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -113,3 +114,31 @@ def test_the_port_may_come_from_the_environment(
     _, samples = scrape(port)
     assert sum(value for (name, lbls), value in samples.items()
                if name == "sagafleet_worker_step_duration_seconds_count") == 4
+
+
+def test_a_message_a_killed_worker_held_counts_as_redelivered_where_it_lands(
+        fleet: SandboxFleet, workers: WorkerProcesses) -> None:
+    # given a worker whose tools take 30 s, its messages invisible to others for 3 s
+    short = {"SAGAFLEET_VISIBILITY_TIMEOUT_SECONDS": "3"}
+    [victim] = workers.start(1, tool_latency_s=30.0, extra_env=short)
+    saga = fleet.client().start("trip", TRIP_INPUT, key="killed-mid-step").saga_id
+    # when it is SIGKILLed once it claimed the first step (the message unacknowledged)
+    deadline = time.monotonic() + DEADLINE_S
+    while not any(isinstance(e, StepStarted) for e in fleet.repo.load(saga).events):
+        assert time.monotonic() < deadline, "the worker never claimed the step"
+        time.sleep(0.05)
+    victim.kill()
+    victim.wait()
+    # and a replacement serving its metrics comes up and the saga is finished
+    port = free_port()
+    workers.start(1, extra_env=short, args=("--metrics-port", str(port)))
+    assert settle(fleet, [saga]) == {saga: SagaStatus.COMPLETED}
+    # then the replacement counts the message the broker handed out again, once
+    _, samples = scrape(port)
+    assert samples[("sagafleet_worker_redeliveries_total",
+                    labels(task="sagafleet.step"))] == 1
+    # and the lookups by key that settled the dead worker's claims (the two holds, claimed
+    # together as parallel branches; their leases ran out)
+    lookups = [dict(lbls) for (name, lbls) in samples
+               if name == "sagafleet_worker_reconciliations_total"]
+    assert {lookup["tool"] for lookup in lookups} == {"flights.hold", "hotels.hold"}
