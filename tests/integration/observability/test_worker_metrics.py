@@ -14,7 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
 from saga_core.contracts import SagaStatus
-from saga_core.events import StepStarted
+from saga_core.events import CancelRequested, StepStarted
+from workers.messages import StepCommand
+from workers.orchestrator import commands_due
 
 DEADLINE_S = 60.0
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -45,6 +47,11 @@ def scrape(port: int) -> tuple[dict[str, str], Samples]:
         for s in family.samples:
             samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return types, samples
+
+
+def command_tool(fleet: SandboxFleet, saga_id: str, command: StepCommand) -> str:
+    """The tool a step command calls."""
+    return fleet.repo.load(saga_id).definition.tool_for(command.step_id, command.kind)[0]
 
 
 def labels(**values: str) -> tuple[tuple[str, str], ...]:
@@ -142,3 +149,25 @@ def test_a_message_a_killed_worker_held_counts_as_redelivered_where_it_lands(
     lookups = [dict(lbls) for (name, lbls) in samples
                if name == "sagafleet_worker_reconciliations_total"]
     assert {lookup["tool"] for lookup in lookups} == {"flights.hold", "hotels.hold"}
+
+
+def test_duplicates_dropped_and_races_lost_are_counted(fleet: SandboxFleet) -> None:
+    # given a saga whose first command this process handles as a worker would
+    saga = fleet.client().start("trip", TRIP_INPUT, key="counted").saga_id
+    stale = fleet.repo.load(saga)
+    [command, *_] = commands_due(list(stale.events), saga, fleet.clock())
+    metrics = fleet.metrics.registry
+    # when the command is handled, then handled again (a duplicate message)
+    assert fleet.executor.handle(command).verdict == "executed"
+    assert fleet.executor.handle(command).verdict == "dropped"
+    # and something is appended from the saga as it stood before (another writer got there)
+    fleet.orchestrator.retrying(saga, lambda loaded: fleet.orchestrator.commit(
+        loaded, [CancelRequested(at=fleet.clock(), actor="ops", reason="counted")]),
+        known=stale)
+    # then one claim, one call, one drop and one lost race are counted
+    value = metrics.get_sample_value
+    assert value("sagafleet_worker_step_commands_total", {"outcome": "executed"}) == 1
+    assert value("sagafleet_worker_step_commands_total", {"outcome": "dropped"}) == 1
+    assert value("sagafleet_worker_claims_total",
+                 {"tool": command_tool(fleet, saga, command), "kind": "forward"}) == 1
+    assert value("sagafleet_worker_races_lost_total") == 1
