@@ -18,7 +18,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from workers.tracing import trace_metadata
+from workers.tracing import current_trace_ids
 
 STEP_FIELDS: Final = ("saga_id", "step_id", "kind", "attempt")
 """What a record says about the step being handled, when one is."""
@@ -72,7 +72,7 @@ class JsonLinesFormatter(logging.Formatter):
             value = getattr(record, name, current.get(name))
             if value is not None:
                 line[name] = value
-        line.update(trace_metadata())
+        line.update(current_trace_ids())
         for name, value in vars(record).items():
             if name not in _STANDARD and name not in line:
                 line[name] = value

@@ -133,7 +133,16 @@ def set_outcome(span: Span, outcome: str) -> None:
 
 
 def trace_metadata() -> dict[str, str]:
-    """The current trace and span ids, for an event's metadata (empty without a trace)."""
+    """The current trace and span ids, for an event's metadata (empty without a trace;
+    nothing is asked of the API until a tracer provider was set up)."""
+    if not _tracing_configured():
+        return {}
+    return current_trace_ids()
+
+
+def current_trace_ids() -> dict[str, str]:
+    """``trace_id`` and ``span_id`` of the current span, hex as OpenTelemetry writes them
+    (empty when no valid span is current, or OpenTelemetry is absent)."""
     if _trace is None:
         return {}
     context = _trace.get_current_span().get_span_context()
