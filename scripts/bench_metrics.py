@@ -12,7 +12,7 @@ and prints their medians and ratio: the scrape should stay flat while history gr
 Then it times ``workers.tracing.operation_span`` with no tracer provider configured (the
 cost a step pays when tracing is off) against an empty ``with`` block.
 
-Usage: python scripts/bench_metrics.py [--quick] [--rounds N] [--database-url URL]
+Usage: python scripts/bench_metrics.py [--quick] [--sizes N ...] [--rounds N] [--database-url URL]
 """
 
 from __future__ import annotations
@@ -126,10 +126,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="sizes 500 .. 2000")
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--sizes", type=int, nargs="+", default=None,
+                        help="numbers of old sagas to measure at (default 1000 5000 20000)")
     parser.add_argument("--database-url", default=None,
                         help="a PostgreSQL server to create the database on (default: embedded)")
     args = parser.parse_args()
-    sizes = [500, 1000, 2000] if args.quick else [1000, 5000, 20000]
+    sizes = args.sizes or ([500, 1000, 2000] if args.quick else [1000, 5000, 20000])
     if args.database_url:
         server = args.database_url
     else:
