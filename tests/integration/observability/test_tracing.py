@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleet_harness import SandboxFleet, WorkerProcesses, settle
 from principal_support import issue_token
+from trip_inputs import TRIP_INPUT
 
 from projections import ProjectionContext, audit
+from saga_core.contracts import SagaStatus
 from sagafleet.cli import main
 from sagafleet.exit_codes import ExitCode
 
@@ -100,6 +103,45 @@ def test_a_saga_is_one_trace_from_its_start_through_every_step(
     assert main(["audit", run["sagas"]["bounced"], "--json"]) == ExitCode.OK
     timeline = json.loads(capsys.readouterr().out)["timeline"]
     assert {entry["trace_id"] for entry in timeline} == {traces["bounced"]}
+
+
+def console_spans(text: str) -> list[dict[str, Any]]:
+    """The spans OpenTelemetry's console exporter wrote among a process's other output."""
+    decoder, spans = json.JSONDecoder(), []
+    for start in (i for i in range(len(text)) if text.startswith("{\n", i)
+                  and (i == 0 or text[i - 1] == "\n")):
+        try:
+            found, _ = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(found, dict) and "context" in found and "name" in found:
+            spans.append(found)
+    return spans
+
+
+def test_sagafleet_worker_traces_when_sagafleet_otel_is_set(
+        fleet: SandboxFleet, workers: WorkerProcesses) -> None:
+    # given a real `sagafleet worker` with SAGAFLEET_OTEL=1, exporting to its console
+    workers.start(1, extra_env={"SAGAFLEET_OTEL": "1", "OTEL_TRACES_EXPORTER": "console"})
+    # when a saga is started (by an untraced process) and runs on it
+    saga = fleet.client().start("trip", TRIP_INPUT, key="worker-traced").saga_id
+    assert settle(fleet, [saga]) == {saga: SagaStatus.COMPLETED}
+    workers.stop()  # a warm shutdown flushes the spans
+    spans = console_spans((workers.log_dir / "worker-0.log").read_text())
+    # then the worker exported a span per step attempt, from the service sagafleet-worker
+    steps = [s for s in spans if s["name"] == "saga.step"
+             and s["attributes"].get("sagafleet.saga_id") == saga]
+    assert sorted(s["attributes"]["sagafleet.tool"] for s in steps) == [
+        "email.send_itinerary", "flights.hold", "hotels.hold", "payments.capture"]
+    assert {s["resource"]["attributes"]["service.name"] for s in steps} == {"sagafleet-worker"}
+    # and Celery's and psycopg's spans beside them
+    assert any(s["name"] == "run/sagafleet.step" for s in spans)
+    assert any(s["attributes"].get("db.system") == "postgresql" for s in spans)
+    # and the events the worker appended carry the trace ids of its spans
+    traced = {s["context"]["trace_id"].removeprefix("0x") for s in steps}
+    with ProjectionContext.connect(fleet.config.database_url) as ctx:
+        written = {e.trace_id for e in audit(ctx, saga, tenant="default").timeline}
+    assert traced <= written
 
 
 def test_without_the_otel_extra_tracing_is_absent_and_free() -> None:
