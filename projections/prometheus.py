@@ -18,7 +18,14 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
+from prometheus_client import (
+    CollectorRegistry,
+    gc_collector,
+    generate_latest,
+    make_wsgi_app,
+    platform_collector,
+    process_collector,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -201,10 +208,13 @@ def _dead_letter_families(letters: DeadLetterMetrics) -> Iterator[Metric]:
 
 def exporter_registry(ctx: ProjectionContext, window_s: float = DEFAULT_WINDOW_S
                       ) -> CollectorRegistry:
-    """A registry holding only the read-model collector (no process metrics: the
-    exposition is about sagas, whichever process serves it)."""
+    """A registry of the read-model collector and the serving process's own metrics
+    (``process_*``, ``python_*``: the projector's memory and CPU)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ReadModelCollector(ctx, window_s))
+    process_collector.ProcessCollector(registry=registry)
+    platform_collector.PlatformCollector(registry=registry)
+    gc_collector.GCCollector(registry=registry)
     return registry
 
 

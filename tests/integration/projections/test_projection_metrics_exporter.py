@@ -104,6 +104,8 @@ def test_the_endpoint_reports_the_window_by_prometheus_conventions(
     lag = (("projection", "sagas"), ("status", "active"), ("version", "1"))
     assert value("sagafleet_projection_lag_events", lag) == 0
     assert value("sagafleet_business_alerts", (("kind", "compensation_failing"),)) == 0
+    # and the serving process's own metrics come along
+    assert families["process_resident_memory_bytes"][0] == "gauge"
     # and no label names a saga
     assert all(label not in ("saga_id", "step_id") for family in families.values()
                for labels in family[1] for label, _ in labels)
