@@ -10,8 +10,8 @@ digest, so neither a copy of the table nor a log line can sign anyone in. Every 
 2. its principal is still live in the principal directory, with the same token it signed in
    with (a revoked principal or a rotated token ends every session of it at once: no cache);
 
-and then refreshes ``last_seen_at``. A session that fails a check is deleted. Sign-out
-(:meth:`SessionStore.close`) deletes the row.
+and then refreshes ``last_seen_at``. A session that fails a check is deleted; so is every
+expired one at the next sign-in. Sign-out (:meth:`SessionStore.close`) deletes the row.
 
 The CSRF token of a session is derived from the session id (HMAC-SHA256 of a fixed label under
 the id): it is tied to the session, stored nowhere, and only the cookie's holder can compute it.
@@ -111,6 +111,7 @@ class SessionStore:
         principal = self._principals.authenticate(token)
         record = self._principals.get(principal.tenant, principal.name)
         session_id = secrets.token_urlsafe(SESSION_ID_BYTES)
+        self.purge_expired()  # rows of browsers that never came back go at the next sign-in
         now = self._clock()
         expires = now + self.policy.absolute
         with self._store.connection() as conn:

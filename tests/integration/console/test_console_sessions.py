@@ -139,3 +139,10 @@ def test_a_session_ends_after_its_absolute_lifetime_however_busy(fleet, clocked)
         assert client.get("/queue").status_code == 200
     clock.now += step
     assert client.get("/queue").status_code == 401
+
+
+def test_signing_in_again_ends_the_session_before(fleet, browser: TestClient) -> None:
+    sign_in(browser, token_for(fleet, "olivia", ("operator",)))
+    sign_in(browser, token_for(fleet, "oscar", ("operator",)))
+    assert _session_rows(fleet) == 1
+    assert "oscar" in browser.get("/queue").text
