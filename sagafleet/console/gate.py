@@ -93,13 +93,18 @@ def is_public(path: str) -> bool:
     return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
 
 
-def same_origin(headers: Headers, scope: Scope) -> bool:
-    """Whether the request's ``Origin`` (when sent) is this server's own."""
+def same_origin(headers: Headers) -> bool:
+    """Whether the request's ``Origin`` (when sent) names this server's host and port.
+
+    The scheme is not compared: behind a TLS proxy the browser's origin is https while the
+    console may hear http; what matters is that no other site posted the form (a proxy must
+    pass the original ``Host``). ``Origin: null`` (an opaque origin) is another site.
+    """
     origin = headers.get("origin")
     if origin is None:  # not sent (same-origin navigation in some browsers): the token decides
         return True
-    host = headers.get("host", "")
-    return origin in (f"{scope.get('scheme', 'http')}://{host}",)
+    _, _, netloc = origin.partition("://")
+    return bool(netloc) and netloc.lower() == headers.get("host", "").lower()
 
 
 class Gate:
@@ -131,7 +136,7 @@ class Gate:
         if scope["method"] in SAFE_METHODS:
             await self.app(scope, receive, send)
             return
-        if not same_origin(request.headers, scope):
+        if not same_origin(request.headers):
             await _plain(403, "refused: the form was posted from another site")(
                 scope, receive, send)
             return

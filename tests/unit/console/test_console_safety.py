@@ -1,9 +1,12 @@
-"""Safe markup: values are escaped by construction, and a response refuses plain text."""
+"""Safe markup (values escaped by construction, a response refuses plain text), where a
+sign-in may lead, and which posts come from another site."""
 
 from __future__ import annotations
 
 import pytest
+from starlette.datastructures import Headers
 
+from sagafleet.console.gate import same_origin
 from sagafleet.console.layout import fragment_response, sign_in_frame
 from sagafleet.console.markup import Markup, html, join, pretty_json, url_part
 from sagafleet.console.signin import safe_next
@@ -46,3 +49,11 @@ def test_a_response_refuses_text_that_was_not_built_as_markup(respond) -> None:
     ("https://evil.example", "/"), ("/\\evil.example", "/"), ("", "/")])
 def test_after_sign_in_only_a_path_of_this_site_is_followed(target, expected) -> None:
     assert safe_next(target) == expected
+
+
+@pytest.mark.parametrize(("origin", "same"), [
+    (None, True), ("http://console.example:8080", True), ("https://console.example:8080", True),
+    ("https://evil.example", False), ("null", False), ("http://console.example", False)])
+def test_a_post_from_another_origin_is_told_apart(origin, same) -> None:
+    raw = {"host": "console.example:8080"} | ({"origin": origin} if origin else {})
+    assert same_origin(Headers(raw)) is same
