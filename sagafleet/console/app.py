@@ -32,7 +32,7 @@ from saga_core.errors import SagaError
 from sagafleet.console import actions, signin, stream
 from sagafleet.console import pages as pages_package
 from sagafleet.console.core import Console, status_of
-from sagafleet.console.gate import VIEWER_KEY, Gate
+from sagafleet.console.gate import FRAGMENT_HEADER, VIEWER_KEY, Gate
 from sagafleet.console.headers import SecurityHeaders
 from sagafleet.console.layout import NavLink, sign_in_frame
 from sagafleet.console.markup import html
@@ -96,7 +96,7 @@ def _error_page(console: Console) -> Callable[[Request, Exception], Any]:
         body = html('<section class="problem"><h1>{}</h1><p class="notice error" '
                     'role="alert">{}</p>{}</section>', _title(status), str(exc),
                     html('<p class="hint">{}</p>', exc.hint) if exc.hint else "")
-        if request.headers.get("x-sagafleet-fragment") is not None:
+        if FRAGMENT_HEADER in request.headers:
             return console.fragment(body, status=status)
         if VIEWER_KEY in request.scope:
             return console.page(request, _title(status), body, status=status)
