@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, get_args
+from typing import Any, Final, Literal, get_args
 
 from pydantic import Field, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
@@ -65,6 +65,21 @@ class Settings(BaseSettings):
     tenant: str = Field(default="default", min_length=1, max_length=128, description=(
         "the tenant of `principals` commands (acting and read commands act in their token's "
         "tenant)"))
+    # Sentry's share of transactions traced (errors are always sent): 1.0 traces every
+    # step, which costs a Sentry quota at volume; 0 sends errors only.
+    sentry_traces_sample_rate: float = Field(default=1.0, ge=0, le=1, description=(
+        "the share of transactions Sentry traces, 0..1 (errors are always sent)"))
+    # OpenTelemetry (workers.tracing): needs the otel extra; the exporter, endpoint, service
+    # name and sampler come from the standard OTEL_* variables.
+    otel: bool = Field(default=False, description=(
+        "trace sagas with OpenTelemetry (pip install 'sagafleet[otel]'; exporter and "
+        "endpoint from OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, ...)"))
+    log_format: Literal["text", "json"] = Field(default="text", description=(
+        "log lines as text, or as JSON objects with saga and step ids (json)"))
+    worker_metrics_port: int = Field(default=0, ge=0, le=65_535, description=(
+        "port of a worker's Prometheus /metrics (0: not served; --metrics-port wins)"))
+    metrics_window_seconds: float = Field(default=900.0, gt=0, le=7 * 86_400, description=(
+        "the window the exporter's rates and latencies are computed over"))
     # The API token an operator's commands act with (approve, deny, resolve, cancel, start,
     # ...): issued by `sagafleet principals add|rotate`, shown once. A file is safer than the
     # environment (--token-file or SAGAFLEET_TOKEN_FILE); either way it is never printed.

@@ -26,6 +26,7 @@ from sagafleet.json_arguments import json_argument, read_at_most
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
 from workers.client import MAX_WAIT_SECONDS, Waited
+from workers.tracing import init_tracing
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -88,6 +89,7 @@ def run_register(args: argparse.Namespace, settings: Settings) -> int:
 def run_start(args: argparse.Namespace, settings: Settings) -> int:
     """Start a saga from a JSON input."""
     data = _input_document(args.input)
+    init_tracing(settings.otel, "cli")  # the saga's trace starts here
     fleet = command_fleet(settings)
     try:
         client = fleet.client_for(cli_principal(args, settings, fleet.principals))
