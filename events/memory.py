@@ -75,11 +75,12 @@ class MemorySagaLog(SagaStreams):
         *,
         actor: str | None = None,
         unit: Unit | None = None,
+        trace_id: str | None = None,
     ) -> AppendResult:
         """Append as every log does, then wake this log's watchers (a unit wakes them as it
         ends, when its appends are applied)."""
         result = super().append(saga_id, tenant, events, expected_version, actor=actor,
-                                unit=unit)
+                                unit=unit, trace_id=trace_id)
         if unit is None:
             self._wake()
         return result

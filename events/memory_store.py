@@ -56,6 +56,8 @@ from events.store_rules import (
     new_events,
     original_append,
 )
+from events.traces import checked_trace_query, in_trace
+from saga_core.limits import TRACE_EVENTS
 
 Clock = Callable[[], datetime]
 """What tells the store the time (``recorded_at``); a test kit passes its own."""
@@ -301,6 +303,16 @@ class MemoryEventStore:
         with self._lock:
             found = self._streams.get(stream_id, [])[after:upper]
         return [s.fresh() for s in found]
+
+    def events_of_trace(
+        self, tenant: str, trace_id: str, *, limit: int = TRACE_EVENTS.value
+    ) -> list[RecordedEvent]:
+        """The tenant's events of a saga lineage trace, oldest first (as
+        :meth:`EventStore.events_of_trace`)."""
+        tenant, trace_id, limit = checked_trace_query(tenant, trace_id, limit)
+        with self._lock:
+            found = [s for s in self._log if in_trace(s.record, tenant, trace_id)]
+        return [s.fresh() for s in found[:limit]]
 
     def read_streams(self, stream_ids: Sequence[str]) -> dict[str, list[RecordedEvent]]:
         """Several whole streams: each id to its events in version order, an empty list for

@@ -99,8 +99,10 @@ class SagaLog(Protocol):
         *,
         actor: str | None = None,
         unit: Unit | None = None,
+        trace_id: str | None = None,
     ) -> AppendResult:
-        """Append at ``expected_version`` (``ConcurrencyError`` if the stream moved)."""
+        """Append at ``expected_version`` (``ConcurrencyError`` if the stream moved);
+        ``trace_id``: the saga's lineage trace, put in each event's metadata."""
         ...
 
     def unit_of_work(self) -> AbstractContextManager[Unit]:

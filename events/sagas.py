@@ -21,12 +21,14 @@ from events.registry import EventRegistry
 from events.saga_log import Definitions, SagaLog, Unit, unit_of
 from events.store import EventStore, UnitOfWork
 from events.subscription import Notifications
+from events.traces import SAGA_TRACE_KEY
 from saga_core import SagaDefinition, evolve
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.events import SAGA_EVENT_TYPES, SagaEvent, SagaStarted
 from saga_core.state import SagaState
 
 STREAM_PREFIX = "saga-"
+
 
 #: What an appending process adds to each event's metadata (a worker's trace ids).
 MetadataSource = Callable[[], Mapping[str, str]]
@@ -114,13 +116,17 @@ class SagaCodec:
         self.metadata = metadata
 
     def new_events(
-        self, events: Sequence[SagaEvent], tenant: str, actor: str | None
+        self, events: Sequence[SagaEvent], tenant: str, actor: str | None, *,
+        trace_id: str | None = None,
     ) -> list[NewEvent]:
-        """The envelopes of ``events``, carrying the tenant (and the actor, when known)."""
+        """The envelopes of ``events``, carrying the tenant (and the actor and the saga's
+        lineage trace id, when known)."""
         metadata: dict[str, Any] = dict(self.metadata()) if self.metadata is not None else {}
         metadata["tenant"] = tenant
         if actor:
             metadata["actor"] = actor
+        if trace_id:
+            metadata[SAGA_TRACE_KEY] = trace_id
         return [self.registry.to_new_event(e, metadata=metadata) for e in events]
 
     def fold(
@@ -238,10 +244,12 @@ class SagaStreams(ABC):
         *,
         actor: str | None = None,
         unit: Unit | None = None,
+        trace_id: str | None = None,
     ) -> AppendResult:
-        """Append saga events with tenant (and actor) metadata at ``expected_version``;
-        with ``unit`` the append commits (or not) with the rest of that unit of work."""
-        new = self.codec.new_events(events, tenant, actor)
+        """Append saga events with tenant (and actor, and the saga's lineage trace id as
+        ``saga_trace_id``) metadata at ``expected_version``; with ``unit`` the append
+        commits (or not) with the rest of that unit of work."""
+        new = self.codec.new_events(events, tenant, actor, trace_id=trace_id)
         target = self.streams if unit is None else self._within(unit)
         return target.append(saga_stream(saga_id), new, expected_version)
 

@@ -53,6 +53,8 @@ from events.reading import (
     scan_streams_on,
 )
 from events.store_rules import expected_code, new_events, original_append
+from events.traces import events_of_trace_on
+from saga_core.limits import TRACE_EVENTS
 
 if TYPE_CHECKING:
     from events.registry import EventRegistry
@@ -281,6 +283,14 @@ class EventStore:
         if found:
             self._remember(stream_id, found[-1])
         return found
+
+    def events_of_trace(
+        self, tenant: str, trace_id: str, *, limit: int = TRACE_EVENTS.value
+    ) -> list[RecordedEvent]:
+        """The tenant's events recorded under a saga lineage trace id, oldest first (at
+        most ``limit``): every event of the sagas that trace started."""
+        with self.connection() as conn:
+            return events_of_trace_on(conn, tenant, trace_id, limit)
 
     def read_streams(self, stream_ids: Sequence[str]) -> dict[str, list[RecordedEvent]]:
         """Several whole streams in one query (at most ``MAX_STREAMS_PER_READ`` ids): each

@@ -13,6 +13,7 @@ from typing import Any
 from events import Position, RecordedEvent, verify_chain
 from events.definitions import check_tenant
 from events.sagas import CorruptSagaStream, SagaNotFound, saga_stream
+from events.traces import SAGA_TRACE_KEY
 from projections.context import ProjectionContext
 from projections.masking import mask, mask_input
 from projections.record import replay
@@ -40,7 +41,8 @@ class TimelineEntry:
     prev_hash: str
     data: dict[str, Any]
     trace_id: str | None = None
-    """The OpenTelemetry trace the writer was in (``workers.tracing``), when it traced."""
+    """The trace the event belongs to: the OpenTelemetry trace its writer was in
+    (``workers.tracing``), else the saga's lineage trace (``saga_trace_id``)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,11 @@ class AuditReport:
     chain_break: str | None
     timeline: list[TimelineEntry]
     state: SagaRows | None
+    # Who and what asked (saga_core.lineage: agent request, model, prompt, trace) and the
+    # tool-contract snapshot it ran against (the definition's hash); lineage is None for a
+    # saga started before lineage existed.
+    lineage: dict[str, Any] | None = None
+    definition_hash: str = ""
 
 
 def parse_position(text: str) -> Position | int:
@@ -83,8 +90,11 @@ def _actor(record: RecordedEvent) -> str | None:
 
 
 def _trace_id(record: RecordedEvent) -> str | None:
-    value = record.metadata.get("trace_id")
-    return value if isinstance(value, str) and value else None
+    for name in ("trace_id", SAGA_TRACE_KEY):
+        value = record.metadata.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 def _approval(event: SagaEvent, data: dict[str, Any]) -> dict[str, Any] | None:
@@ -162,4 +172,6 @@ def audit(
         ),
         timeline=timeline,
         state=rows_of(folded) if folded is not None else None,
+        lineage=first.lineage.model_dump(exclude_none=True) if first.lineage else None,
+        definition_hash=first.definition_hash,
     )

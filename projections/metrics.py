@@ -34,9 +34,9 @@ SELECT definition_name,
        COALESCE(max(extract(epoch FROM now() - updated_at))
                 FILTER (WHERE NOT state = ANY(%(terminal)s)), 0)::float8,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - started_at))
-           FILTER (WHERE state IN ('COMPLETED', 'COMPENSATED')),
+           FILTER (WHERE state = ANY(%(terminal)s)),
        percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - started_at))
-           FILTER (WHERE state IN ('COMPLETED', 'COMPENSATED'))
+           FILTER (WHERE state = ANY(%(terminal)s))
   FROM {summary} s WHERE {scope} GROUP BY definition_name
 """
 
@@ -113,6 +113,9 @@ class DefinitionMetrics:
     manual_intervention_rate: float
     waiting_for_operator: int
     stuck_saga_max_age_s: float
+    # Time from start to a terminal state, over every terminal state (COMPLETED,
+    # COMPENSATED, PARTIALLY_COMPENSATED, COMMITTED_WITH_REPAIR): each ends the invariant's
+    # exposure, however it was restored.
     invariant_restore_p50_s: float | None
     invariant_restore_p95_s: float | None
     operations: OperationMetrics

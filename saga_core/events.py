@@ -22,6 +22,7 @@ from pydantic import (
 from saga_core.conditions import DeadlinePolicy
 from saga_core.contracts import ErrorClass, Receipt, SagaStatus, StepKind
 from saga_core.errors import EventRejected
+from saga_core.lineage import Lineage
 
 
 class Evidence(BaseModel):
@@ -79,6 +80,16 @@ class SagaStarted(SagaEvent):
     actor: str = ""
     reason: str = ""
     retry_budget: int = Field(ge=0)
+    # Who and what asked (agent request, model, prompt, trace): None on sagas started
+    # before lineage existed, which are stored and fold exactly as they were.
+    lineage: Lineage | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_no_lineage(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("lineage") is None:
+            data.pop("lineage", None)
+        return data
 
 
 class StepScheduled(StepEvent):

@@ -170,6 +170,12 @@ AGENT_REASON_CHARS: Final = Limit(
     "agent_reason_chars", 2_000, "characters",
     "a reason an agent gives through the MCP gateway: a sentence or two, as the tool says.",
 )
+LINEAGE_CHARS: Final = Limit(
+    "lineage_chars", 200, "characters",
+    "one lineage field of a saga start (agent request id, model name or version, prompt or "
+    "policy version): an identifier, not a document; recorded on SagaStarted and shown by "
+    "audit.",
+)
 SECRET_VALUE_BYTES: Final = Limit(
     "secret_value_bytes", 64 * KIB, "bytes",
     "a secret deposited with put_secret, as JSON: a token, a key or a small credential "
@@ -217,15 +223,21 @@ BATCH_EVENTS: Final = Limit(
     "at once.",
 )
 
+TRACE_EVENTS: Final = Limit(
+    "trace_events", 10_000, "events",
+    "events one `sagafleet find --trace` reads: every event of the sagas one agent request "
+    "(one trace) started, oldest first; a trace with more is cut there and says so.",
+)
+
 ALL_LIMITS: Final[tuple[Limit, ...]] = (
     DEFINITION_BYTES, YAML_NODES, JSON_DEPTH, DEFINITION_STEPS, DEPENDENCY_EDGES,
     TEMPLATE_REFERENCES, INVARIANT_CHARS, RECEIPT_CONDITIONS, CONDITION_VALUES,
     PLAN_BYTES, PLAN_ACTIONS, INPUT_SCHEMA_DEPTH, INPUT_PATTERN_CHARS,
     SAGA_INPUT_BYTES, INPUT_TEXT_BYTES,
     EVIDENCE_BYTES, NAME_CHARS, KEY_CHARS, REASON_CHARS, AGENT_REASON_CHARS,
-    SECRET_VALUE_BYTES, MCP_BODY_BYTES,
+    LINEAGE_CHARS, SECRET_VALUE_BYTES, MCP_BODY_BYTES,
     COMMAND_MESSAGE_BYTES, STEP_MESSAGE_BYTES, POSITION_MAX, QUEUE_PAGE_ROWS, SAGA_PAGE_ROWS,
-    BATCH_EVENTS,
+    BATCH_EVENTS, TRACE_EVENTS,
 )
 """Every limit, in the README table's order."""
 

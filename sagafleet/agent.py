@@ -65,12 +65,17 @@ class CommandSigner:
         self._clock = clock
 
     def start_saga(self, definition: str, input: dict[str, Any], *, key: str | None = None,
-                   reason: str = "", command_id: str | None = None) -> tuple[str, dict[str, Any]]:
+                   reason: str = "", command_id: str | None = None,
+                   lineage: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """``(task name, kwargs)`` of a signed start (idempotent by ``key``; without one,
-        by the command's id). Secret input fields go as ``{"$secret_ref": ...}`` refs."""
+        by the command's id). Secret input fields go as ``{"$secret_ref": ...}`` refs.
+        ``lineage``: who and what asks (``agent_request_id``, ``model_name``,
+        ``model_version``, ``prompt_version``, ``trace_id``), recorded on the saga."""
         args: dict[str, Any] = {"definition": definition, "input": input, "reason": reason}
         if key is not None:
             args["key"] = key
+        if lineage is not None:
+            args["lineage"] = lineage
         return self.sign(START_SAGA, args, command_id=command_id)
 
     def cancel_saga(self, saga_id: str, *, reason: str = "",

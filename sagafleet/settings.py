@@ -68,7 +68,7 @@ class Settings(BaseSettings):
     # Sentry's share of transactions traced (errors are always sent): 1.0 traces every
     # step, which costs a Sentry quota at volume; 0 sends errors only.
     sentry_traces_sample_rate: float = Field(default=1.0, ge=0, le=1, description=(
-        "share of transactions Sentry traces, 0..1 (errors are always sent)"))
+        "the share of transactions Sentry traces, 0..1 (errors are always sent)"))
     # OpenTelemetry (workers.tracing): needs the otel extra; the exporter, endpoint, service
     # name and sampler come from the standard OTEL_* variables.
     otel: bool = Field(default=False, description=(
@@ -77,7 +77,7 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field(default="text", description=(
         "log lines as text, or as JSON objects with saga and step ids (json)"))
     worker_metrics_port: int = Field(default=0, ge=0, le=65_535, description=(
-        "port of a worker's Prometheus /metrics (0: not served; --metrics-port)"))
+        "port of a worker's Prometheus /metrics (0: not served; --metrics-port wins)"))
     metrics_window_seconds: float = Field(default=900.0, gt=0, le=7 * 86_400, description=(
         "the window the exporter's rates and latencies are computed over"))
     # The API token an operator's commands act with (approve, deny, resolve, cancel, start,

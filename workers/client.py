@@ -11,6 +11,7 @@ import json
 import math
 import time
 import uuid
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, cast
 
@@ -52,6 +53,7 @@ from saga_core.limits import (
     Limit,
     measure_json,
 )
+from saga_core.lineage import Lineage, new_trace_id, parse_lineage
 from saga_core.plans import AgentPlan, parse_plan
 from saga_core.resolution import OPERATOR_ACTIONS, OperatorRequest, resolve_escalation
 from saga_core.state import SagaState
@@ -68,7 +70,7 @@ from workers.secrets import (
     refs_in,
     split_secrets,
 )
-from workers.tracing import saga_start_span, set_outcome
+from workers.tracing import saga_start_span, set_outcome, trace_metadata
 from workers.views import SagaView, view_of
 
 # Saga ids for idempotency keys: uuid5 over (tenant, key) in sagafleet's own namespace.
@@ -286,8 +288,14 @@ class SagaClient:
         key: str | None = None,
         version: int | None = None,
         reason: str = "",
+        lineage: Lineage | Mapping[str, Any] | None = None,
     ) -> Started:
-        """Start a saga; with ``key``, the same key and input return the same saga."""
+        """Start a saga; with ``key``, the same key and input return the same saga.
+
+        ``lineage``: who and what asked (agent request id, model name and version, prompt
+        or policy version, trace id), recorded on SagaStarted; the trace id, when not
+        given, is the OpenTelemetry trace of the start when one traces it, else a new one.
+        A repeated key keeps the first start's lineage."""
         check_permitted(self.principal, Action.START, f"definition {definition!r}")
         if key is not None:
             _text("idempotency key", key, KEY_CHARS)
@@ -295,18 +303,20 @@ class SagaClient:
         _text("reason", reason, REASON_CHARS, empty=True)
         if version is not None and (type(version) is not int or not 1 <= version <= 2**31 - 1):
             raise InvalidRequest(f"definition version must be a positive int, got {version!r}")
+        asked = parse_lineage(lineage) or Lineage()
         # The highest version is taken from this process's cache and confirmed inside the
         # start's own transaction (no extra round trip); when another process has
         # registered a newer one since, the start runs again on a fresh lookup.
         for cached in (True, False) if version is None else (False,):
-            started = self._start_once(definition, version, input, key, reason, cached=cached)
+            started = self._start_once(definition, version, input, key, reason,
+                                       asked=asked, cached=cached)
             if started is not None:
                 return started
         raise AssertionError("a start without the cache always decides")  # pragma: no cover
 
     def _start_once(
         self, definition: str, version: int | None, input: dict[str, Any], key: str | None,
-        reason: str, *, cached: bool,
+        reason: str, *, asked: Lineage, cached: bool,
     ) -> Started | None:
         """One start on the definition found (None: the cached one was stale, retry).
 
@@ -334,7 +344,10 @@ class SagaClient:
         now = self.orchestrator.clock()
         # A new trace per start (OpenTelemetry, when on): the events it appends carry its
         # trace id, and the step messages it publishes carry its context.
-        with saga_start_span(saga_id=saga_id, definition=spec.name, tenant=self.tenant) as span:
+        with saga_start_span(saga_id=saga_id, definition=spec.name, tenant=self.tenant,
+                             trace_id=asked.trace_id) as span:
+            lineage = asked.with_trace(
+                trace_metadata().get("trace_id") or new_trace_id())
             fresh = LoadedSaga(saga_id, spec, SagaState.initial(spec), (), ())
             try:
                 # One transaction: the refs spent, the secrets kept and the saga's first events
@@ -360,6 +373,7 @@ class SagaClient:
                         actor=self.actor,
                         reason=reason,
                         retry_budget=spec.retry_budget,
+                        lineage=lineage,
                     )
                     self.secrets.keep(saga_id, secrets, unit)
                     committed = self.orchestrator.commit(fresh, [started], actor=self.actor,

@@ -35,6 +35,7 @@ from saga_core.errors import ErrorKind, SagaError
 from saga_core.events import (
     ReconciliationScheduled,
     SagaEvent,
+    SagaStarted,
     StepScheduled,
     StepStarted,
 )
@@ -175,7 +176,7 @@ class Orchestrator:
             # The folded state's tenant: a saga's first commit carries its own SagaStarted.
             appended = self.log.append(
                 loaded.saga_id, state.tenant or loaded.tenant, recorded, loaded.version,
-                actor=actor, unit=unit,
+                actor=actor, unit=unit, trace_id=saga_trace_id(loaded, recorded),
             )
             after = loaded.extended(recorded, appended, state)  # folded above
         return Committed(loaded.saga_id, tuple(recorded), after,
@@ -225,3 +226,12 @@ class Orchestrator:
         """Record whatever decide says is due for this saga now (expired leases and
         approvals, a backoff that ended)."""
         return self.retrying(saga_id, lambda loaded: self.commit(loaded, ()), known=known)
+
+
+def saga_trace_id(loaded: LoadedSaga, events: Sequence[SagaEvent]) -> str | None:
+    """The saga's lineage trace id, from its SagaStarted (already loaded, or among the
+    events of its first commit); None for a saga started without lineage."""
+    first = loaded.events[0] if loaded.events else (events[0] if events else None)
+    if isinstance(first, SagaStarted) and first.lineage is not None:
+        return first.lineage.trace_id
+    return None

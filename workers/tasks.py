@@ -7,7 +7,9 @@ saga commands with JSON keyword arguments, without importing sagafleet. Each tak
 ``{"envelope": "<JSON text>", "kid": ..., "signature": ...}``, the envelope's ``args``
 being the command's arguments:
 
-* ``sagafleet.commands.start_saga``: ``definition, input, key, reason``
+* ``sagafleet.commands.start_saga``: ``definition, input, key, reason, lineage`` (``lineage``
+  optional: ``agent_request_id, model_name, model_version, prompt_version, trace_id``, see
+  :mod:`saga_core.lineage`; a malformed one is dead-lettered as invalid input)
 * ``sagafleet.commands.cancel_saga``: ``saga_id, reason``
 * ``sagafleet.commands.submit_plan``: ``plan, name``
 
@@ -332,7 +334,8 @@ def _start(fleet: Fleet, command: VerifiedCommand) -> None:
     if key is None:
         key = keyless_start_key(command.kid, command.envelope.command_id)
     _client(fleet, command).start(_required(kw, "definition"), _required(kw, "input"),
-                                  key=key, reason=kw.pop("reason", ""), **_no_more(kw))
+                                  key=key, reason=kw.pop("reason", ""),
+                                  lineage=kw.pop("lineage", None), **_no_more(kw))
 
 
 def _cancel(fleet: Fleet, command: VerifiedCommand) -> None:

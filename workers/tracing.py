@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
@@ -102,22 +103,37 @@ def _recorded_span(api: Any, name: str, attributes: Mapping[str, Any]) -> Iterat
         yield span
 
 
-def saga_start_span(**attributes: Any) -> AbstractContextManager[Span]:
+def saga_start_span(
+    *, trace_id: str | None = None, **attributes: Any
+) -> AbstractContextManager[Span]:
     """The root of a saga's trace: a new trace per start, linked to the caller's span (an
-    agent's request) when there is one, so each saga's work reads as one trace."""
+    agent's request) when there is one, so each saga's work reads as one trace. With
+    ``trace_id`` (the agent's own, from the start's lineage) the span joins that trace."""
     if _trace is None or not _tracing_configured():
         return _NO_SPAN
-    return _start_span(_trace, attributes)
+    return _start_span(_trace, attributes, trace_id)
 
 
 @contextmanager
-def _start_span(api: Any, attributes: Mapping[str, Any]) -> Iterator[Span]:
+def _start_span(api: Any, attributes: Mapping[str, Any], trace_id: str | None) -> Iterator[Span]:
     caller = api.get_current_span().get_span_context()
     links = [api.Link(caller)] if caller.is_valid else []
     tracer = api.get_tracer(TRACER_NAME)
-    with tracer.start_as_current_span("saga.start", context=_root_context(), links=links,
+    parent = _root_context() if trace_id is None else _remote_parent(api, trace_id)
+    with tracer.start_as_current_span("saga.start", context=parent, links=links,
                                       attributes=_attributes(attributes)) as span:
         yield span
+
+
+def _remote_parent(api: Any, trace_id: str) -> Any:
+    """A context whose current span is a remote one in trace ``trace_id``: the agent's
+    trace, which the saga's spans then belong to."""
+    span_id = 0
+    while span_id == 0:
+        span_id = random.getrandbits(64)
+    remote = api.SpanContext(trace_id=int(trace_id, 16), span_id=span_id, is_remote=True,
+                             trace_flags=api.TraceFlags(api.TraceFlags.SAMPLED))
+    return api.set_span_in_context(api.NonRecordingSpan(remote), _root_context())
 
 
 def _root_context() -> Any:

@@ -23,6 +23,7 @@ from projections import (
     SagaPage,
     VerifyReport,
 )
+from projections.lineage import TraceReport
 from workers.views import SagaView
 
 
@@ -313,6 +314,9 @@ class AuditView:
         lines = [f"saga {r.saga_id}: {r.events_total} events, hash chain {chain}"]
         if r.invariant:
             lines.append(f"invariant: {r.invariant}")
+        if r.lineage:
+            asked = " ".join(f"{k}={v}" for k, v in r.lineage.items())
+            lines.append(f"lineage: {asked} tool_contracts={r.definition_hash[:16]}")
         for e in r.timeline:
             extra = " ".join(f"{name}={value}" for name, value in
                              (("step_id", e.step_id), ("kind", e.kind), ("actor", e.actor),
@@ -410,3 +414,29 @@ class AnchorView:
         return (f"checkpoint {c.seq}: {c.events} events of {len(c.heads)} streams, slice"
                 f" ({c.after}, {c.upto}], {signed}\n  keep elsewhere:"
                 f" --expect-anchor {c.seq}:{c.anchor_hash}")
+
+
+@dataclass(frozen=True)
+class TraceView:
+    """The sagas a trace started (who and what asked) and their events in log order."""
+
+    report: TraceReport
+
+    def to_json(self) -> dict[str, Any]:
+        """The trace report as data."""
+        return asdict(self.report)
+
+    def to_text(self) -> str:
+        """A line per saga with its lineage, then a line per event."""
+        r = self.report
+        lines = [f"trace {r.trace_id}: {len(r.sagas)} sagas, {len(r.events)} events"
+                 + (" (cut at the trace_events limit)" if r.truncated else "")]
+        for s in r.sagas:
+            asked = " ".join(f"{k}={v}" for k, v in s.lineage.items() if k != "trace_id")
+            lines.append(f"  saga {s.saga_id} {s.definition} v{s.definition_version}"
+                         f" #{s.definition_hash[:12]} {asked}".rstrip())
+        for e in r.events:
+            step = " ".join(x for x in (e.step_id, e.kind) if x)
+            lines.append(f"    @{e.global_position:<8} {e.saga_id} v{e.stream_version:<3}"
+                         f" {e.type:<26} {step}".rstrip())
+        return "\n".join(lines)

@@ -30,9 +30,11 @@ from projections import (
     saga_page,
     verify,
 )
+from projections.lineage import find_trace
 from saga_core.authority import Action, Principal, check_permitted
 from saga_core.contracts import SagaStatus
 from saga_core.limits import KEY_CHARS, POSITION_MAX, SAGA_PAGE_ROWS
+from saga_core.lineage import InvalidLineage, check_trace_id
 from sagafleet import runtime
 from sagafleet.anchor_key import anchor_key
 from sagafleet.auth import add_token_option, cli_principal
@@ -42,6 +44,7 @@ from sagafleet.commands.rendering import (
     SagaListReport,
     SagaReport,
     StatsReport,
+    TraceView,
     VerifyView,
 )
 from sagafleet.errors import NotFound, UsageError
@@ -59,6 +62,7 @@ EXAMPLES = """examples:
   export SAGAFLEET_TOKEN=sft_…        # issued by `sagafleet principals add`, shown once
   sagafleet status 3f2c… --json
   sagafleet find order-42
+  sagafleet find --trace 4bf92f3577b34da6a3ce929d0e0e4736
   sagafleet list --status MANUAL_INTERVENTION --limit 20
   sagafleet stats
   sagafleet audit 3f2c… --at 1234 --json
@@ -103,9 +107,13 @@ def register(sub: Any) -> None:
     _reader(status)
     status.set_defaults(handler=run_status)
 
-    find = sub.add_parser("find", help="the saga this tenant started with an idempotency key",
+    find = sub.add_parser("find", help="the saga this tenant started with an idempotency key, "
+                          "or (--trace) every saga and event of a trace",
                           epilog=EXAMPLES, formatter_class=fmt)
-    find.add_argument("key", help="the idempotency key given to start")
+    find.add_argument("key", nargs="?", default=None, help="the idempotency key given to start")
+    find.add_argument("--trace", default=None, metavar="TRACE_ID",
+                      help="a lineage trace id (32 hex digits): the sagas it started and all "
+                           "their events, oldest first")
     _reader(find)
     find.set_defaults(handler=run_find)
 
@@ -162,7 +170,12 @@ def run_status(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_find(args: argparse.Namespace, settings: Settings) -> int:
     """Show the saga the tenant started with an idempotency key (another tenant's is not
-    found): the same fold as ``status``, of the saga the key names."""
+    found): the same fold as ``status``, of the saga the key names; with ``--trace``, the
+    sagas and events of a lineage trace."""
+    if (args.key is None) == (args.trace is None):
+        raise UsageError("find takes an idempotency KEY or --trace TRACE_ID (one of the two)")
+    if args.trace is not None:
+        return _find_trace(args, settings)
     KEY_CHARS.check("find KEY", len(args.key))
     with runtime.read_side(settings) as ctx:
         tenant = reader(args, settings, ctx, "a saga").tenant
@@ -172,6 +185,20 @@ def run_find(args: argparse.Namespace, settings: Settings) -> int:
         except SagaNotFound:
             raise NotFound(f"no saga was started with key {args.key!r} for this tenant") from None
     emit_report(SagaReport(view_of(loaded)), as_json=args.json)
+    return ExitCode.OK
+
+
+def _find_trace(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        trace_id = check_trace_id(args.trace, "--trace")
+    except InvalidLineage as exc:
+        raise UsageError(str(exc)) from None
+    with runtime.read_side(settings) as ctx:
+        tenant = reader(args, settings, ctx, "a trace").tenant
+        report = find_trace(ctx, trace_id, tenant=tenant)
+    if not report.events:
+        raise NotFound(f"no saga of this tenant recorded trace {trace_id}")
+    emit_report(TraceView(report), as_json=args.json)
     return ExitCode.OK
 
 

@@ -21,6 +21,7 @@ from saga_core.authority import Principal
 from saga_core.definition import SagaDefinition
 from saga_core.errors import Problem, SagaError
 from saga_core.limits import KEY_CHARS
+from saga_core.lineage import lineage_json_schema
 from sagafleet.gateway.errors import ArgumentsRejected, tool_error
 from sagafleet.gateway.service import GatewayService
 
@@ -78,6 +79,7 @@ def definition_function(definition: SagaDefinition) -> FunctionSpec:
                                     "the same key returns the same saga"},
                 "reason": {"type": "string", "minLength": 1,
                            "description": "why, in a sentence; recorded in the saga's log"},
+                "lineage": lineage_json_schema(),
             },
             "required": ["input", "idempotency_key", "reason"],
             "additionalProperties": False,

@@ -21,6 +21,7 @@ from pydantic import Field
 
 from saga_core.authority import Principal
 from saga_core.errors import SagaError
+from saga_core.lineage import lineage_json_schema
 from saga_core.plans import PlannedAction
 from sagafleet.gateway.binding import Caller
 from sagafleet.gateway.errors import tool_error
@@ -41,6 +42,7 @@ INSTRUCTIONS = (
     "Approvals are given by people, never by agents."
 )
 
+LINEAGE_SCHEMA = lineage_json_schema()
 SagaId = Annotated[str, Field(description="the saga id returned by start_saga")]
 Reason = Annotated[str, Field(description="why, in a sentence; recorded in the saga's log")]
 
@@ -83,12 +85,17 @@ class _Tools:
         idempotency_key: Annotated[str, Field(description="your key for this request; a retry "
                                               "with the same key returns the same saga")],
         reason: Reason,
+        *,
         ctx: Context,
+        lineage: Annotated[dict[str, Any] | None, Field(
+            description=LINEAGE_SCHEMA["description"],
+            json_schema_extra={"properties": LINEAGE_SCHEMA["properties"],
+                               "additionalProperties": False})] = None,
     ) -> CallToolResult:
         """Start a saga (validated against its input schema); says what will happen and what
         may need a human."""
         return self._call(ctx, lambda who: self.service.start_saga(
-            who, definition, input, idempotency_key, reason))
+            who, definition, input, idempotency_key, reason, lineage=lineage))
 
     def put_secret(
         self,

@@ -24,6 +24,8 @@ from saga_core.authority import Action, Principal, check_permitted
 from saga_core.definition import SagaDefinition
 from saga_core.errors import PlanRejected, Problem
 from saga_core.limits import AGENT_REASON_CHARS, KEY_CHARS
+from saga_core.lineage import FIELDS as LINEAGE_FIELDS
+from saga_core.lineage import lineage_problem
 from saga_core.plans import AgentPlan, check_plan_document
 from sagafleet.gateway.describe import describe_definition, outlook, step_semantics
 from sagafleet.gateway.errors import ArgumentsRejected, problems_of
@@ -74,18 +76,21 @@ class GatewayService:
     def start_saga(
         self, who: Principal, definition: str, input: dict[str, Any],
         idempotency_key: str, reason: str, *, version: int | None = None,
+        lineage: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Validate the input and start the saga; the same key returns the same saga."""
+        """Validate the input and start the saga; the same key returns the same saga.
+        ``lineage``: who and what asks (saga_core.lineage), recorded on the saga."""
         client = self._client(who, Action.START, "a saga")
         problems = _text_problems("idempotency_key", idempotency_key, KEY_CHARS.value)
         problems += _text_problems("reason", reason, AGENT_REASON_CHARS.value)
         if not isinstance(definition, str) or not definition:
             problems.append(Problem("definition", "wrong_type", "a definition name is required"))
+        problems += _lineage_problems(lineage)
         if problems:
             raise ArgumentsRejected("start_saga", problems)
         spec = self.fleet.definitions.get(definition, version, tenant=who.tenant)
         started = client.start(spec.name, input, key=idempotency_key,
-                               version=spec.version, reason=reason)
+                               version=spec.version, reason=reason, lineage=lineage)
         loaded = self.fleet.repo.load(started.saga_id, tenant=who.tenant)
         reply = {
             "saga_id": started.saga_id,
@@ -201,6 +206,23 @@ def _text_problems(name: str, value: object, longest: int) -> list[Problem]:
     if len(value) > longest:
         return [Problem(name, "too_long", f"length must be <= {longest}")]
     return []
+
+
+def _lineage_problems(lineage: object) -> list[Problem]:
+    """Each wrong field of a start's lineage, named ``lineage.<field>``."""
+    if lineage is None:
+        return []
+    if not isinstance(lineage, dict):
+        return [Problem("lineage", "wrong_type",
+                        f"expected object, got {type(lineage).__name__}")]
+    problems = [Problem(f"lineage.{k}", "unknown_field",
+                        f"not a lineage field (known: {', '.join(LINEAGE_FIELDS)})")
+                for k in sorted(map(str, lineage)) if k not in LINEAGE_FIELDS][:5]
+    for name in LINEAGE_FIELDS:
+        problem = lineage_problem(name, lineage.get(name))
+        if problem is not None:
+            problems.append(Problem(f"lineage.{name}", "invalid", problem))
+    return problems
 
 
 def _plan_shape_problems(error: ValidationError) -> list[Problem]:

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from events.memory import MemoryDefinitions, MemorySagaLog, MemorySecrets
-from events.model import Position
+from events.model import Position, RecordedEvent
 from events.sagas import LoadedSaga, saga_id_of, saga_stream
 from saga_core import SagaDefinition
 from saga_core.authority import Principal, PrincipalKind
@@ -246,6 +246,11 @@ class TestFleet:
     def events(self, saga_id: str) -> list[SagaEvent]:
         """The saga's events as recorded, oldest first."""
         return list(self.log.load(saga_id).events)
+
+    def trace(self, trace_id: str, *, tenant: str = "default") -> list[RecordedEvent]:
+        """Every event the tenant's sagas recorded under a lineage trace id, in log order
+        (``sagafleet find --trace`` on a real fleet)."""
+        return self.log.store.events_of_trace(tenant, trace_id)
 
     def state(self, saga_id: str) -> SagaState:
         """The saga's folded state (``saga_core.state.SagaState``)."""

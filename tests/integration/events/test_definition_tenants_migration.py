@@ -40,7 +40,7 @@ def test_definitions_stored_before_0007_become_the_shared_set(
                 " VALUES (%s, %s, %s, %s::jsonb, 'old-release')",
                 (trip.name, trip.version, trip.content_hash(), trip.to_json()))
         # when the release's migrations are applied
-        assert store.migrate() == ["0007_definition_tenants"]
+        assert store.migrate() == ["0007_definition_tenants", "0008_saga_trace_index"]
         # then every tenant sees it as shared, none may take its name, and its hash loads
         definitions = DefinitionStore(store)
         for tenant in ("acme", "globex"):

@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 from workers.tracing import init_tracing  # noqa: E402
 
 DEADLINE_S = 120.0
+JOINED_TRACE = "8f1c2b3a4d5e6f708192a3b4c5d6e7f8"
 
 
 def main(database: str, broker: str) -> None:
@@ -48,6 +49,12 @@ def main(database: str, broker: str) -> None:
             sagas = {"completed": client.start("trip", TRIP_INPUT, key="traced-ok").saga_id,
                      "bounced": client.start("trip", BOUNCING_INPUT, key="traced-bounce").saga_id}
             states = {name: _settled(fleet, saga_id) for name, saga_id in sagas.items()}
+            # A start whose lineage names the agent's own trace: the saga joins it.
+            joined = client.start("trip", TRIP_INPUT, key="traced-joined",
+                                  lineage={"trace_id": JOINED_TRACE}).saga_id
+            _settled(fleet, joined)
+        lineage = {saga_id: fleet.repo.load(saga_id).events[0].lineage.trace_id
+                   for saga_id in (*sagas.values(), joined)}
     finally:
         fleet.close()
     spans = [
@@ -62,7 +69,8 @@ def main(database: str, broker: str) -> None:
         }
         for span in exporter.get_finished_spans()
     ]
-    print(json.dumps({"sagas": sagas, "states": states, "spans": spans}, default=str))
+    print(json.dumps({"sagas": sagas, "states": states, "spans": spans, "joined": joined,
+                      "lineage_traces": lineage}, default=str))
 
 
 def _settled(fleet, saga_id: str) -> str:  # type: ignore[no-untyped-def]

@@ -88,6 +88,16 @@ def test_a_saga_is_one_trace_from_its_start_through_every_step(
                s["attributes"]["sagafleet.outcome"] == "succeeded" for s in compensations)
     assert not of_saga(run["sagas"]["completed"], "saga.compensation")
     assert traces["completed"] != traces["bounced"]
+    # and a start given no trace records its OpenTelemetry trace as its lineage trace
+    for case, saga_id in run["sagas"].items():
+        assert run["lineage_traces"][saga_id] == traces[case]
+    # and a start whose lineage names the agent's trace joins it: the start span's parent
+    # is the agent's (remote) span, and its steps are in that trace
+    joined = run["joined"]
+    [start] = of_saga(joined, "saga.start")
+    assert start["trace_id"] == run["lineage_traces"][joined] == "8f1c2b3a4d5e6f708192a3b4c5d6e7f8"
+    assert start["parent_id"] is not None and start["parent_id"] not in by_id
+    assert {s["trace_id"] for s in of_saga(joined, "saga.step")} == {start["trace_id"]}
 
     # and every event of each saga carries its trace id, which audit shows
     with ProjectionContext.connect(database) as ctx:

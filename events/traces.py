@@ -1,0 +1,57 @@
+"""A trace's events: every event a tenant's sagas recorded under one lineage trace id.
+
+The reverse (a saga's trace) is its ``SagaStarted.lineage.trace_id``; each later event of
+the saga carries it in its metadata as ``saga_trace_id`` (``events.sagas.SAGA_TRACE_KEY``),
+which events migration 0008 indexes by tenant.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import psycopg
+from psycopg.rows import args_row
+
+from events._pg import EVENT_COLUMNS, recorded_event_row
+from events.errors import InvalidArgument
+from events.model import RecordedEvent
+from saga_core.limits import TRACE_EVENTS
+from saga_core.lineage import InvalidLineage, check_trace_id
+
+SAGA_TRACE_KEY: Final = "saga_trace_id"
+
+_BY_TRACE = f"""
+SELECT {EVENT_COLUMNS} FROM eventstore.events
+ WHERE tenant_id = %s AND metadata ? 'saga_trace_id' AND metadata ->> 'saga_trace_id' = %s
+ ORDER BY global_position
+ LIMIT %s
+"""  # noqa: S608 - EVENT_COLUMNS is a constant
+
+
+def checked_trace_query(tenant: object, trace_id: object, limit: object) -> tuple[str, str, int]:
+    """The arguments of a trace read, or InvalidArgument naming the wrong one."""
+    if not isinstance(tenant, str) or not tenant:
+        raise InvalidArgument("tenant must be a non-empty string")
+    try:
+        trace = check_trace_id(trace_id)
+    except InvalidLineage as exc:
+        raise InvalidArgument(str(exc)) from None
+    if type(limit) is not int or not 1 <= limit <= TRACE_EVENTS.value:
+        raise InvalidArgument(
+            f"limit must be an int from 1 to {TRACE_EVENTS.value} ({TRACE_EVENTS.name})")
+    return tenant, trace, limit
+
+
+def events_of_trace_on(
+    conn: psycopg.Connection[Any], tenant: str, trace_id: str, limit: int
+) -> list[RecordedEvent]:
+    """The tenant's events of the trace, oldest first, at most ``limit``."""
+    tenant, trace_id, limit = checked_trace_query(tenant, trace_id, limit)
+    with conn.cursor(row_factory=args_row(recorded_event_row), binary=True) as cur:
+        cur.execute(_BY_TRACE, (tenant, trace_id, limit))
+        return cur.fetchall()
+
+
+def in_trace(record: RecordedEvent, tenant: str, trace_id: str) -> bool:
+    """Whether ``record`` is the tenant's and belongs to the trace (the in-memory read)."""
+    return record.tenant_id == tenant and record.metadata.get(SAGA_TRACE_KEY) == trace_id
