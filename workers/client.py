@@ -29,6 +29,7 @@ from saga_core.authority import Action, Principal, check_permitted
 from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.definition import parse_definition
+from saga_core.dry_run import DryRun, plan_start, start_event
 from saga_core.errors import (
     ApprovalNotPending,
     ErrorKind,
@@ -336,20 +337,9 @@ class SagaClient:
                 redeemed = self.secrets.redeem(self.tenant, refs, saga_id, now, unit)
                 normalized = {**given, **checked_values(spec, redeemed)}
                 public, secrets = split_secrets(spec, normalized)
-                started = SagaStarted(
-                    at=now,
-                    saga_id=saga_id,
-                    tenant=self.tenant,
-                    definition_name=spec.name,
-                    definition_version=spec.version,
-                    definition_hash=spec.content_hash(),
-                    input=public,
-                    input_hash=payload_hash(public),
-                    idempotency_key=key,
-                    actor=self.actor,
-                    reason=reason,
-                    retry_budget=spec.retry_budget,
-                )
+                started = start_event(spec, saga_id=saga_id, tenant=self.tenant,
+                                      public_input=public, key=key, actor=self.actor,
+                                      reason=reason, now=now)
                 self.secrets.keep(saga_id, secrets, unit)
                 committed = self.orchestrator.commit(fresh, [started], actor=self.actor,
                                                      unit=unit)
@@ -395,6 +385,59 @@ class SagaClient:
                 "definition"
             ) from None
         return Started(**view_of(existing).model_dump(), created=False)
+
+    def dry_run(
+        self, definition: str, input: dict[str, Any], *, key: str | None = None,
+        version: int | None = None, reason: str = "",
+    ) -> DryRun:
+        """What :meth:`start` would do with these arguments, writing nothing and calling
+        nothing: the same checks (the same typed errors), the same ``SagaStarted``
+        (:func:`~saga_core.dry_run.start_event`) folded by the same pure code
+        (:func:`~saga_core.dry_run.plan_start`). A secret given by ref is neither read nor
+        spent (its field shows the placeholder the log would record); with ``key`` the saga
+        id, and so every operation key, is the one the real start will use."""
+        check_permitted(self.principal, Action.START, f"definition {definition!r}")
+        if key is not None:
+            _text("idempotency key", key, KEY_CHARS)
+        _text("definition name", definition, NAME_CHARS)
+        _text("reason", reason, REASON_CHARS, empty=True)
+        if version is not None and (type(version) is not int or not 1 <= version <= 2**31 - 1):
+            raise InvalidRequest(f"definition version must be a positive int, got {version!r}")
+        spec = self.definitions.get(definition, version, tenant=self.tenant)
+        return self._dry_run(spec, input, key, reason)
+
+    def dry_run_plan(
+        self, plan: AgentPlan | dict[str, Any], input: dict[str, Any], *,
+        name: str | None = None, version: int = 1, key: str | None = None, reason: str = "",
+    ) -> DryRun:
+        """:meth:`submit_plan` then :meth:`start`, as a dry run: the plan is validated into
+        the definition it would register (named by its content without ``name``), which is
+        not registered, and its start is planned as :meth:`dry_run` plans one."""
+        check_permitted(self.principal, Action.START, "an agent plan")
+        if key is not None:
+            _text("idempotency key", key, KEY_CHARS)
+        _text("reason", reason, REASON_CHARS, empty=True)
+        if not isinstance(plan, AgentPlan):
+            plan = parse_plan(plan)
+        if name is None:
+            name = plan_definition_name(plan)
+        spec = validate_plan(plan, self.catalogue, name=name, version=version)
+        return self._dry_run(spec, input, key, reason)
+
+    def _dry_run(self, spec: SagaDefinition, input: dict[str, Any], key: str | None,
+                 reason: str) -> DryRun:
+        refs = refs_in(spec, input)
+        if self.refuse_raw_secrets:
+            problems = raw_secret_problems(spec, input)
+            if problems:
+                raise RawSecretRefused(spec.name, problems)
+        given = validate_input(spec, input, by_ref=refs)
+        public, _ = split_secrets(spec, {**given, **dict.fromkeys(refs)})
+        saga_id = self._id_for_key(key) if key else str(uuid.uuid4())
+        started = start_event(spec, saga_id=saga_id, tenant=self.tenant, public_input=public,
+                              key=key, actor=self.actor, reason=reason,
+                              now=self.orchestrator.clock())
+        return plan_start(spec, started, saga_id_final=key is not None)
 
     def find(self, key: str) -> SagaView | None:
         """The saga this tenant started with idempotency ``key``, or None."""
