@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from saga_core.budgets import call_cost
-from saga_core.commands import resolve_command
+from saga_core.commands import resolve_command, template_context
 from saga_core.contracts import StepKind
 from saga_core.definition import SagaDefinition
 from saga_core.errors import TemplateError
@@ -33,7 +33,7 @@ from saga_core.events import SagaStarted
 from saga_core.gate_policy import GatePolicy, effective_policy
 from saga_core.keys import payload_hash
 from saga_core.state import SagaState, evolve
-from saga_core.templates import references
+from saga_core.templates import references, resolve_template
 
 
 def start_event(
@@ -73,8 +73,8 @@ class PlannedOperation(BaseModel):
     tool: str
     version: int
     operation_key: str
-    args: dict[str, Any] | None  # None: resolved only after the steps in ``waits_for``
-    request_hash: str | None
+    args: dict[str, Any]  # the arguments known now (all of them when ``waits_for`` is empty)
+    request_hash: str | None  # the request's hash a worker will record; None: not known yet
     templates: dict[str, Any]
     waits_for: list[str]
     gate: PlannedGate | None
@@ -153,34 +153,59 @@ def plan_start(spec: SagaDefinition, started: SagaStarted, *, saga_id_final: boo
 
 
 def _operation(state: SagaState, step_id: str, kind: StepKind, templates: Any) -> PlannedOperation:
-    """The operation as resolve_command makes it now, or its templates and what it waits for."""
+    """The operation as resolve_command makes it now; when some arguments wait for an
+    earlier receipt, each argument that can be resolved now is (by the same templates and
+    context), the rest are kept as templates and named in ``waits_for``."""
     tool, version = state.definition.tool_for(step_id, kind)
     key = state.run(step_id, kind).operation_key
-    waits = sorted({ref.step_id for ref in references(templates) if ref.step_id is not None})
-    if kind is StepKind.COMPENSATION and step_id not in waits:
-        waits.append(step_id)  # a compensation always follows its forward step's receipt
     policy = effective_policy(state.definition, step_id, kind)
     try:
         resolved = resolve_command(state, step_id, kind)
     except TemplateError:
+        pass
+    else:
         return PlannedOperation(kind=kind, tool=tool, version=version, operation_key=key,
-                                args=None, request_hash=None, templates=dict(templates),
-                                waits_for=waits, gate=_gate(policy, None))
+                                args=resolved.args, request_hash=resolved.request_hash,
+                                templates=dict(templates), waits_for=[],
+                                gate=_gate(policy, resolved.args, resolved.args))
+    context = template_context(state, step_id, kind)
+    known: dict[str, Any] = {}
+    for name, template in dict(templates).items():
+        try:
+            known[name] = resolve_template(template, context)
+        except TemplateError:
+            continue
+    waits = sorted({ref.step_id or step_id for ref in references(templates)
+                    if ref.receipt_field is not None})
     return PlannedOperation(kind=kind, tool=tool, version=version, operation_key=key,
-                            args=resolved.args, request_hash=resolved.request_hash,
-                            templates=dict(templates), waits_for=[],
-                            gate=_gate(policy, resolved.args))
+                            args=known, request_hash=None, templates=dict(templates),
+                            waits_for=waits, gate=_gate(policy, known, None))
 
 
-def _gate(policy: GatePolicy | None, args: dict[str, Any] | None) -> PlannedGate | None:
+def _gate(policy: GatePolicy | None, known: dict[str, Any],
+          complete: dict[str, Any] | None) -> PlannedGate | None:
+    """The gate evaluated as decide evaluates it, on the resolved arguments; when some wait
+    for a receipt, only if every argument its conditions read is already known."""
     if policy is None:
         return None
-    reasons = policy.reasons(args) if args is not None else []
+    reads = _reads(policy)
+    decidable = complete is not None or all(name in known for name in reads)
+    reasons = policy.reasons(complete if complete is not None else known) if decidable else []
+    if policy.approval is not None and complete is None and policy.approval.required:
+        decidable, reasons = True, policy.reasons(known)
     return PlannedGate(
-        will_ask=None if args is None else bool(reasons), reasons=reasons,
+        will_ask=bool(reasons) if decidable else None, reasons=reasons,
         condition=_condition(policy), role=policy.role, four_eyes=policy.four_eyes,
         scope=policy.scope,
         risk_class=str(policy.risk_class) if policy.risk_class is not None else None)
+
+
+def _reads(policy: GatePolicy) -> list[str]:
+    """The argument names the policy's conditions read."""
+    names = policy.gate.arguments() if policy.gate is not None else []
+    if policy.approval is not None and policy.approval.above is not None:
+        names.append(policy.approval.above.arg)
+    return names
 
 
 def _condition(policy: GatePolicy) -> str:

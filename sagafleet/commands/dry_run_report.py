@@ -54,12 +54,11 @@ class DryRunReport:
 
 def _operation_lines(op: PlannedOperation) -> list[str]:
     head = f"    {op.kind:<12} {op.tool}@{op.version}  key {op.operation_key}"
-    if op.args is not None:
-        body = f"      args {json.dumps(op.args, sort_keys=True, default=str)}"
-    else:
-        body = (f"      args after {', '.join(op.waits_for)}: "
-                f"{json.dumps(op.templates, sort_keys=True, default=str)}")
-    lines = [head, body]
+    lines = [head, f"      args {json.dumps(op.args, sort_keys=True, default=str)}"]
+    if op.waits_for:
+        later = {k: v for k, v in op.templates.items() if k not in op.args}
+        lines.append(f"      after {', '.join(op.waits_for)}: "
+                     f"{json.dumps(later, sort_keys=True, default=str)}")
     if op.gate is not None:
         g = op.gate
         ask = {None: "decided when it runs", True: "WILL ASK", False: "will not ask"}[g.will_ask]

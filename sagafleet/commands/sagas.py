@@ -138,7 +138,8 @@ def run_plan(args: argparse.Namespace, settings: Settings) -> int:
     try:
         client = fleet.client_for(cli_principal(args, settings, fleet.principals))
         if args.dry_run:
-            planned = client.dry_run_plan(plan, data if data is not None else {}, name=args.name, version=args.version,
+            planned = client.dry_run_plan(plan, data if data is not None else {},
+                                          name=args.name, version=args.version,
                                           key=args.key, reason=args.reason)
             emit_report(DryRunReport(planned), as_json=args.json)
             return ExitCode.OK
