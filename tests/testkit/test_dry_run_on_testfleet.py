@@ -50,7 +50,7 @@ def test_a_dry_run_writes_nothing_and_calls_nothing_then_the_start_does_what_it_
     # when the real start runs with the same key
     saga = client.start("trip", BIG_TRIP, key="dry-1")
     fleet.run_until_idle()
-    fleet.person("finance").approve(saga.saga_id, "capture_payment")
+    fleet.person("finance", tenant="t").approve(saga.saga_id, "capture_payment")
     fleet.run_until_idle()
     # then it ran on the saga id and the operation keys the dry run showed, with the
     # requests it showed (same resolved arguments, same hash)
