@@ -104,3 +104,14 @@ def test_a_plan_is_dry_run_without_being_registered():
     assert planned.steps[0].compensation is not None  # the catalogue's release
     assert not [r for r in fleet.definitions.list(tenant="default")
                 if r.name == planned.definition]
+
+
+def test_a_plan_s_dry_run_shows_the_budget_the_catalogue_gives_agent_plans():
+    # given the kit's catalogue, whose hotels.hold costs 2 and hotels.release 1 per call
+    planned = TestFleet().client().dry_run_plan(ROOM_PLAN, {})
+    # then the estimate charges each step once, and compares it with the plan budget
+    assert planned.budget is not None
+    assert (planned.budget.forward_cost, planned.budget.compensation_cost) == ("2.0", "1.0")
+    assert planned.budget.max_cost == 200.0 and planned.budget.within_budget is True
+    # and the trip, which declares no budget, shows none
+    assert TestFleet().client().dry_run("trip", TRIP_INPUT).budget is None
