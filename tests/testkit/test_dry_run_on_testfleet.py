@@ -4,6 +4,8 @@ nothing and called no tool."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 from trip_inputs import TRIP_INPUT
 
@@ -113,5 +115,12 @@ def test_a_plan_s_dry_run_shows_the_budget_the_catalogue_gives_agent_plans():
     assert planned.budget is not None
     assert (planned.budget.forward_cost, planned.budget.compensation_cost) == ("2.0", "1.0")
     assert planned.budget.max_cost == 200.0 and planned.budget.within_budget is True
-    # and the trip, which declares no budget, shows none
-    assert TestFleet().client().dry_run("trip", TRIP_INPUT).budget is None
+    # and the trip's estimate is its tools' declared costs, each step once
+    fleet = TestFleet()
+    trip = fleet.definitions.get("trip", tenant="default")
+    costs = [trip.tool_spec(s.id, StepKind.FORWARD) for s in trip.steps]
+    expected = sum(Decimal(str(spec.cost)) for spec in costs if spec is not None)
+    estimate = fleet.client().dry_run("trip", TRIP_INPUT).budget
+    assert estimate is not None and trip.budget is not None
+    assert Decimal(estimate.forward_cost) == expected
+    assert estimate.max_cost == trip.budget.max_cost
