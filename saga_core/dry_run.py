@@ -125,8 +125,6 @@ class DryRun(BaseModel):
     steps: list[PlannedStep]
     gates: list[str]  # one line per operation that will or may ask a person
     budget: BudgetEstimate | None
-    writes: int = 0  # a dry run records no event, row or message
-    tool_calls: int = 0
 
 
 def plan_start(spec: SagaDefinition, started: SagaStarted, *, saga_id_final: bool) -> DryRun:
@@ -185,19 +183,28 @@ def _operation(state: SagaState, step_id: str, kind: StepKind, templates: Any) -
 def _gate(policy: GatePolicy | None, known: dict[str, Any],
           complete: dict[str, Any] | None) -> PlannedGate | None:
     """The gate evaluated as decide evaluates it, on the resolved arguments; when some wait
-    for a receipt, only if every argument its conditions read is already known."""
+    for a receipt, only if every argument its conditions read is already known (a gate
+    that asks for every call asks whatever they turn out to be)."""
     if policy is None:
         return None
-    reads = _reads(policy)
-    decidable = complete is not None or all(name in known for name in reads)
-    reasons = policy.reasons(complete if complete is not None else known) if decidable else []
-    if policy.approval is not None and complete is None and policy.approval.required:
-        decidable, reasons = True, policy.reasons(known)
+    will_ask: bool | None
+    if complete is not None or all(name in known for name in _reads(policy)):
+        reasons = policy.reasons(complete if complete is not None else known)
+        will_ask = bool(reasons)
+    elif _always(policy):
+        reasons, will_ask = ["every call needs a person"], True
+    else:
+        reasons, will_ask = [], None
     return PlannedGate(
-        will_ask=bool(reasons) if decidable else None, reasons=reasons,
-        condition=_condition(policy), role=policy.role, four_eyes=policy.four_eyes,
-        scope=policy.scope,
+        will_ask=will_ask, reasons=reasons, condition=_condition(policy), role=policy.role,
+        four_eyes=policy.four_eyes, scope=policy.scope,
         risk_class=str(policy.risk_class) if policy.risk_class is not None else None)
+
+
+def _always(policy: GatePolicy) -> bool:
+    """Whether the policy asks a person for every call, whatever its arguments."""
+    return ((policy.gate is not None and policy.gate.always)
+            or (policy.approval is not None and policy.approval.required))
 
 
 def _reads(policy: GatePolicy) -> list[str]:

@@ -103,6 +103,9 @@ def test_a_dry_run_writes_nothing_calls_nothing_and_the_start_then_does_what_it_
     workers.start(1)
     saga = client.start("trip", TRIP_INPUT, key="dry-cli")
     assert settle(fleet, [saga.saga_id])[saga.saga_id] is SagaStatus.COMPLETED
+    # (the providers' books, counted above, do see a real start's calls)
+    after = _everything(database, broker)
+    assert after["sandbox_flights.idempotency_keys"] > before["sandbox_flights.idempotency_keys"]
     # then it recorded the saga id, operation keys and request hashes the dry run showed
     assert saga.saga_id == shown["saga_id"]
     started = {e.step_id: e for e in events_of(fleet, saga.saga_id)
