@@ -84,10 +84,11 @@ class GatewayService:
         problems += _text_problems("reason", reason, AGENT_REASON_CHARS.value)
         if not isinstance(definition, str) or not definition:
             problems.append(Problem("definition", "wrong_type", "a definition name is required"))
+        problems += _flag_problems("dry_run", dry_run)
         if problems:
             raise ArgumentsRejected("start_saga", problems)
         spec = self.fleet.definitions.get(definition, version, tenant=who.tenant)
-        if dry_run is True:
+        if dry_run:
             planned = client.dry_run(spec.name, input, key=idempotency_key,
                                      version=spec.version, reason=reason)
             return {"dry_run": True, **planned.model_dump(mode="json"),
@@ -134,13 +135,18 @@ class GatewayService:
         """Validate an agent's plan against the catalogue; name the definition to start it.
         With ``dry_run``: register nothing and show what starting it with ``input`` would do."""
         client = self._client(who, Action.START, "a plan")
+        problems = _flag_problems("dry_run", dry_run)
+        if input is not None and not isinstance(input, dict):
+            problems.append(Problem("input", "wrong_type", "the input must be an object"))
+        if problems:
+            raise ArgumentsRejected("propose_plan", problems)
         document = {"goal": goal, "actions": steps}
         check_plan_document(document)  # bounded before pydantic copies it
         try:
             plan = AgentPlan.model_validate(document)
         except ValidationError as exc:
             raise PlanRejected(_plan_shape_problems(exc)) from None
-        if dry_run is True:
+        if dry_run:
             planned = client.dry_run_plan(plan, input or {})
             return {"dry_run": True, **planned.model_dump(mode="json"),
                     "next": "call propose_plan again without dry_run to register it"}
@@ -204,6 +210,13 @@ def _after_wait(settled: bool, terminal: bool) -> str:
         return "the saga is finished: nothing more will happen"
     return ("the saga waits for a person (see pending); call saga_wait again to follow "
             "it once they act")
+
+
+def _flag_problems(name: str, value: object) -> list[Problem]:
+    """Why ``value`` is not a boolean: a dry run asked for as ``"true"`` must not start."""
+    if isinstance(value, bool):
+        return []
+    return [Problem(name, "wrong_type", f"expected boolean, got {type(value).__name__}")]
 
 
 def _text_problems(name: str, value: object, longest: int) -> list[Problem]:

@@ -20,6 +20,7 @@ from trip_inputs import TRIP_INPUT
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.events import StepStarted
 from sagafleet.exit_codes import ExitCode
+from sagafleet.gateway.function_schemas import FunctionRouter
 from sagafleet.gateway.service import GatewayService
 
 ROOM_PLAN = {"goal": "a room", "actions": [
@@ -128,3 +129,23 @@ def test_a_dry_run_refuses_bad_input_with_the_start_s_typed_problems(fleet, data
     assert dry.returncode == real.returncode == ExitCode.INVALID_INPUT
     assert json.loads(dry.stdout) == json.loads(real.stdout)
     assert "nights" in dry.stdout
+
+
+def test_a_model_s_function_call_asking_for_a_dry_run_gets_one_and_a_non_boolean_is_refused(
+        fleet, database, broker):
+    # given the function-calling router over the gateway, as a trusted program runs it
+    fleet.register_builtin_definitions()
+    agent = authenticated(fleet, "planner", ["agent"], tenant="acme")
+    router = FunctionRouter(GatewayService(fleet))
+    call = {"definition": "trip", "input": TRIP_INPUT, "idempotency_key": "fn-1",
+            "reason": "try it"}
+    before = _everything(database, broker)
+    # when a model asks for a dry run, and another writes the flag as text
+    shown = router.call(agent, "start_saga", {**call, "dry_run": True})
+    refused = router.call(agent, "start_saga", {**call, "dry_run": "yes"})
+    plan = router.call(agent, "propose_plan", {"steps": ROOM_PLAN["actions"], "dry_run": 1})
+    # then the first is shown, the others refused naming the flag, and nothing was written
+    assert shown["dry_run"] is True and shown["definition"] == "trip"
+    for answer in (refused, plan):
+        assert [p["where"] for p in answer["problems"]] == ["dry_run"], answer
+    assert _everything(database, broker) == before
