@@ -343,11 +343,15 @@ def _plan(fleet: Fleet, command: VerifiedCommand) -> None:
     plan, name = _required(kw, "plan"), kw.pop("name", None)
     data, key, reason = kw.pop("input", None), kw.pop("key", None), kw.pop("reason", "")
     _no_more(kw)
-    definition = client.submit_plan(plan, name=name, version=version)
     if data is None:
+        client.submit_plan(plan, name=name, version=version)
         return
     if key is None:
         key = keyless_start_key(command.kid, command.envelope.command_id)
+    # The start is dry-run first (pure): an input the plan refuses dead-letters the command
+    # before its definition is registered, so nothing is left behind by it.
+    client.dry_run_plan(plan, data, name=name, version=version, key=key, reason=reason)
+    definition = client.submit_plan(plan, name=name, version=version)
     client.start(definition.name, data, key=key, version=definition.version, reason=reason)
 
 

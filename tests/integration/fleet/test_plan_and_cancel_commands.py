@@ -124,3 +124,24 @@ def test_a_cancel_sent_twice_over_celery_is_recorded_once_and_compensates(
     assert len(cancels) == 1 and cancels[0].reason == "plans changed"
     assert cancels[0].actor == "travel-agent"
     assert _rows(database, "SELECT count(*) FROM fleet.dead_letters") == [(0,)]
+
+
+def test_a_plan_sent_with_an_input_it_refuses_is_dead_lettered_and_registers_nothing(
+        fleet, database, broker, workers):
+    workers.start(1)
+    signer = agent_signer(fleet, "plans")
+    agent = bare_celery(broker)
+    # given a plan whose argument comes from the start's input
+    plan = {"goal": "a room", "actions": [{"tool": "hotels.hold", "args": {
+        "hotel_id": "${input.hotel}", "nights": 1, "guest_email": "a@b.c"}}]}
+    # when it is sent with an input lacking that field
+    send(agent, signer.submit_plan(plan, input={}, key="bad-input"))
+    deadline = time.monotonic() + 120
+    while not (letters := _rows(database, "SELECT reason FROM fleet.dead_letters")):
+        assert time.monotonic() < deadline, "the command was never dead-lettered"
+        time.sleep(0.1)
+    # then it waits in the dead letters naming the missing field, and nothing was kept
+    assert len(letters) == 1 and "hotel" in letters[0][0]
+    assert _rows(database, "SELECT 1 FROM eventstore.definitions"
+                 " WHERE name LIKE 'agent-plan-%%'") == []
+    assert fleet.client(tenant="plans").find("bad-input") is None
