@@ -282,13 +282,7 @@ class SagaClient:
         reason: str = "",
     ) -> Started:
         """Start a saga; with ``key``, the same key and input return the same saga."""
-        check_permitted(self.principal, Action.START, f"definition {definition!r}")
-        if key is not None:
-            _text("idempotency key", key, KEY_CHARS)
-        _text("definition name", definition, NAME_CHARS)
-        _text("reason", reason, REASON_CHARS, empty=True)
-        if version is not None and (type(version) is not int or not 1 <= version <= 2**31 - 1):
-            raise InvalidRequest(f"definition version must be a positive int, got {version!r}")
+        self._check_start(definition, key, version, reason)
         # The highest version is taken from this process's cache and confirmed inside the
         # start's own transaction (no extra round trip); when another process has
         # registered a newer one since, the start runs again on a fresh lookup.
@@ -297,6 +291,28 @@ class SagaClient:
             if started is not None:
                 return started
         raise AssertionError("a start without the cache always decides")  # pragma: no cover
+
+    def _check_start(self, definition: str, key: str | None, version: int | None,
+                     reason: str) -> None:
+        """A start's (or a dry run's) arguments besides the input, and the right to start."""
+        check_permitted(self.principal, Action.START, f"definition {definition!r}")
+        if key is not None:
+            _text("idempotency key", key, KEY_CHARS)
+        _text("definition name", definition, NAME_CHARS)
+        _text("reason", reason, REASON_CHARS, empty=True)
+        if version is not None and (type(version) is not int or not 1 <= version <= 2**31 - 1):
+            raise InvalidRequest(f"definition version must be a positive int, got {version!r}")
+
+    def _checked_input(self, spec: SagaDefinition, input: dict[str, Any]
+                       ) -> tuple[dict[str, str], dict[str, Any]]:
+        """The input's secret fields given by ref (field: ref), and the rest validated
+        (``RawSecretRefused`` first for a secret value that crossed the broker)."""
+        refs = refs_in(spec, input)
+        if self.refuse_raw_secrets:
+            problems = raw_secret_problems(spec, input)
+            if problems:
+                raise RawSecretRefused(spec.name, problems)
+        return refs, validate_input(spec, input, by_ref=refs)
 
     def _start_once(
         self, definition: str, version: int | None, input: dict[str, Any], key: str | None,
@@ -312,13 +328,8 @@ class SagaClient:
         """
         spec = self.definitions.get(definition, version, tenant=self.tenant,
                                     cached_latest=cached)
-        refs = refs_in(spec, input)
-        if self.refuse_raw_secrets:
-            problems = raw_secret_problems(spec, input)
-            if problems:
-                raise RawSecretRefused(spec.name, problems)
         try:
-            given = validate_input(spec, input, by_ref=refs)
+            refs, given = self._checked_input(spec, input)
         except InputValidationError:
             if cached:
                 return None  # judge the input by the registry's current latest, not a cache
@@ -396,13 +407,7 @@ class SagaClient:
         (:func:`~saga_core.dry_run.plan_start`). A secret given by ref is neither read nor
         spent (its field shows the placeholder the log would record); with ``key`` the saga
         id, and so every operation key, is the one the real start will use."""
-        check_permitted(self.principal, Action.START, f"definition {definition!r}")
-        if key is not None:
-            _text("idempotency key", key, KEY_CHARS)
-        _text("definition name", definition, NAME_CHARS)
-        _text("reason", reason, REASON_CHARS, empty=True)
-        if version is not None and (type(version) is not int or not 1 <= version <= 2**31 - 1):
-            raise InvalidRequest(f"definition version must be a positive int, got {version!r}")
+        self._check_start(definition, key, version, reason)
         spec = self.definitions.get(definition, version, tenant=self.tenant)
         return self._dry_run(spec, input, key, reason)
 
@@ -410,28 +415,18 @@ class SagaClient:
         self, plan: AgentPlan | dict[str, Any], input: dict[str, Any], *,
         name: str | None = None, version: int = 1, key: str | None = None, reason: str = "",
     ) -> DryRun:
-        """:meth:`submit_plan` then :meth:`start`, as a dry run: the plan is validated into
-        the definition it would register (named by its content without ``name``), which is
-        not registered, and its start is planned as :meth:`dry_run` plans one."""
+        """:meth:`submit_plan` then :meth:`start` as a dry run: the plan is validated into
+        the definition it would register (not registered) and its start planned."""
         check_permitted(self.principal, Action.START, "an agent plan")
-        if key is not None:
-            _text("idempotency key", key, KEY_CHARS)
-        _text("reason", reason, REASON_CHARS, empty=True)
-        if not isinstance(plan, AgentPlan):
-            plan = parse_plan(plan)
-        if name is None:
-            name = plan_definition_name(plan)
+        plan = plan if isinstance(plan, AgentPlan) else parse_plan(plan)
+        name = plan_definition_name(plan) if name is None else name
+        self._check_start(name, key, version, reason)
         spec = validate_plan(plan, self.catalogue, name=name, version=version)
         return self._dry_run(spec, input, key, reason)
 
     def _dry_run(self, spec: SagaDefinition, input: dict[str, Any], key: str | None,
                  reason: str) -> DryRun:
-        refs = refs_in(spec, input)
-        if self.refuse_raw_secrets:
-            problems = raw_secret_problems(spec, input)
-            if problems:
-                raise RawSecretRefused(spec.name, problems)
-        given = validate_input(spec, input, by_ref=refs)
+        refs, given = self._checked_input(spec, input)
         public, _ = split_secrets(spec, {**given, **dict.fromkeys(refs)})
         saga_id = self._id_for_key(key) if key else str(uuid.uuid4())
         started = start_event(spec, saga_id=saga_id, tenant=self.tenant, public_input=public,
