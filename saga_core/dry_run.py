@@ -174,7 +174,7 @@ def _operation(state: SagaState, step_id: str, kind: StepKind, templates: Any) -
         except TemplateError:
             continue
     waits = sorted({ref.step_id or step_id for ref in references(templates)
-                    if ref.receipt_field is not None})
+                    if ref.root in ("steps", "receipt")})
     return PlannedOperation(kind=kind, tool=tool, version=version, operation_key=key,
                             args=known, request_hash=None, templates=dict(templates),
                             waits_for=waits, gate=_gate(policy, known, None))
