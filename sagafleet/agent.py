@@ -85,11 +85,17 @@ class CommandSigner:
                          command_id=command_id)
 
     def submit_plan(self, plan: dict[str, Any], *, name: str | None = None,
+                    version: int | None = None, input: dict[str, Any] | None = None,
+                    key: str | None = None, reason: str = "",
                     command_id: str | None = None) -> tuple[str, dict[str, Any]]:
-        """``(task name, kwargs)`` of a signed plan (named by its content without ``name``)."""
+        """``(task name, kwargs)`` of a signed plan (named by its content without ``name``;
+        version 1 without ``version``); with ``input`` the worker also starts its saga
+        (idempotent by ``key``; without one, by the command's id)."""
         args: dict[str, Any] = {"plan": plan}
-        if name is not None:
-            args["name"] = name
+        optional = {"name": name, "version": version, "input": input, "key": key}
+        args.update({k: v for k, v in optional.items() if v is not None})
+        if reason:
+            args["reason"] = reason
         return self.sign(SUBMIT_PLAN, args, command_id=command_id)
 
     def sign(self, task: str, args: dict[str, Any], *,

@@ -30,6 +30,7 @@ from saga_core.authority import Action, Principal, check_permitted
 from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.definition import parse_definition
+from saga_core.dry_run import DryRun, plan_start, start_event
 from saga_core.errors import (
     ApprovalNotPending,
     ErrorKind,
@@ -296,13 +297,7 @@ class SagaClient:
         or policy version, trace id), recorded on SagaStarted; the trace id, when not
         given, is the OpenTelemetry trace of the start when one traces it, else a new one.
         A repeated key keeps the first start's lineage."""
-        check_permitted(self.principal, Action.START, f"definition {definition!r}")
-        if key is not None:
-            _text("idempotency key", key, KEY_CHARS)
-        _text("definition name", definition, NAME_CHARS)
-        _text("reason", reason, REASON_CHARS, empty=True)
-        if version is not None and (type(version) is not int or not 1 <= version <= 2**31 - 1):
-            raise InvalidRequest(f"definition version must be a positive int, got {version!r}")
+        self._check_start(definition, key, version, reason)
         asked = parse_lineage(lineage) or Lineage()
         # The highest version is taken from this process's cache and confirmed inside the
         # start's own transaction (no extra round trip); when another process has
@@ -313,6 +308,28 @@ class SagaClient:
             if started is not None:
                 return started
         raise AssertionError("a start without the cache always decides")  # pragma: no cover
+
+    def _check_start(self, definition: str, key: str | None, version: int | None,
+                     reason: str) -> None:
+        """A start's (or a dry run's) arguments besides the input, and the right to start."""
+        check_permitted(self.principal, Action.START, f"definition {definition!r}")
+        if key is not None:
+            _text("idempotency key", key, KEY_CHARS)
+        _text("definition name", definition, NAME_CHARS)
+        _text("reason", reason, REASON_CHARS, empty=True)
+        if version is not None and (type(version) is not int or not 1 <= version <= 2**31 - 1):
+            raise InvalidRequest(f"definition version must be a positive int, got {version!r}")
+
+    def _checked_input(self, spec: SagaDefinition, input: dict[str, Any]
+                       ) -> tuple[dict[str, str], dict[str, Any]]:
+        """The input's secret fields given by ref (field: ref), and the rest validated
+        (``RawSecretRefused`` first for a secret value that crossed the broker)."""
+        refs = refs_in(spec, input)
+        if self.refuse_raw_secrets:
+            problems = raw_secret_problems(spec, input)
+            if problems:
+                raise RawSecretRefused(spec.name, problems)
+        return refs, validate_input(spec, input, by_ref=refs)
 
     def _start_once(
         self, definition: str, version: int | None, input: dict[str, Any], key: str | None,
@@ -328,13 +345,8 @@ class SagaClient:
         """
         spec = self.definitions.get(definition, version, tenant=self.tenant,
                                     cached_latest=cached)
-        refs = refs_in(spec, input)
-        if self.refuse_raw_secrets:
-            problems = raw_secret_problems(spec, input)
-            if problems:
-                raise RawSecretRefused(spec.name, problems)
         try:
-            given = validate_input(spec, input, by_ref=refs)
+            refs, given = self._checked_input(spec, input)
         except InputValidationError:
             if cached:
                 return None  # judge the input by the registry's current latest, not a cache
@@ -360,21 +372,9 @@ class SagaClient:
                     redeemed = self.secrets.redeem(self.tenant, refs, saga_id, now, unit)
                     normalized = {**given, **checked_values(spec, redeemed)}
                     public, secrets = split_secrets(spec, normalized)
-                    started = SagaStarted(
-                        at=now,
-                        saga_id=saga_id,
-                        tenant=self.tenant,
-                        definition_name=spec.name,
-                        definition_version=spec.version,
-                        definition_hash=spec.content_hash(),
-                        input=public,
-                        input_hash=payload_hash(public),
-                        idempotency_key=key,
-                        actor=self.actor,
-                        reason=reason,
-                        retry_budget=spec.retry_budget,
-                        lineage=lineage,
-                    )
+                    started = start_event(spec, saga_id=saga_id, tenant=self.tenant,
+                                          public_input=public, key=key, actor=self.actor,
+                                          reason=reason, now=now, lineage=lineage)
                     self.secrets.keep(saga_id, secrets, unit)
                     committed = self.orchestrator.commit(fresh, [started], actor=self.actor,
                                                          unit=unit)
@@ -423,6 +423,43 @@ class SagaClient:
                 "definition"
             ) from None
         return Started(**view_of(existing).model_dump(), created=False)
+
+    def dry_run(
+        self, definition: str, input: dict[str, Any], *, key: str | None = None,
+        version: int | None = None, reason: str = "",
+    ) -> DryRun:
+        """What :meth:`start` would do with these arguments, writing nothing and calling
+        nothing: the same checks (the same typed errors), the same ``SagaStarted``
+        (:func:`~saga_core.dry_run.start_event`) folded by the same pure code
+        (:func:`~saga_core.dry_run.plan_start`). A secret given by ref is neither read nor
+        spent (its field shows the placeholder the log would record); with ``key`` the saga
+        id, and so every operation key, is the one the real start will use."""
+        self._check_start(definition, key, version, reason)
+        spec = self.definitions.get(definition, version, tenant=self.tenant)
+        return self._dry_run(spec, input, key, reason)
+
+    def dry_run_plan(
+        self, plan: AgentPlan | dict[str, Any], input: dict[str, Any], *,
+        name: str | None = None, version: int = 1, key: str | None = None, reason: str = "",
+    ) -> DryRun:
+        """:meth:`submit_plan` then :meth:`start` as a dry run: the plan is validated into
+        the definition it would register (not registered) and its start planned."""
+        check_permitted(self.principal, Action.START, "an agent plan")
+        plan = plan if isinstance(plan, AgentPlan) else parse_plan(plan)
+        name = plan_definition_name(plan) if name is None else name
+        self._check_start(name, key, version, reason)
+        spec = validate_plan(plan, self.catalogue, name=name, version=version)
+        return self._dry_run(spec, input, key, reason)
+
+    def _dry_run(self, spec: SagaDefinition, input: dict[str, Any], key: str | None,
+                 reason: str) -> DryRun:
+        refs, given = self._checked_input(spec, input)
+        public, _ = split_secrets(spec, {**given, **dict.fromkeys(refs)})
+        saga_id = self._id_for_key(key) if key else str(uuid.uuid4())
+        started = start_event(spec, saga_id=saga_id, tenant=self.tenant, public_input=public,
+                              key=key, actor=self.actor, reason=reason,
+                              now=self.orchestrator.clock())
+        return plan_start(spec, started, saga_id_final=key is not None)
 
     def find(self, key: str) -> SagaView | None:
         """The saga this tenant started with idempotency ``key``, or None."""

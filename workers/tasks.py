@@ -11,7 +11,8 @@ being the command's arguments:
   optional: ``agent_request_id, model_name, model_version, prompt_version, trace_id``, see
   :mod:`saga_core.lineage`; a malformed one is dead-lettered as invalid input)
 * ``sagafleet.commands.cancel_saga``: ``saga_id, reason``
-* ``sagafleet.commands.submit_plan``: ``plan, name``
+* ``sagafleet.commands.submit_plan``: ``plan, name, version, input, key, reason`` (all but
+  ``plan`` optional; with ``input`` the plan's saga is started too)
 
 Tenant and actor are the signing key's principal's (``fleet.client_for(principal)``), who
 must hold a role allowing the command (:data:`COMMAND_ACTIONS`). An unsigned, forged
@@ -345,9 +346,27 @@ def _cancel(fleet: Fleet, command: VerifiedCommand) -> None:
 
 
 def _plan(fleet: Fleet, command: VerifiedCommand) -> None:
+    """Register the plan (named by its content unless the command names it) and, when the
+    command carries an ``input``, start its saga: keyed by ``key``, else by the command as
+    a keyless start is, so a redelivery lands on the same saga."""
     kw = dict(command.envelope.args)
-    _client(fleet, command).submit_plan(_required(kw, "plan"), name=kw.pop("name", None),
-                                        **_no_more(kw))
+    client = _client(fleet, command)
+    version = kw.pop("version", 1)
+    if type(version) is not int:
+        raise MalformedMessage(f"argument 'version' must be an int, got {version!r}")
+    plan, name = _required(kw, "plan"), kw.pop("name", None)
+    data, key, reason = kw.pop("input", None), kw.pop("key", None), kw.pop("reason", "")
+    _no_more(kw)
+    if data is None:
+        client.submit_plan(plan, name=name, version=version)
+        return
+    if key is None:
+        key = keyless_start_key(command.kid, command.envelope.command_id)
+    # The start is dry-run first (pure): an input the plan refuses dead-letters the command
+    # before its definition is registered, so nothing is left behind by it.
+    client.dry_run_plan(plan, data, name=name, version=version, key=key, reason=reason)
+    definition = client.submit_plan(plan, name=name, version=version)
+    client.start(definition.name, data, key=key, version=definition.version, reason=reason)
 
 
 def _no_more(kw: dict[str, Any]) -> dict[str, Any]:

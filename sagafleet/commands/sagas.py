@@ -18,6 +18,7 @@ from saga_core.definition import check_definition_document
 from saga_core.documents import Syntax, load_document
 from saga_core.limits import DEFINITION_BYTES, INPUT_TEXT_BYTES
 from sagafleet.auth import add_token_option, cli_principal
+from sagafleet.commands.dry_run_report import DryRunReport
 from sagafleet.commands.rendering import RegisteredDefinition, SagaReport
 from sagafleet.errors import InvalidInput, NotFound
 from sagafleet.exit_codes import ExitCode
@@ -49,9 +50,28 @@ def register(sub: Any) -> None:
     start.add_argument("--key", default=None, help="idempotency key: a retry returns the same saga")
     start.add_argument("--version", type=int, default=None, help="definition version (latest)")
     start.add_argument("--reason", default="", help="why (recorded on SagaStarted)")
+    start.add_argument("--dry-run", action="store_true",
+                       help="show what the start would do (graph, arguments, keys, gates, "
+                       "compensations, budget), writing nothing and calling no tool")
     add_token_option(start)
     start.add_argument("--json", action="store_true", help="print one JSON document")
     start.set_defaults(handler=run_start)
+
+    plan = sub.add_parser(
+        "plan", help="submit an agent plan (JSON file) and, with --input, start it")
+    plan.add_argument("file", help="the plan: {\"goal\": ..., \"actions\": [...]} as JSON")
+    plan.add_argument("--input", default=None,
+                      help="start the plan's saga with this input (JSON, @FILE or -)")
+    plan.add_argument("--name", default=None,
+                      help="definition name (default: agent-plan-<16 hex of the plan>)")
+    plan.add_argument("--version", type=int, default=1, help="definition version (1)")
+    plan.add_argument("--key", default=None, help="idempotency key of the start")
+    plan.add_argument("--reason", default="", help="why (recorded on SagaStarted)")
+    plan.add_argument("--dry-run", action="store_true",
+                      help="validate and show what the plan's start would do, writing nothing")
+    add_token_option(plan)
+    plan.add_argument("--json", action="store_true", help="print one JSON document")
+    plan.set_defaults(handler=run_plan)
 
     wait = sub.add_parser(
         "wait", help="wait until a saga is finished or waits for a person (exit 10: timed out)")
@@ -93,6 +113,11 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
     fleet = command_fleet(settings)
     try:
         client = fleet.client_for(cli_principal(args, settings, fleet.principals))
+        if args.dry_run:  # reads only: no built-in registration, no event, no message
+            planned = client.dry_run(args.definition, data, key=args.key,
+                                     version=args.version, reason=args.reason)
+            emit_report(DryRunReport(planned), as_json=args.json)
+            return ExitCode.OK
         fleet.register_builtin_definitions()
         view = client.start(args.definition, data, key=args.key, version=args.version,
                             reason=args.reason)
@@ -101,6 +126,31 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
     emit_report(SagaReport(view), as_json=args.json)
     return ExitCode.OK
 
+
+def run_plan(args: argparse.Namespace, settings: Settings) -> int:
+    """Submit an agent plan (and start it with ``--input``), or dry-run both."""
+    plan = _input_document("@" + args.file)
+    data = None if args.input is None else _input_document(args.input)
+    fleet = command_fleet(settings)
+    try:
+        client = fleet.client_for(cli_principal(args, settings, fleet.principals))
+        if args.dry_run:
+            planned = client.dry_run_plan(plan, data if data is not None else {},
+                                          name=args.name, version=args.version,
+                                          key=args.key, reason=args.reason)
+            emit_report(DryRunReport(planned), as_json=args.json)
+            return ExitCode.OK
+        definition = client.submit_plan(plan, name=args.name, version=args.version)
+        if data is None:
+            emit_report(RegisteredDefinition(definition.name, definition.version,
+                                             definition.content_hash()), as_json=args.json)
+            return ExitCode.OK
+        view = client.start(definition.name, data, key=args.key, version=definition.version,
+                            reason=args.reason)
+    finally:
+        fleet.close()
+    emit_report(SagaReport(view), as_json=args.json)
+    return ExitCode.OK
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ class _Tools:
         pivot, approval) and the JSON Schema of the input."""
         return self._call(ctx, self.service.list_sagas)
 
-    def start_saga(
+    def start_saga(  # noqa: PLR0917 -- an MCP tool: its parameters are the tool's arguments
         self,
         definition: Annotated[str, Field(description="definition name from list_sagas")],
         input: Annotated[dict[str, Any], Field(description="the input, matching the "
@@ -91,11 +91,15 @@ class _Tools:
             description=LINEAGE_SCHEMA["description"],
             json_schema_extra={"properties": LINEAGE_SCHEMA["properties"],
                                "additionalProperties": False})] = None,
+        dry_run: Annotated[bool, Field(description="true: only show what the start would do "
+                                       "(steps, arguments, keys, approvals, compensations); "
+                                       "nothing is started")] = False,
     ) -> CallToolResult:
         """Start a saga (validated against its input schema); says what will happen and what
         may need a human."""
         return self._call(ctx, lambda who: self.service.start_saga(
-            who, definition, input, idempotency_key, reason, lineage=lineage))
+            who, definition, input, idempotency_key, reason, lineage=lineage,
+            dry_run=dry_run))
 
     def put_secret(
         self,
@@ -120,10 +124,15 @@ class _Tools:
             json_schema_extra={"items": PlannedAction.model_json_schema()})],
         ctx: Context,
         goal: Annotated[str, Field(description="what the plan is for")] = "",
+        dry_run: Annotated[bool, Field(description="true: register nothing; show what "
+                                       "starting the plan with input would do")] = False,
+        input: Annotated[dict[str, Any] | None, Field(
+            description="with dry_run: the input the start would get")] = None,
     ) -> CallToolResult:
         """Validate a plan of allowlisted tool calls; returns every problem at once, or the
         definition name to start it with start_saga."""
-        return self._call(ctx, lambda who: self.service.propose_plan(who, steps, goal))
+        return self._call(ctx, lambda who: self.service.propose_plan(
+            who, steps, goal, dry_run=dry_run, input=input))
 
     def saga_status(self, saga_id: SagaId, ctx: Context) -> CallToolResult:
         """A saga's state, steps, receipts and what it is waiting for."""

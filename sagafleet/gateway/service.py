@@ -76,19 +76,27 @@ class GatewayService:
     def start_saga(
         self, who: Principal, definition: str, input: dict[str, Any],
         idempotency_key: str, reason: str, *, version: int | None = None,
-        lineage: dict[str, Any] | None = None,
+        lineage: dict[str, Any] | None = None, dry_run: bool = False,
     ) -> dict[str, Any]:
         """Validate the input and start the saga; the same key returns the same saga.
-        ``lineage``: who and what asks (saga_core.lineage), recorded on the saga."""
+        ``lineage``: who and what asks (saga_core.lineage), recorded on the saga. With
+        ``dry_run``: what the start would do (graph, resolved arguments, operation keys,
+        gates, compensations, budget), nothing written and no tool called."""
         client = self._client(who, Action.START, "a saga")
         problems = _text_problems("idempotency_key", idempotency_key, KEY_CHARS.value)
         problems += _text_problems("reason", reason, AGENT_REASON_CHARS.value)
         if not isinstance(definition, str) or not definition:
             problems.append(Problem("definition", "wrong_type", "a definition name is required"))
         problems += _lineage_problems(lineage)
+        problems += _flag_problems("dry_run", dry_run)
         if problems:
             raise ArgumentsRejected("start_saga", problems)
         spec = self.fleet.definitions.get(definition, version, tenant=who.tenant)
+        if dry_run:
+            planned = client.dry_run(spec.name, input, key=idempotency_key,
+                                     version=spec.version, reason=reason)
+            return {"dry_run": True, **planned.model_dump(mode="json"),
+                    "next": "call start_saga again without dry_run to start it"}
         started = client.start(spec.name, input, key=idempotency_key,
                                version=spec.version, reason=reason, lineage=lineage)
         loaded = self.fleet.repo.load(started.saga_id, tenant=who.tenant)
@@ -125,16 +133,27 @@ class GatewayService:
         }
 
     def propose_plan(
-        self, who: Principal, steps: list[dict[str, Any]], goal: str = ""
+        self, who: Principal, steps: list[dict[str, Any]], goal: str = "", *,
+        dry_run: bool = False, input: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Validate an agent's plan against the catalogue; name the definition to start it."""
+        """Validate an agent's plan against the catalogue; name the definition to start it.
+        With ``dry_run``: register nothing and show what starting it with ``input`` would do."""
         client = self._client(who, Action.START, "a plan")
+        problems = _flag_problems("dry_run", dry_run)
+        if input is not None and not isinstance(input, dict):
+            problems.append(Problem("input", "wrong_type", "the input must be an object"))
+        if problems:
+            raise ArgumentsRejected("propose_plan", problems)
         document = {"goal": goal, "actions": steps}
         check_plan_document(document)  # bounded before pydantic copies it
         try:
             plan = AgentPlan.model_validate(document)
         except ValidationError as exc:
             raise PlanRejected(_plan_shape_problems(exc)) from None
+        if dry_run:
+            planned = client.dry_run_plan(plan, input or {})
+            return {"dry_run": True, **planned.model_dump(mode="json"),
+                    "next": "call propose_plan again without dry_run to register it"}
         # Named by the plan's content (the client's default): the same plan always gets the
         # same definition, and a different plan can never collide with an existing one.
         definition = client.submit_plan(plan)
@@ -195,6 +214,13 @@ def _after_wait(settled: bool, terminal: bool) -> str:
         return "the saga is finished: nothing more will happen"
     return ("the saga waits for a person (see pending); call saga_wait again to follow "
             "it once they act")
+
+
+def _flag_problems(name: str, value: object) -> list[Problem]:
+    """Why ``value`` is not a boolean: a dry run asked for as ``"true"`` must not start."""
+    if isinstance(value, bool):
+        return []
+    return [Problem(name, "wrong_type", f"expected boolean, got {type(value).__name__}")]
 
 
 def _text_problems(name: str, value: object, longest: int) -> list[Problem]:
