@@ -130,9 +130,12 @@ def _forward_phase(state: SagaState, now: datetime) -> list[Decision]:
     escalations: list[Escalate] = []
     rejection: tuple[str, str | None] | None = None
     per_step: dict[str, list[Decision]] = {}
+    retired_done = _retired_settled(state)
     for step in definition.steps:
         run = state.forward[step.id]
-        if run.status is RunStatus.PENDING:
+        if step.id in state.retired:
+            outcome = _retired(state, step, retired_done, now)
+        elif run.status is RunStatus.PENDING:
             deps_done = all(state.forward[d].status in FORWARD_DONE for d in step.depends_on)
             outcome = _ready(state, step, run, now) if deps_done and not stop_forward else None
         else:
@@ -168,18 +171,52 @@ def _forward_phase(state: SagaState, now: datetime) -> list[Decision]:
     if decisions:
         overrun = cost_overrun(state, decisions)
         return [overrun] if overrun is not None else decisions
-    if all(run.status in FORWARD_DONE for run in state.forward.values()):
+    active = [run for sid, run in state.forward.items() if sid not in state.retired]
+    if all(run.status in FORWARD_DONE for run in active) and all(retired_done.values()):
         return [_finish_forward(state)]
     return []
 
 
 def _finish_forward(state: SagaState) -> Finish:
-    repaired = [r.step_id for r in state.forward.values() if r.status is not RunStatus.SUCCEEDED]
+    active = [r for r in state.forward.values() if r.step_id not in state.retired]
+    repaired = [r.step_id for r in active if r.status is not RunStatus.SUCCEEDED]
+    dropped = sorted(state.retired)
+    replan = f"; dropped by a replan and compensated: {', '.join(dropped)}" if dropped else ""
     if state.repaired or repaired:
         note = f"; operator-repaired: {', '.join(repaired)}" if repaired else ""
-        return Finish(SagaStatus.COMMITTED_WITH_REPAIR, f"committed with operator repair{note}")
+        return Finish(
+            SagaStatus.COMMITTED_WITH_REPAIR, f"committed with operator repair{note}{replan}"
+        )
     cancel = "; cancel arrived after the pivot" if state.cancel_requested else ""
-    return Finish(SagaStatus.COMPLETED, f"all {len(state.forward)} steps succeeded{cancel}")
+    return Finish(SagaStatus.COMPLETED, f"all {len(active)} steps succeeded{cancel}{replan}")
+
+
+def _retired_settled(state: SagaState) -> dict[str, bool]:
+    """For each step a plan revision dropped: whether nothing of it is left to undo."""
+    settled = {}
+    for step_id in state.retired:
+        step = state.definition.step(step_id)
+        effect = _forward_effect(state, step, state.forward[step_id])
+        comp = state.compensation.get(step_id)
+        # No compensation: nothing to undo (a revision never drops an effect it cannot undo).
+        settled[step_id] = effect == "none" or comp is None or comp.status in COMPENSATION_DONE
+    return settled
+
+
+def _retired(
+    state: SagaState, step: StepDefinition, settled: dict[str, bool], now: datetime
+) -> _Outcome | None:
+    """A dropped step's compensation, run while the saga goes forward, after the dropped
+    steps that depend on it are undone (reverse dependency order, as in compensation)."""
+    comp = state.compensation.get(step.id)
+    if comp is None or settled[step.id]:
+        return None
+    if comp.status is not RunStatus.PENDING:
+        return _advance(state, step, comp, now)
+    later = state.definition.descendants(step.id) & state.retired
+    if all(settled[d] for d in later):
+        return _ready(state, step, comp, now)
+    return None
 
 
 # -- compensation phase --------------------------------------------------------------------

@@ -316,6 +316,29 @@ class OperatorAction(SagaEvent):
     receipt: Receipt | None = None
 
 
+class PlanRevised(SagaEvent):
+    """An agent's revised plan became the saga's next plan version (saga_core.replans).
+
+    It carries the definition the saga runs from now on (the revised plan's steps plus the
+    dropped actions that ran, kept so their compensation can run) so the fold needs nothing
+    outside the log. ``kept`` actions keep their step id and operation key; ``dropped`` ones
+    ran and are compensated; ``removed`` ones never ran and simply go; ``added`` ones run.
+    """
+
+    event_type: ClassVar[str] = "PlanRevised"
+
+    revision: int = Field(ge=1)
+    plan_hash: str
+    definition: dict[str, Any]
+    definition_hash: str
+    kept: list[str] = Field(default_factory=list)
+    dropped: list[str] = Field(default_factory=list)
+    removed: list[str] = Field(default_factory=list)
+    added: list[str] = Field(default_factory=list)
+    actor: str = ""
+    reason: str = ""
+
+
 class SagaFinished(SagaEvent):
     """The saga reached an honest terminal state."""
 
@@ -353,6 +376,7 @@ _ALL: tuple[type[SagaEvent], ...] = (
     PostconditionObserved,
     PostconditionNotObserved,
     DeadlineMissed,
+    PlanRevised,
 )
 
 #: Every saga event type by its stable type name (the event store's registry starts here).
