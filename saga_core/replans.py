@@ -182,8 +182,9 @@ def revise_plan(
     actor: str = "",
     reason: str = "",
     allowlist: set[tuple[str, int]] | None = None,
-) -> PlanRevised:
-    """The event recording ``plan`` as the next version of the saga's plan.
+) -> PlanRevised | None:
+    """The event recording ``plan`` as the next version of the saga's plan (None when it
+    is the plan the saga already runs: submitting a revision twice changes nothing).
 
     :class:`~saga_core.errors.PlanRejected` if the plan itself is invalid,
     :class:`RevisionRefused` if it cannot apply to the saga as it stands."""
@@ -193,6 +194,9 @@ def revise_plan(
         input_fields=dict(current.input), allowlist=allowlist,
     )
     mapping = map_revision(state, revised)
+    active = [s for s in current.steps if s.id not in state.retired]
+    if not (mapping.dropped or mapping.removed or mapping.added) and active == revised.steps:
+        return None  # the plan the saga already runs (a redelivered revision): nothing new
     definition = revised_definition(state, revised, mapping)
     try:
         definition = validate_definition(definition, catalogue)

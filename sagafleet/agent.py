@@ -80,10 +80,18 @@ class CommandSigner:
                          command_id=command_id)
 
     def submit_plan(self, plan: dict[str, Any], *, name: str | None = None,
+                    revises: str | None = None, reason: str = "",
                     command_id: str | None = None) -> tuple[str, dict[str, Any]]:
-        """``(task name, kwargs)`` of a signed plan (named by its content without ``name``)."""
+        """``(task name, kwargs)`` of a signed plan (named by its content without ``name``);
+        with ``revises``, a revision of that running plan saga (its next plan version:
+        actions it keeps keep their operation keys)."""
         args: dict[str, Any] = {"plan": plan}
-        if name is not None:
+        if revises is not None:
+            if name is not None:
+                raise ValueError("a revision takes the saga's plan name: give revises or name")
+            args["revises"] = revises
+            args["reason"] = reason
+        elif name is not None:
             args["name"] = name
         return self.sign(SUBMIT_PLAN, args, command_id=command_id)
 

@@ -9,7 +9,8 @@ being the command's arguments:
 
 * ``sagafleet.commands.start_saga``: ``definition, input, key, reason``
 * ``sagafleet.commands.cancel_saga``: ``saga_id, reason``
-* ``sagafleet.commands.submit_plan``: ``plan, name``
+* ``sagafleet.commands.submit_plan``: ``plan, name``; or ``plan, revises, reason`` for a
+  replan of the running plan saga ``revises`` (saga_core.replans)
 
 Tenant and actor are the signing key's principal's (``fleet.client_for(principal)``), who
 must hold a role allowing the command (:data:`COMMAND_ACTIONS`). An unsigned, forged
@@ -332,6 +333,14 @@ def _cancel(fleet: Fleet, command: VerifiedCommand) -> None:
 
 def _plan(fleet: Fleet, command: VerifiedCommand) -> None:
     kw = dict(command.envelope.args)
+    revises = kw.pop("revises", None)
+    if revises is not None:
+        # A replan of a running plan saga: the next version of its plan, not a new saga.
+        if not isinstance(revises, str):
+            raise MalformedMessage(f"revises must be a saga id, got {type(revises).__name__}")
+        _client(fleet, command).revise_plan(revises, _required(kw, "plan"),
+                                            reason=kw.pop("reason", ""), **_no_more(kw))
+        return
     _client(fleet, command).submit_plan(_required(kw, "plan"), name=kw.pop("name", None),
                                         **_no_more(kw))
 

@@ -113,10 +113,16 @@ class _Tools:
             json_schema_extra={"items": PlannedAction.model_json_schema()})],
         ctx: Context,
         goal: Annotated[str, Field(description="what the plan is for")] = "",
+        revises: Annotated[str | None, Field(
+            description="to replan a running saga started from your plan: its saga id. The "
+            "plan becomes its next version; actions already run are kept, not repeated; "
+            "actions you leave out are undone")] = None,
+        reason: Annotated[str, Field(description="why you replan, for the saga's log")] = "",
     ) -> CallToolResult:
         """Validate a plan of allowlisted tool calls; returns every problem at once, or the
-        definition name to start it with start_saga."""
-        return self._call(ctx, lambda who: self.service.propose_plan(who, steps, goal))
+        definition name to start it with start_saga. With revises: replans that saga."""
+        return self._call(ctx, lambda who: self.service.propose_plan(
+            who, steps, goal, revises, reason))
 
     def saga_status(self, saga_id: SagaId, ctx: Context) -> CallToolResult:
         """A saga's state, steps, receipts and what it is waiting for."""

@@ -120,9 +120,13 @@ class GatewayService:
         }
 
     def propose_plan(
-        self, who: Principal, steps: list[dict[str, Any]], goal: str = ""
+        self, who: Principal, steps: list[dict[str, Any]], goal: str = "",
+        revises: str | None = None, reason: str = "",
     ) -> dict[str, Any]:
-        """Validate an agent's plan against the catalogue; name the definition to start it."""
+        """Validate an agent's plan against the catalogue; name the definition to start it.
+        With ``revises`` (a running plan saga's id), the plan becomes that saga's next plan
+        version at once: actions it keeps are found, not repeated; dropped ones that ran are
+        compensated; new ones run."""
         client = self._client(who, Action.START, "a plan")
         document = {"goal": goal, "actions": steps}
         check_plan_document(document)  # bounded before pydantic copies it
@@ -130,6 +134,20 @@ class GatewayService:
             plan = AgentPlan.model_validate(document)
         except ValidationError as exc:
             raise PlanRejected(_plan_shape_problems(exc)) from None
+        if revises is not None:
+            view = client.revise_plan(revises, plan, reason=reason)
+            loaded = self.fleet.repo.load(revises, tenant=who.tenant)
+            revision = loaded.state.plan_revision
+            return {
+                "accepted": True,
+                "saga_id": revises,
+                "revision": revision,
+                "steps": [step_semantics(step) for step in loaded.definition.steps
+                          if step.id not in loaded.state.retired],
+                "dropped": sorted(loaded.state.retired),
+                "status": compact_status(view, loaded),
+                "next": {"tool": "saga_wait", "arguments": {"saga_id": revises}},
+            }
         # Named by the plan's content (the client's default): the same plan always gets the
         # same definition, and a different plan can never collide with an existing one.
         definition = client.submit_plan(plan)

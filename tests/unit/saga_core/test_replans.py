@@ -53,6 +53,7 @@ def _saga(*actions: PlannedAction) -> Saga:
 def _revise(saga: Saga, *actions: PlannedAction) -> PlanRevised:
     event = revise_plan(saga.state, AgentPlan(actions=list(actions)), trip_tool_catalogue(),
                         saga.now, actor="agent-1", reason="user changed the hotel")
+    assert event is not None
     saga.append(event)
     return event
 
@@ -156,6 +157,7 @@ def test_dropping_an_action_that_cannot_be_compensated_is_refused() -> None:
     # a scheduled, never-claimed action is simply removed
     event = revise_plan(saga.state, AgentPlan(actions=[FLIGHT, mail]), trip_tool_catalogue(),
                         saga.now)
+    assert event is not None
     assert event.removed == [ID(hotel)] and event.dropped == []
 
 
@@ -195,3 +197,13 @@ def test_second_revision_counts_and_a_compensated_action_cannot_come_back() -> N
     event = _revise(saga, HOTEL_2, FLIGHT_BACK)
     assert event.revision == 2 and event.kept == [ID(HOTEL_2)]
     assert ID(FLIGHT) in saga.state.retired
+
+
+def test_the_same_revision_twice_records_nothing_the_second_time() -> None:
+    saga = _saga(FLIGHT, HOTEL)
+    saga.run_ok(ID(FLIGHT))
+    saga.settle()
+    _revise(saga, FLIGHT, HOTEL_2)
+    again = revise_plan(saga.state, AgentPlan(actions=[FLIGHT, HOTEL_2]), trip_tool_catalogue(),
+                        saga.now)
+    assert again is None
