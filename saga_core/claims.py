@@ -45,8 +45,9 @@ def _blocked(state: SagaState, kind: StepKind, step_id: str | None = None) -> st
     if kind is StepKind.FORWARD and state.cancel_requested and not state.pivot_passed:
         return "cancel requested"
     if kind is StepKind.COMPENSATION and state.phase != "compensating" and (
-            step_id is None or step_id not in state.retired):
-        # A step a plan revision dropped (saga_core.replans) is undone while going forward.
+            step_id is None or (step_id not in state.retired and step_id != state.correcting)):
+        # A step a plan revision dropped (saga_core.replans) is undone while going forward,
+        # and a pivot's correction an operator chose (saga_core.corrections) runs.
         return "saga is not compensating"
     return None
 

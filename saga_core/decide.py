@@ -18,7 +18,7 @@ that attempt escalates instead.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +32,7 @@ from saga_core.commands import (
     resolve_arguments,
 )
 from saga_core.contracts import ErrorClass, SagaStatus, Semantics, StepKind
+from saga_core.corrections import correction_summary
 from saga_core.decisions import (
     AcceptReconciledReceipt,
     BeginCompensation,
@@ -80,6 +81,8 @@ def decide(state: SagaState, now: datetime) -> list[Decision]:
     facts = _facts(state, now)
     if facts:
         return facts
+    if state.correcting is not None:
+        return _correction_phase(state, now)
     if state.phase == "forward":
         return _forward_phase(state, now)
     return _compensation_phase(state, now)
@@ -217,6 +220,26 @@ def _retired(
     if all(settled[d] for d in later):
         return _ready(state, step, comp, now)
     return None
+
+
+# -- correction (saga_core.corrections) ------------------------------------------------------
+
+
+def _correction_phase(state: SagaState, now: datetime) -> list[Decision]:
+    """Only the pivot's correction runs; its end is the saga's: COMMITTED_WITH_REPAIR when
+    done, a pause for a person (with the reason) when it fails for good."""
+    pivot = state.definition.step(state.correcting or "")
+    run = state.compensation[pivot.id]
+    if run.status in COMPENSATION_DONE:
+        return [Finish(SagaStatus.COMMITTED_WITH_REPAIR, correction_summary(state))]
+    outcome = _ready(state, pivot, run, now) if run.status is RunStatus.PENDING else _advance(
+        state, pivot, run, now)
+    if outcome.escalation is not None:
+        escalation = outcome.escalation
+        reason = f"the correction of {pivot.id} failed: {escalation.reason}"
+        return [replace(escalation, reason=reason,
+                        evidence=escalation.evidence.model_copy(update={"reason": reason}))]
+    return outcome.decisions
 
 
 # -- compensation phase --------------------------------------------------------------------

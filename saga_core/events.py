@@ -297,7 +297,8 @@ class ManualInterventionRequired(SagaEvent):
 
 
 OperatorActionName = Literal[
-    "retry_step", "retry_as_new_operation", "mark_compensated", "skip", "force_complete", "resume"
+    "retry_step", "retry_as_new_operation", "mark_compensated", "skip", "force_complete", "resume",
+    "run_correction",
 ]
 
 

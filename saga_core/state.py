@@ -207,6 +207,9 @@ class SagaState:
     # revision dropped after they ran (compensated while the rest goes forward).
     plan_revision: int = 0
     retired: frozenset[str] = frozenset()
+    # The pivot whose declared correction an operator chose to run (saga_core.corrections):
+    # from then on only that correction runs, and the saga ends with it.
+    correcting: str | None = None
 
     @classmethod
     def initial(cls, definition: SagaDefinition) -> SagaState:
@@ -522,6 +525,12 @@ def _operator(state: SagaState, event: OperatorAction) -> SagaState:
         return state
     if event.step_id is None:
         raise EventRejected(f"operator action {event.action} needs a step_id")
+    if event.action == "run_correction":
+        pivot = state.definition.pivot
+        if pivot is None or pivot.id != event.step_id or event.step_id not in state.compensation:
+            raise EventRejected(f"run_correction names {event.step_id!r}, not a pivot with a "
+                                "declared correction")
+        return replace(state, correcting=event.step_id)
     kind = StepKind.COMPENSATION if event.action == "mark_compensated" else event.kind
     run = state.run(event.step_id, kind)
     if event.action == "retry_step":

@@ -6,6 +6,12 @@ A plan runs its first actions and waits at a gated payment; the agent sends a si
 ``submit_plan`` revision over Celery that keeps the first action, drops the second and
 changes the payment. The kept action reached its tool exactly once, the dropped one was
 undone, the changed one ran with its new arguments, and the saga completed.
+
+Corrections on the same fleet: the pivot (a notice) succeeded and the step after it fails
+for good; the operator queue's evidence offers the pivot's declared correction with its
+residual impact, an operator chooses it with ``sagafleet resolve ... run_correction``, it
+runs as the pivot's compensation under its own key, and the saga ends
+COMMITTED_WITH_REPAIR; a correction that fails leaves the saga paused with the reason.
 """
 
 from __future__ import annotations
@@ -20,11 +26,18 @@ from typing import Any
 
 import pytest
 from fleet_harness import QUEUE_WAIT_S, worker_env
+from principal_support import authenticated, issue_token, person
+from read_model_support import project_all
 from signed_agent import agent_signer, bare_celery, send
 
+from projections import ProjectionContext
+from projections.queue import operator_queue
 from saga_core import AgentPlan, PlannedAction, RevisionRefused, action_step_id
 from saga_core.contracts import SagaStatus, StepKind
-from saga_core.events import PlanRevised, SagaEvent, StepStarted
+from saga_core.events import OperatorAction, PlanRevised, SagaEvent, StepStarted
+from saga_core.keys import operation_key
+from sagafleet.cli import main
+from sagafleet.exit_codes import ExitCode
 from sagafleet.processes import spawn_sagafleet, stop_processes
 from workers.fleet import Fleet, FleetConfig
 
@@ -125,3 +138,70 @@ def test_a_replan_keeps_the_run_action_undoes_the_dropped_one_and_completes(
     # and a revision of the finished saga is refused, naming why
     with pytest.raises(RevisionRefused, match="saga_terminal"):
         client.revise_plan(saga_id, AgentPlan(actions=[OUT]))
+
+
+def _order(replans: ReplanFleet, key: str, to: str) -> str:
+    admin = replans.fleet.client_for(authenticated(replans.fleet, "admin", ["admin"]))
+    admin.register_definition(replan_tools.order_definition())
+    return replans.fleet.client().start("order", {"to": to}, key=key).saga_id
+
+
+def test_the_pivots_correction_is_offered_chosen_on_the_command_line_and_repairs(
+    replans: ReplanFleet, wait_settled: Any, database: str, broker: str,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    # given an order whose notice (the pivot) went out and whose shipping fails for good
+    saga_id = _order(replans, "order-1", "ada@example.com")
+    assert wait_settled(saga_id) is SagaStatus.MANUAL_INTERVENTION
+    # then the operator queue's evidence offers the correction with its residual impact
+    with ProjectionContext.connect(database) as ctx:
+        project_all(ctx)
+        (entry,) = operator_queue(ctx, tenant="default")
+    assert entry.step_id == "ship" and "run_correction" in entry.evidence["alternatives"]
+    offer = entry.evidence["details"]["correction"]
+    assert offer["tool"] == "trips.notify_correction@1" and offer["step"] == "notify"
+    assert any("notify's own effect" in s for s in offer["does_not_undo"])
+    assert any("book" in s for s in offer["does_not_undo"])
+
+    # when an operator chooses it through the command line
+    monkeypatch.setenv("SAGAFLEET_DATABASE_URL", database)
+    monkeypatch.setenv("SAGAFLEET_BROKER_URL", broker)
+    monkeypatch.setenv("SAGAFLEET_TOOLS", "replan_tools:tool_set")
+    monkeypatch.setenv("SAGAFLEET_TOKEN", issue_token(database, "ada", ["operator"]))
+    capsys.readouterr()
+    assert main(["resolve", saga_id, "run_correction", "--reason", "tell the customer",
+                 "--json"]) == ExitCode.OK
+
+    # then the correction ran once, as the pivot's compensation under its own key
+    assert wait_settled(saga_id) is SagaStatus.COMMITTED_WITH_REPAIR
+    events = replans.events(saga_id)
+    (chosen,) = [e for e in events if isinstance(e, OperatorAction)]
+    assert (chosen.action, chosen.step_id, chosen.kind, chosen.actor) == (
+        "run_correction", "notify", C, "ada")
+    corrections = [(key, args) for tool, key, args in replan_tools.calls(database)
+                   if tool == "trips.notify_correction"]
+    assert [key for key, _ in corrections] == [operation_key(saga_id, "notify", C, 1)]
+    notify = replans.fleet.repo.load(saga_id).state.run("notify", F)
+    assert corrections[0][1]["booking"] == notify.receipt.resource_id  # type: ignore[union-attr]
+    # and nothing before the pivot was undone
+    assert "trips.cancel" not in [tool for tool, _, _ in replan_tools.calls(database)]
+
+
+def test_a_correction_that_fails_leaves_the_saga_paused_with_the_reason(
+    replans: ReplanFleet, wait_settled: Any,
+) -> None:
+    # given an order whose notice went to an address whose corrections are refused
+    saga_id = _order(replans, "order-2", "broken@example.com")
+    assert wait_settled(saga_id) is SagaStatus.MANUAL_INTERVENTION
+    # when an operator chooses the correction
+    person(replans.fleet, "ops", ["operator"]).resolve(saga_id, "run_correction",
+                                                       reason="try to correct it")
+    # then the saga pauses again, naming the failed correction
+    assert wait_settled(saga_id, until=lambda s: s is SagaStatus.MANUAL_INTERVENTION
+                        and replans.fleet.repo.load(saga_id).state.correcting is not None
+                        and replans.fleet.repo.load(saga_id).state.escalation is not None
+                        ) is SagaStatus.MANUAL_INTERVENTION
+    state = replans.fleet.repo.load(saga_id).state
+    assert state.escalation is not None
+    assert state.escalation.reason.startswith("the correction of notify failed")
+    assert "refused the correction" in state.escalation.reason

@@ -7,8 +7,9 @@ So a test counts exactly how many times each business action reached its tool.
 ``trips.book`` books a leg (compensable, undone by ``trips.cancel``); ``trips.pay`` pays
 (compensable, undone by ``trips.refund``; over 100 it asks a person, which is where a plan
 waits while its agent replans); ``trips.notify`` sends a notice (irreversible; its declared
-correction is ``trips.notify_correction``) and ``trips.fail`` always refuses (a business
-rejection after the notice: what the correction tests need).
+correction is ``trips.notify_correction``) and ``trips.fail`` always refuses (a permanent
+failure after the notice: what the correction tests need). A correction whose ``booking``
+contains ``broken`` is refused too (a correction that fails).
 """
 
 from __future__ import annotations
@@ -64,8 +65,12 @@ class RecordingTool:
         with psycopg.connect(os.environ["SAGAFLEET_DATABASE_URL"], autocommit=True) as conn:
             conn.execute("INSERT INTO test_replan_calls (tool, key, args) VALUES (%s, %s, %s)",
                          (self.name, key, json.dumps(dict(args))))
+        if self.name == "trips.notify_correction" and "broken" in str(args.get("booking")):
+            raise ToolError(ErrorClass.PERMANENT, "the mail server refused the correction")
         if self.name == "trips.fail":
-            raise ToolError(ErrorClass.BUSINESS_REJECTION, f"refused: {args.get('why')}")
+            raise ToolError(ErrorClass.PERMANENT, f"refused for good: {args.get('why')}")
+        if self.name == "trips.notify":  # the recipient shows in the message's id
+            return Receipt(resource_id=f"{args['to']}/{key}", status="done")
         return Receipt(resource_id=key, status="done")
 
     def lookup(self, key: str) -> LookupResult:
@@ -94,3 +99,23 @@ def calls(database: str) -> list[tuple[str, str, dict[str, Any]]]:
     with psycopg.connect(database, autocommit=True) as conn:
         rows = conn.execute("SELECT tool, key, args FROM test_replan_calls ORDER BY id")
         return [(tool, key, args) for tool, key, args in rows.fetchall()]
+
+
+def order_definition(to: str = "ada@example.com") -> dict[str, Any]:
+    """book -> notify (the pivot; its correction: trips.notify_correction) -> fail."""
+    return {
+        "name": "order", "version": 1,
+        "steps": [
+            {"id": "book", "tool": "trips.book", "semantics": "compensable",
+             "args": {"leg": "outbound LH1"},
+             "compensation": {"tool": "trips.cancel",
+                              "args": {"booking": "${receipt.resource_id}"}}},
+            {"id": "notify", "tool": "trips.notify", "semantics": "irreversible",
+             "pivot": True, "depends_on": ["book"], "args": {"to": "${input.to}"},
+             "compensation": {"tool": "trips.notify_correction",
+                              "args": {"booking": "${receipt.resource_id}"}}},
+            {"id": "ship", "tool": "trips.fail", "semantics": "idempotent_by_key",
+             "depends_on": ["notify"], "args": {"why": "out of stock"}},
+        ],
+        "input": {"to": {"type": "string"}},
+    }
