@@ -31,6 +31,7 @@ from read_model_support import project_all
 from signed_agent import agent_signer, bare_celery, send
 
 from projections import ProjectionContext
+from projections.audit import audit
 from projections.queue import operator_queue
 from saga_core import AgentPlan, PlannedAction, RevisionRefused, action_step_id
 from saga_core.contracts import SagaStatus, StepKind
@@ -135,6 +136,11 @@ def test_a_replan_keeps_the_run_action_undoes_the_dropped_one_and_completes(
     assert [args["amount"] for tool, _, args in calls if tool == "trips.pay"] == [80]
     assert Counter(tool for tool, _, _ in calls) == {
         "trips.book": 2, "trips.cancel": 1, "trips.pay": 1}
+    # and the read side folds the revision: the audit shows it, the steps are the new plan's
+    with ProjectionContext.connect(database) as ctx:
+        project_all(ctx)
+        report = audit(ctx, saga_id, tenant="default")
+    assert "PlanRevised" in [e.type for e in report.timeline]
     # and a revision of the finished saga is refused, naming why
     with pytest.raises(RevisionRefused, match="saga_terminal"):
         client.revise_plan(saga_id, AgentPlan(actions=[OUT]))
