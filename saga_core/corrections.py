@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from saga_core.contracts import StepKind
+from saga_core.contracts import Semantics, StepKind
 from saga_core.state import FORWARD_DONE, RunStatus, SagaState
 
 RUN_CORRECTION = "run_correction"
@@ -64,6 +64,8 @@ def correction_for(
     pivot = state.definition.pivot
     if pivot is None or pivot.compensation is None:
         return None
+    if pivot.semantics is not Semantics.IRREVERSIBLE:
+        return None  # a compensable pivot's compensation undoes it: not a correction
     if state.phase != "forward" or state.correcting is not None:
         return None
     if step_id is None or step_id == pivot.id or kind is not StepKind.FORWARD:
