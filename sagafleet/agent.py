@@ -80,16 +80,20 @@ class CommandSigner:
                          command_id=command_id)
 
     def submit_plan(self, plan: dict[str, Any], *, name: str | None = None,
-                    revises: str | None = None, reason: str = "",
+                    revises: str | None = None, revises_key: str | None = None,
+                    reason: str = "",
                     command_id: str | None = None) -> tuple[str, dict[str, Any]]:
         """``(task name, kwargs)`` of a signed plan (named by its content without ``name``);
-        with ``revises``, a revision of that running plan saga (its next plan version:
+        with ``revises`` (a saga id) or ``revises_key`` (the key the saga was started with:
+        the agent request), a revision of that running plan saga (its next plan version:
         actions it keeps keep their operation keys)."""
         args: dict[str, Any] = {"plan": plan}
-        if revises is not None:
-            if name is not None:
-                raise ValueError("a revision takes the saga's plan name: give revises or name")
-            args["revises"] = revises
+        targets = [t for t in (revises, revises_key) if t is not None]
+        if targets:
+            if name is not None or len(targets) > 1:
+                raise ValueError("a revision names one saga (revises or revises_key) and "
+                                 "takes its plan name: no name")
+            args["revises" if revises is not None else "revises_key"] = targets[0]
             args["reason"] = reason
         elif name is not None:
             args["name"] = name

@@ -296,6 +296,14 @@ class SagaClient:
 
         return self._record(saga_id, build)
 
+    def revise_plan_for_key(
+        self, key: str, plan: AgentPlan | dict[str, Any], *, reason: str = ""
+    ) -> SagaView:
+        """:meth:`revise_plan` of the saga this tenant started with idempotency ``key`` (the
+        agent request the plan answers); ``SagaNotFound`` if there is none."""
+        _text("idempotency key", key, KEY_CHARS)
+        return self.revise_plan(self._id_for_key(key), plan, reason=reason)
+
     # -- sagas ------------------------------------------------------------------------------
 
     def start(

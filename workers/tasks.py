@@ -10,7 +10,8 @@ being the command's arguments:
 * ``sagafleet.commands.start_saga``: ``definition, input, key, reason``
 * ``sagafleet.commands.cancel_saga``: ``saga_id, reason``
 * ``sagafleet.commands.submit_plan``: ``plan, name``; or ``plan, revises, reason`` for a
-  replan of the running plan saga ``revises`` (saga_core.replans)
+  replan of the running plan saga ``revises`` (saga_core.replans), or ``plan,
+  revises_key, reason`` naming it by the idempotency key it was started with
 
 Tenant and actor are the signing key's principal's (``fleet.client_for(principal)``), who
 must hold a role allowing the command (:data:`COMMAND_ACTIONS`). An unsigned, forged
@@ -333,13 +334,17 @@ def _cancel(fleet: Fleet, command: VerifiedCommand) -> None:
 
 def _plan(fleet: Fleet, command: VerifiedCommand) -> None:
     kw = dict(command.envelope.args)
-    revises = kw.pop("revises", None)
-    if revises is not None:
+    revises, revises_key = kw.pop("revises", None), kw.pop("revises_key", None)
+    if revises is not None and revises_key is not None:
+        raise MalformedMessage("give revises (a saga id) or revises_key (its start key), not both")
+    if revises is not None or revises_key is not None:
         # A replan of a running plan saga: the next version of its plan, not a new saga.
-        if not isinstance(revises, str):
-            raise MalformedMessage(f"revises must be a saga id, got {type(revises).__name__}")
-        _client(fleet, command).revise_plan(revises, _required(kw, "plan"),
-                                            reason=kw.pop("reason", ""), **_no_more(kw))
+        target = revises if revises is not None else revises_key
+        if not isinstance(target, str):
+            raise MalformedMessage(f"revises must be a string, got {type(target).__name__}")
+        client = _client(fleet, command)
+        revise = client.revise_plan if revises is not None else client.revise_plan_for_key
+        revise(target, _required(kw, "plan"), reason=kw.pop("reason", ""), **_no_more(kw))
         return
     _client(fleet, command).submit_plan(_required(kw, "plan"), name=kw.pop("name", None),
                                         **_no_more(kw))

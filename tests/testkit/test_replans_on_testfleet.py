@@ -51,7 +51,8 @@ def test_revision_keeps_the_run_action_drops_one_and_changes_another() -> None:
     flight_key = state.run(action_step_id(FLIGHT), StepKind.FORWARD).operation_key
     # the agent replans: keep the flight, drop the hotel, send the mail to another address
     client.revise_plan(saga_id, AgentPlan(actions=[FLIGHT, MAIL_IN]), reason="user said so")
-    client.revise_plan(saga_id, AgentPlan(actions=[FLIGHT, MAIL_IN]))  # redelivered: no-op
+    # redelivered, naming the saga by its agent request (start key): nothing new
+    client.revise_plan_for_key("agent-request-1", AgentPlan(actions=[FLIGHT, MAIL_IN]))
     fleet.run_until_idle()
     events = fleet.events(saga_id)
     (revised,) = [e for e in events if isinstance(e, PlanRevised)]

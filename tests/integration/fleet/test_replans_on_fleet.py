@@ -94,8 +94,9 @@ def _wait(fleet: ReplanFleet, saga_id: str, done: Any, timeout: float = 60.0) ->
         time.sleep(0.1)
 
 
+@pytest.mark.parametrize("naming", ["revises", "revises_key"])
 def test_a_replan_keeps_the_run_action_undoes_the_dropped_one_and_completes(
-    replans: ReplanFleet, broker: str, wait_settled: Any, database: str,
+    replans: ReplanFleet, broker: str, wait_settled: Any, database: str, naming: str,
 ) -> None:
     # given a plan saga that booked its outbound leg and its hotel, and waits at a payment
     # over the approval limit
@@ -109,8 +110,10 @@ def test_a_replan_keeps_the_run_action_undoes_the_dropped_one_and_completes(
 
     # when the agent replans over Celery: keep the outbound leg, drop the hotel, pay less
     signer = agent_signer(replans.fleet, "default", "planner")
+    # (naming the saga by its id, or by the agent request it was started for)
+    target = {"revises": saga_id} if naming == "revises" else {"revises_key": "agent-request-7"}
     revision = signer.submit_plan(AgentPlan(actions=[OUT, PAY_SMALL]).model_dump(mode="json"),
-                                  revises=saga_id, reason="the user found a cheaper fare")
+                                  reason="the user found a cheaper fare", **target)
     agent = bare_celery(broker)
     task_id = send(agent, revision)
     send(agent, revision, task_id)  # the broker redelivers it: nothing more is recorded
