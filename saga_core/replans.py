@@ -27,7 +27,7 @@ from datetime import datetime
 from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import Semantics
 from saga_core.definition import SagaDefinition, StepDefinition
-from saga_core.errors import DefinitionError, PlanRejected, Problem, RevisionRefused
+from saga_core.errors import DefinitionError, Problem, RevisionRefused
 from saga_core.events import PlanRevised
 from saga_core.keys import payload_hash
 from saga_core.plans import AgentPlan, validate_plan
@@ -40,7 +40,11 @@ _DROPPABLE_DONE = frozenset({RunStatus.SUCCEEDED, RunStatus.FORCED, RunStatus.SK
 
 @dataclass(frozen=True)
 class RevisionMapping:
-    """How a revised plan's actions map onto the saga's current ones (by step id)."""
+    """How a revised plan's actions map onto the saga's current ones (by step id).
+
+    An action whose id stays but whose definition changed (its dependencies, or an
+    explicit id on other arguments) before it was ever claimed is both removed and added:
+    it gets fresh runs under the same key, so it waits for its new dependencies."""
 
     kept: tuple[str, ...]
     dropped: tuple[str, ...]
@@ -218,7 +222,6 @@ def revise_plan(
 
 
 __all__ = [
-    "PlanRejected",
     "RevisionMapping",
     "RevisionRefused",
     "map_revision",
