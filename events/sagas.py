@@ -96,7 +96,7 @@ class LoadedSaga:
                 state = evolve(state, event)
         return LoadedSaga(
             self.saga_id,
-            self.definition,
+            state.definition,  # a plan revision changes the definition the saga runs
             state,
             (*self.events, *events),
             (*self.records, *appended.events),
@@ -147,7 +147,8 @@ class SagaCodec:
         state = SagaState.initial(definition)
         for event in events:
             state = evolve(state, event)
-        return LoadedSaga(saga_id, definition, state, tuple(events), tuple(records))
+        # state.definition: the started one, or the latest plan revision's (PlanRevised).
+        return LoadedSaga(saga_id, state.definition, state, tuple(events), tuple(records))
 
     def fold_each(
         self, streams: Mapping[str, str], records: Mapping[str, Sequence[RecordedEvent]]

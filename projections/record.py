@@ -27,6 +27,7 @@ from saga_core.events import (
     CompensationStarted,
     Evidence,
     ManualInterventionRequired,
+    PlanRevised,
     ReconciliationResult,
     SagaEvent,
     SagaFinished,
@@ -189,6 +190,9 @@ def evolve_record(record: SagaRecord, event: SagaEvent, stream_version: int) -> 
         case SagaFinished():
             changes["finished_at"] = event.at
     state = evolve(record.state, event)
+    if isinstance(event, PlanRevised):
+        # The plan's next version (saga_core.replans): rows name its steps and tools.
+        changes["definition"] = state.definition
     return _with(
         record,
         state=state,

@@ -64,6 +64,7 @@ from saga_core.errors import (
     PlanRejected,
     Problem,
     ProblemsError,
+    RevisionRefused,
     SagaError,
     TemplateError,
     UnknownToolError,
@@ -80,6 +81,7 @@ from saga_core.events import (
     Evidence,
     ManualInterventionRequired,
     OperatorAction,
+    PlanRevised,
     PostconditionNotObserved,
     PostconditionObserved,
     ReconciliationResult,
@@ -108,6 +110,7 @@ from saga_core.keys import (
     payload_hash,
 )
 from saga_core.plans import AgentPlan, PlannedAction, action_step_id, validate_plan
+from saga_core.replans import RevisionMapping, map_revision, plan_hash, revise_plan
 from saga_core.resolution import (
     ACTION_EFFECTS,
     OPERATOR_ACTIONS,
@@ -175,6 +178,12 @@ __all__ = [
     "OperatorActionRejected",
     "OperatorRequest",
     "PlanRejected",
+    "PlanRevised",
+    "RevisionMapping",
+    "RevisionRefused",
+    "map_revision",
+    "plan_hash",
+    "revise_plan",
     "PlannedAction",
     "Problem",
     "ProblemsError",

@@ -32,7 +32,7 @@ class ClaimVerdict:
         return self.ok
 
 
-def _blocked(state: SagaState, kind: StepKind) -> str | None:
+def _blocked(state: SagaState, kind: StepKind, step_id: str | None = None) -> str | None:
     """Why no operation of this kind may start in this saga right now, if anything stops it."""
     if not state.started:
         return "saga not started"
@@ -44,7 +44,10 @@ def _blocked(state: SagaState, kind: StepKind) -> str | None:
         return "saga is compensating; forward work stopped"
     if kind is StepKind.FORWARD and state.cancel_requested and not state.pivot_passed:
         return "cancel requested"
-    if kind is StepKind.COMPENSATION and state.phase != "compensating":
+    if kind is StepKind.COMPENSATION and state.phase != "compensating" and (
+            step_id is None or (step_id not in state.retired and step_id != state.correcting)):
+        # A step a plan revision dropped (saga_core.replans) is undone while going forward,
+        # and a pivot's correction an operator chose (saga_core.corrections) runs.
         return "saga is not compensating"
     return None
 
@@ -53,7 +56,7 @@ def check_claim(
     state: SagaState, step_id: str, kind: StepKind, attempt: int, now: datetime
 ) -> ClaimVerdict:
     """Whether (step, kind, attempt) is claimable at ``now``: scheduled, due, unheld, not done."""
-    blocked = _blocked(state, kind)
+    blocked = _blocked(state, kind, step_id)
     if blocked is not None:
         return ClaimVerdict(False, blocked)
     runs = state.forward if kind is StepKind.FORWARD else state.compensation
@@ -137,7 +140,8 @@ def due_work(state: SagaState, now: datetime, queue_wait: timedelta) -> list[Due
     for run in [*state.forward.values(), *state.compensation.values()]:
         item: tuple[DueAction, datetime] | None = None
         due = _due_at(run, queue_wait)
-        claimable = _blocked(state, run.kind) is None and claim_refusal(state, run, now) is None
+        claimable = (_blocked(state, run.kind, run.step_id) is None
+                     and claim_refusal(state, run, now) is None)
         if run.status is RunStatus.SCHEDULED and claimable:
             # A claim would be refused for want of a grant: decide asks again instead.
             if due is not None and now >= due and grant_problem(state, run, now) is None:

@@ -18,7 +18,7 @@ that attempt escalates instead.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +32,7 @@ from saga_core.commands import (
     resolve_arguments,
 )
 from saga_core.contracts import ErrorClass, SagaStatus, Semantics, StepKind
+from saga_core.corrections import correction_summary
 from saga_core.decisions import (
     AcceptReconciledReceipt,
     BeginCompensation,
@@ -80,6 +81,8 @@ def decide(state: SagaState, now: datetime) -> list[Decision]:
     facts = _facts(state, now)
     if facts:
         return facts
+    if state.correcting is not None:
+        return _correction_phase(state, now)
     if state.phase == "forward":
         return _forward_phase(state, now)
     return _compensation_phase(state, now)
@@ -130,9 +133,12 @@ def _forward_phase(state: SagaState, now: datetime) -> list[Decision]:
     escalations: list[Escalate] = []
     rejection: tuple[str, str | None] | None = None
     per_step: dict[str, list[Decision]] = {}
+    retired_done = _retired_settled(state)
     for step in definition.steps:
         run = state.forward[step.id]
-        if run.status is RunStatus.PENDING:
+        if step.id in state.retired:
+            outcome = _retired(state, step, retired_done, now)
+        elif run.status is RunStatus.PENDING:
             deps_done = all(state.forward[d].status in FORWARD_DONE for d in step.depends_on)
             outcome = _ready(state, step, run, now) if deps_done and not stop_forward else None
         else:
@@ -168,18 +174,72 @@ def _forward_phase(state: SagaState, now: datetime) -> list[Decision]:
     if decisions:
         overrun = cost_overrun(state, decisions)
         return [overrun] if overrun is not None else decisions
-    if all(run.status in FORWARD_DONE for run in state.forward.values()):
+    active = [run for sid, run in state.forward.items() if sid not in state.retired]
+    if all(run.status in FORWARD_DONE for run in active) and all(retired_done.values()):
         return [_finish_forward(state)]
     return []
 
 
 def _finish_forward(state: SagaState) -> Finish:
-    repaired = [r.step_id for r in state.forward.values() if r.status is not RunStatus.SUCCEEDED]
+    active = [r for r in state.forward.values() if r.step_id not in state.retired]
+    repaired = [r.step_id for r in active if r.status is not RunStatus.SUCCEEDED]
+    dropped = sorted(state.retired)
+    replan = f"; dropped by a replan and compensated: {', '.join(dropped)}" if dropped else ""
     if state.repaired or repaired:
         note = f"; operator-repaired: {', '.join(repaired)}" if repaired else ""
-        return Finish(SagaStatus.COMMITTED_WITH_REPAIR, f"committed with operator repair{note}")
+        return Finish(
+            SagaStatus.COMMITTED_WITH_REPAIR, f"committed with operator repair{note}{replan}"
+        )
     cancel = "; cancel arrived after the pivot" if state.cancel_requested else ""
-    return Finish(SagaStatus.COMPLETED, f"all {len(state.forward)} steps succeeded{cancel}")
+    return Finish(SagaStatus.COMPLETED, f"all {len(active)} steps succeeded{cancel}{replan}")
+
+
+def _retired_settled(state: SagaState) -> dict[str, bool]:
+    """For each step a plan revision dropped: whether nothing of it is left to undo."""
+    settled = {}
+    for step_id in state.retired:
+        step = state.definition.step(step_id)
+        effect = _forward_effect(state, step, state.forward[step_id])
+        comp = state.compensation.get(step_id)
+        # No compensation: nothing to undo (a revision never drops an effect it cannot undo).
+        settled[step_id] = effect == "none" or comp is None or comp.status in COMPENSATION_DONE
+    return settled
+
+
+def _retired(
+    state: SagaState, step: StepDefinition, settled: dict[str, bool], now: datetime
+) -> _Outcome | None:
+    """A dropped step's compensation, run while the saga goes forward, after the dropped
+    steps that depend on it are undone (reverse dependency order, as in compensation)."""
+    comp = state.compensation.get(step.id)
+    if comp is None or settled[step.id]:
+        return None
+    if comp.status is not RunStatus.PENDING:
+        return _advance(state, step, comp, now)
+    later = state.definition.descendants(step.id) & state.retired
+    if all(settled[d] for d in later):
+        return _ready(state, step, comp, now)
+    return None
+
+
+# -- correction (saga_core.corrections) ------------------------------------------------------
+
+
+def _correction_phase(state: SagaState, now: datetime) -> list[Decision]:
+    """Only the pivot's correction runs; its end is the saga's: COMMITTED_WITH_REPAIR when
+    done, a pause for a person (with the reason) when it fails for good."""
+    pivot = state.definition.step(state.correcting or "")
+    run = state.compensation[pivot.id]
+    if run.status in COMPENSATION_DONE:
+        return [Finish(SagaStatus.COMMITTED_WITH_REPAIR, correction_summary(state))]
+    outcome = _ready(state, pivot, run, now) if run.status is RunStatus.PENDING else _advance(
+        state, pivot, run, now)
+    if outcome.escalation is not None:
+        escalation = outcome.escalation
+        reason = f"the correction of {pivot.id} failed: {escalation.reason}"
+        return [replace(escalation, reason=reason,
+                        evidence=escalation.evidence.model_copy(update={"reason": reason}))]
+    return outcome.decisions
 
 
 # -- compensation phase --------------------------------------------------------------------

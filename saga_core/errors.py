@@ -77,6 +77,19 @@ class PlanRejected(ProblemsError):
         super().__init__("agent plan rejected", problems)
 
 
+class RevisionRefused(ProblemsError):
+    """A plan revision cannot apply to the saga it names: the saga is terminal or paused, or
+    the revision would drop an action that cannot be compensated (past the pivot, no
+    compensation, in flight) or change one already run; ``problems`` names every reason."""
+
+    kind = ErrorKind.CONFLICT
+    hint = "submit the revision while the saga runs forward, keeping every action that ran"
+
+    def __init__(self, saga_id: str, problems: list[Problem]) -> None:
+        self.saga_id = saga_id
+        super().__init__(f"plan revision of saga {saga_id} refused", problems)
+
+
 class InputValidationError(ProblemsError):
     """A saga input does not match its definition; ``problems`` names every bad field."""
 

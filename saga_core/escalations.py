@@ -14,6 +14,7 @@ from typing import Any
 
 from saga_core.commands import redacted_arguments
 from saga_core.contracts import StepKind
+from saga_core.corrections import correction_for
 from saga_core.decisions import Escalate
 from saga_core.definition import StepDefinition
 from saga_core.errors import TemplateError
@@ -96,7 +97,12 @@ def escalate(
     """Pause the saga in MANUAL_INTERVENTION about ``run`` with ``reason`` and its evidence,
     offering the operator actions that fit it."""
     kind = run.kind if run is not None else None
-    options = escalation_alternatives(state, kind, step.id if step is not None else None)
+    step_id = step.id if step is not None else None
+    options = escalation_alternatives(state, kind, step_id)
+    offer = correction_for(state, step_id, kind)
+    if offer is not None:
+        # What the pivot's correction would do, and what it would not undo.
+        details = {**(details or {}), "correction": offer.as_evidence()}
     evidence = evidence_for(state, step, run, reason, now, alternatives=options, details=details)
     return Escalate(
         reason,

@@ -310,7 +310,8 @@ class ManualInterventionRequired(SagaEvent):
 
 
 OperatorActionName = Literal[
-    "retry_step", "retry_as_new_operation", "mark_compensated", "skip", "force_complete", "resume"
+    "retry_step", "retry_as_new_operation", "mark_compensated", "skip", "force_complete", "resume",
+    "run_correction",
 ]
 
 
@@ -327,6 +328,29 @@ class OperatorAction(SagaEvent):
     evidence: dict[str, Any] = Field(default_factory=dict)
     # force_complete may record the receipt the operator verified out of band.
     receipt: Receipt | None = None
+
+
+class PlanRevised(SagaEvent):
+    """An agent's revised plan became the saga's next plan version (saga_core.replans).
+
+    It carries the definition the saga runs from now on (the revised plan's steps plus the
+    dropped actions that ran, kept so their compensation can run) so the fold needs nothing
+    outside the log. ``kept`` actions keep their step id and operation key; ``dropped`` ones
+    ran and are compensated; ``removed`` ones never ran and simply go; ``added`` ones run.
+    """
+
+    event_type: ClassVar[str] = "PlanRevised"
+
+    revision: int = Field(ge=1)
+    plan_hash: str
+    definition: dict[str, Any]
+    definition_hash: str
+    kept: list[str] = Field(default_factory=list)
+    dropped: list[str] = Field(default_factory=list)
+    removed: list[str] = Field(default_factory=list)
+    added: list[str] = Field(default_factory=list)
+    actor: str = ""
+    reason: str = ""
 
 
 class SagaFinished(SagaEvent):
@@ -366,6 +390,7 @@ _ALL: tuple[type[SagaEvent], ...] = (
     PostconditionObserved,
     PostconditionNotObserved,
     DeadlineMissed,
+    PlanRevised,
 )
 
 #: Every saga event type by its stable type name (the event store's registry starts here).

@@ -18,6 +18,7 @@ from typing import Any, Final, get_args
 
 from saga_core.commands import pending_key_reuse
 from saga_core.contracts import StepKind
+from saga_core.corrections import RUN_CORRECTION, correction_for, correction_offer
 from saga_core.errors import NothingToResolve, OperatorActionRejected
 from saga_core.events import OperatorAction, OperatorActionName, SagaEvent
 from saga_core.state import Escalation, SagaState
@@ -37,6 +38,11 @@ ACTION_EFFECTS: Final[Mapping[OperatorActionName, str]] = MappingProxyType({
     "force_complete": "declare the operation done (checked out of band); go on",
     "mark_compensated": "declare the step's compensation done (checked out of band); go on",
     "resume": "end the pause with a fresh retry budget; the saga may escalate again",
+    "run_correction": (
+        "run the pivot's declared correction as a tracked step with its own operation key "
+        "(the failed step after the pivot is left not done); the saga ends "
+        "COMMITTED_WITH_REPAIR when it succeeds"
+    ),
 })
 """What each operator action does to the saga (the fold in ``saga_core.state`` applies it)."""
 
@@ -64,9 +70,9 @@ class ResolutionOption:
 
 
 def target_kind(action: str, kind: StepKind) -> StepKind:
-    """Which operation of the step an action is about: ``mark_compensated`` always means
-    the compensation; every other action the kind the operator named."""
-    return StepKind.COMPENSATION if action == "mark_compensated" else kind
+    """Which operation of the step an action is about: ``mark_compensated`` and
+    ``run_correction`` always mean the compensation; every other action the kind named."""
+    return StepKind.COMPENSATION if action in ("mark_compensated", RUN_CORRECTION) else kind
 
 
 def escalation_alternatives(
@@ -87,6 +93,8 @@ def escalation_alternatives(
     alternatives = [retry, "skip", "force_complete", "resume"]
     if not state.pivot_passed and state.phase == "forward":
         alternatives.append("cancel")
+    if correction_for(state, step_id, kind) is not None:
+        alternatives.append(RUN_CORRECTION)  # past the pivot: its declared repair
     return alternatives
 
 
@@ -99,12 +107,23 @@ def resolution_options(state: SagaState) -> tuple[ResolutionOption, ...]:
     escalation = state.escalation
     if escalation is None:
         return ()
-    return tuple(
-        ResolutionOption(action, escalation.step_id, escalation.kind, ACTION_EFFECTS[action])
-        for action in OPERATOR_ACTIONS
-        if action in escalation_alternatives(state, escalation.kind, escalation.step_id)
-        and (escalation.step_id is not None or action == "resume")
-    )
+    options = []
+    for action in OPERATOR_ACTIONS:
+        if action not in escalation_alternatives(state, escalation.kind, escalation.step_id):
+            continue
+        if escalation.step_id is None and action != "resume":
+            continue
+        if action == RUN_CORRECTION:
+            # It targets the pivot's correction, not the escalated operation.
+            offer = correction_offer(state)
+            if offer is not None:
+                options.append(ResolutionOption(
+                    action, offer.step_id, StepKind.COMPENSATION,
+                    f"{ACTION_EFFECTS[action]}. Residual impact: {offer.residual_impact}"))
+            continue
+        options.append(ResolutionOption(action, escalation.step_id, escalation.kind,
+                                        ACTION_EFFECTS[action]))
+    return tuple(options)
 
 
 def is_repeated_action(
@@ -138,9 +157,11 @@ def resolve_escalation(
     for option in resolution_options(state):
         # resume may name no operation; every other action names the escalated one
         names_it = (request.step_id, target) == (option.step_id, option.kind or target)
-        if option.action == request.action and (names_it or (
-                option.action == "resume" and request.step_id is None)):
-            return OperatorAction(at=now, action=request.action, step_id=request.step_id,
+        # resume and run_correction may name no operation (the correction is the pivot's)
+        unnamed_ok = option.action in ("resume", RUN_CORRECTION) and request.step_id is None
+        if option.action == request.action and (names_it or unnamed_ok):
+            step_id = option.step_id if option.action == RUN_CORRECTION else request.step_id
+            return OperatorAction(at=now, action=request.action, step_id=step_id,
                                   kind=target, actor=request.actor, reason=request.reason,
                                   evidence=dict(request.evidence))
     raise OperatorActionRejected(_misfit(state, escalation, request))

@@ -27,6 +27,7 @@ from saga_core.events import (
     DeadlineMissed,
     ManualInterventionRequired,
     OperatorAction,
+    PlanRevised,
     PostconditionNotObserved,
     PostconditionObserved,
     ReconciliationResult,
@@ -202,6 +203,13 @@ class SagaState:
     # Start time, cost spent, a limit's breach (saga_core.budgets; the rules: saga_core.stops).
     budget: BudgetLedger = NO_LEDGER
     version: int = 0
+    # Agent plans only (saga_core.replans): how many revisions applied, and the steps a
+    # revision dropped after they ran (compensated while the rest goes forward).
+    plan_revision: int = 0
+    retired: frozenset[str] = frozenset()
+    # The pivot whose declared correction an operator chose to run (saga_core.corrections):
+    # from then on only that correction runs, and the saga ends with it.
+    correcting: str | None = None
 
     @classmethod
     def initial(cls, definition: SagaDefinition) -> SagaState:
@@ -253,24 +261,9 @@ def _start(state: SagaState, event: SagaStarted) -> SagaState:
             f"{event.definition_version} hash {event.definition_hash}, "
             f"not {definition.name} v{definition.version} hash {definition.content_hash()}"
         )
-    forward, compensation = {}, {}
-    for step in definition.steps:
-        key = operation_key(event.saga_id, step.id, StepKind.FORWARD, step.operation_version)
-        forward[step.id] = replace(
-            _PENDING_FORWARD,
-            step_id=step.id,
-            operation_key=key,
-            operation_version=step.operation_version,
-        )
-        if step.compensation is not None:
-            c_version = step.compensation.operation_version
-            c_key = operation_key(event.saga_id, step.id, StepKind.COMPENSATION, c_version)
-            compensation[step.id] = replace(
-                _PENDING_COMPENSATION,
-                step_id=step.id,
-                operation_key=c_key,
-                operation_version=c_version,
-            )
+    forward, compensation = _pending_runs(
+        event.saga_id, definition, [step.id for step in definition.steps]
+    )
     return replace(
         state,
         saga_id=event.saga_id,
@@ -283,6 +276,57 @@ def _start(state: SagaState, event: SagaStarted) -> SagaState:
         budget=BudgetLedger(started_at=event.at),
         forward=forward,
         compensation=compensation,
+    )
+
+
+def _pending_runs(
+    saga_id: str, definition: SagaDefinition, step_ids: Iterable[str]
+) -> tuple[dict[str, StepRun], dict[str, StepRun]]:
+    """Fresh forward and compensation runs of ``step_ids``, keyed as the definition says."""
+    forward, compensation = {}, {}
+    for step_id in step_ids:
+        step = definition.step(step_id)
+        key = operation_key(saga_id, step.id, StepKind.FORWARD, step.operation_version)
+        forward[step.id] = replace(
+            _PENDING_FORWARD,
+            step_id=step.id,
+            operation_key=key,
+            operation_version=step.operation_version,
+        )
+        if step.compensation is not None:
+            c_version = step.compensation.operation_version
+            c_key = operation_key(saga_id, step.id, StepKind.COMPENSATION, c_version)
+            compensation[step.id] = replace(
+                _PENDING_COMPENSATION,
+                step_id=step.id,
+                operation_key=c_key,
+                operation_version=c_version,
+            )
+    return forward, compensation
+
+
+def _revise(state: SagaState, event: PlanRevised) -> SagaState:
+    """The saga's next plan version: kept runs stay as they are (same key), new steps get
+    pending runs, removed ones go, dropped ones stay (retired) for their compensation."""
+    if state.phase != "forward" or state.escalation is not None:
+        raise EventRejected(f"saga {state.saga_id}: a plan revision needs a running saga")
+    definition = SagaDefinition.model_validate(event.definition)
+    if definition.content_hash() != event.definition_hash:
+        raise DefinitionMismatchError(
+            f"saga {state.saga_id}: revision {event.revision} definition hash "
+            f"{definition.content_hash()} is not the recorded {event.definition_hash}"
+        )
+    gone = set(event.removed)
+    forward = {k: v for k, v in state.forward.items() if k not in gone}
+    compensation = {k: v for k, v in state.compensation.items() if k not in gone}
+    new_forward, new_compensation = _pending_runs(state.saga_id, definition, event.added)
+    return replace(
+        state,
+        definition=definition,
+        forward={**forward, **new_forward},
+        compensation={**compensation, **new_compensation},
+        plan_revision=event.revision,
+        retired=(state.retired - set(event.kept) - gone) | set(event.dropped),
     )
 
 
@@ -481,6 +525,12 @@ def _operator(state: SagaState, event: OperatorAction) -> SagaState:
         return state
     if event.step_id is None:
         raise EventRejected(f"operator action {event.action} needs a step_id")
+    if event.action == "run_correction":
+        pivot = state.definition.pivot
+        if pivot is None or pivot.id != event.step_id or event.step_id not in state.compensation:
+            raise EventRejected(f"run_correction names {event.step_id!r}, not a pivot with a "
+                                "declared correction")
+        return replace(state, correcting=event.step_id)
     kind = StepKind.COMPENSATION if event.action == "mark_compensated" else event.kind
     run = state.run(event.step_id, kind)
     if event.action == "retry_step":
@@ -546,6 +596,8 @@ def _saga(state: SagaState, event: SagaEvent) -> SagaState:
             return replace(state, finished=event.state)
         case BudgetExceeded():
             return replace(state, budget=with_breach(state.budget, event))
+        case PlanRevised():
+            return _revise(state, event)
     raise EventRejected(f"unknown saga event {type(event).__name__}")
 
 

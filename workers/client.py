@@ -56,6 +56,7 @@ from saga_core.limits import (
 )
 from saga_core.lineage import Lineage, new_trace_id, parse_lineage
 from saga_core.plans import AgentPlan, parse_plan
+from saga_core.replans import revise_plan
 from saga_core.resolution import OPERATOR_ACTIONS, OperatorRequest, resolve_escalation
 from saga_core.state import SagaState
 from saga_core.validation import validate_definition
@@ -278,6 +279,35 @@ class SagaClient:
         definition = validate_plan(plan, self.catalogue, name=name, version=version)
         self.definitions.register(definition, tenant=self.tenant, registered_by=self.actor)
         return definition
+
+    def revise_plan(
+        self, saga_id: str, plan: AgentPlan | dict[str, Any], *, reason: str = ""
+    ) -> SagaView:
+        """Record ``plan`` as the next version of the running plan saga ``saga_id`` (the
+        agent's replan of the same request), not a new saga: kept actions keep their keys
+        and are found, not repeated; dropped ones that ran are compensated; new ones run.
+        The same revision again records nothing. ``RevisionRefused`` names why a revision
+        cannot apply (the saga ended, or it drops what cannot be undone)."""
+        check_permitted(self.principal, Action.START, f"a revision of saga {saga_id}")
+        _text("reason", reason, REASON_CHARS, empty=True)
+        if not isinstance(plan, AgentPlan):
+            plan = parse_plan(plan)  # size bounded before pydantic copies
+        revised = plan
+
+        def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
+            event = revise_plan(loaded.state, revised, self.catalogue,
+                                self.orchestrator.clock(), actor=self.actor, reason=reason)
+            return None if event is None else [event]
+
+        return self._record(saga_id, build)
+
+    def revise_plan_for_key(
+        self, key: str, plan: AgentPlan | dict[str, Any], *, reason: str = ""
+    ) -> SagaView:
+        """:meth:`revise_plan` of the saga this tenant started with idempotency ``key`` (the
+        agent request the plan answers); ``SagaNotFound`` if there is none."""
+        _text("idempotency key", key, KEY_CHARS)
+        return self.revise_plan(self._id_for_key(key), plan, reason=reason)
 
     # -- sagas ------------------------------------------------------------------------------
 

@@ -12,7 +12,9 @@ being the command's arguments:
   :mod:`saga_core.lineage`; a malformed one is dead-lettered as invalid input)
 * ``sagafleet.commands.cancel_saga``: ``saga_id, reason``
 * ``sagafleet.commands.submit_plan``: ``plan, name, version, input, key, reason`` (all but
-  ``plan`` optional; with ``input`` the plan's saga is started too)
+  ``plan`` optional; with ``input`` the plan's saga is started too); or ``plan, revises,
+  reason`` for a replan of the running plan saga ``revises`` (saga_core.replans), or
+  ``plan, revises_key, reason`` naming it by the idempotency key it was started with
 
 Tenant and actor are the signing key's principal's (``fleet.client_for(principal)``), who
 must hold a role allowing the command (:data:`COMMAND_ACTIONS`). An unsigned, forged
@@ -350,6 +352,18 @@ def _plan(fleet: Fleet, command: VerifiedCommand) -> None:
     command carries an ``input``, start its saga: keyed by ``key``, else by the command as
     a keyless start is, so a redelivery lands on the same saga."""
     kw = dict(command.envelope.args)
+    revises, revises_key = kw.pop("revises", None), kw.pop("revises_key", None)
+    if revises is not None and revises_key is not None:
+        raise MalformedMessage("give revises (a saga id) or revises_key (its start key), not both")
+    if revises is not None or revises_key is not None:
+        # A replan of a running plan saga: the next version of its plan, not a new saga.
+        target = revises if revises is not None else revises_key
+        if not isinstance(target, str):
+            raise MalformedMessage(f"revises must be a string, got {type(target).__name__}")
+        client = _client(fleet, command)
+        revise = client.revise_plan if revises is not None else client.revise_plan_for_key
+        revise(target, _required(kw, "plan"), reason=kw.pop("reason", ""), **_no_more(kw))
+        return
     client = _client(fleet, command)
     version = kw.pop("version", 1)
     if type(version) is not int:

@@ -148,7 +148,22 @@ class QueueReport:
             invariant = details.get("invariant") if isinstance(details, dict) else None
             if isinstance(invariant, str) and invariant:
                 lines.append(f"    invariant: {invariant}")
+            lines += _correction_lines(details)
         return "\n".join(lines)
+
+
+def _correction_lines(details: Any) -> list[str]:
+    """The pivot's correction an escalation offers (saga_core.corrections: ``details.
+    correction``): what it runs, what it does and what it does not undo."""
+    offer = details.get("correction") if isinstance(details, dict) else None
+    if not isinstance(offer, dict):
+        return []
+    undone = offer.get("does_not_undo")
+    lines = [f"    correction (resolve {offer.get('action')}): {offer.get('tool')} on "
+             f"{offer.get('step')}: {offer.get('does')}"]
+    if isinstance(undone, list) and undone:
+        lines.append(f"    it does not undo: {'; '.join(str(u) for u in undone)}")
+    return lines
 
 
 def _gate_line(evidence: dict[str, Any]) -> str:

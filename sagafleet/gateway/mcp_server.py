@@ -122,17 +122,23 @@ class _Tools:
             # Advertised precisely, accepted loosely: the gateway validates each action itself
             # so that every problem comes back at once, with its field and rule.
             json_schema_extra={"items": PlannedAction.model_json_schema()})],
+        *,
         ctx: Context,
         goal: Annotated[str, Field(description="what the plan is for")] = "",
         dry_run: Annotated[bool, Field(description="true: register nothing; show what "
                                        "starting the plan with input would do")] = False,
         input: Annotated[dict[str, Any] | None, Field(
             description="with dry_run: the input the start would get")] = None,
+        revises: Annotated[str | None, Field(
+            description="to replan a running saga started from your plan: its saga id. The "
+            "plan becomes its next version; actions already run are kept, not repeated; "
+            "actions you leave out are undone")] = None,
+        reason: Annotated[str, Field(description="why you replan, for the saga's log")] = "",
     ) -> CallToolResult:
         """Validate a plan of allowlisted tool calls; returns every problem at once, or the
-        definition name to start it with start_saga."""
+        definition name to start it with start_saga. With revises: replans that saga."""
         return self._call(ctx, lambda who: self.service.propose_plan(
-            who, steps, goal, dry_run=dry_run, input=input))
+            who, steps, goal, revises, reason, dry_run=dry_run, input=input))
 
     def saga_status(self, saga_id: SagaId, ctx: Context) -> CallToolResult:
         """A saga's state, steps, receipts and what it is waiting for."""

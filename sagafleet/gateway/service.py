@@ -133,11 +133,15 @@ class GatewayService:
         }
 
     def propose_plan(
-        self, who: Principal, steps: list[dict[str, Any]], goal: str = "", *,
+        self, who: Principal, steps: list[dict[str, Any]], goal: str = "",
+        revises: str | None = None, reason: str = "", *,
         dry_run: bool = False, input: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Validate an agent's plan against the catalogue; name the definition to start it.
-        With ``dry_run``: register nothing and show what starting it with ``input`` would do."""
+        With ``revises`` (a running plan saga's id), the plan becomes that saga's next plan
+        version at once: actions it keeps are found, not repeated; dropped ones that ran are
+        compensated; new ones run. With ``dry_run``: register nothing and show what starting
+        it with ``input`` would do."""
         client = self._client(who, Action.START, "a plan")
         problems = _flag_problems("dry_run", dry_run)
         if input is not None and not isinstance(input, dict):
@@ -154,6 +158,20 @@ class GatewayService:
             planned = client.dry_run_plan(plan, input or {})
             return {"dry_run": True, **planned.model_dump(mode="json"),
                     "next": "call propose_plan again without dry_run to register it"}
+        if revises is not None:
+            view = client.revise_plan(revises, plan, reason=reason)
+            loaded = self.fleet.repo.load(revises, tenant=who.tenant)
+            revision = loaded.state.plan_revision
+            return {
+                "accepted": True,
+                "saga_id": revises,
+                "revision": revision,
+                "steps": [step_semantics(step) for step in loaded.definition.steps
+                          if step.id not in loaded.state.retired],
+                "dropped": sorted(loaded.state.retired),
+                "status": compact_status(view, loaded),
+                "next": {"tool": "saga_wait", "arguments": {"saga_id": revises}},
+            }
         # Named by the plan's content (the client's default): the same plan always gets the
         # same definition, and a different plan can never collide with an existing one.
         definition = client.submit_plan(plan)

@@ -87,3 +87,39 @@ def test_a_principal_whose_roles_do_not_allow_it_gets_forbidden_and_nothing_is_d
         started["saga_id"]
     assert router.call(auditor, "saga_audit", {"saga_id": started["saga_id"]})["events"]
 
+
+
+def test_propose_plan_with_revises_replans_the_same_saga(fleet):
+    # given an agent's plan saga, started through the router
+    router = FunctionRouter(GatewayService(fleet))
+    who = Principal.in_process_agent("acme", "planner")
+    flight = {"tool": "flights.hold", "args": {"flight_id": "LH1",
+                                               "passenger_email": "a@example.com"}}
+    hotel = {"tool": "hotels.hold", "args": {"hotel_id": "H1", "nights": 1,
+                                             "guest_email": "a@example.com"}}
+    other_hotel = {"tool": "hotels.hold", "args": {"hotel_id": "H2", "nights": 2,
+                                                   "guest_email": "a@example.com"}}
+    plan = router.call(who, "propose_plan", {"steps": [flight, hotel]})
+    started = router.call(who, "start_saga", {"definition": plan["definition"], "input": {},
+                                              "idempotency_key": "plan-1", "reason": "trip"})
+    saga_id = started["saga_id"]
+    # when it replans that saga: the same flight, another hotel
+    revised = router.call(who, "propose_plan", {"steps": [flight, other_hotel],
+                                                "revises": saga_id, "reason": "cheaper"})
+    # then the same saga runs the new plan version, the flight's step kept by its id
+    assert revised["accepted"] and revised["saga_id"] == saga_id and revised["revision"] == 1
+    assert [s["step"] for s in revised["steps"]][0] == plan["steps"][0]["step"]
+    assert len(revised["steps"]) == 2 and revised["steps"][1] != plan["steps"][1]
+    # and the same revision again records nothing new
+    again = router.call(who, "propose_plan", {"steps": [flight, other_hotel],
+                                              "revises": saga_id})
+    assert again["revision"] == 1
+    # and another tenant's agent cannot revise it
+    beta = Principal.in_process_agent("beta", "x")
+    assert router.call(beta, "propose_plan", {"steps": [flight], "revises": saga_id})[
+        "error"] == "SagaNotFound"
+    # and once cancelled (compensating), a revision is refused, naming why
+    router.call(who, "cancel_saga", {"saga_id": saga_id, "reason": "user gave up"})
+    refused = router.call(who, "propose_plan", {"steps": [flight], "revises": saga_id})
+    assert refused["error"] == "RevisionRefused" and refused["kind"] == "conflict", refused
+    assert refused["problems"][0]["rule"] in ("saga_compensating", "saga_terminal")

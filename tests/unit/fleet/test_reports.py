@@ -92,6 +92,23 @@ def test_the_queue_text_states_the_definitions_business_invariant() -> None:
     assert QueueReport([row]).to_text().endswith(f"invariant: {invariant}")
 
 
+def test_the_queue_text_offers_the_pivots_correction_with_its_residual_impact() -> None:
+    # given an escalation past the pivot whose evidence offers the pivot's correction
+    offer = {"action": "run_correction", "step": "send_itinerary",
+             "tool": "email.send_correction@1", "does": "repairs send_itinerary",
+             "does_not_undo": ["send_itinerary's own effect", "the effects of hold_flight"]}
+    row = QueueRow(saga_id="s1", entry="escalation", step_id="ship", kind="forward",
+                   tenant="t", definition_name="trip", reason="permanent failure",
+                   action_hash=None, scope=None, evidence={"details": {"correction": offer}},
+                   deadline=None, requested_at=datetime(2026, 1, 1, tzinfo=UTC))
+    # then the queue names the action, what it does and what it does not undo
+    text = QueueReport([row]).to_text().splitlines()
+    assert text[-2] == ("    correction (resolve run_correction): email.send_correction@1 on "
+                        "send_itinerary: repairs send_itinerary")
+    assert text[-1] == ("    it does not undo: send_itinerary's own effect; "
+                        "the effects of hold_flight")
+
+
 def test_the_audit_text_states_the_definitions_business_invariant() -> None:
     from projections.audit import AuditReport
     from sagafleet.commands.rendering import AuditView

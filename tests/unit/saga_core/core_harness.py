@@ -140,7 +140,7 @@ class Saga:
     def claim(self, step_id: str, kind: StepKind = F, lease_s: float = 30) -> StepStarted:
         run = self.state.run(step_id, kind)
         command = resolve_command(self.state, step_id, kind)
-        timeout_s = self.definition.step_timeout_s(step_id, kind)  # as a worker records it
+        timeout_s = self.state.definition.step_timeout_s(step_id, kind)  # as a worker does
         event = StepStarted(
             at=self.now,
             step_id=step_id,

@@ -185,8 +185,10 @@ class Driver:
             sid = event.step_id
             effect = ("succeeded", "forced")
             assert state.forward[sid].status in effect, f"compensating never-succeeded {sid}"
-            assert not state.pivot_passed, "compensation past a succeeded pivot"
-            for dependent in d.descendants(sid):
+            # Past the pivot only its declared correction, chosen by an operator, may run.
+            correction = state.correcting is not None and sid == state.correcting
+            assert not state.pivot_passed or correction, "compensation past a succeeded pivot"
+            for dependent in [] if correction else d.descendants(sid):
                 fwd = state.forward[dependent].status
                 # "absent" is settled once past the commit horizon, so it is not listed here
                 in_doubt = ("started", "unknown", "reconciling", "found")
@@ -233,6 +235,12 @@ class Driver:
         self.now += timedelta(seconds=1)
         if choice == "cancel":
             self.append(CancelRequested(at=self.now, actor="op"))
+        elif choice == "run_correction":
+            # The pivot's declared correction: it targets the pivot's compensation.
+            pivot = self.state.definition.pivot
+            assert pivot is not None
+            self.append(OperatorAction(at=self.now, action=choice, actor="op",
+                                       step_id=pivot.id, kind=C))
         elif choice == "resume" or escalation.step_id is None:
             self.append(
                 OperatorAction(
