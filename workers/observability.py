@@ -1,17 +1,26 @@
-"""Sentry, only when configured: without a DSN sentry-sdk is never initialised at all."""
+"""Sentry, only when configured: without a DSN sentry-sdk is never initialised at all.
+
+sentry-sdk is the ``sentry`` extra (``pip install 'sagafleet[sentry]'``): a DSN set without
+it is refused at start-up (:class:`~saga_core.errors.MissingExtra`), never ignored.
+"""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
 
+from saga_core.errors import MissingExtra
+
 
 def init_sentry(dsn: str | None, *, component: str) -> bool:
     """Initialise sentry-sdk with the Celery integration when ``dsn`` is set."""
     if not dsn:
         return False
-    import sentry_sdk
-    from sentry_sdk.integrations.celery import CeleryIntegration
+    try:
+        import sentry_sdk
+        from sentry_sdk.integrations.celery import CeleryIntegration
+    except ImportError:
+        raise MissingExtra("SAGAFLEET_SENTRY_DSN (errors to Sentry)", "sentry") from None
 
     sentry_sdk.init(
         dsn=dsn,
@@ -31,7 +40,7 @@ def step_scope(saga_id: str, step_id: str, kind: str, tool: str | None) -> Itera
     """Tag errors and spans raised inside with the saga, step and tool (no-op without Sentry)."""
     try:
         import sentry_sdk
-    except ImportError:  # pragma: no cover - sentry-sdk is a dependency
+    except ImportError:  # the sentry extra is not installed: nothing to tag
         yield
         return
     if not sentry_sdk.is_initialized():
