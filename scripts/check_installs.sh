@@ -15,7 +15,6 @@
 # Exits non-zero at the first failure; prints one line per check and the seconds it took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT="$PWD"
 
 SAGAS=3
 VERSIONS=()
@@ -53,6 +52,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The tree as git sees it (tracked and new files, nothing ignored): a stale build/ or .venv
+# of the checkout never leaks into the wheels tested.
+SOURCE="$WORK/src"
+mkdir -p "$SOURCE"
+git ls-files -z --cached --others --exclude-standard \
+  | while IFS= read -r -d '' file; do [ -e "$file" ] && printf '%s\0' "$file"; done \
+  | xargs -0 cp --parents -t "$SOURCE"
+
 step() { printf '%-9s %-62s' "$1" "$2"; STARTED=$SECONDS; }
 ok() { echo "ok (${1:+$1, }$((SECONDS - STARTED)) s)"; }
 
@@ -75,7 +82,7 @@ for version in "${VERSIONS[@]}"; do
   venv="$WORK/venv-$version"
   step "$version" "fresh venv, pip install . ($("$python" -c 'import platform; print(platform.python_version(), platform.machine())'))"
   "$python" -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check "$ROOT" >"$WORK/pip-$version.log" 2>&1 \
+  "$venv/bin/pip" install -q --disable-pip-version-check "$SOURCE" >"$WORK/pip-$version.log" 2>&1 \
     || { echo "FAILED"; grep -v "is ignored" "$WORK/pip-$version.log" >&2; exit 1; }
   ok
 
