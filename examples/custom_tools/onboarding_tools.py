@@ -197,7 +197,8 @@ def catalogue() -> ToolCatalogue:
 
 
 def tool_set() -> ToolSet:
-    """The catalogue and one implementation per entry: ``SAGAFLEET_TOOLS=onboarding_tools:tool_set``."""
+    """The catalogue and one implementation per entry (what
+    ``SAGAFLEET_TOOLS=onboarding_tools:tool_set`` names)."""
     url = providers_url()
 
     def call(tool: str) -> ProviderCall:
