@@ -89,6 +89,17 @@ for version in "${VERSIONS[@]}"; do
   step "$version" "sagafleet --version"
   ok "$("$venv/bin/sagafleet" --version)"
 
+  step "$version" "LICENSE (Apache-2.0) and py.typed installed"
+  "$venv/bin/python" - <<'PY' || { echo "FAILED"; exit 1; }
+from importlib import metadata, resources
+dist = metadata.distribution("sagafleet")
+assert dist.metadata["License-Expression"] == "Apache-2.0", dist.metadata["License-Expression"]
+assert any(str(f).endswith("LICENSE") for f in dist.files or ()), "no LICENSE in the dist-info"
+for package in ("saga_core", "events", "workers", "projections", "sagafleet"):
+    assert resources.files(package).joinpath("py.typed").is_file(), package
+PY
+  ok
+
   step "$version" "tools export without the mcp extra: one line, exit 2"
   status=0
   "$venv/bin/sagafleet" tools export >/dev/null 2>"$WORK/extra.err" || status=$?
