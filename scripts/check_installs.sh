@@ -22,7 +22,7 @@ VERSIONS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --sagas) SAGAS="$2"; shift 2 ;;
-    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,16p "$0"; exit 0 ;;
     *) VERSIONS+=("$1"); shift ;;
   esac
 done
