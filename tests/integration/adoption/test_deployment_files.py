@@ -10,8 +10,11 @@ healthcheck commands themselves were run by hand against a real worker and sweep
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from workers.sweeper import Sweeper
@@ -87,3 +90,22 @@ def test_a_sweeper_touches_its_heartbeat_after_every_pass(fleet, tmp_path) -> No
     Sweeper(fleet).run_forever(0.05, stop_after=0.5, heartbeat=heartbeat)
     # then the file is there (a healthcheck reads its age)
     assert heartbeat.is_file()
+
+
+PROMTOOL = shutil.which("promtool")
+
+
+@pytest.mark.skipif(PROMTOOL is None,
+                    reason="promtool not installed (Debian: apt install prometheus)")
+def test_promtool_accepts_the_config_and_the_rules_fire_as_their_tests_expect(tmp_path) -> None:
+    assert PROMTOOL is not None
+    # given the config as compose mounts it (the rules next to it)
+    config = (MONITORING / "prometheus.yml").read_text().replace(
+        "/etc/prometheus/sagafleet-alerts.yaml", str(MONITORING / "sagafleet-alerts.yaml"))
+    (tmp_path / "prometheus.yml").write_text(config)
+    # then promtool accepts it, and every alert fires (and stays quiet) as its test says
+    for args in (["check", "config", str(tmp_path / "prometheus.yml")],
+                 ["test", "rules", "sagafleet-alerts.test.yaml"]):
+        done = subprocess.run([PROMTOOL, *args], cwd=MONITORING, capture_output=True,
+                              text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
