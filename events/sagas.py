@@ -9,7 +9,7 @@ process or the model that started it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,6 +27,9 @@ from saga_core.events import SAGA_EVENT_TYPES, SagaEvent, SagaStarted
 from saga_core.state import SagaState
 
 STREAM_PREFIX = "saga-"
+
+#: What an appending process adds to each event's metadata (a worker's trace ids).
+MetadataSource = Callable[[], Mapping[str, str]]
 
 
 class SagaNotFound(EventStoreError):
@@ -102,15 +105,20 @@ class SagaCodec:
     """Saga events to and from a log's envelopes, shared by every SagaLog implementation:
     the metadata an append adds, and the fold (with its errors) a load performs."""
 
-    def __init__(self, registry: EventRegistry, definitions: Definitions) -> None:
+    def __init__(self, registry: EventRegistry, definitions: Definitions, *,
+                 metadata: MetadataSource | None = None) -> None:
+        """``metadata``: asked at each append for more metadata of the appending process
+        (a worker's trace ids, ``workers.tracing.trace_metadata``)."""
         self.registry = registry
         self.definitions = definitions
+        self.metadata = metadata
 
     def new_events(
         self, events: Sequence[SagaEvent], tenant: str, actor: str | None
     ) -> list[NewEvent]:
         """The envelopes of ``events``, carrying the tenant (and the actor, when known)."""
-        metadata: dict[str, Any] = {"tenant": tenant}
+        metadata: dict[str, Any] = dict(self.metadata()) if self.metadata is not None else {}
+        metadata["tenant"] = tenant
         if actor:
             metadata["actor"] = actor
         return [self.registry.to_new_event(e, metadata=metadata) for e in events]
@@ -245,10 +253,12 @@ class SagaStreams(ABC):
 class PostgresSagaLog(SagaStreams):
     """The PostgreSQL :class:`~events.saga_log.SagaLog`: sagas folded from an EventStore."""
 
-    def __init__(self, store: EventStore, definitions: DefinitionStore) -> None:
+    def __init__(self, store: EventStore, definitions: DefinitionStore, *,
+                 metadata: MetadataSource | None = None) -> None:
+        """``metadata``: more metadata for every append (see :class:`SagaCodec`)."""
         if store.registry is None:
             raise EventStoreError("a PostgresSagaLog needs a store opened with saga_registry()")
-        super().__init__(store, SagaCodec(store.registry, definitions))
+        super().__init__(store, SagaCodec(store.registry, definitions, metadata=metadata))
         self.store = store
         self.definitions = definitions
         self.registry = store.registry

@@ -17,12 +17,15 @@ from events.definitions import check_tenant
 from projections.context import ProjectionContext
 from projections.tables import active_version, table
 
+# Every state but COMPLETED, COMPENSATED and COMMITTED_WITH_REPAIR, named, so that the state
+# index finds the few sagas in them instead of reading every capture ever made (the
+# Prometheus exporter asks at each scrape).
 _UNCONFIRMED_CAPTURE = """
 SELECT r.saga_id, s.definition_name, r.step_id, r.succeeded_at, s.state
   FROM {steps} r JOIN {summary} s USING (saga_id)
  WHERE r.kind = 'forward' AND r.semantics = 'offsettable'
    AND r.status IN ('succeeded', 'forced')
-   AND s.state NOT IN ('COMPLETED', 'COMPENSATED', 'COMMITTED_WITH_REPAIR')
+   AND s.state IN ('RUNNING', 'COMPENSATING', 'MANUAL_INTERVENTION', 'PARTIALLY_COMPENSATED')
    AND r.succeeded_at < now() - make_interval(secs => %(capture_s)s) AND {scope}
    AND NOT EXISTS (SELECT 1 FROM {steps} c
                     WHERE c.saga_id = r.saga_id AND c.step_id = r.step_id

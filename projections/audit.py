@@ -39,6 +39,8 @@ class TimelineEntry:
     event_hash: str
     prev_hash: str
     data: dict[str, Any]
+    trace_id: str | None = None
+    """The OpenTelemetry trace the writer was in (``workers.tracing``), when it traced."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,11 @@ def _actor(record: RecordedEvent) -> str | None:
             if isinstance(value, str) and value:
                 return value
     return None
+
+
+def _trace_id(record: RecordedEvent) -> str | None:
+    value = record.metadata.get("trace_id")
+    return value if isinstance(value, str) and value else None
 
 
 def _approval(event: SagaEvent, data: dict[str, Any]) -> dict[str, Any] | None:
@@ -136,6 +143,7 @@ def audit(
                 event_hash=recorded.event_hash,
                 prev_hash=recorded.prev_hash,
                 data=data,
+                trace_id=_trace_id(recorded),
             )
         )
     folded = replay(definition, events) if events else None

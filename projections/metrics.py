@@ -260,6 +260,12 @@ def _collect(ctx: ProjectionContext, scope: _Scope, name: str) -> Metrics:
     return Metrics(version, definitions, tools, dead_letters, scope.tenant)
 
 
+def dead_letter_metrics(ctx: ProjectionContext) -> DeadLetterMetrics:
+    """The platform's dead-letter counts alone (the exporter's: no saga query)."""
+    with ctx.connection() as conn:
+        return _dead_letters(conn)
+
+
 def _dead_letters(conn: psycopg.Connection[Any]) -> DeadLetterMetrics:
     columns = {name for (name,) in conn.execute(
         "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass('fleet.dead_letters')"

@@ -1,116 +1,277 @@
-"""A Prometheus text endpoint over the metrics, lag and alerts (stdlib ``http.server``)."""
+"""The projector's Prometheus endpoint: a ``prometheus_client`` Collector over the read models.
+
+Nothing is counted in memory here: at each scrape :class:`ReadModelCollector` asks the read
+models (``projections.window``: the last ``window_s`` seconds, through indexes), the
+projection status (lag) and the business alerts, and yields metric families;
+``prometheus_client`` writes the exposition (``# HELP``/``# TYPE``, escaping, ``_total``).
+Labels are bounded: ``definition``, ``tool``, ``kind``, ``state``, ``quantile``,
+``projection``, ``version``, ``status``, ``refusal``, ``alert`` — never a saga id.
+README "Metrics" lists every name.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 from collections import Counter
-from dataclasses import fields
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import (
+    CollectorRegistry,
+    gc_collector,
+    generate_latest,
+    make_wsgi_app,
+    platform_collector,
+    process_collector,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from projections.alerts import platform_alerts
 from projections.context import ProjectionContext
-from projections.metrics import Metrics, OperationMetrics, collect_platform_metrics
-from projections.status import ProjectionStatus, projection_status
+from projections.metrics import DeadLetterMetrics, dead_letter_metrics
+from projections.status import projection_status
+from projections.window import QUANTILES, OperationWindow, WindowMetrics, collect_window
 from saga_core.errors import SagaError
 
 log = logging.getLogger(__name__)
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+DEFAULT_WINDOW_S = 900.0
+ALERT_KINDS = (
+    "captured_without_confirmation",
+    "compensation_failing",
+    "executed_before_approval",
+    "unresolved_ambiguous_outcomes",
+)
+TERMINAL_STATES = ("COMPLETED", "COMPENSATED", "PARTIALLY_COMPENSATED", "COMMITTED_WITH_REPAIR")
 
 
-def _label(value: object) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def _gauge(name: str, documentation: str, labels: Iterable[str] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"sagafleet_{name}", documentation, labels=list(labels))
 
 
-def _line(name: str, labels: dict[str, object], value: float | int | None) -> str | None:
-    if value is None:
-        return None
-    rendered = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
-    return f"sagafleet_{name}{{{rendered}}} {float(value)!r}"
+def _add(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str],
+         value: float | None) -> None:
+    """Add one sample unless the value is unknown (an empty window's share)."""
+    if value is not None:
+        family.add_metric(labels, float(value))
 
 
-def _operation_lines(prefix: str, labels: dict[str, object], ops: OperationMetrics) -> list[str]:
-    out = []
-    for f in fields(ops):
-        line = _line(f"{prefix}_{f.name}", labels, getattr(ops, f.name))
-        if line:
-            out.append(line)
-    return out
+class ReadModelCollector(Collector):
+    """Yields the saga metrics of the last ``window_s`` seconds, projection lag, dead
+    letters and business alerts, read at each scrape."""
+
+    def __init__(self, ctx: ProjectionContext, window_s: float = DEFAULT_WINDOW_S) -> None:
+        if not window_s > 0:
+            raise ValueError(f"the metrics window must be positive, not {window_s}")
+        self.ctx = ctx
+        self.window_s = window_s
+
+    def describe(self) -> list[Metric]:
+        """Nothing up front: registering must not query the database."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """Every family, from one read of each source (SagaError propagates: a failed scrape)."""
+        window = collect_window(self.ctx, self.window_s)
+        yield from _window_families(window)
+        yield from _lag_families(self.ctx)
+        # The platform's view: dead letters belong to no tenant proven to own them.
+        yield from _dead_letter_families(dead_letter_metrics(self.ctx))
+        alerts = Counter(a.kind for a in platform_alerts(self.ctx))
+        family = _gauge("business_alerts", "Business-risk alerts open now, by kind.", ["kind"])
+        for kind in ALERT_KINDS:
+            family.add_metric([kind], alerts.get(kind, 0))
+        yield family
 
 
-def render(metrics: Metrics, statuses: list[ProjectionStatus], alerts: Counter[str]) -> str:
-    """The exposition text of every metric (gauges; one sample per label set)."""
-    lines: list[str | None] = []
-    for status in statuses:
+def _window_families(window: WindowMetrics) -> Iterator[Metric]:
+    span = f"in the last {window.window_s:g} s"
+    yield GaugeMetricFamily("sagafleet_metrics_window_seconds",
+                            "The window the saga rates and latencies cover.",
+                            value=window.window_s)
+    d = ["definition"]
+    started = _gauge("sagas_started", f"Sagas started {span}.", d)
+    finished = _gauge("sagas_finished", f"Sagas that reached a terminal state {span}.",
+                      [*d, "state"])
+    ratios = {
+        "COMPLETED": _gauge("saga_completion_ratio", f"Share of sagas finished {span} "
+                            "that completed.", d),
+        "COMPENSATED": _gauge("saga_compensation_ratio", f"Share of sagas finished {span} "
+                              "that were compensated.", d),
+        "PARTIALLY_COMPENSATED": _gauge("saga_partial_compensation_ratio", "Share of sagas "
+                                        f"finished {span} only partially compensated.", d),
+    }
+    manual = _gauge("saga_manual_intervention_ratio", f"Share of sagas started {span} "
+                    "that needed a person (escalated at least once).", d)
+    terminal = _gauge("saga_time_to_terminal_seconds", f"Start to terminal state of sagas "
+                      f"finished {span}, at each quantile.", [*d, "quantile"])
+    unfinished = _gauge("sagas_unfinished", "Sagas not in a terminal state now.", d)
+    waiting = _gauge("sagas_waiting_for_operator", "Sagas in MANUAL_INTERVENTION now.", d)
+    stuck = _gauge("saga_stuck_age_seconds", "Time since the least recently changed "
+                   "unfinished saga last changed.", d)
+    ops = _OperationFamilies("", d, span)
+    for w in window.definitions:
+        label = [w.definition]
+        started.add_metric(label, w.started)
+        for state in TERMINAL_STATES:
+            finished.add_metric([w.definition, state], w.finished.get(state, 0))
+        for state, family in ratios.items():
+            _add(family, label, w.finished_share(state))
+        _add(manual, label, w.manual_intervention_ratio)
+        for q, value in zip(QUANTILES, w.time_to_terminal_s, strict=True):
+            _add(terminal, [w.definition, f"{q:g}"], value)
+        unfinished.add_metric(label, w.unfinished)
+        waiting.add_metric(label, w.waiting_for_operator)
+        stuck.add_metric(label, w.stuck_age_s)
+        ops.add(label, w.operations)
+    yield from (started, finished, *ratios.values(), manual, terminal, unfinished, waiting,
+                stuck)
+    yield from ops.families()
+    tools = _OperationFamilies("tool_", ["tool", "kind"], span)
+    latency = _gauge("tool_latency_seconds", f"First start to success of operations that "
+                     f"succeeded {span}, at each quantile.", ["tool", "kind", "quantile"])
+    for (tool, kind), operation in window.tools.items():
+        tools.add([tool, kind], operation)
+        for q, value in zip(QUANTILES, operation.latency_s, strict=True):
+            _add(latency, [tool, kind, f"{q:g}"], value)
+    yield from tools.families()
+    yield latency
+
+
+class _OperationFamilies:
+    """The operation families of one grouping (per definition, or per tool and kind)."""
+
+    def __init__(self, prefix: str, labels: list[str], span: str) -> None:
+        self.started = _gauge(f"{prefix}operations_started",
+                              f"Operations (step or compensation runs) started, changed {span}.",
+                              labels)
+        self.failed = _gauge(f"{prefix}operations_failed",
+                             f"Operations with a failed attempt, changed {span}.", labels)
+        self.redeliveries = _gauge(f"{prefix}sweeper_redeliveries",
+                                   f"Step messages the sweeper re-enqueued {span}.", labels)
+        self.ambiguous = _gauge(f"{prefix}ambiguous_outcome_ratio", "Share of operations "
+                                f"changed {span} that met an ambiguous outcome.", labels)
+        self.amplification = _gauge(f"{prefix}retry_amplification_ratio", "Attempts and "
+                                    f"re-enqueues per operation started, changed {span}.",
+                                    labels)
+        self.reconciled = _gauge(f"{prefix}reconciliation_success_ratio", "Share of lookups "
+                                 f"by key that settled the outcome, changed {span}.", labels)
+        self.duplicates = CounterMetricFamily(
+            f"sagafleet_{prefix}duplicate_effects", "Operations that ever recorded two "
+            "successes or two different receipts (a duplicate effect).", labels=labels)
+
+    def add(self, labels: list[str], operation: OperationWindow) -> None:
+        """One group's samples."""
+        self.started.add_metric(labels, operation.started)
+        self.failed.add_metric(labels, operation.failed)
+        self.redeliveries.add_metric(labels, operation.redeliveries)
+        _add(self.ambiguous, labels, operation.ambiguous_outcome_ratio)
+        _add(self.amplification, labels, operation.retry_amplification_ratio)
+        _add(self.reconciled, labels, operation.reconciliation_success_ratio)
+        self.duplicates.add_metric(labels, operation.duplicate_effects_ever)
+
+    def families(self) -> tuple[Metric, ...]:
+        """Every family of this grouping."""
+        return (self.started, self.failed, self.redeliveries, self.ambiguous,
+                self.amplification, self.reconciled, self.duplicates)
+
+
+def _lag_families(ctx: ProjectionContext) -> Iterator[Metric]:
+    where = ["projection", "version", "status"]
+    events = _gauge("projection_lag_events", "Events in the log a table set has not applied.",
+                    where)
+    seconds = _gauge("projection_lag_seconds", "Age of the oldest event a table set has not "
+                     "applied.", where)
+    for status in projection_status(ctx):
         for ts in status.table_sets:
-            where = {"projection": ts.name, "version": ts.version, "status": ts.status}
-            lines.append(_line("projection_lag_events", where, ts.events_behind))
-            lines.append(_line("projection_lag_seconds", where, ts.seconds_behind))
-    for d in metrics.definitions:
-        labels: dict[str, Any] = {"definition": d.definition}
-        for f in fields(d):
-            value = getattr(d, f.name)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                lines.append(_line(f"definition_{f.name}", labels, value))
-        lines += _operation_lines("definition", labels, d.operations)
-    for t in metrics.tools:
-        lines += _operation_lines("tool", {"tool": t.tool, "kind": t.kind}, t.operations)
-    letters = metrics.dead_letters
-    if letters is not None:  # the platform's view: a tenant's counts no dead letters
-        lines += [
-            "# TYPE sagafleet_dead_letters_recorded_total counter",
-            _line("dead_letters_recorded_total", {}, letters.recorded),
-            "# TYPE sagafleet_dead_letters_open gauge",
-            _line("dead_letters_open", {}, letters.open),
-            "# TYPE sagafleet_commands_refused_total counter",
-        ]
-        lines += [_line("commands_refused_total", {"refusal": refusal}, count)
-                  for refusal, count in letters.refused.items()]
-    for kind in (
-        "captured_without_confirmation",
-        "compensation_failing",
-        "executed_before_approval",
-        "unresolved_ambiguous_outcomes",
-    ):
-        lines.append(_line("alerts", {"kind": kind}, alerts.get(kind, 0)))
-    return "\n".join(line for line in lines if line) + "\n"
+            labels = [ts.name, str(ts.version), ts.status]
+            _add(events, labels, ts.events_behind)
+            _add(seconds, labels, ts.seconds_behind)
+    yield events
+    yield seconds
 
 
-def scrape(ctx: ProjectionContext) -> str:
-    """Collect everything and render it (one scrape)."""
-    # The exporter is the platform's monitoring: every tenant's sagas, counted together.
-    alerts = Counter(a.kind for a in platform_alerts(ctx))
-    return render(collect_platform_metrics(ctx), projection_status(ctx), alerts)
+def _dead_letter_families(letters: DeadLetterMetrics) -> Iterator[Metric]:
+    yield CounterMetricFamily("sagafleet_dead_letters_recorded", "Messages ever kept as dead "
+                              "letters (they could never succeed).", value=letters.recorded)
+    yield GaugeMetricFamily("sagafleet_dead_letters_open", "Dead letters waiting for an "
+                            "operator to requeue or discard them.", value=letters.open)
+    refused = CounterMetricFamily("sagafleet_commands_refused", "Signed agent commands "
+                                  "refused, by refusal.", labels=["refusal"])
+    for refusal, count in sorted(letters.refused.items()):
+        refused.add_metric([refusal], count)
+    yield refused
+
+
+def exporter_registry(ctx: ProjectionContext, window_s: float = DEFAULT_WINDOW_S
+                      ) -> CollectorRegistry:
+    """A registry of the read-model collector and the serving process's own metrics
+    (``process_*``, ``python_*``: the projector's memory and CPU)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ReadModelCollector(ctx, window_s))
+    process_collector.ProcessCollector(registry=registry)
+    platform_collector.PlatformCollector(registry=registry)
+    gc_collector.GCCollector(registry=registry)
+    return registry
+
+
+def scrape(ctx: ProjectionContext, window_s: float = DEFAULT_WINDOW_S) -> str:
+    """One scrape's exposition text, as the endpoint serves it."""
+    return generate_latest(exporter_registry(ctx, window_s)).decode()
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        log.debug(format, *args)
+
+
+class _ThreadingWSGIServer(WSGIServer):
+    """One thread per scrape, so a slow query never blocks the next scrape's connect."""
+
+    daemon_threads = True
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        threading.Thread(target=self._handle, args=(request, client_address),
+                         daemon=True).start()
+
+    def _handle(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:  # noqa: BLE001 - one failed connection must not stop the server
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+
+
+def _unavailable_as_503(app: Callable[..., Any]) -> Callable[..., Any]:
+    """A database that cannot answer is a 503 naming why (Prometheus marks the target down)."""
+
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        try:
+            return app(environ, start_response)
+        except SagaError as exc:
+            body = f"metrics unavailable: {exc}\n".encode()
+            start_response("503 Service Unavailable",
+                           [("Content-Type", "text/plain; charset=utf-8"),
+                            ("Content-Length", str(len(body)))])
+            return [body]
+
+    return guarded
 
 
 class MetricsServer:
-    """Serves ``GET /metrics`` on a background thread until :meth:`close`."""
+    """Serves ``GET /metrics`` (``prometheus_client``'s WSGI app over the read-model
+    collector) on a background thread until :meth:`close`."""
 
-    def __init__(self, ctx: ProjectionContext, host: str = "0.0.0.0", port: int = 9464) -> None:  # noqa: S104
+    def __init__(self, ctx: ProjectionContext, host: str = "0.0.0.0",  # noqa: S104
+                 port: int = 9464, *, window_s: float = DEFAULT_WINDOW_S) -> None:
         self.ctx = ctx
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                if self.path.split("?")[0] not in ("/metrics", "/"):
-                    self.send_error(404)
-                    return
-                try:
-                    body = scrape(outer.ctx).encode()
-                except SagaError as exc:
-                    self.send_error(503, str(exc))
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                log.debug(format, *args)
-
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        app = _unavailable_as_503(make_wsgi_app(exporter_registry(ctx, window_s)))
+        self._server = make_server(host, port, app, _ThreadingWSGIServer,
+                                   handler_class=_QuietHandler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._serving = False
 

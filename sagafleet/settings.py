@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
@@ -29,6 +30,21 @@ class Settings(BaseModel):
         "Celery broker URL, redis://... (unset: the embedded Redis)"))
     sentry_dsn: str | None = Field(default=None, description=(
         "errors and traces to Sentry (unset: sentry-sdk is never initialised)"))
+    # Sentry's share of transactions traced (errors are always sent): 1.0 traces every
+    # step, which costs a Sentry quota at volume; 0 sends errors only.
+    sentry_traces_sample_rate: float = Field(default=1.0, ge=0, le=1, description=(
+        "share of transactions Sentry traces, 0..1 (errors are always sent)"))
+    # OpenTelemetry (workers.tracing): needs the otel extra; the exporter, endpoint, service
+    # name and sampler come from the standard OTEL_* variables.
+    otel: bool = Field(default=False, description=(
+        "trace sagas with OpenTelemetry (pip install 'sagafleet[otel]'; exporter and "
+        "endpoint from OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_ENDPOINT, ...)"))
+    log_format: Literal["text", "json"] = Field(default="text", description=(
+        "log lines as text, or as JSON objects with saga and step ids (json)"))
+    worker_metrics_port: int = Field(default=0, ge=0, le=65_535, description=(
+        "port of a worker's Prometheus /metrics (0: not served; --metrics-port)"))
+    metrics_window_seconds: float = Field(default=900.0, gt=0, le=7 * 86_400, description=(
+        "the window the exporter's rates and latencies are computed over"))
     tenant: str = Field(default="default", min_length=1, max_length=128,
                         description="the tenant a command acts for")
     # The API token an operator's commands act with (approve, deny, resolve, cancel, start,

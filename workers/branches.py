@@ -12,6 +12,7 @@ unfinished claim expires and the sweeper comes back to it.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from collections.abc import Callable
@@ -71,7 +72,11 @@ class SagaBranches:
     def _spawn(self, commands: tuple[StepCommand, ...], loaded: LoadedSaga, budget: int) -> None:
         """Run each claimed command (and what it claims next) on a branch thread."""
         for command in commands:
-            self._running.append(self.threads.submit(self._branch, command, loaded, budget))
+            # Each branch runs in a copy of this context: its log records and trace spans
+            # belong to the message that claimed it.
+            context = contextvars.copy_context()
+            self._running.append(
+                self.threads.submit(context.run, self._branch, command, loaded, budget))
 
     def _branch(self, command: StepCommand, loaded: LoadedSaga, budget: int) -> None:
         self._guarded(command, lambda: self._follow(

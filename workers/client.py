@@ -67,6 +67,7 @@ from workers.secrets import (
     refs_in,
     split_secrets,
 )
+from workers.tracing import saga_start_span, set_outcome
 from workers.views import SagaView, view_of
 
 # Saga ids for idempotency keys: uuid5 over (tenant, key) in sagafleet's own namespace.
@@ -325,51 +326,58 @@ class SagaClient:
         recorded, _ = split_secrets(spec, {**given, **dict.fromkeys(refs)})
         saga_id = self._id_for_key(key) if key else str(uuid.uuid4())
         now = self.orchestrator.clock()
-        fresh = LoadedSaga(saga_id, spec, SagaState.initial(spec), (), ())
-        try:
-            # One transaction: the refs spent, the secrets kept and the saga's first events
-            # commit together, and version 0 (the stream must not exist) keeps a repeated
-            # key from starting twice.
-            with self.orchestrator.log.unit_of_work() as unit:
-                still_latest = (self.definitions.send_latest_check(unit, spec, tenant=self.tenant)
-                                if cached else None)
-                redeemed = self.secrets.redeem(self.tenant, refs, saga_id, now, unit)
-                normalized = {**given, **checked_values(spec, redeemed)}
-                public, secrets = split_secrets(spec, normalized)
-                started = SagaStarted(
-                    at=now,
-                    saga_id=saga_id,
-                    tenant=self.tenant,
-                    definition_name=spec.name,
-                    definition_version=spec.version,
-                    definition_hash=spec.content_hash(),
-                    input=public,
-                    input_hash=payload_hash(public),
-                    idempotency_key=key,
-                    actor=self.actor,
-                    reason=reason,
-                    retry_budget=spec.retry_budget,
-                )
-                self.secrets.keep(saga_id, secrets, unit)
-                committed = self.orchestrator.commit(fresh, [started], actor=self.actor,
-                                                     unit=unit)
-                if still_latest is not None and not still_latest():
-                    raise _StaleDefinition  # rolls the start back
-        except _StaleDefinition:
-            return None
-        except (ConcurrencyError, SecretRefRejected) as exc:
-            if cached:
-                return None  # compare a repeated key against the current latest definition
-            # A repeated start (a redelivered command, a retry) whose ref the first one
-            # spent lands here too: the saga its key names answers it.
-            existing = self._started_by_key(key) if key else None
-            if existing is None:
-                if isinstance(exc, SecretRefRejected):
-                    raise
-                existing = self.orchestrator.log.load(saga_id)
-            return self._repeated(key, existing, spec, recorded, None if refs else given)
-        self.publisher.publish(committed.wake_ups)  # after the unit committed
-        return Started(**view_of(committed.loaded).model_dump(), created=True)
+        # A new trace per start (OpenTelemetry, when on): the events it appends carry its
+        # trace id, and the step messages it publishes carry its context.
+        with saga_start_span(saga_id=saga_id, definition=spec.name, tenant=self.tenant) as span:
+            fresh = LoadedSaga(saga_id, spec, SagaState.initial(spec), (), ())
+            try:
+                # One transaction: the refs spent, the secrets kept and the saga's first events
+                # commit together, and version 0 (the stream must not exist) keeps a repeated
+                # key from starting twice.
+                with self.orchestrator.log.unit_of_work() as unit:
+                    still_latest = (
+                        self.definitions.send_latest_check(unit, spec, tenant=self.tenant)
+                        if cached else None)
+                    redeemed = self.secrets.redeem(self.tenant, refs, saga_id, now, unit)
+                    normalized = {**given, **checked_values(spec, redeemed)}
+                    public, secrets = split_secrets(spec, normalized)
+                    started = SagaStarted(
+                        at=now,
+                        saga_id=saga_id,
+                        tenant=self.tenant,
+                        definition_name=spec.name,
+                        definition_version=spec.version,
+                        definition_hash=spec.content_hash(),
+                        input=public,
+                        input_hash=payload_hash(public),
+                        idempotency_key=key,
+                        actor=self.actor,
+                        reason=reason,
+                        retry_budget=spec.retry_budget,
+                    )
+                    self.secrets.keep(saga_id, secrets, unit)
+                    committed = self.orchestrator.commit(fresh, [started], actor=self.actor,
+                                                         unit=unit)
+                    if still_latest is not None and not still_latest():
+                        raise _StaleDefinition  # rolls the start back
+            except _StaleDefinition:
+                set_outcome(span, "stale_definition")
+                return None
+            except (ConcurrencyError, SecretRefRejected) as exc:
+                if cached:
+                    return None  # compare a repeated key against the current latest definition
+                # A repeated start (a redelivered command, a retry) whose ref the first one
+                # spent lands here too: the saga its key names answers it.
+                existing = self._started_by_key(key) if key else None
+                if existing is None:
+                    if isinstance(exc, SecretRefRejected):
+                        raise
+                    existing = self.orchestrator.log.load(saga_id)
+                set_outcome(span, "repeated")
+                return self._repeated(key, existing, spec, recorded, None if refs else given)
+            self.publisher.publish(committed.wake_ups)  # after the unit committed
+            set_outcome(span, "started")
+            return Started(**view_of(committed.loaded).model_dump(), created=True)
 
     def _started_by_key(self, key: str) -> LoadedSaga | None:
         try:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -56,11 +57,14 @@ from saga_core.events import (
 )
 from saga_core.keys import check_key_payload
 from saga_core.state import IN_DOUBT, RunStatus, SagaState
+from workers.logs import step_log_context
 from workers.messages import StepCommand
+from workers.metrics import WorkerMetrics
 from workers.observability import step_scope
 from workers.orchestrator import ClaimNext, Committed, Orchestrator
 from workers.secrets import SecretUnavailable, scrub
 from workers.tools import Absent, ToolError, ToolRegistry, Unknown
+from workers.tracing import operation_span, set_outcome
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +110,10 @@ class StepExecutor:
         *,
         worker_id: str,
         lease: timedelta,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.orchestrator = orchestrator
+        self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.tools = tools
         self.secrets = secrets
         self.worker_id = worker_id
@@ -133,6 +139,14 @@ class StepExecutor:
         """Claim ``command`` (with ``ahead``, also what it claims of the saga's other due
         steps, in the same append), or settle it without a claim: drop a stale duplicate,
         reconcile an operation in doubt, record a step whose arguments cannot resolve."""
+        with step_log_context(command.saga_id, command.step_id, command.kind.value,
+                              command.attempt):
+            claimed = self._claim(command, ahead)
+        self.metrics.command_handled(
+            claimed.verdict if isinstance(claimed, StepOutcome) else "executed")
+        return claimed
+
+    def _claim(self, command: StepCommand, ahead: ClaimNext | None) -> Claimed | StepOutcome:
         try:
             loaded = self.orchestrator.log.load(command.saga_id)
         except SagaNotFound:
@@ -168,7 +182,18 @@ class StepExecutor:
         if reuse is not None:
             return self._refuse_key_reuse(command, loaded, reuse)
         started = self._started(command, resolved, now)
-        return Claimed(command, resolved, self.orchestrator.commit(loaded, [started], claim=ahead))
+        committed = self.orchestrator.commit(loaded, [started], claim=ahead)
+        self.metrics.claimed(resolved.tool, command.kind.value)
+        self._count_claims_ahead(committed)
+        return Claimed(command, resolved, committed)
+
+    def _count_claims_ahead(self, committed: Committed | None) -> None:
+        """Count the claims a commit took ahead for this worker, by their tools."""
+        if committed is None:
+            return
+        for claimed in committed.claimed:
+            tool, _ = committed.loaded.definition.tool_for(claimed.step_id, claimed.kind)
+            self.metrics.claimed(tool, claimed.kind.value)
 
     def claim_due(self, state: SagaState, now: datetime) -> list[tuple[StepCommand, StepStarted]]:
         """What this worker claims next (a :data:`ClaimNext`): every scheduled step of the
@@ -237,7 +262,18 @@ class StepExecutor:
                 at=self.orchestrator.clock(), step_id=command.step_id, kind=command.kind,
                 attempt=command.attempt, operation_key=resolved.operation_key,
                 error_class=ErrorClass.PERMANENT, message=str(exc))
-        result = self._call_tool(command, resolved, args, revealed)
+        kind = command.kind.value
+        with step_log_context(command.saga_id, command.step_id, kind, command.attempt), \
+                operation_span("saga.compensation" if kind == "compensation" else "saga.step",
+                            saga_id=command.saga_id, step_id=command.step_id, kind=kind,
+                            tool=resolved.tool, attempt=command.attempt) as span:
+            began = time.perf_counter()
+            result = self._call_tool(command, resolved, args, revealed)
+            outcome = _step_outcome(result)
+            took = time.perf_counter() - began
+            self.metrics.step_called(resolved.tool, kind, outcome, took)
+            set_outcome(span, outcome)
+            log.info("%s %s: %s in %.3fs", resolved.tool, kind, outcome, took)
         if revealed and isinstance(result, StepFailed):
             # Error text goes into the log: never with a secret an adapter echoed.
             return result.model_copy(update={"message": scrub(result.message, revealed)})
@@ -265,7 +301,9 @@ class StepExecutor:
                      command, run.status)
             return None
 
-        return self.orchestrator.record(command.saga_id, build, known=known, claim=ahead)
+        committed = self.orchestrator.record(command.saga_id, build, known=known, claim=ahead)
+        self._count_claims_ahead(committed)
+        return committed
 
     @staticmethod
     def executed(command: StepCommand, result: SagaEvent,
@@ -309,11 +347,16 @@ class StepExecutor:
         if run.not_before is not None and now < run.not_before:
             return StepOutcome(command, "dropped", f"lookup not due before {run.not_before}")
         tool_name, version = loaded.definition.tool_for(command.step_id, command.kind)
-        with step_scope(command.saga_id, command.step_id, command.kind.value, tool_name):
+        with step_scope(command.saga_id, command.step_id, command.kind.value, tool_name), \
+                operation_span("saga.reconcile", saga_id=command.saga_id,
+                               step_id=command.step_id, kind=command.kind.value,
+                               tool=tool_name, attempt=command.attempt) as span:
             try:
                 found = self.tools.get(tool_name, version).lookup(run.operation_key)
             except Exception as exc:  # noqa: BLE001 - a failing lookup proves nothing
                 found = Unknown(reason=f"lookup failed: {type(exc).__name__}: {exc}")
+            set_outcome(span, _lookup_result(found))
+        self.metrics.reconciled(tool_name, command.kind.value, _lookup_result(found))
         result = ReconciliationResult(
             at=self.orchestrator.clock(),
             step_id=command.step_id,
@@ -356,6 +399,13 @@ class StepExecutor:
                             operation_key=run.operation_key, error_class=ErrorClass.PERMANENT,
                             message=message)
         return self.executed(command, failed, self.orchestrator.commit(loaded, [failed]))
+
+
+def _step_outcome(result: SagaEvent) -> str:
+    """How a tool call ended, for metrics and spans (``workers.metrics.STEP_OUTCOMES``)."""
+    if isinstance(result, StepSucceeded):
+        return "succeeded"
+    return "unknown" if isinstance(result, StepOutcomeUnknown) else "failed"
 
 
 def _lookup_result(found: Receipt | Absent | Unknown) -> Literal["found", "absent", "unknown"]:

@@ -25,6 +25,7 @@ from workers.celery_app import BrokerSettings, create_celery_app
 from workers.client import SagaClient
 from workers.dead_letters import DeadLetters
 from workers.executor import StepExecutor
+from workers.metrics import WorkerMetrics
 from workers.orchestrator import Clock, Orchestrator, utc_now
 from workers.principals import PrincipalDirectory
 from workers.principals_pg import PostgresPrincipals
@@ -32,6 +33,7 @@ from workers.publisher import CeleryPublisher
 from workers.secrets import SecretVault
 from workers.signed_commands import CommandNonces
 from workers.tools import ToolRegistry, ToolSet
+from workers.tracing import trace_metadata
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +113,9 @@ class Fleet:
 
     @cached_property
     def repo(self) -> PostgresSagaLog:
-        """Loads sagas from the log and appends their events."""
-        return PostgresSagaLog(self.store, self.definitions)
+        """Loads sagas from the log and appends their events (with the current trace's ids
+        in their metadata when OpenTelemetry traces this process)."""
+        return PostgresSagaLog(self.store, self.definitions, metadata=trace_metadata)
 
     @cached_property
     def secrets(self) -> SecretVault:
@@ -155,14 +158,20 @@ class Fleet:
     @cached_property
     def orchestrator(self) -> Orchestrator:
         """Where every saga event is written (decide, claim, append once)."""
-        return Orchestrator(self.repo, self.clock)
+        return Orchestrator(self.repo, self.clock, on_race_lost=self.metrics.race_lost)
 
     @cached_property
     def executor(self) -> StepExecutor:
         """Claims and runs step commands as this worker."""
         return StepExecutor(self.orchestrator, self.registry, self.secrets,
                             worker_id=self.config.worker_id,
-                            lease=timedelta(seconds=self.config.lease_s))
+                            lease=timedelta(seconds=self.config.lease_s),
+                            metrics=self.metrics)
+
+    @cached_property
+    def metrics(self) -> WorkerMetrics:
+        """This process's Prometheus instruments, in its own registry."""
+        return WorkerMetrics()
 
     def client(self, *, tenant: str = "default", actor: str = "agent") -> SagaClient:
         """A SagaClient of this trusted program acting for ``tenant`` as the agent ``actor``

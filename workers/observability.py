@@ -12,8 +12,11 @@ from collections.abc import Iterator
 from saga_core.errors import MissingExtra
 
 
-def init_sentry(dsn: str | None, *, component: str) -> bool:
-    """Initialise sentry-sdk with the Celery integration when ``dsn`` is set."""
+def init_sentry(dsn: str | None, *, component: str, traces_sample_rate: float = 1.0) -> bool:
+    """Initialise sentry-sdk with the Celery integration when ``dsn`` is set, tracing
+    ``traces_sample_rate`` of transactions (``SAGAFLEET_SENTRY_TRACES_SAMPLE_RATE``)."""
+    if not 0.0 <= traces_sample_rate <= 1.0:
+        raise ValueError(f"traces_sample_rate must be within 0..1, not {traces_sample_rate}")
     if not dsn:
         return False
     try:
@@ -25,7 +28,7 @@ def init_sentry(dsn: str | None, *, component: str) -> bool:
     sentry_sdk.init(
         dsn=dsn,
         integrations=[CeleryIntegration(propagate_traces=True)],
-        traces_sample_rate=1.0,
+        traces_sample_rate=traces_sample_rate,
         send_default_pii=False,  # saga inputs may hold personal data; never ship them
         # A frame's local variables may hold a revealed secret input (the executor's tool
         # arguments): an event from a tool that raised must never carry them to Sentry.

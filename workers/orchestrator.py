@@ -134,9 +134,13 @@ class Committed:
 class Orchestrator:
     """Decides and records for one saga at a time; shared by workers, client and sweeper."""
 
-    def __init__(self, log: SagaLog, clock: Clock = utc_now) -> None:
+    def __init__(self, log: SagaLog, clock: Clock = utc_now, *,
+                 on_race_lost: Callable[[], None] | None = None) -> None:
+        """``on_race_lost``: told of every append that met a newer stream version (the
+        worker's ``races_lost`` counter)."""
         self.log = log
         self.clock = clock
+        self.on_race_lost = on_race_lost
 
     def commit(
         self,
@@ -192,6 +196,8 @@ class Orchestrator:
             try:
                 return attempt(loaded)
             except ConcurrencyError:
+                if self.on_race_lost is not None:
+                    self.on_race_lost()
                 continue  # someone else wrote first: re-read and re-decide
         raise RaceLost(f"saga {saga_id}: lost {MAX_RACES} races in a row")
 

@@ -151,21 +151,30 @@ def _dead_letter_step(fleet: Fleet, args: Any, kwargs: Any, reason: str) -> None
     except SagaError as exc:
         log.error("could not dead-letter a malformed step message (%s): %s", reason, exc)
     else:
+        fleet.metrics.dead_lettered(STEP_TASK)
         log.warning("dead-lettered %s: %s", STEP_TASK, reason)
 
 
 def bind_tasks(app: Celery, fleet: Fleet) -> None:
     """Register the fleet's tasks on ``app``, closing over ``fleet`` (no global state)."""
 
-    def step(*args: Any, **kwargs: Any) -> None:
+    def step(task: Task, *args: Any, **kwargs: Any) -> None:
+        _count_redelivery(fleet, task)
         run_step(fleet, list(args), kwargs)
 
     # shared=False: a task closes over *this* fleet, so it must not be added to every other
     # Celery app of the process (Celery's default), where it would act on the wrong fleet.
-    app.task(name=STEP_TASK, shared=False, **STEP_TASK_OPTIONS)(step)
+    app.task(name=STEP_TASK, bind=True, shared=False, **STEP_TASK_OPTIONS)(step)
     for name, action in ((START_SAGA, _start), (CANCEL_SAGA, _cancel), (SUBMIT_PLAN, _plan)):
         app.task(name=name, bind=True, shared=False, **COMMAND_TASK_OPTIONS)(
             _command_task(fleet, name, action))
+
+
+def _count_redelivery(fleet: Fleet, task: Task) -> None:
+    """Count a message the broker handed out again (kombu marks a restored message)."""
+    delivery = task.request.delivery_info or {}
+    if delivery.get("redelivered"):
+        fleet.metrics.redelivered(task.name)
 
 
 def register_task_names(app: Celery) -> None:
@@ -187,6 +196,7 @@ def register_task_names(app: Celery) -> None:
 
 def _command_task(fleet: Fleet, name: str, action: CommandAction) -> Callable[..., None]:
     def command(task: Task, *args: Any, **kwargs: Any) -> None:
+        _count_redelivery(fleet, task)
         run_command(fleet, task, CommandMessage(name, task.request.id, args, kwargs), action)
 
     command.__name__ = name.rsplit(".", 1)[-1]
@@ -254,6 +264,7 @@ def _keep_dead_letter(fleet: Fleet, message: CommandMessage,
         log.error("%s[%s]: could not dead-letter (%s): %s", name, task_id, failure.reason, exc)
         return CommandFailure(retry=True, kind=judge_failure(exc).kind,
                               reason=f"dead letter not written: {type(exc).__name__}: {exc}")
+    fleet.metrics.dead_lettered(name)
     log.warning("%s[%s] dead-lettered (%s): %s", name, task_id, failure.kind, failure.reason)
     return None
 

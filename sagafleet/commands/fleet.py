@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,9 @@ from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import build_fleet
 from sagafleet.settings import Settings
+from sagafleet.telemetry import start_telemetry
 from workers.celery_app import QUEUE_COMMANDS, QUEUE_STEPS, worker_options
-from workers.observability import init_sentry
+from workers.metrics import MetricsEndpoint
 from workers.sweeper import Sweeper
 
 NO_TOOL_SET = (
@@ -31,6 +31,9 @@ def register(sub: Any) -> None:
     worker.add_argument("--queues", default=f"{QUEUE_STEPS},{QUEUE_COMMANDS}",
                         help="comma-separated queues to consume")
     worker.add_argument("--loglevel", default="WARNING")
+    worker.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                        help="serve Prometheus metrics on this port (default"
+                             " SAGAFLEET_WORKER_METRICS_PORT; 0: not served)")
     worker.add_argument("--tools", default=None, metavar="MODULE:ATTRIBUTE",
                         help="the tool set to run (a workers.tools.ToolSet; default"
                              " SAGAFLEET_TOOLS; required: there is no default tool set)")
@@ -51,15 +54,20 @@ def run_worker(args: argparse.Namespace, settings: Settings) -> int:
     """Consume step and saga commands until stopped (SIGTERM: warm shutdown)."""
     if args.concurrency < 1:
         raise UsageError("sagafleet worker: --concurrency must be at least 1")
+    port = settings.worker_metrics_port if args.metrics_port is None else args.metrics_port
+    if not 0 <= port <= 65_535:
+        raise UsageError(f"sagafleet worker: --metrics-port must be 0..65535, not {port}")
     tools = args.tools or settings.tools
     if tools is None:
         print(NO_TOOL_SET, file=sys.stderr)
         return ExitCode.USAGE
-    logging.basicConfig(level=args.loglevel.upper())
+    start_telemetry(settings, "worker", args.loglevel)
     fleet = build_fleet(settings, tools=tools)
-    init_sentry(settings.sentry_dsn, component="worker")
     fleet.register_builtin_definitions()
+    # solo or threads: one process, so its own registry holds every task's metrics (a
+    # prefork pool would need prometheus_client's multiprocess mode instead).
     pool = "solo" if args.concurrency == 1 else "threads"
+    endpoint = MetricsEndpoint(fleet.metrics.registry, port) if port else None
     try:
         fleet.celery.worker_main([
             "worker", f"--pool={pool}", f"--concurrency={args.concurrency}",
@@ -68,6 +76,8 @@ def run_worker(args: argparse.Namespace, settings: Settings) -> int:
             f"--hostname=sagafleet-{fleet.config.worker_id}",
         ])
     finally:
+        if endpoint is not None:
+            endpoint.close()
         fleet.close()
     return ExitCode.OK
 
@@ -76,9 +86,8 @@ def run_sweeper(args: argparse.Namespace, settings: Settings) -> int:
     """Sweep forever (or once with --once)."""
     from sagafleet.output import emit
 
-    logging.basicConfig(level=logging.INFO)
+    start_telemetry(settings, "sweeper")
     fleet = build_fleet(settings)
-    init_sentry(settings.sentry_dsn, component="sweeper")
     sweeper = Sweeper(fleet)
     try:
         if args.once:

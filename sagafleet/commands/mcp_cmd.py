@@ -12,6 +12,7 @@ from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import build_fleet, command_fleet
 from sagafleet.output import emit
 from sagafleet.settings import Settings
+from workers.tracing import init_tracing
 
 if TYPE_CHECKING:
     from sagafleet.gateway import TokenCache
@@ -82,6 +83,7 @@ def run_mcp(args: argparse.Namespace, settings: Settings) -> int:
                          "sends its own Authorization: Bearer <token>")
     # Checked before the fleet is built: without a token nothing is started at all.
     token = None if address is not None else token_from(args, settings)
+    init_tracing(settings.otel, "mcp")  # each saga an agent starts is a trace
     fleet = build_fleet(settings)
     try:
         tokens = TokenCache(fleet.principals.authenticate)

@@ -8,7 +8,6 @@ database; neither migrates.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 from typing import Any
@@ -24,6 +23,7 @@ from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
+from sagafleet.telemetry import start_telemetry
 
 EXAMPLES = """examples:
   sagafleet projector --metrics-port 9464
@@ -78,10 +78,12 @@ def _checked_batch(batch: int) -> int:
 def run_projector(args: argparse.Namespace, settings: Settings) -> int:
     """Run until SIGTERM/SIGINT."""
     _checked_batch(args.batch)
-    logging.basicConfig(level=logging.INFO)
+    start_telemetry(settings, "projector")
     with runtime.projector_side(settings) as ctx:
         projector = Projector(ctx, batch_size=args.batch, poll_s=args.poll).start()
-        server = MetricsServer(ctx, port=args.metrics_port).start() if args.metrics_port else None
+        server = (MetricsServer(ctx, port=args.metrics_port,
+                                window_s=settings.metrics_window_seconds).start()
+                  if args.metrics_port else None)
         # Tamper evidence: checkpoints of the log, off the append path (events.anchors).
         anchors = (
             AnchorLoop(ctx.store, anchor_key(settings, create=True),
@@ -138,8 +140,10 @@ def run_rebuild(args: argparse.Namespace, settings: Settings) -> int:
 
 def run_serve_metrics(args: argparse.Namespace, settings: Settings) -> int:
     """Serve the Prometheus endpoint in the foreground (a service: migrates at start-up)."""
+    start_telemetry(settings, "metrics")
     with runtime.projector_side(settings) as ctx:
-        server = MetricsServer(ctx, host=args.host, port=args.port)
+        server = MetricsServer(ctx, host=args.host, port=args.port,
+                               window_s=settings.metrics_window_seconds)
         try:
             server.serve_forever()
         except KeyboardInterrupt:

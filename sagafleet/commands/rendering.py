@@ -309,7 +309,8 @@ class AuditView:
         lines = [f"saga {r.saga_id}: {r.events_total} events, hash chain {chain}"]
         for e in r.timeline:
             extra = " ".join(f"{name}={value}" for name, value in
-                             (("step_id", e.step_id), ("kind", e.kind), ("actor", e.actor))
+                             (("step_id", e.step_id), ("kind", e.kind), ("actor", e.actor),
+                              ("trace", e.trace_id))
                              if value)
             lines.append(
                 f"  v{e.stream_version:<3} @{e.global_position:<8} {e.at}"

@@ -26,6 +26,7 @@ from sagafleet.fleetcli import command_fleet
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
 from workers.client import MAX_WAIT_SECONDS, Waited
+from workers.tracing import init_tracing
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -93,6 +94,7 @@ def run_register(args: argparse.Namespace, settings: Settings) -> int:
 def run_start(args: argparse.Namespace, settings: Settings) -> int:
     """Start a saga from a JSON input."""
     data = _input_document(args.input)
+    init_tracing(settings.otel, "cli")  # the saga's trace starts here
     fleet = command_fleet(settings)
     try:
         client = fleet.client_for(cli_principal(args, settings, fleet.principals))

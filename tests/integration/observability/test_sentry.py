@@ -77,3 +77,19 @@ def test_with_a_dsn_errors_carry_saga_step_and_tool_tags() -> None:
         assert tag in payload.replace('":"', '": "')
     # and no frame's local variables were shipped (one may hold a revealed secret input)
     assert "tok_local_secret_9f3a" not in payload
+
+
+def test_the_traces_sample_rate_is_a_setting() -> None:
+    # given SAGAFLEET_SENTRY_TRACES_SAMPLE_RATE, when a process starts its telemetry
+    result = _run("""
+        import sentry_sdk
+        from sagafleet.settings import Settings
+        from sagafleet.telemetry import start_telemetry
+        settings = Settings.from_env({"SAGAFLEET_SENTRY_DSN": "http://public@127.0.0.1:9/1",
+                                      "SAGAFLEET_SENTRY_TRACES_SAMPLE_RATE": "0.05"})
+        start_telemetry(settings, "worker")
+        # then Sentry samples that share of transactions (errors are sent regardless)
+        print(sentry_sdk.get_client().options["traces_sample_rate"])
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "0.05"

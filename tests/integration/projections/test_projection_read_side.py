@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import urllib.request
 
 import pytest
 from principal_support import issue_token
@@ -11,7 +10,6 @@ from projection_support import SECRET_CARD, TripScript
 
 from events.sagas import PostgresSagaLog
 from projections import (
-    MetricsServer,
     ProjectionContext,
     ProjectionRunner,
     audit,
@@ -23,35 +21,6 @@ from sagafleet.cli import main
 from sagafleet.exit_codes import ExitCode
 
 pytestmark = pytest.mark.integration
-
-
-def test_the_prometheus_endpoint_serves_metrics_over_http(
-    ctx: ProjectionContext, repo: PostgresSagaLog
-) -> None:
-    # given a completed saga and one with a duplicate effect, projected
-    TripScript().completed().write(repo)
-    dup = TripScript().start().succeed("hold_flight").duplicate_success("hold_flight", "again")
-    dup.write(repo)
-    ProjectionRunner(ctx).catch_up()
-    server = MetricsServer(ctx, host="127.0.0.1", port=0).start()
-    try:
-        # when Prometheus scrapes it with a real HTTP GET
-        url = f"http://127.0.0.1:{server.port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310
-            body = response.read().decode()
-            content_type = response.headers["Content-Type"]
-    finally:
-        server.close()
-
-    # then it answers in the text format with rates, incidents and lag
-    assert content_type.startswith("text/plain")
-    assert 'sagafleet_definition_completion_rate{definition="trip"} 1.0' in body
-    assert 'sagafleet_definition_duplicate_effect_incidents{definition="trip"} 1.0' in body
-    assert 'sagafleet_tool_duplicate_effect_incidents{tool="flights.hold",kind="forward"} 1.0' in (
-        body
-    )
-    lag = 'sagafleet_projection_lag_events{projection="sagas",version="1",status="active"} 0.0'
-    assert lag in body
 
 
 def test_audit_shows_the_timeline_and_the_state_as_of_a_position(
