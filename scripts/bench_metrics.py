@@ -87,6 +87,8 @@ def bench_scrapes(database: str, sizes: list[int], rounds: int) -> None:
             write_sagas(repo, size - written, minutes_ago=120)
             written = size
             project_all(ctx)
+            with ctx.connection() as conn:  # the statistics autovacuum keeps in a steady state
+                conn.execute("ANALYZE")
             scrape(ctx)  # warm the pool and caches for both
             collect_platform_metrics(ctx)
             scraped, windowed, whole = [], [], []

@@ -140,10 +140,14 @@ def test_a_message_a_killed_worker_held_counts_as_redelivered_where_it_lands(
     port = free_port()
     workers.start(1, extra_env=short, args=("--metrics-port", str(port)))
     assert settle(fleet, [saga]) == {saga: SagaStatus.COMPLETED}
-    # then the replacement counts the message the broker handed out again, once
-    _, samples = scrape(port)
-    assert samples[("sagafleet_worker_redeliveries_total",
-                    labels(task="sagafleet.step"))] == 1
+    # then the replacement counts the message the broker handed out again, once (the
+    # sweeper's messages may have finished the saga before it came back: wait for it)
+    redelivered = ("sagafleet_worker_redeliveries_total", labels(task="sagafleet.step"))
+    deadline = time.monotonic() + DEADLINE_S
+    while redelivered not in (samples := scrape(port)[1]):
+        assert time.monotonic() < deadline, "the killed worker's message never came back"
+        time.sleep(0.25)
+    assert samples[redelivered] == 1
     # and the lookups by key that settled the dead worker's claims (the two holds, claimed
     # together as parallel branches; their leases ran out)
     lookups = [dict(lbls) for (name, lbls) in samples
