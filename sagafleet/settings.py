@@ -60,8 +60,8 @@ class Settings(BaseSettings):
         "Celery broker URL: redis://…, rediss://…, redis+socket://… (unset: the embedded "
         "Redis)"))
     sentry_dsn: SecretStr | None = Field(default=None, description=(
-        "errors and traces to Sentry, tagged with saga, step and tool (unset: sentry-sdk is "
-        "never initialised)"))
+        "errors and traces to Sentry, tagged with saga, step and tool (needs the sentry extra: "
+        "pip install 'sagafleet[sentry]'; unset: sentry-sdk is never initialised)"))
     tenant: str = Field(default="default", min_length=1, max_length=128, description=(
         "the tenant of `principals` commands (acting and read commands act in their token's "
         "tenant)"))

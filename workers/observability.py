@@ -1,9 +1,15 @@
-"""Sentry, only when configured: without a DSN sentry-sdk is never initialised at all."""
+"""Sentry, only when configured: without a DSN sentry-sdk is never initialised at all.
+
+sentry-sdk is the ``sentry`` extra (``pip install 'sagafleet[sentry]'``): a DSN set without
+it is refused at start-up (:class:`~saga_core.errors.MissingExtra`), never ignored.
+"""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+
+from saga_core.errors import MissingExtra
 
 
 def init_sentry(dsn: str | None, *, component: str, traces_sample_rate: float = 1.0) -> bool:
@@ -13,8 +19,11 @@ def init_sentry(dsn: str | None, *, component: str, traces_sample_rate: float = 
         raise ValueError(f"traces_sample_rate must be within 0..1, not {traces_sample_rate}")
     if not dsn:
         return False
-    import sentry_sdk
-    from sentry_sdk.integrations.celery import CeleryIntegration
+    try:
+        import sentry_sdk
+        from sentry_sdk.integrations.celery import CeleryIntegration
+    except ImportError:
+        raise MissingExtra("SAGAFLEET_SENTRY_DSN (errors to Sentry)", "sentry") from None
 
     sentry_sdk.init(
         dsn=dsn,
@@ -34,7 +43,7 @@ def step_scope(saga_id: str, step_id: str, kind: str, tool: str | None) -> Itera
     """Tag errors and spans raised inside with the saga, step and tool (no-op without Sentry)."""
     try:
         import sentry_sdk
-    except ImportError:  # pragma: no cover - sentry-sdk is a dependency
+    except ImportError:  # the sentry extra is not installed: nothing to tag
         yield
         return
     if not sentry_sdk.is_initialized():

@@ -22,6 +22,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from events import SubscriptionBusy
@@ -198,14 +199,22 @@ class Sweeper:
                 (saga_id, step_id, kind, attempt, action),
             )
 
-    def run_forever(self, interval_s: float, *, stop_after: float | None = None) -> None:
-        """Sweep every ``interval_s`` seconds (woken early by new events)."""
+    def run_forever(self, interval_s: float, *, stop_after: float | None = None,
+                    heartbeat: Path | None = None) -> None:
+        """Sweep every ``interval_s`` seconds (woken early by new events).
+
+        ``heartbeat``, when given, is touched after every pass that reached the database
+        (a sweep, or standing by while another copy holds the lock): a health check reads
+        its age, as compose.yaml's does.
+        """
         deadline = None if stop_after is None else time.monotonic() + stop_after
         while deadline is None or time.monotonic() < deadline:
             try:
                 report = self.sweep()
                 if report.republished or report.advanced or report.errors:
                     log.info("sweep: %s", report)
+                if heartbeat is not None:
+                    heartbeat.touch()
             except SagaError as exc:
                 log.error("sweep failed (will retry): %s", exc)
             time.sleep(interval_s)

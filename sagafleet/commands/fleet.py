@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from celery.signals import worker_shutting_down
@@ -45,6 +46,9 @@ def register(sub: Any) -> None:
                          help="seconds between sweeps (default SAGAFLEET_SWEEP_INTERVAL_SECONDS)")
     sweeper.add_argument("--once", action="store_true", help="sweep once and exit")
     sweeper.add_argument("--json", action="store_true", help="with --once: print the report")
+    sweeper.add_argument("--heartbeat-file", type=Path, default=None, metavar="PATH",
+                         help="touch PATH after every pass that reached the database (a "
+                              "health check reads its age)")
     sweeper.set_defaults(handler=run_sweeper)
 
 
@@ -109,7 +113,8 @@ def run_sweeper(args: argparse.Namespace, settings: Settings) -> int:
             emit(report.__dict__, as_json=args.json,
                  text=lambda d: ", ".join(f"{k}={v}" for k, v in d.items()))
             return ExitCode.OK
-        sweeper.run_forever(args.interval or settings.sweep_interval_seconds)
+        sweeper.run_forever(args.interval or settings.sweep_interval_seconds,
+                            heartbeat=args.heartbeat_file)
     finally:
         fleet.close()
     return ExitCode.OK

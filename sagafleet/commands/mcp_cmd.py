@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from sagafleet import extras
 from sagafleet.auth import add_token_option, token_from
 from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
@@ -66,7 +67,8 @@ def run_mcp(args: argparse.Namespace, settings: Settings) -> int:
 
     stdio refuses to start without a token its directory proves (Unauthenticated, exit 11).
     A long-running service: its fleet migrates the schema at start-up."""
-    # Imported here so the other commands do not pay for loading the MCP SDK.
+    # Imported here so the other commands do not pay for loading the MCP SDK (an extra).
+    extras.require("mcp", feature="sagafleet mcp (the agent gateway)", extra=extras.MCP)
     from sagafleet.gateway import (
         GatewayService,
         RequestBearer,
@@ -119,6 +121,7 @@ def serve_http(server: Any, address: tuple[str, int], path: str, tokens: TokenCa
 
 def run_export(args: argparse.Namespace, settings: Settings) -> int:
     """Print the function-calling schemas of the registered definitions and the tools."""
+    extras.require("mcp", feature="sagafleet tools export", extra=extras.MCP)
     import anyio
 
     from sagafleet.gateway import (

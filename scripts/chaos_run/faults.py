@@ -244,19 +244,13 @@ def start_postgres_again(home: Path) -> subprocess.CompletedProcess[str]:
     """Start the stopped embedded cluster with the options it was first started with.
 
     ``postmaster.opts`` keeps the original command line (socket directory, settings), so
-    the URL stays the same; pgserver itself caches a started server per process and would
-    not start it again.
+    the URL stays the same; the embedded package itself caches a started server per process
+    and would not start it again. The same binaries and user as the embedded default's.
     """
-    import pgserver
-
-    data_dir = home.resolve() / "pg"
-    pg_ctl = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_ctl"
+    control = embedded.postgres_control(home)
+    data_dir = control.data_dir
     original = shlex.split((data_dir / "postmaster.opts").read_text())[1:]
     options = [a for i, a in enumerate(original)
                if a != "-D" and (i == 0 or original[i - 1] != "-D")]
-    cmd = [str(pg_ctl), "-D", str(data_dir), "-w", "-l", str(data_dir / "restart.log"),
-           "-o", shlex.join(options), "start"]
-    if os.geteuid() == 0:
-        # pgserver runs the cluster as its own unprivileged user when started by root.
-        cmd = ["su", "-s", "/bin/sh", "pgserver", "-c", shlex.join(cmd)]
-    return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)  # noqa: S603
+    return control.run("pg_ctl", "-D", str(data_dir), "-w", "-l", str(data_dir / "restart.log"),
+                       "-o", shlex.join(options), "start")
