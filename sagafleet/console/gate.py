@@ -46,7 +46,7 @@ SIGNIN_COOKIE: Final = "sagafleet_signin"
 FORM_BYTES: Final = 64 * 1024
 """The largest form body read (a reason and a few fields; evidence JSON included)."""
 PUBLIC_PREFIXES: Final = ("/static/",)
-PUBLIC_PATHS: Final = frozenset({"/sign-in", "/favicon.ico"})
+PUBLIC_PATHS: Final = frozenset({"/sign-in", "/favicon.ico", "/healthz"})  # /healthz: liveness
 VIEWER_KEY: Final = "sagafleet.viewer"
 FORM_KEY: Final = "sagafleet.form"
 SAFE_METHODS: Final = frozenset({"GET", "HEAD"})
