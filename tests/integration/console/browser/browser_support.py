@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import (
+    NoAlertPresentException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -33,8 +37,19 @@ def sign_out(driver: Any) -> None:
 
 
 def wait_until(driver: Any, condition: Callable[[Any], Any], timeout: float = WAIT_S) -> Any:
-    """What ``condition`` returns once it is truthy (a TimeoutException otherwise)."""
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
+    """What ``condition`` returns once it is truthy (a TimeoutException otherwise). A live page
+    replaces its fragments when the read models move, so an element found a moment ago may be
+    gone: such a look is simply taken again."""
+    return WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=(
+        NoSuchElementException, StaleElementReferenceException)).until(condition)
+
+
+def refused(driver: Any, *, saying: str = "") -> str:
+    """Wait for the page that says an action was not recorded; the reason it gives."""
+    wait_until(driver, lambda d: d.find_element(By.TAG_NAME, "h1").text == "Not recorded")
+    reason = str(driver.find_element(By.CSS_SELECTOR, "p.notice.error").text)
+    assert saying.lower() in reason.lower(), reason
+    return reason
 
 
 def csrf_of(driver: Any) -> str:

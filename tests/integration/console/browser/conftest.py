@@ -153,12 +153,15 @@ def browser(console_world: ConsoleWorld) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def screenshot() -> Callable[[Any, str], Path]:
-    """Save the browser's page as ``tests/artifacts/console/<name>.png``."""
+    """Save the browser's page (or one element of it) as ``tests/artifacts/console/<name>.png``."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
 
-    def save(driver: Any, name: str) -> Path:
+    def save(target: Any, name: str) -> Path:
         path = ARTIFACTS / f"{name}.png"
-        driver.save_screenshot(str(path))
+        if hasattr(target, "save_screenshot"):  # the driver: the visible page
+            target.save_screenshot(str(path))
+        else:  # an element
+            target.screenshot(str(path))
         return path
 
     return save
