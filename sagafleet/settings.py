@@ -70,6 +70,14 @@ class Settings(BaseModel):
         "workers answer Celery's remote control (inspect, ping) and send task events and "
         "heartbeats, for celery -A sagafleet.celery and Flower (false: a locked-down broker)"))
 
+    # The operator console's sign-in sessions (sagafleet.console.sessions): a session ends
+    # after this long without a request, and after the absolute lifetime whatever happens.
+    console_session_idle_seconds: float = Field(default=1800.0, ge=60, le=86_400, description=(
+        "the console signs a person out after this long without a request"))
+    console_session_max_seconds: float = Field(default=43_200.0, ge=60, le=30 * 86_400,
+                                               description=(
+        "the longest a console session lives after sign-in, active or not"))
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Build settings from ``SAGAFLEET_<FIELD>`` variables; unknown fields are ignored."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sagafleet.commands import (
     anchor,
+    console_cmd,
     db,
     dead_letters,
     demo,
@@ -20,6 +21,7 @@ from sagafleet.errors import exit_code_for
 
 REGISTRARS = [demo.register, db.register, fleet.register, sagas.register, operator.register,
               reports.register, anchor.register, dead_letters.register, mcp_cmd.register,
-              projector.register, secrets.register, principals.register]
+              projector.register, secrets.register, principals.register,
+              console_cmd.register]
 
 __all__ = ["REGISTRARS", "exit_code_for"]

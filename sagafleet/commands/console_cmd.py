@@ -1,0 +1,87 @@
+"""``sagafleet console``: the operator console, a web page for people (sagafleet.console)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from sagafleet.errors import UsageError
+from sagafleet.exit_codes import ExitCode
+from sagafleet.settings import Settings
+
+DEFAULT_ADDRESS = "127.0.0.1:8080"
+
+EPILOG = """examples:
+  sagafleet console                                  # http://127.0.0.1:8080, sign in there
+  sagafleet console --http 0.0.0.0:8443 --tls-cert cert.pem --tls-key key.pem
+  sagafleet console --http 127.0.0.1:8080 --forwarded-allow-ips 127.0.0.1   # behind a proxy
+
+Sign in with a principal's API token (`sagafleet principals add` issues one; `sagafleet demo
+--keep-servers` prints its approver's). The console shows only that principal's tenant, and
+every action is checked against its roles on the server. The session cookie is HttpOnly,
+SameSite=Strict, and Secure when the console is reached over https (--tls-cert, or a proxy
+whose X-Forwarded-Proto: https is trusted through --forwarded-allow-ips). Sessions end after
+SAGAFLEET_CONSOLE_SESSION_IDLE_SECONDS without a request and SAGAFLEET_CONSOLE_SESSION_MAX_
+SECONDS after sign-in.
+
+The pages read the projections; the console runs the projector itself (standing by while
+`sagafleet projector` runs elsewhere) unless --no-projector is given."""
+
+
+def register(sub: Any) -> None:
+    """Add the ``console`` subcommand."""
+    console = sub.add_parser(
+        "console", help="serve the operator console (web pages: queue, sagas, health)",
+        description="The operator console: people sign in with a principal's API token to "
+        "watch sagas and approve, deny, resolve or cancel them.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    console.add_argument("--http", metavar="HOST:PORT", default=DEFAULT_ADDRESS,
+                         help=f"where to listen (default {DEFAULT_ADDRESS})")
+    console.add_argument("--tls-cert", metavar="PATH", default=None,
+                         help="serve https with this certificate (PEM; with --tls-key)")
+    console.add_argument("--tls-key", metavar="PATH", default=None,
+                         help="the certificate's private key (PEM)")
+    console.add_argument("--forwarded-allow-ips", metavar="IPS", default=None,
+                         help="trust X-Forwarded-Proto/-For from these proxy addresses "
+                         "(comma-separated): behind a TLS proxy, cookies are then Secure")
+    console.add_argument("--no-projector", action="store_true",
+                         help="do not run the projector in this process (one runs elsewhere)")
+    console.set_defaults(handler=run_console)
+
+
+def host_port(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` split (``UsageError`` naming the value otherwise)."""
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"sagafleet console: --http wants HOST:PORT, not {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def run_console(args: argparse.Namespace, settings: Settings) -> int:
+    """Serve the console until interrupted (a long-running service: migrates at start-up)."""
+    import uvicorn
+
+    from sagafleet.console.app import create_app
+    from sagafleet.console.service import open_console
+
+    host, port = host_port(args.http)
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise UsageError("sagafleet console: --tls-cert and --tls-key go together")
+    logging.basicConfig(level=logging.INFO)
+    running = open_console(settings, run_projector=not args.no_projector)
+    try:
+        scheme = "https" if args.tls_cert else "http"
+        print(f"sagafleet console: {scheme}://{host}:{port}/ (sign in with an API token)",
+              flush=True)
+        options: dict[str, Any] = {"host": host, "port": port, "log_level": "warning",
+                                   "ssl_certfile": args.tls_cert, "ssl_keyfile": args.tls_key}
+        if args.forwarded_allow_ips:
+            options |= {"proxy_headers": True,
+                        "forwarded_allow_ips": args.forwarded_allow_ips}
+        else:  # never believe a client's X-Forwarded-Proto about being https
+            options |= {"proxy_headers": False}
+        uvicorn.run(create_app(running.console), **options)
+    finally:
+        running.close()
+    return ExitCode.OK

@@ -1,0 +1,55 @@
+"""The console's one explicit object: what every page is given (no globals).
+
+A :class:`Console` holds the fleet (principal directory, the actions' client), the read side
+(projections), the session store, the live hub and the navigation; :func:`sagafleet.console.
+app.create_app` builds the web app around it, and passes it to every page module's
+``routes(console)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from projections import ProjectionContext
+from sagafleet.console.gate import viewer_of
+from sagafleet.console.layout import NavLink, fragment_response, page_response
+from sagafleet.console.live import LiveHub
+from sagafleet.console.markup import Markup
+from sagafleet.console.sessions import SessionStore, Viewer
+from workers.client import SagaClient
+from workers.fleet import Fleet
+
+__all__ = ["Console"]
+
+
+@dataclass
+class Console:
+    """Everything a page needs, built once per process."""
+
+    fleet: Fleet
+    """The fleet: its principal directory proves tokens; :meth:`client` acts through it."""
+    read: ProjectionContext
+    """The read side (projections' read models and the log); always pass ``viewer.tenant``."""
+    sessions: SessionStore
+    live: LiveHub
+    nav: list[NavLink] = field(default_factory=list)
+    """Filled by ``create_app`` from the page modules' ``NAV``."""
+
+    def client(self, viewer: Viewer) -> SagaClient:
+        """The client that acts as the signed-in principal: the same API and the same
+        server-side role checks as the command line (``NotPermitted`` -> 403 page)."""
+        return self.fleet.client_for(viewer.principal)
+
+    def page(self, request: Request, title: str, body: Markup, *, current: str = "",
+             status: int = 200) -> HTMLResponse:
+        """A whole page for the request's viewer; ``current`` is the nav path to highlight."""
+        return page_response(viewer_of(request), self.nav, title, body,
+                             current=current, status=status)
+
+    @staticmethod
+    def fragment(body: Markup, *, status: int = 200) -> HTMLResponse:
+        """A fragment (what ``data-live`` elements are refreshed with)."""
+        return fragment_response(body, status=status)

@@ -1,0 +1,125 @@
+"""Sign-in with a principal's API token, and sign-out.
+
+``GET /sign-in`` shows the form with a double-submit token (the same random value in a
+cookie and in a hidden field: a page on another site can make a browser post, but cannot read
+or set this site's cookie). ``POST /sign-in`` checks it, proves the token through the session
+store, and sets the session cookie: ``HttpOnly``, ``SameSite=Strict``, ``Path=/``, ``Secure``
+when the request came over https (TLS served by uvicorn, or a proxy's ``X-Forwarded-Proto``
+when ``--forwarded-allow-ips`` trusts it), and no ``Max-Age``: it ends with the browser, and
+the server ends it earlier by its idle and absolute expiry. ``POST /sign-out`` (a form with
+the session's CSRF token) deletes the session and the cookie.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from urllib.parse import parse_qsl
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from saga_core.authority import Unauthenticated
+from sagafleet.console.core import Console
+from sagafleet.console.gate import FORM_BYTES, SESSION_COOKIE, SIGNIN_COOKIE
+from sagafleet.console.layout import sign_in_frame
+from sagafleet.console.markup import Markup, html
+
+__all__ = ["routes", "safe_next"]
+
+
+def safe_next(target: str) -> str:
+    """Where to go after signing in: a path of this site only (never ``//host`` or a URL)."""
+    if target.startswith("/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/"
+
+
+def _form(csrf: str, next_path: str, problem: str = "") -> Markup:
+    notice = html('<p class="notice error" role="alert">{}</p>', problem) if problem \
+        else Markup("")
+    return html(
+        '<section class="sign-in"><h1>Sign in</h1>{}'
+        '<form method="post" action="/sign-in">'
+        '<input type="hidden" name="csrf" value="{}">'
+        '<input type="hidden" name="next" value="{}">'
+        '<label for="token">API token</label>'
+        '<input id="token" name="token" type="password" autocomplete="off" required '
+        'placeholder="sft_…">'
+        '<button type="submit">Sign in</button></form>'
+        '<p class="hint">An admin issues tokens with <code>sagafleet principals add</code>; '
+        '<code>sagafleet demo --keep-servers</code> prints its approver\'s.</p></section>',
+        notice, csrf, next_path)
+
+
+def _secure(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+def _with_signin_cookie(request: Request, response: Response, csrf: str) -> Response:
+    response.set_cookie(SIGNIN_COOKIE, csrf, httponly=True, samesite="strict",
+                        secure=_secure(request), path="/sign-in")
+    return response
+
+
+def routes(console: Console) -> list[BaseRoute]:
+    """The sign-in and sign-out routes."""
+
+    def show(request: Request) -> Response:
+        csrf = secrets.token_urlsafe(32)
+        next_path = safe_next(request.query_params.get("next", "/"))
+        return _with_signin_cookie(request, sign_in_frame("Sign in", _form(csrf, next_path)),
+                                   csrf)
+
+    async def sign_in(request: Request) -> Response:
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > FORM_BYTES:
+                return sign_in_frame("Sign in", html("<p>The form is too large.</p>"),
+                                     status=413)
+        form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True,
+                              max_num_fields=20))
+        expected = request.cookies.get(SIGNIN_COOKIE, "")
+        given = form.get("csrf", "")
+        next_path = safe_next(form.get("next", "/"))
+        if not expected or not hmac.compare_digest(expected.encode(), given.encode()):
+            fresh = secrets.token_urlsafe(32)
+            page = sign_in_frame("Sign in", _form(
+                fresh, next_path, "The sign-in form expired or came from another site: "
+                "sign in again."), status=403)
+            return _with_signin_cookie(request, page, fresh)
+        try:
+            opened = await _open(console, form.get("token", "").strip())
+        except Unauthenticated as exc:
+            fresh = secrets.token_urlsafe(32)
+            page = sign_in_frame("Sign in", _form(fresh, next_path, str(exc)), status=401)
+            return _with_signin_cookie(request, page, fresh)
+        response = RedirectResponse(next_path, status_code=303)
+        response.set_cookie(SESSION_COOKIE, opened, httponly=True, samesite="strict",
+                            secure=_secure(request), path="/")
+        response.delete_cookie(SIGNIN_COOKIE, path="/sign-in")
+        return response
+
+    def sign_out(request: Request) -> Response:
+        console.sessions.close(request.cookies.get(SESSION_COOKIE, ""))
+        response = RedirectResponse("/sign-in", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
+                               secure=_secure(request))
+        return response
+
+    return [
+        Route("/sign-in", show, methods=["GET"]),
+        Route("/sign-in", sign_in, methods=["POST"]),
+        Route("/sign-out", sign_out, methods=["POST"]),
+    ]
+
+
+async def _open(console: Console, token: str) -> str:
+    import anyio.to_thread
+
+    if not token:
+        raise Unauthenticated("paste the API token to sign in")
+    opened = await anyio.to_thread.run_sync(console.sessions.open, token)
+    return opened.session_id
