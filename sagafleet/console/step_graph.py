@@ -16,8 +16,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sagafleet.console.markup import Markup, html, join
 from saga_core.definition import SagaDefinition
+from sagafleet.console.markup import Markup, html, join
 
 NODE_W, NODE_H, COMP_H = 184, 46, 34
 COL_GAP, ROW_GAP, COMP_GAP, MARGIN = 64, 30, 16, 16
