@@ -154,9 +154,11 @@ def _approval(entry: TimelineEntry, directory: PrincipalDirectory,
         # recorded before gates carry no roles and say nothing about how they were proven.
         authenticated = ("yes — by the principal directory (gates admit only authenticated "
                          "persons)" if roles else "not recorded (answered before gates)")
-        detail = (f"reason: {data.get('reason', '')}" if outcome == "denied"
-                  else f"grant expires {data.get('expires_at', '')}"
-                  + (f", up to {data['up_to']}" if data.get("up_to") is not None else ""))
+        detail = (f"grant expires {data.get('expires_at', '')}"
+                  + (f", up to {data['up_to']}" if data.get("up_to") is not None else "")
+                  if outcome == "granted" else "")
+        if data.get("reason"):
+            detail = "; ".join(part for part in (detail, f"reason: {data['reason']}") if part)
     return ApprovalLine(
         at=entry.at, global_position=entry.global_position, step_id=str(entry.step_id or ""),
         kind=str(entry.kind or "forward"), outcome=outcome,

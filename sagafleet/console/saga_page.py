@@ -11,9 +11,10 @@ from datetime import UTC, datetime
 
 from projections import BudgetStanding, TimelineEntry
 from projections.rows import QueueRow, StepRunRow
+from saga_core.contracts import SagaStatus
 from sagafleet.console.markup import Markup, html, join, pretty_json, url_part
 from sagafleet.console.saga_detail import ApprovalLine, SagaDetail
-from sagafleet.console.step_graph import state_class, step_graph
+from sagafleet.console.step_graph import NOT_RUN, NOT_STARTED, state_class, step_graph
 
 QUEUE_PATH = "/queue"
 """The queue page (sagafleet.console.pages.queue); items are anchored by :func:`queue_anchor`."""
@@ -80,17 +81,21 @@ def _replay_form(d: SagaDetail) -> Markup:
 
 
 def _graph(d: SagaDetail) -> Markup:
-    states = {(row.step_id, row.kind): row.status for row in d.steps}
+    # A finished saga will never reach what it has not reached: that is "not run", not
+    # "pending".
+    unreached = NOT_RUN if SagaStatus(d.summary.state).is_terminal else NOT_STARTED
+    states = {(row.step_id, row.kind): unreached if row.status == NOT_STARTED else row.status
+              for row in d.steps}
     caption = f"Steps and compensations of {d.definition.name} v{d.definition.version}"
     return html('<section id="graph"><h2>Dependency graph</h2>{}</section>',
-                step_graph(d.definition, states, caption=caption))
+                step_graph(d.definition, states, caption=caption, unreached=unreached))
 
 
 def _step_row(row: StepRunRow) -> Markup:
-    receipt = pretty_json(row.receipt) if row.receipt is not None else html(
-        '<span class="none">—</span>')
     error = html('<span class="error">{}: {}</span>', row.error_class or "error",
                  row.error_message) if row.error_message else Markup("")
+    receipt = (pretty_json(row.receipt) if row.receipt is not None
+               else Markup("") if row.error_message else html('<span class="none">—</span>'))
     return html(
         '<tr id="step-{}-{}"><td><code>{}</code></td><td>{}</td><td>{} v{}</td><td>{}</td>'
         '<td><span class="state {}">{}</span></td><td>{}</td>'
@@ -190,14 +195,21 @@ def _timeline(d: SagaDetail) -> Markup:
         verdict, join(_event_row(d, e) for e in h.timeline))
 
 
+def render_saga_live(d: SagaDetail) -> Markup:
+    """What changes as the saga moves: everything but the replay form (the live fragment)."""
+    return html('{}{}{}{}{}{}{}', _header(d), _waiting(d), _graph(d), _steps(d),
+                _approvals(d), _budget(d.as_of.budget), _timeline(d))
+
+
 def render_saga(d: SagaDetail) -> Markup:
-    """The whole body of the saga page."""
+    """The whole body of the saga page; refreshed live unless it shows a past position."""
+    live = (html(' data-live="/sagas/{}"', url_part(d.saga_id)) if d.at is None
+            else Markup(""))
     return html(
         '<link rel="stylesheet" href="/static/sagas.css">'
-        '<p class="crumbs"><a href="/sagas">Sagas</a></p>{}{}{}<div id="saga-live">{}{}{}{}'
-        '</div>{}',
-        _header(d), _waiting(d), _replay_form(d), _graph(d), _steps(d), _approvals(d),
-        _budget(d.as_of.budget), _timeline(d))
+        '<p class="crumbs"><a href="/sagas">Sagas</a> <span class="live-status"></span></p>'
+        '{}<div id="saga-live"{}>{}</div>',
+        _replay_form(d), live, render_saga_live(d))
 
 
 def render_not_found(saga_id: str) -> Markup:

@@ -110,8 +110,8 @@ def parse_query(params: Mapping[str, str], *, tenant: str, now: datetime) -> Lis
         stuck_after = int(raw["stuck_minutes"]) * 60.0
     limit = DEFAULT_ROWS
     if raw["limit"]:
-        if not (raw["limit"].isascii() and raw["limit"].isdigit()
-                and 1 <= int(raw["limit"][:6]) <= MAX_ROWS):
+        if not (raw["limit"].isascii() and raw["limit"].isdigit() and len(raw["limit"]) <= 4
+                and 1 <= int(raw["limit"]) <= MAX_ROWS):
             raise InvalidArgument(f"limit is a page size from 1 to {MAX_ROWS}")
         limit = int(raw["limit"])
     filters = SagaFilter(
@@ -157,8 +157,8 @@ def render_form(query: ListQuery) -> Markup:
         '<label>Started before <input type="datetime-local" name="started_before" '
         'value="{}"></label>'
         '<label class="check"><input type="checkbox" name="stuck" value="1"{}> Stuck</label>'
-        '<label>no progress for <input name="stuck_minutes" value="{}" size="4" '
-        'inputmode="numeric"> min</label>'
+        '<label>Stuck after (minutes) <input name="stuck_minutes" value="{}" size="4" '
+        'inputmode="numeric"></label>'
         '<label class="search">Saga id or idempotency key <input type="search" name="q" '
         'value="{}"></label>'
         '<button type="submit">Show</button> <a href="/sagas">Clear</a></form>',
@@ -212,13 +212,17 @@ def render_page(page: BrowsePage, query: ListQuery) -> Markup:
                 join(links, " · "))
 
 
-def render_list(page: BrowsePage | None, query: ListQuery, error: str | None) -> Markup:
-    """The whole body of the list page (``page`` None: the query was refused)."""
+def render_list(page: BrowsePage | None, query: ListQuery, error: str | None, *,
+                live_url: str) -> Markup:
+    """The whole body of the list page (``page`` None: the query was refused); the table
+    refreshes live from ``live_url`` (this page's own URL, answered with the table alone)."""
     problem = html('<p class="problem" role="alert">{}</p>', error) if error else Markup("")
+    listing = (html('<section id="saga-list" data-live="{}">{}</section>', live_url,
+                    render_page(page, query)) if page else Markup(""))
     return html(
-        '<link rel="stylesheet" href="/static/sagas.css"><h1>Sagas</h1>{}{}'
+        '<link rel="stylesheet" href="/static/sagas.css"><h1>Sagas '
+        '<span class="live-status"></span></h1>{}{}'
         '<p class="hint">Stuck: not in a terminal state and no progress for the time given '
         '(the sagas the stuck-age metric and the risk alerts are about). The search looks up '
         'one saga of this tenant by its id or by the idempotency key it was started with.</p>'
-        '<section id="saga-list">{}</section>',
-        problem, render_form(query), render_page(page, query) if page else Markup(""))
+        '{}', problem, render_form(query), listing)

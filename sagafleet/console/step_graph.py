@@ -13,16 +13,19 @@ colour alone, and links to the step's row in the steps table.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from saga_core.definition import SagaDefinition
+from saga_core.state import RunStatus
 from sagafleet.console.markup import Markup, html, join
 
 NODE_W, NODE_H, COMP_H = 184, 46, 34
 COL_GAP, ROW_GAP, COMP_GAP, MARGIN = 64, 30, 16, 16
-NOT_STARTED = "pending"
-"""The state shown for an operation the saga has not reached (no run recorded yet)."""
+NOT_STARTED = str(RunStatus.PENDING)
+"""The state shown for an operation a running saga has not reached (no run recorded yet)."""
+NOT_RUN = "not run"
+"""The state shown for an operation a finished saga never reached."""
 
 _CLASS_SAFE = re.compile(r"[^a-z0-9_-]")
 
@@ -77,9 +80,10 @@ def _depths(definition: SagaDefinition) -> dict[str, int]:
     return depth
 
 
-def layout(definition: SagaDefinition, states: Mapping[tuple[str, str], str]) -> Picture:
+def layout(definition: SagaDefinition, states: Mapping[tuple[str, str], str], *,
+           unreached: str = NOT_STARTED) -> Picture:
     """Where each step's box (and its compensation's) goes; ``states`` maps
-    ``(step_id, kind)`` to the run's state (absent: :data:`NOT_STARTED`)."""
+    ``(step_id, kind)`` to the run's state (absent: ``unreached``)."""
     depth = _depths(definition)
     rows_in: dict[int, int] = {}
     forward: dict[str, Box] = {}
@@ -93,12 +97,12 @@ def layout(definition: SagaDefinition, states: Mapping[tuple[str, str], str]) ->
         y = MARGIN + row * row_h
         forward[step.id] = Box(
             step.id, "forward", step.id, f"{step.tool} v{step.version} · {step.semantics}",
-            states.get((step.id, "forward"), NOT_STARTED), x, y, NODE_W, NODE_H, step.pivot)
+            states.get((step.id, "forward"), unreached), x, y, NODE_W, NODE_H, step.pivot)
         if step.compensation is not None:
             comp = step.compensation
             undo[step.id] = Box(
                 step.id, "compensation", f"undo {step.id}", f"{comp.tool} v{comp.version}",
-                states.get((step.id, "compensation"), NOT_STARTED),
+                states.get((step.id, "compensation"), unreached),
                 x + 12, y + NODE_H + COMP_GAP, NODE_W - 24, COMP_H)
     edges: list[Edge] = []
     for step in definition.steps:
@@ -137,13 +141,17 @@ def _edge(edge: Edge) -> Markup:
                 edge.style, x1, y1, x1 + bend, y1, x2 - bend, y2, x2, y2, marker)
 
 
+def _clipped(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _box(box: Box) -> Markup:
     classes = f"node {box.kind} {state_class(box.state)}" + (" pivot" if box.pivot else "")
     title = f"{box.label} ({box.kind}): {box.state} · {box.detail}"
     anchor = f"#step-{box.step_id}-{box.kind}"
     name = box.label + (" ★ pivot" if box.pivot else "")
     detail_line = (html('<text class="detail" x="{}" y="{}">{}</text>',
-                        box.x + 8, box.y + 40, box.detail[:34])
+                        box.x + 8, box.y + 40, _clipped(box.detail, 34))
                    if box.kind == "forward" else Markup(""))
     return html(
         '<a href="{}" class="step-link"><g class="{}" data-step="{}" data-kind="{}" '
@@ -153,7 +161,7 @@ def _box(box: Box) -> Markup:
         '<text class="state" x="{}" y="{}" text-anchor="end">{}</text>{}</g></a>',
         anchor, classes, box.step_id, box.kind, box.state, title,
         box.x, box.y, box.w, box.h,
-        box.x + 8, box.y + 16, name[:26],
+        box.x + 8, box.y + 16, _clipped(name, 26),
         box.x + box.w - 8, box.y + (16 if box.kind == "forward" else 26), box.state,
         detail_line)
 
@@ -177,11 +185,6 @@ def render(picture: Picture, *, caption: str) -> Markup:
 
 
 def step_graph(definition: SagaDefinition, states: Mapping[tuple[str, str], str], *,
-               caption: str) -> Markup:
+               caption: str, unreached: str = NOT_STARTED) -> Markup:
     """The dependency graph of ``definition`` with each operation's state, as inline SVG."""
-    return render(layout(definition, states), caption=caption)
-
-
-def graph_states(rows: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str], str]:
-    """``(step_id, kind, state)`` rows as the mapping :func:`layout` takes."""
-    return {(step_id, kind): state for step_id, kind, state in rows}
+    return render(layout(definition, states, unreached=unreached), caption=caption)

@@ -22,10 +22,21 @@ from sagafleet.console.gate import viewer_of
 from sagafleet.console.layout import NavLink
 from sagafleet.console.markup import html, url_part
 from sagafleet.console.saga_detail import parse_at, saga_detail
-from sagafleet.console.saga_page import render_not_found, render_saga
-from sagafleet.console.sagas_list import parse_query, render_list, without_bad_values
+from sagafleet.console.saga_page import render_not_found, render_saga, render_saga_live
+from sagafleet.console.sagas_list import (
+    parse_query,
+    render_list,
+    render_page,
+    without_bad_values,
+)
 
 NAV = NavLink(20, "Sagas", "/sagas")
+FRAGMENT_HEADER = "x-sagafleet-fragment"
+"""Set by console.js on a ``data-live`` refresh: answer with the live part alone."""
+
+
+def _wants_fragment(request: Request) -> bool:
+    return request.headers.get(FRAGMENT_HEADER) == "1"
 
 
 def routes(console: Console) -> list[Route]:
@@ -42,9 +53,12 @@ def routes(console: Console) -> list[Route]:
         except SagaError as exc:
             if exc.kind is not ErrorKind.INVALID_INPUT:
                 raise
-            body = render_list(None, without_bad_values(params), str(exc))
+            body = render_list(None, without_bad_values(params), str(exc), live_url="")
             return console.page(request, "Sagas", body, current=NAV.path, status=400)
-        return console.page(request, "Sagas", render_list(page, query, None),
+        if _wants_fragment(request):
+            return console.fragment(render_page(page, query))
+        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return console.page(request, "Sagas", render_list(page, query, None, live_url=here),
                             current=NAV.path)
 
     def saga_page(request: Request) -> Response:
@@ -64,6 +78,8 @@ def routes(console: Console) -> list[Route]:
                         '<p class="problem" role="alert">{}</p><p><a href="/sagas/{}">'
                         'The saga now</a></p>', saga_id, str(exc), url_part(saga_id))
             return console.page(request, "Saga", body, current=NAV.path, status=400)
+        if _wants_fragment(request) and at is None:
+            return console.fragment(render_saga_live(detail))
         return console.page(request, f"Saga {saga_id}", render_saga(detail), current=NAV.path)
 
     return [Route("/sagas", saga_list, methods=["GET"]),

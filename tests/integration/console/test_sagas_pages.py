@@ -23,7 +23,7 @@ from starlette.testclient import TestClient
 from events.definitions import DefinitionStore
 from events.sagas import PostgresSagaLog
 from saga_core import payload_hash, trip_definition
-from saga_core.contracts import StepKind
+from saga_core.contracts import SagaStatus, StepKind
 from saga_core.events import ApprovalGranted
 from sagafleet.console.core import Console
 from workers.client import saga_id_for_key
@@ -201,6 +201,29 @@ def test_keyset_pages_hold_still_when_newer_sagas_arrive(
         arrivals[1].saga_id, arrivals[0].saga_id]
 
 
+def test_the_list_and_the_saga_page_refresh_live_with_fragments(
+        console: Console, repo: PostgresSagaLog, browser: TestClient, signed_in: Any) -> None:
+    running = _at(TripScript(), T0).start().succeed("hold_flight")
+    _written(console, repo, running)
+    signed_in("olivia")
+    page = browser.get("/sagas?status=RUNNING").text
+    assert 'data-live="/sagas?status=RUNNING"' in page
+    saga_page = browser.get(f"/sagas/{running.saga_id}").text
+    assert f'data-live="/sagas/{running.saga_id}"' in saga_page
+
+    # when the saga moves on, the fragments the script fetches show the new state
+    running.succeed("hold_hotel").succeed("capture_payment").succeed("send_itinerary")
+    running.finish(SagaStatus.COMPLETED)
+    _written(console, repo, running)
+    fragment = {"X-Sagafleet-Fragment": "1"}
+    listed = browser.get("/sagas?status=RUNNING", headers=fragment)
+    assert listed.status_code == 200 and "<html" not in listed.text
+    assert running.saga_id not in listed.text
+    live = browser.get(f"/sagas/{running.saga_id}", headers=fragment)
+    assert "<html" not in live.text and 'class="state st-completed">COMPLETED' in live.text
+    assert _graph(live.text)[("send_itinerary", "forward")] == "succeeded"
+
+
 # -- escaping ------------------------------------------------------------------------------
 
 
@@ -253,13 +276,14 @@ def test_the_graph_shows_every_step_and_compensation_with_its_state(
     page = browser.get(f"/sagas/{saga.saga_id}").text
 
     assert "<svg" in page
+    # (what the finished saga never reached is "not run")
     assert _graph(page) == {
         ("hold_flight", "forward"): "succeeded", ("hold_hotel", "forward"): "succeeded",
-        ("capture_payment", "forward"): "failed", ("send_itinerary", "forward"): "pending",
+        ("capture_payment", "forward"): "failed", ("send_itinerary", "forward"): "not run",
         ("hold_flight", "compensation"): "succeeded",
         ("hold_hotel", "compensation"): "succeeded",
-        ("capture_payment", "compensation"): "pending",
-        ("send_itinerary", "compensation"): "pending",
+        ("capture_payment", "compensation"): "not run",
+        ("send_itinerary", "compensation"): "not run",
     }
     definition = trip_definition()
     assert {step for step, _ in _graph(page)} == {s.id for s in definition.steps}
