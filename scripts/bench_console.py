@@ -11,8 +11,10 @@ is not terminal is also stuck (no progress for more than 15 minutes).
 Every query goes through ``projections.browse_sagas`` as the console calls it (a pooled
 connection, the active-version lookup, the page query), a page of 50. "deep" continues
 from a cursor 90% of the way down the filtered list (taken untimed, beforehand). Rounds
-interleave the sizes so drift of the shared machine hits them alike; medians are printed
-with the 100k/1k ratio and the plan's scan node at 100k.
+interleave the sizes (rotating which goes first) so drift of the shared machine hits them
+alike; medians are printed with the 100k/1k ratio, the rows shown, the buffers (8 KiB
+pages) the page query touched at each size per EXPLAIN (ANALYZE, BUFFERS) — the work done,
+which the machine's load cannot blur — and the plan's scan at 100k.
 
 Usage: python scripts/bench_console.py [--rounds N] [--database-url URL]
 """
@@ -122,23 +124,28 @@ def deep_cursor(ctx: ProjectionContext, filters: SagaFilter) -> SagaCursor | Non
     return SagaCursor(row[0], row[1]) if row else None
 
 
-def scan_node(ctx: ProjectionContext, filters: SagaFilter, cursor: SagaCursor | None) -> str:
-    """The scan the planner picks for the page query (Index Scan using ...)."""
+def explained(ctx: ProjectionContext, filters: SagaFilter,
+              cursor: SagaCursor | None) -> tuple[str, int]:
+    """The scan the planner picks for the page query (Index Scan using ...) and the buffers
+    (8 KiB pages) it touched when run: the work done, whatever the machine's load."""
     where, params = _where(filters)
     if cursor is not None:
         where.append(sql.SQL("(started_at, saga_id) < (%(at)s, %(id)s)"))
         params |= {"at": cursor.started_at, "id": cursor.saga_id}
     with ctx.connection() as conn:
         version = active_version(conn, "sagas")
-        query = sql.SQL("EXPLAIN (FORMAT JSON) SELECT {c} FROM {t} WHERE {w}"
-                        " ORDER BY started_at DESC, saga_id DESC LIMIT 51").format(
+        query = sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT {c} FROM {t} WHERE {w}"
+                        " ORDER BY started_at DESC, saga_id DESC LIMIT {rows}").format(
             c=sql.SQL(", ").join(map(sql.Identifier, columns(SummaryRow))),
-            t=table("saga_summary", version), w=sql.SQL(" AND ").join(where))
+            t=table("saga_summary", version), w=sql.SQL(" AND ").join(where),
+            rows=sql.Literal(PAGE + 1))
         plan: Any = conn.execute(query, {**params, "tenant": TENANT}).fetchone()
-    node = plan[0][0]["Plan"]
+    top = plan[0][0]["Plan"]
+    touched = int(top.get("Shared Hit Blocks", 0)) + int(top.get("Shared Read Blocks", 0))
+    node = top
     while node.get("Node Type") in ("Limit", "Sort") and node.get("Plans"):
         node = node["Plans"][0]
-    return f"{node['Node Type']} {node.get('Index Name', '')}".strip()
+    return f"{node['Node Type']} {node.get('Index Name', '')}".strip(), touched
 
 
 def timed(run: Callable[[], object]) -> float:
@@ -170,42 +177,52 @@ def main() -> int:
                   flush=True)
         search_ids = {size: _a_saga_id(contexts[size]) for size in SIZES}
         queries: dict[tuple[str, str], dict[int, Callable[[], object]]] = {}
-        plans: dict[tuple[str, str], str] = {}
-        for label, filters in CASES.items():
-            queries[(label, "first")] = {
-                size: _page(contexts[size], filters, None) for size in SIZES}
-            cursors = {size: deep_cursor(contexts[size], filters) for size in SIZES}
-            queries[(label, "deep")] = {
-                size: _page(contexts[size], filters, cursors[size]) for size in SIZES}
-            plans[(label, "first")] = scan_node(contexts[SIZES[-1]], filters, None)
-            plans[(label, "deep")] = scan_node(contexts[SIZES[-1]], filters, cursors[SIZES[-1]])
-        queries[("search by id/key", "first")] = {
-            size: _page(contexts[size], SagaFilter(saga_ids=(search_ids[size],)), None)
-            for size in SIZES}
-        plans[("search by id/key", "first")] = scan_node(
-            contexts[SIZES[-1]], SagaFilter(saga_ids=(search_ids[SIZES[-1]],)), None)
+        plans: dict[tuple[str, str], dict[int, tuple[str, int]]] = {}
+        cases = {**CASES, "search by id/key": None}
+        for label, maybe in cases.items():
+            depths = ("first",) if maybe is None else ("first", "deep")
+            for depth in depths:
+                filters = {size: maybe or SagaFilter(saga_ids=(search_ids[size],))
+                           for size in SIZES}
+                cursors = {size: deep_cursor(contexts[size], filters[size])
+                           if depth == "deep" else None for size in SIZES}
+                queries[(label, depth)] = {
+                    size: _page(contexts[size], filters[size], cursors[size]) for size in SIZES}
+                plans[(label, depth)] = {
+                    size: explained(contexts[size], filters[size], cursors[size])
+                    for size in SIZES}
         samples: dict[tuple[str, str, int], list[float]] = {}
         for run in queries.values():  # warm the pools and caches, untimed
             for call in run.values():
                 call()
-        for _ in range(args.rounds):
+        for round_no in range(args.rounds):
+            # Rotate which size goes first, so none is always measured right after another.
+            order = SIZES[round_no % len(SIZES):] + SIZES[:round_no % len(SIZES)]
             for (label, depth), run in queries.items():
-                for size, call in run.items():
-                    samples.setdefault((label, depth, size), []).append(timed(call))
+                for size in order:
+                    samples.setdefault((label, depth, size), []).append(timed(run[size]))
         print(f"\nmedian ms per page of {PAGE} over {args.rounds} rounds "
               "(browse_sagas: pool + active version + page query)")
         head = "".join(f"{f'{s // 1000}k':>9}" for s in SIZES)
-        print(f"{'filter':<30}{'page':<7}{head}{'100k/1k':>9}  rows shown  plan at 100k")
+        print(f"{'filter':<30}{'page':<7}{head}{'100k/1k':>9}  rows shown  buffers     "
+              "plan at 100k")
         worst = 0.0
+        worst_buffers = 0.0
         for (label, depth) in queries:
+            work = plans[(label, depth)]
+            worst_buffers = max(worst_buffers, work[SIZES[-1]][1] / max(1, work[SIZES[0]][1]))
             medians = [statistics.median(samples[(label, depth, s)]) for s in SIZES]
             ratio = medians[-1] / medians[0]
             worst = max(worst, ratio)
             cells = "".join(f"{m:>9.2f}" for m in medians)
             rows = "/".join(str(shown(queries[(label, depth)][s])) for s in SIZES)
-            print(f"{label:<30}{depth:<7}{cells}{ratio:>8.2f}x  {rows:<10}  "
-                  f"{plans[(label, depth)]}")
-        print(f"\nworst 100k/1k ratio: {worst:.2f}x (target <= 1.3x)")
+            touched = "/".join(str(plans[(label, depth)][s][1]) for s in SIZES)
+            print(f"{label:<30}{depth:<7}{cells}{ratio:>8.2f}x  {rows:<10}  {touched:<10}  "
+                  f"{plans[(label, depth)][SIZES[-1]][0]}")
+        print(f"\nworst 100k/1k ratio: {worst:.2f}x in time (target <= 1.3x), "
+              f"{worst_buffers:.2f}x in buffers touched")
+        print("(a filter with fewer matching sagas than a page at 1k shows fewer rows there: "
+              "its 1k query does less work)")
     finally:
         for ctx in contexts.values():
             ctx.close()
