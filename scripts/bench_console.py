@@ -210,7 +210,10 @@ def main() -> int:
         worst_buffers = 0.0
         for (label, depth) in queries:
             work = plans[(label, depth)]
-            worst_buffers = max(worst_buffers, work[SIZES[-1]][1] / max(1, work[SIZES[0]][1]))
+            counts = {shown(queries[(label, depth)][size]) for size in SIZES}
+            if len(counts) == 1:  # the same rows shown at every size: the same work expected
+                worst_buffers = max(worst_buffers,
+                                    work[SIZES[-1]][1] / max(1, work[SIZES[0]][1]))
             medians = [statistics.median(samples[(label, depth, s)]) for s in SIZES]
             ratio = medians[-1] / medians[0]
             worst = max(worst, ratio)
@@ -220,7 +223,7 @@ def main() -> int:
             print(f"{label:<30}{depth:<7}{cells}{ratio:>8.2f}x  {rows:<10}  {touched:<10}  "
                   f"{plans[(label, depth)][SIZES[-1]][0]}")
         print(f"\nworst 100k/1k ratio: {worst:.2f}x in time (target <= 1.3x), "
-              f"{worst_buffers:.2f}x in buffers touched")
+              f"{worst_buffers:.2f}x in buffers touched (where every size shows as many rows)")
         print("(a filter with fewer matching sagas than a page at 1k shows fewer rows there: "
               "its 1k query does less work)")
     finally:
