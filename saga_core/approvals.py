@@ -87,8 +87,10 @@ def check_approval(  # noqa: PLR0917 -- the approval binding has six parts
     now: datetime,
     *,
     up_to: float | None = None,
+    reason: str = "",
 ) -> ApprovalGranted | None:
-    """The grant to append, None if this exact grant is already recorded, or a typed error."""
+    """The grant to append, None if this exact grant is already recorded, or a typed error
+    (``reason``: why the approver said yes, recorded on the grant)."""
     if approver.tenant != state.tenant:  # nothing about another tenant's saga is told
         _person_of_tenant(state, approver, "approve")
     run, approval = _pending(state, step_id, kind)
@@ -129,6 +131,7 @@ def check_approval(  # noqa: PLR0917 -- the approval binding has six parts
         expires_at=now + timedelta(seconds=policy.grant_ttl_s),
         roles=[role],
         up_to=covers,
+        reason=reason,
     )
 
 

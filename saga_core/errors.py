@@ -178,6 +178,21 @@ class NothingToResolve(SagaError):
         super().__init__(f"saga {saga_id} is {status}, not waiting for an operator")
 
 
+class SagaMoved(SagaError):
+    """An action bound to the saga version its operator saw found the saga moved on since:
+    nothing was recorded; the operator looks at the new state and decides again."""
+
+    kind = ErrorKind.CONFLICT
+    hint = "look at the saga as it is now, then act again if it still needs it"
+
+    def __init__(self, saga_id: str, seen: int, current: int) -> None:
+        self.saga_id = saga_id
+        self.seen = seen
+        self.current = current
+        super().__init__(f"saga {saga_id} changed since it was shown (version {seen}, now "
+                         f"{current}): nothing was recorded")
+
+
 class OperatorActionRejected(SagaError):
     """An operator action does not fit the saga (no step named, no such operation)."""
 

@@ -177,6 +177,8 @@ class ApprovalGranted(StepEvent):
     # the action it is bound to by hash); empty in grants recorded before gates.
     roles: list[str] = Field(default_factory=list)
     up_to: float | None = None
+    # Why the approver said yes (the console asks for it; empty in grants recorded before).
+    reason: str = ""
 
 
 class ApprovalDenied(StepEvent):

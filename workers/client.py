@@ -11,6 +11,7 @@ import json
 import math
 import time
 import uuid
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, cast
 
@@ -34,6 +35,7 @@ from saga_core.errors import (
     ErrorKind,
     InputValidationError,
     SagaError,
+    SagaMoved,
 )
 from saga_core.events import (
     CancelRequested,
@@ -449,27 +451,33 @@ class SagaClient:
 
     def approve(
         self, saga_id: str, step_id: str, *, kind: StepKind = StepKind.FORWARD,
-        action_hash: str | None = None, up_to: float | None = None,
+        action_hash: str | None = None, up_to: float | None = None, reason: str = "",
+        expected_version: int | None = None,
     ) -> SagaView:
         """Approve the pending request as this client's principal (bound to its action hash,
         up to ``up_to`` of the gate's amount; default the amount requested); a second click
-        is a no-op. Only a person of the saga's tenant with the gate's role may approve."""
+        is a no-op. Only a person of the saga's tenant with the gate's role may approve.
+        ``reason`` is recorded on the grant. ``expected_version``: the saga version the
+        approver saw (``SagaMoved`` if it moved on; see :func:`_seen`)."""
         kind = _step_ref(step_id, kind)
         if action_hash is not None:
             _text("action hash", action_hash, 64)
+        _text("reason", reason, REASON_CHARS, empty=True)
 
         def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
             wanted = action_hash or _pending_hash(loaded, step_id, kind)
             grant = check_approval(loaded.state, step_id, kind, wanted, self.principal,
-                                   self.orchestrator.clock(), up_to=up_to)
+                                   self.orchestrator.clock(), up_to=up_to, reason=reason)
             return None if grant is None else [grant]
 
-        return self._record(saga_id, build)
+        return self._record(saga_id, _seen(build, saga_id, expected_version))
 
     def deny(
-        self, saga_id: str, step_id: str, *, reason: str, kind: StepKind = StepKind.FORWARD
+        self, saga_id: str, step_id: str, *, reason: str, kind: StepKind = StepKind.FORWARD,
+        expected_version: int | None = None,
     ) -> SagaView:
-        """Deny the pending request; before the pivot this starts compensation."""
+        """Deny the pending request; before the pivot this starts compensation
+        (``expected_version``: as for :meth:`approve`)."""
         kind = _step_ref(step_id, kind)
         _text("reason", reason, REASON_CHARS, empty=True)
 
@@ -479,10 +487,12 @@ class SagaClient:
                                   self.orchestrator.clock(), reason)
             return None if denial is None else [denial]
 
-        return self._record(saga_id, build)
+        return self._record(saga_id, _seen(build, saga_id, expected_version))
 
-    def cancel(self, saga_id: str, *, reason: str = "") -> SagaView:
-        """Ask to cancel: compensate what can be compensated (before the pivot)."""
+    def cancel(self, saga_id: str, *, reason: str = "",
+               expected_version: int | None = None) -> SagaView:
+        """Ask to cancel: compensate what can be compensated (before the pivot)
+        (``expected_version``: as for :meth:`approve`)."""
         check_permitted(self.principal, Action.CANCEL, f"saga {saga_id}")
         _text("reason", reason, REASON_CHARS, empty=True)
 
@@ -492,11 +502,12 @@ class SagaClient:
             return [CancelRequested(at=self.orchestrator.clock(), actor=self.actor,
                                     reason=reason)]
 
-        return self._record(saga_id, build)
+        return self._record(saga_id, _seen(build, saga_id, expected_version))
 
     def resolve(
         self, saga_id: str, action: str, *, step_id: str | None = None,
         kind: StepKind = StepKind.FORWARD, reason: str, evidence: dict[str, Any] | None = None,
+        expected_version: int | None = None,
     ) -> Resolution:
         """Record a typed operator action answering a paused saga (saga_core's resolve rule).
 
@@ -534,7 +545,7 @@ class SagaClient:
             recorded.append(event)
             return [event]
 
-        view = self._record(saga_id, build)
+        view = self._record(saga_id, _seen(build, saga_id, expected_version))
         return Resolution(recorded=recorded[0] if recorded else None, saga=view)
 
     def _record(self, saga_id: str, build: Build) -> SagaView:
@@ -552,6 +563,32 @@ class SagaClient:
                 or text_problem(saga_id) is not None):
             raise SagaNotFound(f"no saga {saga_id!r}")
         return self.orchestrator.log.load(saga_id, tenant=self.tenant)
+
+
+def _seen(build: Build, saga_id: str, expected_version: int | None) -> Build:
+    """``build`` bound to the saga version a person saw when they clicked.
+
+    The same click again records nothing and is no error (``build`` answers None: the grant,
+    denial, cancel or action is already there). Anything else on a saga that moved past
+    ``expected_version`` -- something to record, or a refusal the move caused -- is
+    ``SagaMoved``: the person decided on a state that is gone. Checked on every attempt, so
+    a race lost inside the orchestrator is judged on the fresh log too.
+    """
+    if expected_version is None:
+        return build
+
+    def bound(loaded: LoadedSaga) -> Sequence[SagaEvent] | None:
+        try:
+            events = build(loaded)
+        except SagaError as exc:
+            if loaded.version != expected_version and exc.kind is not ErrorKind.FORBIDDEN:
+                raise SagaMoved(saga_id, expected_version, loaded.version) from exc
+            raise
+        if events is not None and loaded.version != expected_version:
+            raise SagaMoved(saga_id, expected_version, loaded.version)
+        return events
+
+    return bound
 
 
 def _step_ref(step_id: object, kind: object) -> StepKind:

@@ -70,6 +70,7 @@ def register(sub: Any) -> None:
             p.add_argument("--up-to", type=float, default=None, metavar="AMOUNT",
                            help="the largest amount of the gate's amount argument this grant "
                            "covers (default: exactly the amount requested)")
+            p.add_argument("--reason", default="", help="why (recorded on the grant)")
         else:
             p.add_argument("--reason", required=True)
         _common(p)
@@ -129,7 +130,7 @@ def run_approve(args: argparse.Namespace, settings: Settings) -> int:
     """Approve a pending request."""
     return _act(args, settings, lambda client: client.approve(
         args.saga_id, args.step, kind=_kind(args), action_hash=args.action_hash,
-        up_to=args.up_to))
+        up_to=args.up_to, reason=args.reason))
 
 
 def run_deny(args: argparse.Namespace, settings: Settings) -> int:

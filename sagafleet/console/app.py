@@ -29,8 +29,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from saga_core.errors import ErrorKind, SagaError
+from sagafleet.console import actions, signin, stream
 from sagafleet.console import pages as pages_package
-from sagafleet.console import signin, stream
 from sagafleet.console.core import Console
 from sagafleet.console.gate import VIEWER_KEY, Gate
 from sagafleet.console.headers import SecurityHeaders
@@ -71,6 +71,7 @@ def create_app(console: Console, *, modules: Iterable[ModuleType] | None = None)
     routes: list[BaseRoute] = [Route("/", _home, methods=["GET"])]
     routes += signin.routes(console)
     routes += stream.routes(console)
+    routes += actions.routes(console)
     for module in chosen:
         routes += module.routes(console)
     routes.append(Mount("/static", app=StaticFiles(

@@ -27,12 +27,14 @@ from events import EventStore
 from events.subscription import Notifications
 from saga_core.errors import ErrorKind, SagaError
 
-__all__ = ["LiveHub", "TooManySubscribers", "MAX_SUBSCRIBERS"]
+__all__ = ["HEARTBEAT_S", "MAX_SUBSCRIBERS", "LiveHub", "TooManySubscribers"]
 
 log = logging.getLogger(__name__)
 
 MAX_SUBSCRIBERS: Final = 200
 """Open event streams per console process (each holds a connection of the HTTP server)."""
+HEARTBEAT_S: Final = 15.0
+"""A comment line this often keeps proxies from closing a quiet stream."""
 SETTLE_S: Final = 3.0
 """How long after a wake-up the hub keeps watching the read models catch up."""
 WATCH_EVERY_S: Final = 0.1
@@ -51,8 +53,11 @@ class LiveHub:
     """Announces read-model progress to the subscribed event streams of this process."""
 
     def __init__(self, store: EventStore, *, poll_s: float = 2.0,
-                 max_subscribers: int = MAX_SUBSCRIBERS) -> None:
+                 max_subscribers: int = MAX_SUBSCRIBERS,
+                 heartbeat_s: float = HEARTBEAT_S) -> None:
         self._store = store
+        self.heartbeat_s = heartbeat_s
+        """Seconds between the streams' heartbeat comments (each re-checks its session)."""
         self._poll_s = poll_s
         self._max = max_subscribers
         self._queues: set[asyncio.Queue[int]] = set()
@@ -82,15 +87,19 @@ class LiveHub:
         """How many event streams are open now."""
         return len(self._queues)
 
+    def check_room(self) -> None:
+        """``TooManySubscribers`` when every slot is taken (asked before a stream starts)."""
+        if len(self._queues) >= self._max:
+            raise TooManySubscribers(
+                f"this console already serves {self._max} live pages; reload later")
+
     @asynccontextmanager
     async def subscription(self) -> AsyncIterator[asyncio.Queue[int]]:
         """A queue that receives the number of each announcement (``TooManySubscribers`` when
         the bound is reached)."""
         queue: asyncio.Queue[int] = asyncio.Queue(maxsize=1)
         with self._lock:
-            if len(self._queues) >= self._max:
-                raise TooManySubscribers(
-                    f"this console already serves {self._max} live pages; reload later")
+            self.check_room()
             self._queues.add(queue)
         try:
             yield queue

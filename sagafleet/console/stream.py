@@ -2,7 +2,8 @@
 
 Each announcement of the :class:`~sagafleet.console.live.LiveHub` is sent as ``event: moved``
 with the announcement's number (no data of the log: the page fetches its own tenant's
-fragments). A comment line (``: heartbeat``) goes out every :data:`HEARTBEAT_S` so proxies keep
+fragments). A comment line (``: heartbeat``) goes out every ``heartbeat_s`` of the hub
+(:data:`~sagafleet.console.live.HEARTBEAT_S`) so proxies keep
 the connection and a closed tab is noticed; at each heartbeat the session is checked again,
 and the stream ends once it is signed out, expired or its principal revoked.
 """
@@ -21,9 +22,8 @@ from starlette.routing import BaseRoute, Route
 from sagafleet.console.core import Console
 from sagafleet.console.gate import SESSION_COOKIE, viewer_of
 
-__all__ = ["HEARTBEAT_S", "routes"]
+__all__ = ["routes"]
 
-HEARTBEAT_S: Final = 15.0
 RETRY_MS: Final = 3000
 """How long a browser waits before reconnecting a dropped stream."""
 
@@ -34,16 +34,14 @@ def routes(console: Console) -> list[BaseRoute]:
     async def live(request: Request) -> Response:
         viewer_of(request)  # the gate signed the request in
         session_id = request.cookies.get(SESSION_COOKIE, "")
-        # Entered here, so a full hub is refused (503) before the stream starts.
-        subscription = console.live.subscription()
-        queue = await subscription.__aenter__()
+        console.live.check_room()  # a full hub is refused (503) before the stream starts
 
         async def events() -> AsyncIterator[str]:
-            try:
+            async with console.live.subscription() as queue:
                 yield f"retry: {RETRY_MS}\n: connected\n\n"
                 while True:
                     try:
-                        number = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
+                        number = await asyncio.wait_for(queue.get(), console.live.heartbeat_s)
                     except TimeoutError:
                         still = await anyio.to_thread.run_sync(console.sessions.resume,
                                                                session_id)
@@ -53,8 +51,6 @@ def routes(console: Console) -> list[BaseRoute]:
                         yield ": heartbeat\n\n"
                         continue
                     yield f"event: moved\ndata: {number}\n\n"
-            finally:
-                await subscription.__aexit__(None, None, None)
 
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={"cache-control": "no-store",

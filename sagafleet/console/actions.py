@@ -1,0 +1,284 @@
+"""The console's typed operator actions: approve, deny, resolve and cancel, as forms and posts.
+
+Every action goes through the signed-in principal's ``SagaClient`` (the CLI's API, with its
+server-side checks: a role that does not allow it is refused whatever the page showed), asks
+for a reason, and is bound to the saga version the person saw (``expected_version``, a hidden
+field): if the saga moved meanwhile nothing is recorded and the answer (409) shows the saga as
+it is now. The same click twice records one grant, denial, cancel or action (the client's
+rule), and the form's script disables its button after the first click.
+
+Routes (``POST``, CSRF-checked by the gate): ``/actions/approve``, ``/actions/deny``,
+``/actions/resolve``, ``/actions/cancel``. A success redirects (303) to the form's
+``return_to`` (a path of this site) with ``done`` and ``saga`` in the query, which
+:func:`done_notice` turns into a message. The forms are built here so that every page that
+offers an action (the queue, a saga's page) offers the same one: :func:`approval_forms`,
+:func:`resolve_form`, :func:`cancel_form`; :func:`may_approve`, :func:`may` say whether to
+show them (the server decides anyway).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Final
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from saga_core.authority import Action, Principal, PrincipalKind
+from saga_core.contracts import StepKind
+from saga_core.errors import ErrorKind, SagaError, SagaMoved
+from saga_core.limits import REASON_CHARS
+from saga_core.resolution import OPERATOR_ACTIONS
+from sagafleet.console.core import Console
+from sagafleet.console.gate import Form, form_of, viewer_of
+from sagafleet.console.markup import Markup, csrf_field, html, join
+from sagafleet.console.sessions import Viewer
+from sagafleet.console.signin import safe_next
+from workers.client import InvalidRequest, SagaClient
+from workers.views import SagaView
+
+__all__ = ["DONE_MESSAGES", "approval_forms", "cancel_form", "done_notice", "may",
+           "may_approve", "resolve_form", "routes", "saga_state_box"]
+
+DONE_MESSAGES: Final = {
+    "approved": "Approved",
+    "denied": "Denied",
+    "resolved": "Recorded the operator action on",
+    "cancelled": "Asked to cancel",
+    "unchanged": "Nothing new was recorded (the same action was already there) for",
+}
+"""The notices a redirect after an action may ask for (by code: never text from the URL)."""
+
+STATUS_OF_KIND: Final = {ErrorKind.INVALID_INPUT: 400, ErrorKind.FORBIDDEN: 403,
+                         ErrorKind.NOT_FOUND: 404, ErrorKind.CONFLICT: 409,
+                         ErrorKind.UNAUTHENTICATED: 401, ErrorKind.UNAVAILABLE: 503}
+
+
+# -- who sees which button ---------------------------------------------------------------
+
+
+def may(principal: Principal, action: Action) -> bool:
+    """Whether one of the principal's roles allows ``action`` (cancel, resolve)."""
+    return action in principal.allowed()
+
+
+def may_approve(principal: Principal, role: str | None) -> bool:
+    """Whether the principal could answer an approval whose gate names ``role`` (a person
+    with the role; the server also checks four eyes, tenant and expiry)."""
+    return principal.kind is PrincipalKind.PERSON and principal.has_role(role or "approver")
+
+
+# -- the forms -----------------------------------------------------------------------------
+
+
+def _hidden(viewer: Viewer, saga_id: str, seen_version: int | None, return_to: str,
+            **fields: str) -> Markup:
+    extra = join(html('<input type="hidden" name="{}" value="{}">', name, value)
+                 for name, value in fields.items())
+    return html('{}<input type="hidden" name="saga_id" value="{}">'
+                '<input type="hidden" name="expected_version" value="{}">'
+                '<input type="hidden" name="return_to" value="{}">{}',
+                csrf_field(viewer), saga_id, "" if seen_version is None else seen_version,
+                return_to, extra)
+
+
+def _reason(label: str, form_id: str) -> Markup:
+    return html('<label for="{}-reason">{}</label><input id="{}-reason" type="text" '
+                'name="reason" required maxlength="{}" placeholder="why">',
+                form_id, label, form_id, REASON_CHARS.value)
+
+
+def approval_forms(viewer: Viewer, *, saga_id: str, step_id: str, kind: str,
+                   action_hash: str | None, seen_version: int | None, amount_arg: str | None,
+                   return_to: str) -> Markup:
+    """The approve (with an optional up-to amount when the gate bounds one) and deny forms."""
+    ident = f"a-{saga_id[:8]}-{step_id}-{kind}"
+    up_to = html('<label for="{}-up-to">up to {}</label><input id="{}-up-to" type="number" '
+                 'name="up_to" step="any" min="0" placeholder="as requested">',
+                 ident, amount_arg, ident) if amount_arg else Markup("")
+    hidden = _hidden(viewer, saga_id, seen_version, return_to, step=step_id, kind=kind,
+                     action_hash=action_hash or "")
+    return html(
+        '<form method="post" action="/actions/approve" class="approve" data-once>{}{}{}'
+        '<button type="submit" class="primary">Approve</button></form>'
+        '<form method="post" action="/actions/deny" class="deny" data-once>{}{}'
+        '<button type="submit" class="danger">Deny</button></form>',
+        hidden, _reason("Reason", ident), up_to,
+        _hidden(viewer, saga_id, seen_version, return_to, step=step_id, kind=kind),
+        _reason("Reason", ident + "-d"))
+
+
+def resolve_form(viewer: Viewer, *, saga_id: str, step_id: str, kind: str,
+                 choices: Sequence[tuple[str, str]], seen_version: int | None,
+                 return_to: str) -> Markup:
+    """The resolve form: one of the typed actions that fit, a reason, what was checked."""
+    if not choices:
+        return Markup("")
+    ident = f"r-{saga_id[:8]}-{step_id or 'saga'}"
+    options = join(html('<option value="{}" title="{}">{}</option>', action, effect,
+                        action.replace("_", " ")) for action, effect in choices)
+    return html(
+        '<form method="post" action="/actions/resolve" class="resolve" data-once>{}'
+        '<label for="{}-action">Action</label><select id="{}-action" name="action">{}</select>'
+        '{}<label for="{}-checked">Checked</label><input id="{}-checked" type="text" '
+        'name="checked" maxlength="{}" placeholder="what you verified (optional)">'
+        '<button type="submit">Resolve</button></form>',
+        _hidden(viewer, saga_id, seen_version, return_to, step=step_id, kind=kind),
+        ident, ident, options, _reason("Reason", ident), ident, ident, REASON_CHARS.value)
+
+
+def cancel_form(viewer: Viewer, *, saga_id: str, seen_version: int | None,
+                return_to: str) -> Markup:
+    """The cancel form (compensate what can be compensated)."""
+    ident = f"c-{saga_id[:8]}"
+    return html('<form method="post" action="/actions/cancel" class="cancel" data-once>{}{}'
+                '<button type="submit" class="danger">Cancel saga</button></form>',
+                _hidden(viewer, saga_id, seen_version, return_to), _reason("Reason", ident))
+
+
+def done_notice(request: Request) -> Markup:
+    """The message a redirect after an action asked for (empty without one)."""
+    code = request.query_params.get("done", "")
+    saga_id = request.query_params.get("saga", "")
+    if code not in DONE_MESSAGES or not saga_id:
+        return Markup("")
+    return html('<p class="notice ok" role="status">{} saga <code>{}</code>.</p>',
+                DONE_MESSAGES[code], saga_id[:64])
+
+
+def saga_state_box(view: SagaView) -> Markup:
+    """The saga as the log has it now (shown when an action found it moved)."""
+    steps = join(html("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                      run.step_id, run.kind, run.status,
+                      (run.approval or {}).get("approver") or "")
+                 for run in view.steps)
+    return html(
+        '<section class="card current-state"><h2>Saga <code>{}</code> now</h2>'
+        '<dl><dt>status</dt><dd>{}</dd><dt>version</dt><dd>{}</dd>'
+        '<dt>definition</dt><dd>{} v{}</dd>{}{}</dl>'
+        '<table><thead><tr><th>step</th><th>operation</th><th>state</th><th>approver</th>'
+        '</tr></thead><tbody>{}</tbody></table></section>',
+        view.saga_id, view.status, view.version, view.definition, view.definition_version,
+        html("<dt>cancel</dt><dd>requested</dd>") if view.cancel_requested else "",
+        html("<dt>waiting</dt><dd>{}</dd>", (view.escalation or {}).get("reason", ""))
+        if view.escalation else "", steps)
+
+
+# -- the posts -----------------------------------------------------------------------------
+
+
+def _required(form: Form, name: str) -> str:
+    value = form.text(name)
+    if not value:
+        raise InvalidRequest(f"the form has no {name}: fill it in")
+    return value
+
+
+def _version(form: Form) -> int:
+    raw = form.text("expected_version")
+    if not raw.isdigit():
+        raise InvalidRequest("the form does not say which version of the saga was shown "
+                             "(expected_version): reload the page")
+    return int(raw)
+
+
+def _kind(form: Form) -> StepKind:
+    raw = form.text("kind", "forward")
+    if raw not in StepKind._value2member_map_:
+        raise InvalidRequest(f"kind must be one of {[k.value for k in StepKind]}, not {raw!r}")
+    return StepKind(raw)
+
+
+def _up_to(form: Form) -> float | None:
+    raw = form.text("up_to")
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidRequest(f"up to must be a number, not {raw!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidRequest(f"up to must be a positive number, not {raw!r}")
+    return value
+
+
+def _approve(client: SagaClient, form: Form) -> str:
+    client.approve(_required(form, "saga_id"), _required(form, "step"), kind=_kind(form),
+                   action_hash=form.text("action_hash") or None, up_to=_up_to(form),
+                   reason=_required(form, "reason"), expected_version=_version(form))
+    return "approved"
+
+
+def _deny(client: SagaClient, form: Form) -> str:
+    client.deny(_required(form, "saga_id"), _required(form, "step"), kind=_kind(form),
+                reason=_required(form, "reason"), expected_version=_version(form))
+    return "denied"
+
+
+def _resolve(client: SagaClient, form: Form) -> str:
+    action = _required(form, "action")
+    if action not in OPERATOR_ACTIONS:
+        raise InvalidRequest(f"operator action {action!r} is not one of {list(OPERATOR_ACTIONS)}")
+    checked = form.text("checked")
+    resolution = client.resolve(_required(form, "saga_id"), action,
+                                step_id=form.text("step") or None, kind=_kind(form),
+                                reason=_required(form, "reason"),
+                                evidence={"checked": checked} if checked else None,
+                                expected_version=_version(form))
+    return "resolved" if resolution.recorded is not None else "unchanged"
+
+
+def _cancel(client: SagaClient, form: Form) -> str:
+    client.cancel(_required(form, "saga_id"), reason=_required(form, "reason"),
+                  expected_version=_version(form))
+    return "cancelled"
+
+
+Perform = Callable[[SagaClient, Form], str]
+
+
+def routes(console: Console) -> list[BaseRoute]:
+    """The four action routes."""
+
+    def endpoint(perform: Perform) -> Callable[[Request], Response]:
+        def act(request: Request) -> Response:
+            viewer = viewer_of(request)
+            form = form_of(request)
+            return_to = safe_next(form.text("return_to", "/queue") or "/queue").split("?")[0]
+            try:
+                done = perform(console.client(viewer), form)
+            except SagaError as exc:
+                return _refused(console, request, form, return_to, exc)
+            query = urlencode({"done": done, "saga": form.text("saga_id")})
+            return RedirectResponse(f"{return_to}?{query}", status_code=303)
+
+        return act
+
+    return [Route("/actions/approve", endpoint(_approve), methods=["POST"]),
+            Route("/actions/deny", endpoint(_deny), methods=["POST"]),
+            Route("/actions/resolve", endpoint(_resolve), methods=["POST"]),
+            Route("/actions/cancel", endpoint(_cancel), methods=["POST"])]
+
+
+def _refused(console: Console, request: Request, form: Form, return_to: str,
+             exc: SagaError) -> Response:
+    """Nothing was recorded: say why, and show the saga as the log has it now."""
+    viewer = viewer_of(request)
+    status = STATUS_OF_KIND.get(exc.kind, 500)
+    title = "Changed meanwhile" if isinstance(exc, SagaMoved) else "Not recorded"
+    current = Markup("")
+    saga_id = form.text("saga_id")
+    if saga_id and exc.kind is not ErrorKind.NOT_FOUND:
+        try:
+            current = saga_state_box(console.client(viewer).status(saga_id))
+        except SagaError:
+            current = Markup("")
+    body = html('<h1>{}</h1><p class="notice error" role="alert">{}</p>{}{}'
+                '<p><a href="{}">Back to the page you came from</a> (it shows the saga as it '
+                'is now).</p>', title, str(exc),
+                html('<p class="hint">{}</p>', exc.hint) if exc.hint else "", current,
+                return_to)
+    return console.page(request, title, body, status=status)
