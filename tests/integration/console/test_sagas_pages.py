@@ -240,6 +240,14 @@ def _hostile() -> TripScript:
     return script
 
 
+def test_a_saga_id_full_of_html_is_not_found_and_shown_as_text(
+        browser: TestClient, signed_in: Any) -> None:
+    signed_in("olivia")
+    page = browser.get("/sagas/%3Cscript%3Ealert(1)%3Cb%20onclick=x%3E")
+    assert page.status_code == 404
+    assert "<script>alert" not in page.text and "&lt;script&gt;alert(1)" in page.text
+
+
 def test_values_from_agents_and_tools_render_inert(
         console: Console, repo: PostgresSagaLog, browser: TestClient, signed_in: Any) -> None:
     hostile = _hostile()
@@ -340,7 +348,9 @@ def test_approvals_show_who_approved_and_a_waiting_saga_links_to_its_queue_item(
     waiting_page = browser.get(f"/sagas/{waiting.saga_id}").text
     link = re.search(r'<a class="to-queue" href="([^"]+)"', waiting_page)
     assert link is not None
-    assert link.group(1) == (f"/queue#q-{waiting.saga_id}-approval-capture_payment-forward")
+    anchor = f"q-{waiting.saga_id}-approval-capture_payment-forward"
+    assert link.group(1) == f"/queue#{anchor}"
+    assert f'id="{anchor}"' in browser.get("/queue").text  # the item it points at
     assert 'class="to-queue"' not in page  # the answered one waits for nobody
 
 
