@@ -177,26 +177,34 @@ def _when(moment: datetime | None) -> Markup:
                 moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"))
 
 
-def _row(saga: SummaryRow) -> Markup:
+def is_stuck(saga: SummaryRow, filters: SagaFilter, now: datetime) -> bool:
+    """Whether the list marks ``saga`` stuck: what the ``stuck`` filter selects, by ``now``."""
+    return (not SagaStatus(saga.state).is_terminal
+            and saga.updated_at < now - timedelta(seconds=filters.stuck_after_s))
+
+
+def _row(saga: SummaryRow, stuck: bool) -> Markup:
     steps = ", ".join(saga.current_steps)
+    mark = html(' <span class="badge stuck" title="no progress for a while">stuck</span>') \
+        if stuck else Markup("")
     return html(
         '<tr data-saga="{}"><td class="id"><a href="/sagas/{}">{}</a></td>'
         '<td>{} <span class="version">v{}</span></td>'
-        '<td><span class="state {}">{}</span></td><td>{}</td><td>{}</td><td>{}</td>'
+        '<td><span class="state {}">{}</span>{}</td><td>{}</td><td>{}</td><td>{}</td>'
         '<td class="error">{}</td></tr>',
         saga.saga_id, url_part(saga.saga_id), saga.saga_id, saga.definition_name,
-        saga.definition_version, state_class(saga.state), saga.state, steps,
+        saga.definition_version, state_class(saga.state), saga.state, mark, steps,
         _when(saga.started_at), _when(saga.updated_at), saga.last_error[:200])
 
 
-def render_page(page: BrowsePage, query: ListQuery) -> Markup:
-    """The list's table and its paging links."""
+def render_page(page: BrowsePage, query: ListQuery, now: datetime) -> Markup:
+    """The list's table and its paging links (``now``: to mark the stuck sagas)."""
     if page.sagas:
         table = html(
             '<table class="sagas"><thead><tr><th>Saga</th><th>Definition</th><th>State</th>'
             '<th>Current steps</th><th>Started (UTC)</th><th>Last change</th>'
             '<th>Last error</th></tr></thead><tbody>{}</tbody></table>',
-            join(_row(s) for s in page.sagas))
+            join(_row(s, is_stuck(s, query.filters, now)) for s in page.sagas))
     else:
         table = html('<p class="empty">No saga of tenant {} matches.</p>', page.tenant)
     links = []
@@ -213,12 +221,12 @@ def render_page(page: BrowsePage, query: ListQuery) -> Markup:
 
 
 def render_list(page: BrowsePage | None, query: ListQuery, error: str | None, *,
-                live_url: str) -> Markup:
+                live_url: str, now: datetime) -> Markup:
     """The whole body of the list page (``page`` None: the query was refused); the table
     refreshes live from ``live_url`` (this page's own URL, answered with the table alone)."""
     problem = html('<p class="problem" role="alert">{}</p>', error) if error else Markup("")
     listing = (html('<section id="saga-list" data-live="{}">{}</section>', live_url,
-                    render_page(page, query)) if page else Markup(""))
+                    render_page(page, query, now)) if page else Markup(""))
     return html(
         '<link rel="stylesheet" href="/static/sagas.css"><h1>Sagas '
         '<span class="live-status"></span></h1>{}{}'

@@ -4,6 +4,13 @@ budgets, replay as of a log position).
 
 Both read for the signed-in principal's tenant only. Another tenant's saga is 404, the same
 page as a saga that does not exist: the console never says whether it exists elsewhere.
+
+Hooks a test (or a browser test) may rely on: list rows ``<tr data-saga="ID">``, paging links
+``a[rel=next]`` (older) and ``a[rel=prev]`` (newer); on the saga page, graph boxes
+``g.node[data-step][data-kind][data-state]``, sections ``#graph``, ``#steps`` (rows
+``#step-STEP-KIND``), ``#approvals``, ``#budget``, ``#timeline`` (chain cells
+``td.chain-ok|chain-broken|chain-unverified``), the queue link ``a.to-queue`` and the replay
+form ``form.replay`` (field ``at``).
 """
 
 from __future__ import annotations
@@ -45,20 +52,23 @@ def routes(console: Console) -> list[Route]:
     def saga_list(request: Request) -> Response:
         viewer = viewer_of(request)
         params = dict(request.query_params)
+        now = datetime.now(UTC)
         try:
-            query = parse_query(params, tenant=viewer.tenant, now=datetime.now(UTC))
+            query = parse_query(params, tenant=viewer.tenant, now=now)
             page = browse_sagas(console.read, tenant=viewer.tenant, limit=query.limit,
                                 filters=query.filters, older_than=query.older,
                                 newer_than=query.newer)
         except SagaError as exc:
             if exc.kind is not ErrorKind.INVALID_INPUT:
                 raise
-            body = render_list(None, without_bad_values(params), str(exc), live_url="")
+            body = render_list(None, without_bad_values(params), str(exc), live_url="",
+                               now=now)
             return console.page(request, "Sagas", body, current=NAV.path, status=400)
         if _wants_fragment(request):
-            return console.fragment(render_page(page, query))
+            return console.fragment(render_page(page, query, now))
         here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        return console.page(request, "Sagas", render_list(page, query, None, live_url=here),
+        return console.page(request, "Sagas",
+                            render_list(page, query, None, live_url=here, now=now),
                             current=NAV.path)
 
     def saga_page(request: Request) -> Response:

@@ -144,6 +144,9 @@ def test_filters_by_state_definition_age_stuck_and_search(
                                        express.saga_id}
     # stuck: not terminal, no progress for the time given (default 15 minutes)
     assert listed("stuck=1") == {stuck.saga_id}
+    rows = browser.get("/sagas?status=RUNNING").text.split("<tr data-saga=")
+    marked = {row.split('"')[1] for row in rows[1:] if 'class="badge stuck"' in row}
+    assert marked == {stuck.saga_id}  # the list marks the stuck one among the running
     # search: a saga id, or the idempotency key a saga was started with
     assert listed(f"q={compensated.saga_id}") == {compensated.saga_id}
     assert listed("q=order-42") == {express.saga_id}
