@@ -157,9 +157,11 @@ def _budget(b: BudgetStanding | None) -> Markup:
               if b.breach else Markup(""))
     return html(
         '<section id="budget"><h2>Budgets and stops</h2><dl class="facts">'
-        '<dt>Retry budget left</dt><dd>{}</dd><dt>Cost spent</dt><dd>{}</dd>{}{}'
+        '<dt>Retry budget left</dt><dd>{}</dd>{}{}{}'
         '<dt>Cancel requested</dt><dd>{}</dd></dl></section>',
-        b.retry_budget_left, b.spent, join(limits), breach,
+        b.retry_budget_left,
+        html("<dt>Cost spent</dt><dd>{}</dd>", b.spent) if b.max_cost is None else Markup(""),
+        join(limits), breach,
         "yes" if b.cancel_requested else "no")
 
 
@@ -196,9 +198,10 @@ def _timeline(d: SagaDetail) -> Markup:
 
 
 def render_saga_live(d: SagaDetail) -> Markup:
-    """What changes as the saga moves: everything but the replay form (the live fragment)."""
-    return html('{}{}{}{}{}{}{}', _header(d), _waiting(d), _graph(d), _steps(d),
-                _approvals(d), _budget(d.as_of.budget), _timeline(d))
+    """Everything below the crumbs (the live fragment: it is refreshed as the saga moves,
+    never while focus is in it, so typing a position in the replay form is not lost)."""
+    return html('{}{}{}{}{}{}{}{}', _header(d), _waiting(d), _replay_form(d), _graph(d),
+                _steps(d), _approvals(d), _budget(d.as_of.budget), _timeline(d))
 
 
 def render_saga(d: SagaDetail) -> Markup:
@@ -208,8 +211,7 @@ def render_saga(d: SagaDetail) -> Markup:
     return html(
         '<link rel="stylesheet" href="/static/sagas.css">'
         '<p class="crumbs"><a href="/sagas">Sagas</a> <span class="live-status"></span></p>'
-        '{}<div id="saga-live"{}>{}</div>',
-        _replay_form(d), live, render_saga_live(d))
+        '<div id="saga-live"{}>{}</div>', live, render_saga_live(d))
 
 
 def render_not_found(saga_id: str) -> Markup:

@@ -20,7 +20,7 @@ from saga_core.definition import SagaDefinition
 from saga_core.state import RunStatus
 from sagafleet.console.markup import Markup, html, join
 
-NODE_W, NODE_H, COMP_H = 184, 46, 34
+NODE_W, NODE_H, COMP_H = 190, 56, 36
 COL_GAP, ROW_GAP, COMP_GAP, MARGIN = 64, 30, 16, 16
 NOT_STARTED = str(RunStatus.PENDING)
 """The state shown for an operation a running saga has not reached (no run recorded yet)."""
@@ -150,19 +150,20 @@ def _box(box: Box) -> Markup:
     title = f"{box.label} ({box.kind}): {box.state} · {box.detail}"
     anchor = f"#step-{box.step_id}-{box.kind}"
     name = box.label + (" ★ pivot" if box.pivot else "")
+    # Three lines in a step's box (name, state, tool and semantics), two in an undo box.
     detail_line = (html('<text class="detail" x="{}" y="{}">{}</text>',
-                        box.x + 8, box.y + 40, _clipped(box.detail, 34))
+                        box.x + 8, box.y + 48, _clipped(box.detail, 34))
                    if box.kind == "forward" else Markup(""))
     return html(
         '<a href="{}" class="step-link"><g class="{}" data-step="{}" data-kind="{}" '
         'data-state="{}"><title>{}</title>'
         '<rect x="{}" y="{}" width="{}" height="{}" rx="6"/>'
         '<text class="name" x="{}" y="{}">{}</text>'
-        '<text class="state" x="{}" y="{}" text-anchor="end">{}</text>{}</g></a>',
+        '<text class="state" x="{}" y="{}">{}</text>{}</g></a>',
         anchor, classes, box.step_id, box.kind, box.state, title,
         box.x, box.y, box.w, box.h,
-        box.x + 8, box.y + 16, _clipped(name, 26),
-        box.x + box.w - 8, box.y + (16 if box.kind == "forward" else 26), box.state,
+        box.x + 8, box.y + 15, _clipped(name, 28),
+        box.x + 8, box.y + 30, box.state,
         detail_line)
 
 
