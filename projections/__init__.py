@@ -1,7 +1,7 @@
 """Read models of the saga log: the runner, operator queue, metrics, audit, verify, rebuild."""
 
 from projections.alerts import Alert, AlertThresholds, business_alerts, platform_alerts
-from projections.audit import AuditReport, TimelineEntry, audit, parse_position
+from projections.audit import AuditReport, BudgetStanding, TimelineEntry, audit, parse_position
 from projections.context import ProjectionContext, migrate
 from projections.errors import ProjectionError, RebuildConflict, UnknownProjection
 from projections.listing import SagaCursor, SagaPage, saga_page
@@ -19,6 +19,7 @@ from projections.queue import operator_queue
 from projections.rebuild import RebuildProgress, RebuildReport, rebuild
 from projections.rows import QueueRow, SagaRows, StepRunRow, SummaryRow
 from projections.runner import BatchReport, ProjectionRunner
+from projections.saga_browse import BrowsePage, SagaFilter, browse_sagas
 from projections.status import ProjectionStatus, TableSetStatus, projection_status
 from projections.tables import PROJECTIONS
 from projections.verify import Difference, VerifyReport, verify
@@ -29,6 +30,8 @@ __all__ = [
     "AlertThresholds",
     "AuditReport",
     "BatchReport",
+    "BrowsePage",
+    "BudgetStanding",
     "DefinitionMetrics",
     "Difference",
     "Metrics",
@@ -44,6 +47,7 @@ __all__ = [
     "RebuildProgress",
     "RebuildReport",
     "SagaCursor",
+    "SagaFilter",
     "SagaPage",
     "SagaRows",
     "StepRunRow",
@@ -54,6 +58,7 @@ __all__ = [
     "UnknownProjection",
     "VerifyReport",
     "audit",
+    "browse_sagas",
     "business_alerts",
     "collect_metrics",
     "collect_platform_metrics",

@@ -78,6 +78,11 @@ DEFAULT_SECRET_TTL = timedelta(minutes=15)
 MIN_SECRET_TTL, MAX_SECRET_TTL = timedelta(seconds=1), timedelta(days=1)
 
 
+def saga_id_for_key(tenant: str, key: str) -> str:
+    """The id of the saga ``tenant`` starts (or started) with idempotency ``key``."""
+    return str(uuid.uuid5(_KEY_NAMESPACE, f"{tenant}\x00{key}"))
+
+
 PLAN_NAME_PREFIX = "agent-plan-"
 """Names of definitions made from agent plans that were given no name of their own."""
 
@@ -408,7 +413,7 @@ class SagaClient:
 
     def _id_for_key(self, key: str) -> str:
         # The key decides the stream: a retry, from any process, lands on the same saga.
-        return str(uuid.uuid5(_KEY_NAMESPACE, f"{self.tenant}\x00{key}"))
+        return saga_id_for_key(self.tenant, key)
 
     def status(self, saga_id: str) -> SagaView:
         """The saga's current state and steps, folded from the log."""
