@@ -156,12 +156,20 @@ def screenshot() -> Callable[[Any, str], Path]:
     """Save the browser's page (or one element of it) as ``tests/artifacts/console/<name>.png``."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
 
-    def save(target: Any, name: str) -> Path:
+    def save(target: Any, name: str, *, whole_page: bool = False) -> Path:
         path = ARTIFACTS / f"{name}.png"
-        if hasattr(target, "save_screenshot"):  # the driver: the visible page
-            target.save_screenshot(str(path))
-        else:  # an element
+        if not hasattr(target, "save_screenshot"):  # an element
             target.screenshot(str(path))
+        elif whole_page:  # the window made as tall as the page, for one picture of it all
+            size = target.get_window_size()
+            height = target.execute_script("return document.documentElement.scrollHeight")
+            target.set_window_size(size["width"], min(int(height) + 120, 4000))
+            try:
+                target.save_screenshot(str(path))
+            finally:
+                target.set_window_size(size["width"], size["height"])
+        else:  # the visible part of the page
+            target.save_screenshot(str(path))
         return path
 
     return save

@@ -77,7 +77,7 @@ def test_health_charts_dead_letters_and_workers(console_world, browser, screensh
     assert all("clear" in row.text for row in kinds)
     assert browser.find_elements(By.CSS_SELECTOR, ".live-status.on") or wait_until(
         browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".live-status.on"))
-    screenshot(browser, "health")
+    screenshot(browser, "health", whole_page=True)
     browser.get(console_world.url("/health?window=24h"))
     assert browser.find_element(By.CSS_SELECTOR, "nav.windows a.current").text == "24h"
 

@@ -68,7 +68,7 @@ def test_an_approver_sees_an_approval_arrive_live_approves_it_once_and_the_saga_
     assert "tok_visa_4242" not in browser.find_element(By.ID, "queue").text
     assert "approver" in browser.find_element(By.CSS_SELECTOR,
                                               f"{_card(saga_id)} .badge.role").text
-    screenshot(browser, "queue-pending")
+    screenshot(browser, "queue-pending", whole_page=True)  # docs/console-queue.png is one
     screenshot(browser.find_element(By.CSS_SELECTOR, _card(saga_id)), "queue-evidence")
 
     # when the approver approves it with a reason, clicking twice
@@ -102,8 +102,9 @@ def test_an_approver_sees_an_approval_arrive_live_approves_it_once_and_the_saga_
                timeout=90)
     assert fleet.repo.load(saga_id).state.status is SagaStatus.COMPLETED
     screenshot(browser, "saga-completed")
+    # and the queue no longer holds its request (once the read models have it)
     browser.get(console_world.url("/queue"))
-    assert not browser.find_elements(By.CSS_SELECTOR, _card(saga_id))
+    wait_until(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, _card(saga_id)))
 
 
 def test_the_wrong_hands_are_refused_and_an_auditor_sees_without_acting(
@@ -133,7 +134,7 @@ def test_the_wrong_hands_are_refused_and_an_auditor_sees_without_acting(
     browser.get(console_world.url(f"/sagas/{saga_id}"))
     assert "Not found" in browser.find_element(By.TAG_NAME, "h1").text
     post_form(browser, "/actions/approve", approve)
-    refused(browser, saying="not found")
+    refused(browser, saying=f"no saga {saga_id!r}")
     screenshot(browser, "refused-other-tenant")
     sign_out(browser)
 
