@@ -15,8 +15,9 @@ snapshot:
 Why the queries stay cheap: each one is an index range scan of the window for one tenant,
 never a scan of the table. Finished sagas come from the ``(tenant, finished_at)`` index
 (projections migration 0004), started ones from ``(tenant, started_at)`` (0002), and their
-operations and redeliveries are joined by saga id (``step_runs``' primary key, the
-``redeliveries_saga_idx``). A chart costs what its window holds, whatever the table size;
+operations and redeliveries are looked up per saga of the window (``LATERAL``, by
+``step_runs``' primary key and ``redeliveries_saga_idx``, which lead with the saga id). A
+chart costs what its window holds, whatever the table size (``scripts/bench_health.py``);
 buckets come from ``floor((t - start) / bucket)`` so one ``GROUP BY`` per query serves every
 bucket. Projection lag has no history in the read model; the console samples it
 (:mod:`sagafleet.console.health_history`).
@@ -163,16 +164,24 @@ SELECT {bucket}, count(*), count(*) FILTER (WHERE s.escalations > 0)
  GROUP BY 1
 """
 
+# Operations and redeliveries are looked up per saga of the window (LATERAL: the primary key
+# of step_runs and redeliveries_saga_idx lead with saga_id), so their cost follows the window,
+# never the size of those tables (a hash join would read all of step_runs).
 _OPERATIONS = """
-SELECT {bucket}, count(*) FILTER (WHERE r.starts > 0), COALESCE(sum(r.starts), 0)
-  FROM {summary} s JOIN {steps} r USING (saga_id)
+SELECT {bucket}, COALESCE(sum(o.started), 0), COALESCE(sum(o.attempts), 0)
+  FROM {summary} s
+  CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE r.starts > 0) AS started,
+                             COALESCE(sum(r.starts), 0) AS attempts
+                        FROM {steps} r WHERE r.saga_id = s.saga_id) o
  WHERE s.tenant = %(tenant)s AND s.started_at >= %(start)s AND s.started_at < %(end)s
  GROUP BY 1
 """
 
 _REDELIVERIES = """
-SELECT {bucket}, count(*)
-  FROM {summary} s JOIN fleet.redeliveries d ON d.saga_id = s.saga_id
+SELECT {bucket}, COALESCE(sum(d.redeliveries), 0)
+  FROM {summary} s
+  CROSS JOIN LATERAL (SELECT count(*) AS redeliveries
+                        FROM fleet.redeliveries d WHERE d.saga_id = s.saga_id) d
  WHERE s.tenant = %(tenant)s AND s.started_at >= %(start)s AND s.started_at < %(end)s
  GROUP BY 1
 """

@@ -6,9 +6,10 @@ from datetime import timedelta
 
 import pytest
 from projection_support import T0, TripScript
+from read_model_support import project_all
 
 from events.sagas import PostgresSagaLog
-from projections import ProjectionContext, ProjectionRunner
+from projections import ProjectionContext
 from projections.trends import TrendWindow, UnknownWindow, collect_trends
 
 pytestmark = pytest.mark.integration
@@ -37,7 +38,7 @@ def test_trends_count_each_saga_in_the_bucket_it_started_or_finished_in(
         conn.execute("INSERT INTO fleet.redeliveries (saga_id, step_id, kind, attempt, action)"
                      " VALUES (%s, 'capture_payment', 'forward', 1, 'execute')",
                      (compensated.saga_id,))
-    ProjectionRunner(ctx).catch_up()
+    project_all(ctx)
 
     # when the default tenant's 1h trends are read as of T0 + 50 min
     trends = collect_trends(ctx, tenant="default", window="1h", now=NOW)
