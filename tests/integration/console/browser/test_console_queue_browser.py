@@ -35,6 +35,12 @@ def _waiting_for_approval(fleet, saga_id: str, timeout: float = 60.0) -> int:
     raise AssertionError(f"saga {saga_id} never asked for an approval")
 
 
+def _made_by_the_input(driver) -> list[object]:
+    """Elements the hostile input would have made, had it been taken as markup."""
+    return (driver.find_elements(By.CSS_SELECTOR, "main img, main script")
+            + [b for b in driver.find_elements(By.CSS_SELECTOR, "main b") if b.text == "bold"])
+
+
 def _answers(fleet, saga_id: str) -> list[object]:
     return [e for e in fleet.repo.load(saga_id).events
             if isinstance(e, ApprovalGranted | ApprovalDenied)]
@@ -71,6 +77,18 @@ def test_an_approver_sees_an_approval_arrive_live_approves_it_once_and_the_saga_
     screenshot(browser, "queue-pending", whole_page=True)  # docs/console-queue.png is one
     screenshot(browser.find_element(By.CSS_SELECTOR, _card(saga_id)), "queue-evidence")
 
+    # and the saga's own page, open in a second tab, shows it running, live
+    queue_tab = browser.current_window_handle
+    browser.switch_to.new_window("tab")
+    browser.get(console_world.url(f"/sagas/{saga_id}"))
+    state = wait_until(browser, lambda d: d.find_element(By.CSS_SELECTOR, "h1 .state").text)
+    assert state != "COMPLETED"
+    wait_until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".live-status.on"))
+    browser.execute_script("window.sagafleetNoReload = 'the saga tab';")
+    screenshot(browser, "saga-waiting", whole_page=True)
+    saga_tab = browser.current_window_handle
+    browser.switch_to.window(queue_tab)
+
     # when the approver approves it with a reason, clicking twice
     version_seen = fleet.repo.load(saga_id).version
     reason = wait_until(browser, lambda d: d.find_element(
@@ -96,12 +114,15 @@ def test_an_approver_sees_an_approval_arrive_live_approves_it_once_and_the_saga_
     # then the log holds exactly one grant, by the approver, with its reason
     grants = _answers(fleet, saga_id)
     assert len(grants) == 1 and isinstance(grants[0], ApprovalGranted), grants
-    # and the saga completes, which its page shows as it happens
-    browser.get(console_world.url(f"/sagas/{saga_id}"))
-    wait_until(browser, lambda d: "COMPLETED" in d.find_element(By.TAG_NAME, "main").text,
-               timeout=90)
+    # and the saga completes, which its page (not reloaded) shows as it happens
+    browser.switch_to.window(saga_tab)
+    wait_until(browser, lambda d: d.find_element(By.CSS_SELECTOR, "h1 .state").text
+               == "COMPLETED", timeout=90)
+    assert browser.execute_script("return window.sagafleetNoReload") == "the saga tab"
     assert fleet.repo.load(saga_id).state.status is SagaStatus.COMPLETED
-    screenshot(browser, "saga-completed")
+    screenshot(browser, "saga-completed", whole_page=True)
+    browser.close()
+    browser.switch_to.window(queue_tab)
     # and the queue no longer holds its request (once the read models have it)
     browser.get(console_world.url("/queue"))
     wait_until(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, _card(saga_id)))
@@ -174,7 +195,7 @@ def test_a_saga_full_of_html_and_script_renders_as_inert_text(
         text = wait_until(browser, lambda d: d.find_element(By.CSS_SELECTOR, _card(saga_id)).text)
         assert no_alert(browser)
         assert script in text and image in text
-        assert not browser.find_elements(By.CSS_SELECTOR, "main img, main b, main script")
+        assert not _made_by_the_input(browser)
         inline = browser.execute_script("return document.querySelectorAll('script:not([src])')"
                                         ".length")
         assert inline == 0
@@ -188,8 +209,8 @@ def test_a_saga_full_of_html_and_script_renders_as_inert_text(
     wait_until(browser, lambda d: saga_id in d.find_element(By.TAG_NAME, "main").text)
     assert no_alert(browser)
     assert script in browser.find_element(By.TAG_NAME, "main").text
-    assert not browser.find_elements(By.CSS_SELECTOR, "main img, main b, main script")
-    screenshot(browser, "saga-hostile")
+    assert not _made_by_the_input(browser)
+    screenshot(browser, "saga-hostile", whole_page=True)
 
 
 def test_sign_out_ends_the_session_for_good(console_world, browser, screenshot):
