@@ -22,8 +22,10 @@ from typing import Any
 
 import pytest
 import uvicorn
+from browser_support import wait_until
 from fleet_harness import SandboxFleet, WorkerProcesses, build_fleet, migrated_database
 from principal_support import token_for
+from selenium.webdriver.common.by import By
 
 from projections import Projector
 from sagafleet.console.app import create_app
@@ -152,24 +154,26 @@ def browser(console_world: ConsoleWorld) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def screenshot() -> Callable[[Any, str], Path]:
-    """Save the browser's page (or one element of it) as ``tests/artifacts/console/<name>.png``."""
+def screenshot() -> Callable[..., Path]:
+    """Save the browser's page (or the element a CSS selector names) as
+    ``tests/artifacts/console/<name>.png``."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
 
-    def save(target: Any, name: str, *, whole_page: bool = False) -> Path:
+    def save(driver: Any, name: str, *, whole_page: bool = False, element: str = "") -> Path:
         path = ARTIFACTS / f"{name}.png"
-        if not hasattr(target, "save_screenshot"):  # an element
-            target.screenshot(str(path))
+        if element:  # looked up again if a live refresh replaced it meanwhile
+            wait_until(driver, lambda d: d.find_element(By.CSS_SELECTOR, element)
+                       .screenshot(str(path)))
         elif whole_page:  # the window made as tall as the page, for one picture of it all
-            size = target.get_window_size()
-            height = target.execute_script("return document.documentElement.scrollHeight")
-            target.set_window_size(size["width"], min(int(height) + 120, 4000))
+            size = driver.get_window_size()
+            height = driver.execute_script("return document.documentElement.scrollHeight")
+            driver.set_window_size(size["width"], min(int(height) + 120, 4000))
             try:
-                target.save_screenshot(str(path))
+                driver.save_screenshot(str(path))
             finally:
-                target.set_window_size(size["width"], size["height"])
+                driver.set_window_size(size["width"], size["height"])
         else:  # the visible part of the page
-            target.save_screenshot(str(path))
+            driver.save_screenshot(str(path))
         return path
 
     return save

@@ -75,7 +75,7 @@ def test_an_approver_sees_an_approval_arrive_live_approves_it_once_and_the_saga_
     assert "approver" in browser.find_element(By.CSS_SELECTOR,
                                               f"{_card(saga_id)} .badge.role").text
     screenshot(browser, "queue-pending", whole_page=True)  # docs/console-queue.png is one
-    screenshot(browser.find_element(By.CSS_SELECTOR, _card(saga_id)), "queue-evidence")
+    screenshot(browser, "queue-evidence", element=_card(saga_id))
 
     # and the saga's own page, open in a second tab, shows it running, live
     queue_tab = browser.current_window_handle
@@ -201,7 +201,7 @@ def test_a_saga_full_of_html_and_script_renders_as_inert_text(
         assert inline == 0
 
     shown_inert()
-    screenshot(browser, "queue-hostile-live")
+    screenshot(browser, "queue-hostile-live", element=_card(saga_id))
     browser.refresh()
     shown_inert()
     # and on the saga's own page
@@ -211,6 +211,11 @@ def test_a_saga_full_of_html_and_script_renders_as_inert_text(
     assert script in browser.find_element(By.TAG_NAME, "main").text
     assert not _made_by_the_input(browser)
     screenshot(browser, "saga-hostile", whole_page=True)
+    # and in the list of sagas
+    browser.get(console_world.url("/sagas"))
+    wait_until(browser, lambda d: saga_id in d.find_element(By.TAG_NAME, "main").text)
+    assert no_alert(browser) and not _made_by_the_input(browser)
+    screenshot(browser, "sagas")
 
 
 def test_sign_out_ends_the_session_for_good(console_world, browser, screenshot):
