@@ -65,20 +65,14 @@ def _kind(letter: DeadLetter) -> str:
     return f"{kind}: {letter.refusal}" if letter.refusal else kind
 
 
-def _open_count(console: Console) -> int:
-    with console.read.connection() as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM fleet.dead_letters WHERE status = 'open'").fetchone()
-    return int(row[0]) if row else 0
-
-
 def _list_body(console: Console, viewer: Viewer) -> Markup:
     if not _may_resolve(viewer):
         return html(
             '<p class="notice" role="status">{} open dead letter(s) in the fleet. Dead letters '
             'are commands no tenant is proven to own, so only a principal with the '
             '<code>operator</code> role sees and resolves them (you hold: {}).</p>',
-            _open_count(console), ", ".join(sorted(viewer.principal.roles)) or "no role")
+            console.fleet.dead_letters.open_count(),
+            ", ".join(sorted(viewer.principal.roles)) or "no role")
     letters = console.fleet.dead_letters.open_letters(limit=LIST_LIMIT)
     if not letters:
         return html('<p class="notice ok">No open dead letter.</p>')
