@@ -13,7 +13,7 @@ from selenium.common.exceptions import (
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-WAIT_S = 30.0
+WAIT_S = 60.0
 """How long a scenario waits for the page to show something (bounds a hang; nothing is
 asserted about how long it took)."""
 
