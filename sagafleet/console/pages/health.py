@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from projections import business_alerts
+from projections import business_alerts, operator_queue
 from projections.alerts import Alert
 from projections.status import projection_status
 from projections.trends import DEFAULT_WINDOW, WINDOWS, TrendBucket, Trends, collect_trends
@@ -167,6 +167,21 @@ def _lag_now(console: Console) -> float | None:
     return None
 
 
+GLANCE_QUEUE_ROWS = 100
+"""The queue is counted up to this many entries ("100+" beyond: the queue page pages them)."""
+
+
+def _glance(console: Console, tenant: str) -> Markup:
+    """How many requests wait for a person and how many dead letters are open, linked."""
+    waiting = len(operator_queue(console.read, tenant=tenant, limit=GLANCE_QUEUE_ROWS + 1))
+    shown = f"{GLANCE_QUEUE_ROWS}+" if waiting > GLANCE_QUEUE_ROWS else str(waiting)
+    letters = console.fleet.dead_letters.open_count()
+    return html('<ul class="glance"><li><a href="/queue"><strong>{}</strong> waiting for a '
+                'person</a></li><li><a href="/dead-letters"><strong>{}</strong> open dead '
+                'letter(s) in the fleet</a></li><li><a href="/workers">the workers</a></li>'
+                '</ul>', shown, letters)
+
+
 def _window_links(current: str) -> Markup:
     return join(
         html('<a href="/health?window={}"{}>{}</a>', name,
@@ -186,10 +201,11 @@ def routes(console: Console) -> list[BaseRoute]:
         history.record(viewer.tenant, HealthSample(trends.as_of, _lag_now(console),
                                                    len(alerts)))
         samples = history.since(viewer.tenant, trends.window.start)
-        return html('<p class="muted as-of">as of {} · {} buckets of {} · tenant {}</p>{}{}',
+        return html('<p class="muted as-of">as of {} · {} buckets of {} · tenant {}</p>{}{}{}',
                     f"{trends.as_of:%Y-%m-%d %H:%M:%S %Z}", trends.window.buckets,
                     _duration(trends.window.bucket_s), viewer.tenant,
-                    _alerts_section(alerts), _charts(trends, samples))
+                    _glance(console, viewer.tenant), _alerts_section(alerts),
+                    _charts(trends, samples))
 
     def health_page(request: Request) -> Response:
         window = _window_of(request)

@@ -92,6 +92,7 @@ def test_the_health_page_and_its_fragment_for_any_reader(browser, signed_in):
     assert page.status_code == 200
     assert 'class="current" aria-current="true">1h<' in page.text  # the default window
     assert page.text.count('<svg class="chart"') == 7
+    assert "<strong>0</strong> waiting for a person" in page.text
     fragment = browser.get("/health/fragment?window=7d",
                            headers={"x-sagafleet-fragment": "1"})
     assert fragment.status_code == 200 and "28 buckets of 6.0 h" in fragment.text
