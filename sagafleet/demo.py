@@ -3,9 +3,14 @@ sandbox providers with injected faults, with this process playing the operator.
 
 Nobody acts by a typed name: at the start the demo adds two principals to the fleet's
 directory, as an admin would with ``sagafleet principals add`` — the agent that registers
-and starts the sagas, and a person with the ``approver`` role — and acts as each only
-through the principal its API token proves. Every grant and denial in the log names the
-authenticated approver, who is not the saga's starter (four eyes).
+and starts the sagas, and a person with the ``approver`` and ``operator`` roles — and acts as
+each only through the principal its API token proves. Every grant and denial in the log names
+the authenticated approver, who is not the saga's starter (four eyes).
+
+With ``waiting`` (``sagafleet demo --keep-servers``), a few more trips whose capture needs a
+person are started and left unanswered, so the operator console has a queue to show: the
+person signs in as the demo's approver (its token is issued anew after the run) and does what
+the demo's operator did, from the browser.
 
 It proves its own claims from the outside: terminal states come from the log, duplicate
 effects and the business invariant from the providers' ledgers.
@@ -27,7 +32,14 @@ from typing import Any
 from events.definitions import DefinitionConflict
 from events.sagas import LoadedSaga
 from saga_core import ApprovalPolicy, SagaDefinition
-from saga_core.authority import ADMIN_ROLE, AGENT_ROLE, APPROVER_ROLE, Principal, PrincipalKind
+from saga_core.authority import (
+    ADMIN_ROLE,
+    AGENT_ROLE,
+    APPROVER_ROLE,
+    OPERATOR_ROLE,
+    Principal,
+    PrincipalKind,
+)
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.errors import SagaError
 from saga_core.events import (
@@ -49,7 +61,11 @@ from workers.principals import PrincipalConflict, PrincipalDirectory
 DEMO_DEFINITION = "trip_demo"
 AGENT = "demo-agent"
 APPROVER = "demo-approver"
+APPROVER_ROLES = frozenset({APPROVER_ROLE, OPERATOR_ROLE})
+"""The demo's person approves and resolves: what a person in the operator console does."""
 APPROVAL_TTL_S = 6.0
+WAITING_AMOUNT = 250_000
+"""A trip left for the console costs this much: above the capture gate's limit (100000)."""
 
 
 def demo_definition() -> SagaDefinition:
@@ -119,6 +135,8 @@ class DemoOptions:
     timeout_s: float = 240.0
     lease_s: float = 8.0
     queue_wait_s: float = 3.0
+    waiting: int = 0
+    """Trips (of the shipped ``trip`` definition) left waiting for a person, for the console."""
 
 
 def demo_principal(fleet: Fleet, name: str, kind: PrincipalKind,
@@ -233,7 +251,7 @@ def run(
     client = fleet.client_for(demo_principal(fleet, AGENT, PrincipalKind.AGENT,
                                              frozenset({AGENT_ROLE, ADMIN_ROLE})))
     version = register_demo_definition(fleet)
-    approver = demo_principal(fleet, APPROVER, PrincipalKind.PERSON, frozenset({APPROVER_ROLE}))
+    approver = demo_principal(fleet, APPROVER, PrincipalKind.PERSON, APPROVER_ROLES)
     faults = trip.faults
     faults.clear()
     if options.fault_rate > 0:
@@ -249,6 +267,7 @@ def run(
                          reason="customer asked the agent to book a trip").saga_id
             for i in range(options.sagas)
         ]
+        held = start_waiting(fleet, client, options, started)
         settled: dict[str, LoadedSaga] = {}
         while len(settled) < len(saga_ids) and time.monotonic() - started < options.timeout_s:
             for saga_id in saga_ids:
@@ -264,10 +283,44 @@ def run(
             time.sleep(0.2)
         elapsed = time.monotonic() - started
         progress.close()
+        waiting = wait_for_a_person(fleet, held, started + options.timeout_s)
     finally:
         processes.stop()
     finals = {sid: fleet.repo.load(sid) for sid in saga_ids}
-    return summarize(trip, finals, operator, elapsed, faults.hit_counts())
+    summary = summarize(trip, finals, operator, elapsed, faults.hit_counts())
+    summary["waiting_for_a_person"] = waiting
+    return summary
+
+
+def start_waiting(fleet: Fleet, client: Any, options: DemoOptions, started: float) -> list[str]:
+    """Start ``options.waiting`` trips of the shipped definition whose capture needs a person
+    (nobody in the demo answers them); returns their ids."""
+    if options.waiting <= 0:
+        return []
+    fleet.register_builtin_definitions()
+    return [client.start("trip", {**trip_input(1000 + i, options.seed),
+                                  "amount": WAITING_AMOUNT},
+                         key=f"demo-waiting-{options.seed}-{started}-{i}",
+                         reason="customer asked for an expensive trip").saga_id
+            for i in range(options.waiting)]
+
+
+def wait_for_a_person(fleet: Fleet, saga_ids: list[str], deadline: float) -> list[str]:
+    """Wait (until ``deadline``) for each of ``saga_ids`` to ask a person something or to
+    settle; returns those that wait for a person."""
+    def asks(loaded: LoadedSaga) -> bool:
+        state = loaded.state
+        return state.status is SagaStatus.MANUAL_INTERVENTION or any(
+            run.status is RunStatus.AWAITING_APPROVAL
+            for run in [*state.forward.values(), *state.compensation.values()])
+
+    pending = list(saga_ids)
+    while pending and time.monotonic() < deadline:
+        pending = [sid for sid in pending
+                   if not (asks(loaded := fleet.repo.load(sid))
+                           or loaded.state.status.is_terminal)]
+        time.sleep(0.2)
+    return [sid for sid in saga_ids if asks(fleet.repo.load(sid))]
 
 
 def summarize(

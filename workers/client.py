@@ -11,7 +11,6 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, cast
 
@@ -35,7 +34,6 @@ from saga_core.errors import (
     ErrorKind,
     InputValidationError,
     SagaError,
-    SagaMoved,
 )
 from saga_core.events import (
     CancelRequested,
@@ -69,6 +67,7 @@ from workers.secrets import (
     refs_in,
     split_secrets,
 )
+from workers.versions import bound_to_version
 from workers.views import SagaView, view_of
 
 # Saga ids for idempotency keys: uuid5 over (tenant, key) in sagafleet's own namespace.
@@ -458,7 +457,7 @@ class SagaClient:
         up to ``up_to`` of the gate's amount; default the amount requested); a second click
         is a no-op. Only a person of the saga's tenant with the gate's role may approve.
         ``reason`` is recorded on the grant. ``expected_version``: the saga version the
-        approver saw (``SagaMoved`` if it moved on; see :func:`_seen`)."""
+        approver saw (``SagaMoved`` if it moved on: :mod:`workers.versions`)."""
         kind = _step_ref(step_id, kind)
         if action_hash is not None:
             _text("action hash", action_hash, 64)
@@ -470,7 +469,7 @@ class SagaClient:
                                    self.orchestrator.clock(), up_to=up_to, reason=reason)
             return None if grant is None else [grant]
 
-        return self._record(saga_id, _seen(build, saga_id, expected_version))
+        return self._record(saga_id, bound_to_version(build, saga_id, expected_version))
 
     def deny(
         self, saga_id: str, step_id: str, *, reason: str, kind: StepKind = StepKind.FORWARD,
@@ -487,7 +486,7 @@ class SagaClient:
                                   self.orchestrator.clock(), reason)
             return None if denial is None else [denial]
 
-        return self._record(saga_id, _seen(build, saga_id, expected_version))
+        return self._record(saga_id, bound_to_version(build, saga_id, expected_version))
 
     def cancel(self, saga_id: str, *, reason: str = "",
                expected_version: int | None = None) -> SagaView:
@@ -502,7 +501,7 @@ class SagaClient:
             return [CancelRequested(at=self.orchestrator.clock(), actor=self.actor,
                                     reason=reason)]
 
-        return self._record(saga_id, _seen(build, saga_id, expected_version))
+        return self._record(saga_id, bound_to_version(build, saga_id, expected_version))
 
     def resolve(
         self, saga_id: str, action: str, *, step_id: str | None = None,
@@ -545,7 +544,7 @@ class SagaClient:
             recorded.append(event)
             return [event]
 
-        view = self._record(saga_id, _seen(build, saga_id, expected_version))
+        view = self._record(saga_id, bound_to_version(build, saga_id, expected_version))
         return Resolution(recorded=recorded[0] if recorded else None, saga=view)
 
     def _record(self, saga_id: str, build: Build) -> SagaView:
@@ -563,32 +562,6 @@ class SagaClient:
                 or text_problem(saga_id) is not None):
             raise SagaNotFound(f"no saga {saga_id!r}")
         return self.orchestrator.log.load(saga_id, tenant=self.tenant)
-
-
-def _seen(build: Build, saga_id: str, expected_version: int | None) -> Build:
-    """``build`` bound to the saga version a person saw when they clicked.
-
-    The same click again records nothing and is no error (``build`` answers None: the grant,
-    denial, cancel or action is already there). Anything else on a saga that moved past
-    ``expected_version`` -- something to record, or a refusal the move caused -- is
-    ``SagaMoved``: the person decided on a state that is gone. Checked on every attempt, so
-    a race lost inside the orchestrator is judged on the fresh log too.
-    """
-    if expected_version is None:
-        return build
-
-    def bound(loaded: LoadedSaga) -> Sequence[SagaEvent] | None:
-        try:
-            events = build(loaded)
-        except SagaError as exc:
-            if loaded.version != expected_version and exc.kind is not ErrorKind.FORBIDDEN:
-                raise SagaMoved(saga_id, expected_version, loaded.version) from exc
-            raise
-        if events is not None and loaded.version != expected_version:
-            raise SagaMoved(saga_id, expected_version, loaded.version)
-        return events
-
-    return bound
 
 
 def _step_ref(step_id: object, kind: object) -> StepKind:

@@ -13,6 +13,9 @@ from sagafleet.output import emit
 from sagafleet.settings import Settings
 from workers.fleet import Fleet, FleetConfig
 
+CONSOLE_WAITING = 3
+"""Trips ``--keep-servers`` leaves waiting for a person, for the operator console."""
+
 
 def register(sub: Any) -> None:
     """Add the ``demo`` subcommand."""
@@ -33,7 +36,9 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=7, help="seed of the fault mix and the operator")
     p.add_argument("--timeout", type=float, default=240.0, help="seconds to wait for the sagas")
     p.add_argument("--keep-servers", action="store_true",
-                   help="leave the embedded PostgreSQL and Redis running afterwards")
+                   help="leave the embedded PostgreSQL and Redis running afterwards, with "
+                   f"{CONSOLE_WAITING} trips waiting for a person, and print how to open them "
+                   "in the operator console (with the demo approver's new token)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(handler=run_demo)
 
@@ -55,7 +60,40 @@ def _text(d: dict[str, Any]) -> str:
     ]
     for item in d["manual_intervention"]:
         lines.append(f"  manual intervention {item['saga_id']}: {item['reason']}")
+    if "console" in d:
+        lines += _console_text(d["console"], d.get("waiting_for_a_person") or [])
     return "\n".join(lines)
+
+
+def _console_text(console: dict[str, Any], waiting: list[str]) -> list[str]:
+    return [
+        "",
+        "the servers keep running; to act as the demo's person in the operator console:",
+        f"  {console['command']}        # then open {console['url']}",
+        f"  sign in as {console['principal']} (roles: {', '.join(console['roles'])}) with "
+        "this token (shown once; `sagafleet principals rotate` issues another):",
+        f"    {console['token']}",
+        f"  {len(waiting)} trip(s) wait for a person in its queue; for an approved one to "
+        "move on, run a worker and a sweeper too:",
+        f"    {console['worker']}",
+        f"    {console['sweeper']}",
+    ]
+
+
+def console_handoff(fleet: Fleet, settings: Settings) -> dict[str, Any]:
+    """How a person continues in the console: the commands (with the demo's environment)
+    and a fresh token of the demo's approver (the run's own token is not kept anywhere)."""
+    issued = fleet.principals.rotate("default", demo.APPROVER)
+    prefix = "" if settings.home == Settings().home else f"SAGAFLEET_HOME={settings.home} "
+    return {
+        "command": f"{prefix}sagafleet console",
+        "url": "http://127.0.0.1:8080/",
+        "principal": demo.APPROVER,
+        "roles": sorted(issued.principal.roles),
+        "token": issued.token,
+        "worker": f"{prefix}SAGAFLEET_TOOLS={sandbox.TOOL_SET} sagafleet worker",
+        "sweeper": f"{prefix}sagafleet sweeper",
+    }
 
 
 def _approver(approver: dict[str, Any]) -> str:
@@ -72,7 +110,8 @@ def run_demo(args: argparse.Namespace, settings: Settings) -> int:
                          "--fault-rate within [0, 1]")
     options = demo.DemoOptions(sagas=args.sagas, workers=args.workers,
                                fault_rate=args.fault_rate, seed=args.seed,
-                               timeout_s=args.timeout)
+                               timeout_s=args.timeout,
+                               waiting=CONSOLE_WAITING if args.keep_servers else 0)
     ends = runtime.endpoints(settings, need_broker=True)
     assert ends.broker_url is not None
     migrate_all(ends.database_url)
@@ -85,6 +124,8 @@ def run_demo(args: argparse.Namespace, settings: Settings) -> int:
         summary = demo.run(fleet, trip, demo.child_env(ends.database_url, ends.broker_url,
                                                        options),
                            options, settings.home / "demo-logs")
+        if args.keep_servers:
+            summary["console"] = console_handoff(fleet, settings)
     finally:
         fleet.close()
         if not args.keep_servers and (ends.embedded_database or ends.embedded_broker):

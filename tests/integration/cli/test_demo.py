@@ -35,7 +35,8 @@ def test_demo_runs_sagas_with_faults_and_reports_no_duplicates(
     assert sum(summary["faults_injected"].values()) > 0
     # and every answer was given by the approver the directory authenticated by its token
     assert summary["approvals"]["approver"] == {
-        "name": "demo-approver", "kind": "person", "roles": ["approver"], "authenticated": True}
+        "name": "demo-approver", "kind": "person", "roles": ["approver", "operator"],
+        "authenticated": True}
     with psycopg.connect(fresh_database) as conn:
         approvers = conn.execute(
             "SELECT DISTINCT data->>'approver' FROM eventstore.events"
@@ -43,4 +44,5 @@ def test_demo_runs_sagas_with_faults_and_reports_no_duplicates(
         kept = conn.execute("SELECT kind, roles FROM fleet.principals"
                             " WHERE tenant = 'default' AND name = 'demo-approver'").fetchall()
     assert approvers == [("demo-approver",)]
-    assert kept == [("person", ["approver"])]
+    assert kept == [("person", ["approver", "operator"])]
+    assert "console" not in summary and summary["waiting_for_a_person"] == []
