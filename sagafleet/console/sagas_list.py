@@ -27,6 +27,7 @@ from workers.client import saga_id_for_key
 DEFAULT_ROWS, MAX_ROWS = 50, 200
 MAX_SUGGESTED = 200
 """Definition names the form suggests at most (agent plans may register many)."""
+MAX_AGE = timedelta(days=36_500)
 _AGE = re.compile(r"^\s*(\d{1,6})\s*([smhd])\s*$")
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _FIELDS = ("status", "definition", "older_than", "started_after", "started_before", "stuck",
@@ -54,7 +55,10 @@ def _duration(name: str, text: str) -> timedelta:
     if found is None:
         raise InvalidArgument(
             f"{name} is a number and a unit (s, m, h or d), like 15m or 2d; not {text[:40]!r}")
-    return timedelta(seconds=int(found.group(1)) * _AGE_UNITS[found.group(2)])
+    age = timedelta(seconds=int(found.group(1)) * _AGE_UNITS[found.group(2)])
+    if age > MAX_AGE:
+        raise InvalidArgument(f"{name} is at most {MAX_AGE.days} days, not {text[:40]!r}")
+    return age
 
 
 def _moment(name: str, text: str) -> datetime:

@@ -44,6 +44,7 @@ def test_older_than_and_started_before_together_keep_the_earlier_bound() -> None
 @pytest.mark.parametrize(("params", "named"), [
     ({"status": "ROLLED_BACK"}, "status is one of"),
     ({"older_than": "10 years"}, "older_than is a number and a unit"),
+    ({"older_than": "999999d"}, "older_than is at most"),
     ({"started_before": "tomorrow"}, "started_before is a date"),
     ({"stuck_minutes": "-5"}, "stuck_minutes"),
     ({"limit": "100000"}, "limit is a page size"),
