@@ -19,8 +19,7 @@ from events.errors import InvalidArgument
 from projections import AuditReport, ProjectionContext, TimelineEntry, audit
 from projections.rows import QueueRow, SagaRows, StepRunRow, SummaryRow
 from saga_core.definition import SagaDefinition
-from saga_core.errors import SagaError
-from workers.principals import PrincipalDirectory
+from workers.principals import PrincipalDirectory, PrincipalNotFound
 
 APPROVAL_EVENTS = {"ApprovalRequested": "requested", "ApprovalGranted": "granted",
                    "ApprovalDenied": "denied"}
@@ -139,7 +138,7 @@ def _approval(entry: TimelineEntry, directory: PrincipalDirectory,
         if approver not in known:
             try:
                 known[approver] = str(directory.get(tenant, approver).kind)
-            except SagaError:  # not (or no longer) in the directory
+            except PrincipalNotFound:  # not (or no longer) in the directory
                 known[approver] = None
         kind = known[approver]
     if outcome == "requested":

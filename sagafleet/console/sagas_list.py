@@ -9,7 +9,7 @@ the parameter, shown above the form with status 400.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
@@ -25,6 +25,9 @@ from sagafleet.console.step_graph import state_class
 from workers.client import saga_id_for_key
 
 DEFAULT_ROWS, MAX_ROWS = 50, 200
+MAX_SUGGESTED = 200
+"""Definition names the form suggests at most (agent plans may register many)."""
+MAX_AGE = timedelta(days=36_500)
 _AGE = re.compile(r"^\s*(\d{1,6})\s*([smhd])\s*$")
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _FIELDS = ("status", "definition", "older_than", "started_after", "started_before", "stuck",
@@ -52,7 +55,10 @@ def _duration(name: str, text: str) -> timedelta:
     if found is None:
         raise InvalidArgument(
             f"{name} is a number and a unit (s, m, h or d), like 15m or 2d; not {text[:40]!r}")
-    return timedelta(seconds=int(found.group(1)) * _AGE_UNITS[found.group(2)])
+    age = timedelta(seconds=int(found.group(1)) * _AGE_UNITS[found.group(2)])
+    if age > MAX_AGE:
+        raise InvalidArgument(f"{name} is at most {MAX_AGE.days} days, not {text[:40]!r}")
+    return age
 
 
 def _moment(name: str, text: str) -> datetime:
@@ -143,13 +149,16 @@ def _options(chosen: str) -> Markup:
                 for value, label in choices)
 
 
-def render_form(query: ListQuery) -> Markup:
-    """The filter form (GET), showing back what was asked."""
+def render_form(query: ListQuery, definitions: Sequence[str] = ()) -> Markup:
+    """The filter form (GET), showing back what was asked; ``definitions``: names to suggest."""
     raw = query.raw
+    suggestions = join(html('<option value="{}">', name)
+                       for name in sorted(set(definitions))[:MAX_SUGGESTED])
     return html(
         '<form class="filters" method="get" action="/sagas" role="search">'
         '<label>State <select name="status">{}</select></label>'
-        '<label>Definition <input name="definition" value="{}" maxlength="{}"></label>'
+        '<label>Definition <input name="definition" value="{}" maxlength="{}" '
+        'list="definition-names"></label><datalist id="definition-names">{}</datalist>'
         '<label>Older than <input name="older_than" value="{}" placeholder="15m, 2h, 3d" '
         'size="6"></label>'
         '<label>Started after <input type="datetime-local" name="started_after" '
@@ -163,6 +172,7 @@ def render_form(query: ListQuery) -> Markup:
         'value="{}"></label>'
         '<button type="submit">Show</button> <a href="/sagas">Clear</a></form>',
         _options(raw.get("status", "")), raw.get("definition", ""), NAME_CHARS.value,
+        suggestions,
         raw.get("older_than", ""), raw.get("started_after", ""),
         raw.get("started_before", ""),
         Markup(" checked") if raw.get("stuck") in ("1", "on", "true") else Markup(""),
@@ -221,7 +231,7 @@ def render_page(page: BrowsePage, query: ListQuery, now: datetime) -> Markup:
 
 
 def render_list(page: BrowsePage | None, query: ListQuery, error: str | None, *,
-                live_url: str, now: datetime) -> Markup:
+                live_url: str, now: datetime, definitions: Sequence[str] = ()) -> Markup:
     """The whole body of the list page (``page`` None: the query was refused); the table
     refreshes live from ``live_url`` (this page's own URL, answered with the table alone)."""
     problem = html('<p class="problem" role="alert">{}</p>', error) if error else Markup("")
@@ -233,4 +243,4 @@ def render_list(page: BrowsePage | None, query: ListQuery, error: str | None, *,
         '<p class="hint">Stuck: not in a terminal state and no progress for the time given '
         '(the sagas the stuck-age metric and the risk alerts are about). The search looks up '
         'one saga of this tenant by its id or by the idempotency key it was started with.</p>'
-        '{}', problem, render_form(query), listing)
+        '{}', problem, render_form(query, definitions), listing)

@@ -80,6 +80,25 @@ def _depths(definition: SagaDefinition) -> dict[str, int]:
     return depth
 
 
+def _undone_before(definition: SagaDefinition, step_id: str,
+                   undo: Mapping[str, Box]) -> list[str]:
+    """The nearest steps before ``step_id`` that have a compensation: through steps without
+    one (read-only, say), so the reverse order stays drawn across them."""
+    found: list[str] = []
+    seen: set[str] = set()
+    waiting = list(definition.step(step_id).depends_on)
+    while waiting:
+        dep = waiting.pop(0)
+        if dep in seen or not definition.has_step(dep):
+            continue
+        seen.add(dep)
+        if dep in undo:
+            found.append(dep)
+        else:
+            waiting.extend(definition.step(dep).depends_on)
+    return found
+
+
 def layout(definition: SagaDefinition, states: Mapping[tuple[str, str], str], *,
            unreached: str = NOT_STARTED) -> Picture:
     """Where each step's box (and its compensation's) goes; ``states`` maps
@@ -106,13 +125,12 @@ def layout(definition: SagaDefinition, states: Mapping[tuple[str, str], str], *,
                 x + 12, y + NODE_H + COMP_GAP, NODE_W - 24, COMP_H)
     edges: list[Edge] = []
     for step in definition.steps:
-        for dep in step.depends_on:
-            if dep in forward:
-                edges.append(Edge(forward[dep], forward[step.id], "depends"))
-                if dep in undo and step.id in undo:
-                    edges.append(Edge(undo[step.id], undo[dep], "undo"))
+        edges += [Edge(forward[dep], forward[step.id], "depends")
+                  for dep in step.depends_on if dep in forward]
         if step.id in undo:
             edges.append(Edge(forward[step.id], undo[step.id], "tie"))
+            edges += [Edge(undo[step.id], undo[before], "undo")
+                      for before in _undone_before(definition, step.id, undo)]
     columns = max(depth.values(), default=0) + 1
     rows = max(rows_in.values(), default=1)
     width = 2 * MARGIN + columns * NODE_W + (columns - 1) * COL_GAP

@@ -49,6 +49,9 @@ def _wants_fragment(request: Request) -> bool:
 def routes(console: Console) -> list[Route]:
     """The saga list and saga page routes, bound to ``console``."""
 
+    def names(tenant: str) -> list[str]:
+        return [record.name for record in console.read.definitions.list(tenant=tenant)]
+
     def saga_list(request: Request) -> Response:
         viewer = viewer_of(request)
         params = dict(request.query_params)
@@ -62,13 +65,14 @@ def routes(console: Console) -> list[Route]:
             if exc.kind is not ErrorKind.INVALID_INPUT:
                 raise
             body = render_list(None, without_bad_values(params), str(exc), live_url="",
-                               now=now)
+                               now=now, definitions=names(viewer.tenant))
             return console.page(request, "Sagas", body, current=NAV.path, status=400)
         if _wants_fragment(request):
             return console.fragment(render_page(page, query, now))
         here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return console.page(request, "Sagas",
-                            render_list(page, query, None, live_url=here, now=now),
+                            render_list(page, query, None, live_url=here, now=now,
+                                        definitions=names(viewer.tenant)),
                             current=NAV.path)
 
     def saga_page(request: Request) -> Response:

@@ -135,6 +135,7 @@ def test_filters_by_state_definition_age_stuck_and_search(
     assert listed("status=COMPENSATED") == {compensated.saga_id}
     assert listed("status=RUNNING") == {stuck.saga_id, fresh.saga_id}
     assert listed("definition=trip.express") == {express.saga_id}
+    assert '<option value="trip.express">' in browser.get("/sagas").text  # suggested
     assert listed("definition=trip&status=COMPLETED") == {completed.saga_id}
     # age: started before / after a moment, or older than a duration
     assert listed("started_before=2025-01-15T00:00") == {completed.saga_id, compensated.saga_id}

@@ -44,6 +44,7 @@ def test_older_than_and_started_before_together_keep_the_earlier_bound() -> None
 @pytest.mark.parametrize(("params", "named"), [
     ({"status": "ROLLED_BACK"}, "status is one of"),
     ({"older_than": "10 years"}, "older_than is a number and a unit"),
+    ({"older_than": "999999d"}, "older_than is at most"),
     ({"started_before": "tomorrow"}, "started_before is a date"),
     ({"stuck_minutes": "-5"}, "stuck_minutes"),
     ({"limit": "100000"}, "limit is a page size"),
@@ -98,3 +99,15 @@ def test_the_graph_markup_escapes_states_and_names_and_uses_no_inline_style() ->
     assert "&lt;script&gt;" in svg
     assert not re.search(r"<[^>]*\sstyle=", svg)
     assert 'class="node forward st-_script_x__script__"' in svg  # a class of [a-z0-9_-] only
+
+
+def test_the_reverse_order_is_drawn_across_a_step_without_compensation() -> None:
+    trip = trip_definition()
+    steps = [step.model_copy(update={"compensation": None, "semantics": "read_only"})
+             if step.id == "capture_payment" else step for step in trip.steps]
+    definition = trip.model_copy(update={"steps": steps})
+    undo_edges = {(e.source.step_id, e.target.step_id) for e in layout(definition, {}).edges
+                  if e.style == "undo"}
+    assert ("send_itinerary", "hold_flight") in undo_edges  # through capture_payment
+    assert ("send_itinerary", "hold_hotel") in undo_edges
+    assert not any("capture_payment" in pair for pair in undo_edges)
