@@ -7,9 +7,11 @@ its approval, ambiguous outcomes nobody has resolved.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 from psycopg import sql
 
@@ -51,6 +53,16 @@ SELECT r.saga_id, s.definition_name, r.step_id, r.changed_at, r.kind
  WHERE r.status IN ('unknown', 'reconciling', 'found', 'absent') AND {scope}
  ORDER BY r.changed_at
 """
+
+
+ALERT_KINDS: Final[Mapping[str, str]] = MappingProxyType({
+    "captured_without_confirmation": "Money captured, the saga not finished, nothing offset it",
+    "compensation_failing": "A compensation keeps failing",
+    "executed_before_approval": "A step ran without a granted approval",
+    "unresolved_ambiguous_outcomes": "Ambiguous outcomes nobody has resolved",
+})
+"""Every kind of alert this module raises, with what it means for a person (the Prometheus
+exporter and the console's health page list them all, firing or not)."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from projections import business_alerts, operator_queue
-from projections.alerts import Alert
+from projections.alerts import ALERT_KINDS, Alert
 from projections.status import projection_status
 from projections.trends import DEFAULT_WINDOW, WINDOWS, TrendBucket, Trends, collect_trends
 from sagafleet.console.charts import Point, Series, bar_chart, line_chart
@@ -35,14 +35,6 @@ from sagafleet.console.layout import NavLink
 from sagafleet.console.markup import Markup, html, join, url_part
 
 NAV = NavLink(30, "Health", "/health")
-
-ALERT_KINDS = (
-    ("captured_without_confirmation", "Money captured without a confirmed trip"),
-    ("compensation_failing", "A compensation keeps failing"),
-    ("executed_before_approval", "A step ran without its approval"),
-    ("unresolved_ambiguous_outcomes", "Ambiguous outcomes nobody resolved"),
-)
-"""Every kind of business alert (``projections.alerts``) and what it means for a person."""
 
 STYLESHEET = Markup('<link rel="stylesheet" href="/static/health.css">')
 """The health pages' own styles (a same-origin stylesheet: the CSP allows it in the body)."""
@@ -134,14 +126,14 @@ def _charts(trends: Trends, samples: Sequence[HealthSample]) -> Markup:
 
 
 def _alerts_section(alerts: Sequence[Alert]) -> Markup:
-    firing = {kind: [a for a in alerts if a.kind == kind] for kind, _ in ALERT_KINDS}
+    firing = {kind: [a for a in alerts if a.kind == kind] for kind in ALERT_KINDS}
     states = join(
         html('<tr class="alert-state {}" data-kind="{}"><td>{}</td><td><code>{}</code></td>'
              '<td><span class="badge {}">{}</span></td></tr>',
              "firing" if firing[kind] else "clear", kind, meaning, kind,
              "urgent" if firing[kind] else "ok",
              f"firing ({len(firing[kind])})" if firing[kind] else "clear")
-        for kind, meaning in ALERT_KINDS)
+        for kind, meaning in ALERT_KINDS.items())
     rows = join(
         html('<tr class="alert {}"><td><span class="badge {}">{}</span></td><td>{}</td>'
              '<td>{}</td><td>{}</td><td>{}</td></tr>',
