@@ -63,7 +63,7 @@ def _times(value: float) -> str:
 
 
 def _count(value: float) -> str:
-    return f"{value:.0f}"
+    return f"{value:g}"  # an axis tick may fall between whole counts (0.5)
 
 
 def _window_of(request: Request) -> str:
