@@ -32,7 +32,7 @@ from saga_core.contracts import StepKind
 from saga_core.errors import ErrorKind, SagaError, SagaMoved
 from saga_core.limits import REASON_CHARS
 from saga_core.resolution import OPERATOR_ACTIONS
-from sagafleet.console.core import Console
+from sagafleet.console.core import Console, status_of
 from sagafleet.console.gate import Form, form_of, viewer_of
 from sagafleet.console.markup import Markup, csrf_field, html, join
 from sagafleet.console.sessions import Viewer
@@ -51,10 +51,6 @@ DONE_MESSAGES: Final = {
     "unchanged": "Nothing new was recorded (the same action was already there) for",
 }
 """The notices a redirect after an action may ask for (by code: never text from the URL)."""
-
-STATUS_OF_KIND: Final = {ErrorKind.INVALID_INPUT: 400, ErrorKind.FORBIDDEN: 403,
-                         ErrorKind.NOT_FOUND: 404, ErrorKind.CONFLICT: 409,
-                         ErrorKind.UNAUTHENTICATED: 401, ErrorKind.UNAVAILABLE: 503}
 
 
 # -- who sees which button ---------------------------------------------------------------
@@ -267,7 +263,7 @@ def _refused(console: Console, request: Request, form: Form, return_to: str,
              exc: SagaError) -> Response:
     """Nothing was recorded: say why, and show the saga as the log has it now."""
     viewer = viewer_of(request)
-    status = STATUS_OF_KIND.get(exc.kind, 500)
+    status = status_of(exc)
     title = "Changed meanwhile" if isinstance(exc, SagaMoved) else "Not recorded"
     current = Markup("")
     saga_id = form.text("saga_id")

@@ -28,29 +28,20 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from saga_core.errors import ErrorKind, SagaError
+from saga_core.errors import SagaError
 from sagafleet.console import actions, signin, stream
 from sagafleet.console import pages as pages_package
-from sagafleet.console.core import Console
-from sagafleet.console.gate import VIEWER_KEY, Gate
+from sagafleet.console.core import Console, status_of
+from sagafleet.console.gate import FRAGMENT_HEADER, VIEWER_KEY, Gate
 from sagafleet.console.headers import SecurityHeaders
 from sagafleet.console.layout import NavLink, sign_in_frame
 from sagafleet.console.markup import html
 
-__all__ = ["HOME", "STATUS_OF_KIND", "create_app", "page_modules"]
+__all__ = ["HOME", "create_app", "page_modules"]
 
 HOME: Final = "/queue"
 """Where ``/`` and a fresh sign-in lead."""
 
-STATUS_OF_KIND: Final = {
-    ErrorKind.INVALID_INPUT: 400,
-    ErrorKind.UNAUTHENTICATED: 401,
-    ErrorKind.FORBIDDEN: 403,
-    ErrorKind.NOT_FOUND: 404,
-    ErrorKind.CONFLICT: 409,
-    ErrorKind.UNAVAILABLE: 503,
-}
-"""The HTTP status of each error kind (others: 500)."""
 
 
 def page_modules() -> list[ModuleType]:
@@ -99,12 +90,13 @@ def _home(request: Request) -> Response:
 
 def _error_page(console: Console) -> Callable[[Request, Exception], Any]:
     def render(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, SagaError)  # registered for SagaError only  # noqa: S101
-        status = STATUS_OF_KIND.get(exc.kind, 500)
+        if not isinstance(exc, SagaError):  # registered for SagaError only
+            return PlainTextResponse("internal error", status_code=500)
+        status = status_of(exc)
         body = html('<section class="problem"><h1>{}</h1><p class="notice error" '
                     'role="alert">{}</p>{}</section>', _title(status), str(exc),
                     html('<p class="hint">{}</p>', exc.hint) if exc.hint else "")
-        if request.headers.get("x-sagafleet-fragment") is not None:
+        if FRAGMENT_HEADER in request.headers:
             return console.fragment(body, status=status)
         if VIEWER_KEY in request.scope:
             return console.page(request, _title(status), body, status=status)

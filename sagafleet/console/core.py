@@ -9,11 +9,13 @@ app.create_app` builds the web app around it, and passes it to every page module
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from projections import ProjectionContext
+from saga_core.errors import ErrorKind, SagaError
 from sagafleet.console.gate import viewer_of
 from sagafleet.console.layout import NavLink, fragment_response, page_response
 from sagafleet.console.live import LiveHub
@@ -22,7 +24,22 @@ from sagafleet.console.sessions import SessionStore, Viewer
 from workers.client import SagaClient
 from workers.fleet import Fleet
 
-__all__ = ["Console"]
+__all__ = ["STATUS_OF_KIND", "Console", "status_of"]
+
+STATUS_OF_KIND: Final = {
+    ErrorKind.INVALID_INPUT: 400,
+    ErrorKind.UNAUTHENTICATED: 401,
+    ErrorKind.FORBIDDEN: 403,
+    ErrorKind.NOT_FOUND: 404,
+    ErrorKind.CONFLICT: 409,
+    ErrorKind.UNAVAILABLE: 503,
+}
+"""The HTTP status of each error kind (others: 500)."""
+
+
+def status_of(error: SagaError) -> int:
+    """The HTTP status a page answers ``error`` with."""
+    return STATUS_OF_KIND.get(error.kind, 500)
 
 
 @dataclass

@@ -13,6 +13,10 @@ before a page sees it (secure by default: a page cannot forget either).
    is left for the page (:func:`form_of`) and the body is replayed to the app;
 4. leaves the viewer in the request's scope (:func:`viewer_of`).
 
+What a page requests by itself (a live refresh carrying ``X-Sagafleet-Fragment``, the event
+stream) is checked the same way but is not the person's activity: it does not extend the
+session's idle timeout.
+
 The sign-in form itself is protected by a double-submit cookie (:data:`SIGNIN_COOKIE`),
 checked by the sign-in page (there is no session yet to tie a token to).
 """
@@ -50,6 +54,9 @@ PUBLIC_PATHS: Final = frozenset({"/sign-in", "/favicon.ico"})
 VIEWER_KEY: Final = "sagafleet.viewer"
 FORM_KEY: Final = "sagafleet.form"
 SAFE_METHODS: Final = frozenset({"GET", "HEAD"})
+FRAGMENT_HEADER: Final = "x-sagafleet-fragment"
+"""Sent by console.js with every live refresh of a fragment."""
+LIVE_PATH: Final = "/live"
 
 
 class Form(Mapping[str, str]):
@@ -88,18 +95,29 @@ def form_of(request: Request) -> Form:
     return form
 
 
+def is_automatic(request: Request) -> bool:
+    """Whether the page made this request by itself (a live fragment refresh, the event
+    stream), not the person: it does not count as activity for the idle timeout."""
+    return request.url.path == LIVE_PATH or FRAGMENT_HEADER in request.headers
+
+
 def is_public(path: str) -> bool:
     """Whether ``path`` is served without a session."""
     return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
 
 
-def same_origin(headers: Headers, scope: Scope) -> bool:
-    """Whether the request's ``Origin`` (when sent) is this server's own."""
+def same_origin(headers: Headers) -> bool:
+    """Whether the request's ``Origin`` (when sent) names this server's host and port.
+
+    The scheme is not compared: behind a TLS proxy the browser's origin is https while the
+    console may hear http; what matters is that no other site posted the form (a proxy must
+    pass the original ``Host``). ``Origin: null`` (an opaque origin) is another site.
+    """
     origin = headers.get("origin")
     if origin is None:  # not sent (same-origin navigation in some browsers): the token decides
         return True
-    host = headers.get("host", "")
-    return origin in (f"{scope.get('scheme', 'http')}://{host}",)
+    _, _, netloc = origin.partition("://")
+    return bool(netloc) and netloc.lower() == headers.get("host", "").lower()
 
 
 class Gate:
@@ -117,8 +135,8 @@ class Gate:
         request = Request(scope)
         session_id = request.cookies.get(SESSION_COOKIE, "")
         try:
-            viewer = (await anyio.to_thread.run_sync(self.sessions.resume, session_id)
-                      if session_id else None)
+            check = self.sessions.look if is_automatic(request) else self.sessions.resume
+            viewer = await anyio.to_thread.run_sync(check, session_id) if session_id else None
         except SagaError as exc:
             status = 503 if exc.kind is ErrorKind.UNAVAILABLE else 500
             await _plain(status, f"the console cannot check sessions: {exc}")(scope, receive,
@@ -131,7 +149,7 @@ class Gate:
         if scope["method"] in SAFE_METHODS:
             await self.app(scope, receive, send)
             return
-        if not same_origin(request.headers, scope):
+        if not same_origin(request.headers):
             await _plain(403, "refused: the form was posted from another site")(
                 scope, receive, send)
             return
@@ -187,7 +205,7 @@ def _replay(body: bytes) -> Receive:
 def _not_signed_in(request: Request) -> Response:
     wants_page = (request.method in SAFE_METHODS
                   and "text/html" in request.headers.get("accept", "")
-                  and request.headers.get("x-sagafleet-fragment") is None)
+                  and FRAGMENT_HEADER not in request.headers)
     if wants_page:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return RedirectResponse(f"/sign-in?next={quote(target, safe='')}", status_code=303)

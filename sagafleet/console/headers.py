@@ -3,8 +3,8 @@
 A strict Content-Security-Policy: scripts, styles, images, fetches and the event stream come
 from this origin only, nothing inline (no ``<script>`` blocks, no ``style=``, no ``on*=``
 handlers), no framing, forms post only here. Even a value that escaped escaping could then
-run nothing. Plus ``nosniff``, no referrer, and ``no-store`` caching for pages (a signed-in
-page must not outlive sign-out in a shared browser's cache).
+run nothing. Plus ``nosniff``, no referrer to other sites, and ``no-store`` caching for pages
+(a signed-in page must not outlive sign-out in a shared browser's cache).
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ CONTENT_SECURITY_POLICY: Final = (
 _ALWAYS: Final = (
     (b"content-security-policy", CONTENT_SECURITY_POLICY.encode("ascii")),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    # same-origin, not no-referrer: under no-referrer a browser sends "Origin: null" with
+    # every form post, and the gate's same-origin check then refuses the console's own forms.
+    (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
     (b"cross-origin-opener-policy", b"same-origin"),
 )

@@ -2,7 +2,7 @@
 
 :func:`queue_items` reads the tenant's operator queue (most urgent first: nearest deadline,
 then oldest request), the summary and step rows of the sagas in it, and their definitions
-(by hash, immutable, so cached), and makes each entry a :class:`QueueItem`: the seed's
+(by hash: the definition store caches them), and makes each entry a :class:`QueueItem`: the seed's
 evidence in named fields rather than a dict handed to a renderer. Everything it holds came
 through the projections, which mask secret inputs (``projections.masking``); the arguments
 were redacted by saga_core when the request was made.
@@ -14,12 +14,12 @@ had it when the page was drawn: the actions are bound to it (``SagaClient``'s
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from events.definitions import DefinitionNotFound
 from projections import ProjectionContext, QueueRow, StepRunRow, SummaryRow, operator_queue
 from projections.store import read_rows
 from projections.tables import active_version
@@ -28,7 +28,7 @@ from saga_core.definition import SagaDefinition
 from saga_core.resolution import ACTION_EFFECTS, OPERATOR_ACTIONS
 from saga_core.state import FORWARD_DONE, RunStatus
 
-__all__ = ["DefinitionCache", "GateView", "QueueItem", "ResolveChoice", "queue_items"]
+__all__ = ["GateView", "QueueItem", "ResolveChoice", "queue_item", "queue_items"]
 
 URGENT_WITHIN: Final = timedelta(minutes=10)
 """An entry whose deadline is this close is marked urgent."""
@@ -96,34 +96,8 @@ class QueueItem:
         return StepKind.COMPENSATION if self.row.kind == "compensation" else StepKind.FORWARD
 
 
-class DefinitionCache:
-    """Definitions by hash (a hash names one immutable definition: never invalidated)."""
-
-    def __init__(self, ctx: ProjectionContext, capacity: int = 256) -> None:
-        self._ctx = ctx
-        self._capacity = capacity
-        self._held: dict[str, SagaDefinition] = {}
-        self._lock = threading.Lock()
-
-    def get(self, digest: str) -> SagaDefinition | None:
-        """The definition of ``digest`` (None when the store has none)."""
-        with self._lock:
-            held = self._held.get(digest)
-        if held is not None:
-            return held
-        try:
-            definition = self._ctx.definitions.by_hash(digest)
-        except Exception:  # noqa: BLE001 - a missing definition shows as unknown, not a 500
-            return None
-        with self._lock:
-            if len(self._held) >= self._capacity:
-                self._held.clear()
-            self._held[digest] = definition
-        return definition
-
-
-def queue_items(ctx: ProjectionContext, definitions: DefinitionCache, *, tenant: str,
-                now: datetime, limit: int = 100) -> list[QueueItem]:
+def queue_items(ctx: ProjectionContext, *, tenant: str, now: datetime,
+                limit: int = 100) -> list[QueueItem]:
     """``tenant``'s queue, most urgent first, each entry with its evidence."""
     rows = operator_queue(ctx, tenant=tenant, limit=limit)
     if not rows:
@@ -136,9 +110,18 @@ def queue_items(ctx: ProjectionContext, definitions: DefinitionCache, *, tenant:
         summary = rows_of.summary if rows_of else None
         if summary is not None and summary.tenant != tenant:  # never another tenant's
             continue
-        definition = definitions.get(summary.definition_hash) if summary else None
+        definition = _definition(ctx, summary.definition_hash) if summary else None
         items.append(queue_item(row, summary, rows_of.steps if rows_of else (), definition, now))
     return items
+
+
+def _definition(ctx: ProjectionContext, digest: str) -> SagaDefinition | None:
+    """The saga's definition (the store caches it by hash: one content per hash), or None
+    when the store has none (the entry still shows, without the definition's rules)."""
+    try:
+        return ctx.definitions.by_hash(digest)
+    except DefinitionNotFound:
+        return None
 
 
 def queue_item(row: QueueRow, summary: SummaryRow | None, steps: Sequence[StepRunRow],

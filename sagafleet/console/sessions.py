@@ -10,7 +10,9 @@ digest, so neither a copy of the table nor a log line can sign anyone in. Every 
 2. its principal is still live in the principal directory, with the same token it signed in
    with (a revoked principal or a rotated token ends every session of it at once: no cache);
 
-and then refreshes ``last_seen_at``. A session that fails a check is deleted. Sign-out
+and then, for a person's own request (:meth:`SessionStore.resume`; not for what a page does
+by itself, :meth:`SessionStore.look`), refreshes ``last_seen_at``. A session that fails a
+check is deleted; so is every expired one at the next sign-in. Sign-out
 (:meth:`SessionStore.close`) deletes the row.
 
 The CSRF token of a session is derived from the session id (HMAC-SHA256 of a fixed label under
@@ -111,6 +113,7 @@ class SessionStore:
         principal = self._principals.authenticate(token)
         record = self._principals.get(principal.tenant, principal.name)
         session_id = secrets.token_urlsafe(SESSION_ID_BYTES)
+        self.purge_expired()  # rows of browsers that never came back go at the next sign-in
         now = self._clock()
         expires = now + self.policy.absolute
         with self._store.connection() as conn:
@@ -124,7 +127,28 @@ class SessionStore:
 
     def resume(self, session_id: str) -> Viewer | None:
         """The viewer of a live session, or None (unknown, expired, or its principal revoked
-        or its token rotated since sign-in; such a session is deleted)."""
+        or its token rotated since sign-in; such a session is deleted). A person's request:
+        it counts as activity (``last_seen_at`` moves)."""
+        checked = self._checked(session_id)
+        if checked is None:
+            return None
+        viewer, last_seen = checked
+        now = self._clock()
+        if now - last_seen >= _LAST_SEEN_GRANULARITY:
+            with self._store.connection() as conn:
+                conn.execute("UPDATE fleet.console_sessions SET last_seen_at = %s"
+                             " WHERE id_digest = %s", (now, viewer.session_digest))
+        return viewer
+
+    def look(self, session_id: str) -> Viewer | None:
+        """As :meth:`resume`, for what a page does on its own (a live refresh, the event
+        stream's heartbeat): it is not activity, so an open tab does not keep a session
+        alive past its idle timeout."""
+        checked = self._checked(session_id)
+        return None if checked is None else checked[0]
+
+    def _checked(self, session_id: str) -> tuple[Viewer, datetime] | None:
+        """The live session's viewer and when its person was last seen, or None."""
         if not _well_formed(session_id):
             return None
         digest = _digest(session_id)
@@ -146,11 +170,7 @@ class SessionStore:
         if record is None or record.revoked or record.token_issued_at != issued_at:
             self._delete(digest)
             return None
-        if now - last_seen >= _LAST_SEEN_GRANULARITY:
-            with self._store.connection() as conn:
-                conn.execute("UPDATE fleet.console_sessions SET last_seen_at = %s"
-                             " WHERE id_digest = %s", (now, digest))
-        return Viewer(record.principal(), csrf_token_for(session_id), digest, expires)
+        return Viewer(record.principal(), csrf_token_for(session_id), digest, expires), last_seen
 
     def close(self, session_id: str) -> None:
         """Sign out: delete the session (nothing happens for an unknown id)."""

@@ -16,6 +16,7 @@ import hmac
 import secrets
 from urllib.parse import parse_qsl
 
+import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -96,6 +97,9 @@ def routes(console: Console) -> list[BaseRoute]:
             fresh = secrets.token_urlsafe(32)
             page = sign_in_frame("Sign in", _form(fresh, next_path, str(exc)), status=401)
             return _with_signin_cookie(request, page, fresh)
+        previous = request.cookies.get(SESSION_COOKIE)
+        if previous:  # signing in again (maybe as someone else) ends the session before
+            await anyio.to_thread.run_sync(console.sessions.close, previous)
         response = RedirectResponse(next_path, status_code=303)
         response.set_cookie(SESSION_COOKIE, opened, httponly=True, samesite="strict",
                             secure=_secure(request), path="/")
@@ -117,8 +121,6 @@ def routes(console: Console) -> list[BaseRoute]:
 
 
 async def _open(console: Console, token: str) -> str:
-    import anyio.to_thread
-
     if not token:
         raise Unauthenticated("paste the API token to sign in")
     opened = await anyio.to_thread.run_sync(console.sessions.open, token)

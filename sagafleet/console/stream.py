@@ -43,7 +43,7 @@ def routes(console: Console) -> list[BaseRoute]:
                     try:
                         number = await asyncio.wait_for(queue.get(), console.live.heartbeat_s)
                     except TimeoutError:
-                        still = await anyio.to_thread.run_sync(console.sessions.resume,
+                        still = await anyio.to_thread.run_sync(console.sessions.look,
                                                                session_id)
                         if still is None:
                             yield "event: signed-out\ndata: \n\n"

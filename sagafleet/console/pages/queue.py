@@ -29,7 +29,7 @@ from sagafleet.console.core import Console
 from sagafleet.console.gate import viewer_of
 from sagafleet.console.layout import NavLink
 from sagafleet.console.markup import Markup, html, join, pretty_json, url_part
-from sagafleet.console.queue_view import DefinitionCache, GateView, QueueItem, queue_items
+from sagafleet.console.queue_view import GateView, QueueItem, queue_items
 from sagafleet.console.saga_page import queue_anchor  # the saga page links here
 from sagafleet.console.sessions import Viewer
 
@@ -41,11 +41,10 @@ PAGE_SIZE = 100
 
 def routes(console: Console) -> list[BaseRoute]:
     """The queue page and its live fragment."""
-    definitions = DefinitionCache(console.read)
 
     def items_of(viewer: Viewer) -> list[QueueItem]:
-        return queue_items(console.read, definitions, tenant=viewer.tenant,
-                           now=datetime.now(UTC), limit=PAGE_SIZE)
+        return queue_items(console.read, tenant=viewer.tenant, now=datetime.now(UTC),
+                           limit=PAGE_SIZE)
 
     def queue_page(request: Request) -> Response:
         viewer = viewer_of(request)

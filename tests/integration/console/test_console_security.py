@@ -46,7 +46,7 @@ def test_every_response_carries_a_strict_content_security_policy(browser, signed
         assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy
         assert "form-action 'self'" in policy and "unsafe-inline" not in policy
         assert response.headers["x-content-type-options"] == "nosniff"
-        assert response.headers["referrer-policy"] == "no-referrer"
+        assert response.headers["referrer-policy"] == "same-origin"
     page = answers[3].text
     assert "<script>" not in page and " style=" not in page and " onclick=" not in page
 

@@ -139,3 +139,22 @@ def test_a_session_ends_after_its_absolute_lifetime_however_busy(fleet, clocked)
         assert client.get("/queue").status_code == 200
     clock.now += step
     assert client.get("/queue").status_code == 401
+
+
+def test_signing_in_again_ends_the_session_before(fleet, browser: TestClient) -> None:
+    sign_in(browser, token_for(fleet, "olivia", ("operator",)))
+    sign_in(browser, token_for(fleet, "oscar", ("operator",)))
+    assert _session_rows(fleet) == 1
+    assert "oscar" in browser.get("/queue").text
+
+
+def test_live_refreshes_of_an_open_tab_do_not_keep_an_idle_session_alive(fleet, clocked) -> None:
+    client, clock = clocked
+    sign_in(client, token_for(fleet, "olivia", ("operator",)))
+    refresh = {"x-sagafleet-fragment": "1"}
+    for _ in range(3):  # the page refreshes itself through most of the idle timeout
+        clock.now += POLICY.idle / 3 - timedelta(seconds=1)
+        assert client.get("/queue/fragment", headers=refresh).status_code == 200
+    clock.now += timedelta(seconds=5)  # the person did nothing for longer than the timeout
+    assert client.get("/queue/fragment", headers=refresh).status_code == 401
+    assert client.get("/queue").status_code == 401
