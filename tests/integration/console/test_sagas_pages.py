@@ -327,6 +327,8 @@ def test_replay_as_of_a_position_shows_the_earlier_state(
     # a position that is not one is refused, naming what it takes
     bad = browser.get(f"/sagas/{saga.saga_id}?at=soon")
     assert bad.status_code == 400 and "N or XID:N" in bad.text
+    before = browser.get(f"/sagas/{saga.saga_id}?at=0")
+    assert before.status_code == 400 and "there is no state as of 0" in before.text
 
 
 def test_approvals_show_who_approved_and_a_waiting_saga_links_to_its_queue_item(
