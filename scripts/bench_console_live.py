@@ -7,7 +7,9 @@ projector (as ``sagafleet console`` runs it); a signed-in client holding the eve
 start appends, NOTIFY wakes the projector and the hub), then waits for ``event: moved`` and
 fetches ``/queue/fragment`` until it holds the new saga. Printed: the median and 90th
 percentile of start -> fragment-with-the-entry, and of start -> the first ``moved`` event,
-and the same-run ratio of the two (how much of the wait the fragment fetches add).
+and the same-run ratio of the two (how much of the wait the fragment fetches add). Rounds
+are ``--pause`` apart (untimed): the hub announces at most twice a second, so back-to-back
+rounds would measure that bound rather than the arrival.
 
 Usage: python scripts/bench_console_live.py [--rounds N] [--database-url URL] [--broker-url URL]
 (the database is dropped afterwards; without URLs the embedded servers are used).
@@ -84,6 +86,7 @@ def main() -> None:
     """Run the rounds and print medians."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--pause", type=float, default=1.0, help="seconds between rounds")
     parser.add_argument("--database-url", default=os.environ.get("SAGAFLEET_DATABASE_URL"),
                         help="a server whose database may create databases (default: embedded)")
     parser.add_argument("--broker-url", default=os.environ.get("SAGAFLEET_BROKER_URL"),
@@ -94,7 +97,7 @@ def main() -> None:
     broker = args.broker_url or embedded.start_redis(home).url
     url = _database(server)
     try:
-        run(url, broker, args.rounds)
+        run(url, broker, args.rounds, args.pause)
     finally:
         with psycopg.connect(server, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
@@ -103,7 +106,7 @@ def main() -> None:
             embedded.stop_embedded(home)
 
 
-def run(url: str, broker: str, rounds: int) -> None:
+def run(url: str, broker: str, rounds: int, pause: float) -> None:
     """Serve a console on a fresh database ``url`` and time ``rounds`` arrivals."""
     migrate_all(url)
     fleet = Fleet(FleetConfig(database_url=url, broker_url=broker), trip_tool_catalogue())
@@ -136,6 +139,7 @@ def run(url: str, broker: str, rounds: int) -> None:
             lines = stream.iter_lines()
             next(lines)  # retry: / connected
             for index in range(rounds):
+                time.sleep(pause)
                 card = agent.put_secret(f"tok_{index}").as_input()
                 began = time.perf_counter()
                 saga_id = agent.start("bench_capture", {"amount": 10 + index,

@@ -56,6 +56,7 @@ from saga_core.plans import AgentPlan, parse_plan
 from saga_core.resolution import OPERATOR_ACTIONS, OperatorRequest, resolve_escalation
 from saga_core.state import SagaState
 from saga_core.validation import validate_definition
+from workers import versions
 from workers.orchestrator import Build, Orchestrator
 from workers.publisher import Publisher
 from workers.secrets import (
@@ -67,7 +68,6 @@ from workers.secrets import (
     refs_in,
     split_secrets,
 )
-from workers.versions import bound_to_version
 from workers.views import SagaView, view_of
 
 # Saga ids for idempotency keys: uuid5 over (tenant, key) in sagafleet's own namespace.
@@ -469,7 +469,7 @@ class SagaClient:
                                    self.orchestrator.clock(), up_to=up_to, reason=reason)
             return None if grant is None else [grant]
 
-        return self._record(saga_id, bound_to_version(build, saga_id, expected_version))
+        return self._record(saga_id, versions.bound_to_version(build, saga_id, expected_version))
 
     def deny(
         self, saga_id: str, step_id: str, *, reason: str, kind: StepKind = StepKind.FORWARD,
@@ -486,7 +486,7 @@ class SagaClient:
                                   self.orchestrator.clock(), reason)
             return None if denial is None else [denial]
 
-        return self._record(saga_id, bound_to_version(build, saga_id, expected_version))
+        return self._record(saga_id, versions.bound_to_version(build, saga_id, expected_version))
 
     def cancel(self, saga_id: str, *, reason: str = "",
                expected_version: int | None = None) -> SagaView:
@@ -501,7 +501,7 @@ class SagaClient:
             return [CancelRequested(at=self.orchestrator.clock(), actor=self.actor,
                                     reason=reason)]
 
-        return self._record(saga_id, bound_to_version(build, saga_id, expected_version))
+        return self._record(saga_id, versions.bound_to_version(build, saga_id, expected_version))
 
     def resolve(
         self, saga_id: str, action: str, *, step_id: str | None = None,
@@ -544,7 +544,7 @@ class SagaClient:
             recorded.append(event)
             return [event]
 
-        view = self._record(saga_id, bound_to_version(build, saga_id, expected_version))
+        view = self._record(saga_id, versions.bound_to_version(build, saga_id, expected_version))
         return Resolution(recorded=recorded[0] if recorded else None, saga=view)
 
     def _record(self, saga_id: str, build: Build) -> SagaView:

@@ -110,8 +110,7 @@ def run_demo(args: argparse.Namespace, settings: Settings) -> int:
                          "--fault-rate within [0, 1]")
     options = demo.DemoOptions(sagas=args.sagas, workers=args.workers,
                                fault_rate=args.fault_rate, seed=args.seed,
-                               timeout_s=args.timeout,
-                               waiting=CONSOLE_WAITING if args.keep_servers else 0)
+                               timeout_s=args.timeout)
     ends = runtime.endpoints(settings, need_broker=True)
     assert ends.broker_url is not None
     migrate_all(ends.database_url)
@@ -120,6 +119,8 @@ def run_demo(args: argparse.Namespace, settings: Settings) -> int:
     fleet = Fleet(FleetConfig(database_url=ends.database_url, broker_url=ends.broker_url,
                               lease_s=options.lease_s, queue_wait_s=options.queue_wait_s),
                   trip.tools)
+    if args.keep_servers:  # something for the person to do in the console afterwards
+        options.waiting = CONSOLE_WAITING
     try:
         summary = demo.run(fleet, trip, demo.child_env(ends.database_url, ends.broker_url,
                                                        options),

@@ -11,9 +11,10 @@ Routes (``POST``, CSRF-checked by the gate): ``/actions/approve``, ``/actions/de
 ``/actions/resolve``, ``/actions/cancel``. A success redirects (303) to the form's
 ``return_to`` (a path of this site) with ``done`` and ``saga`` in the query, which
 :func:`done_notice` turns into a message. The forms are built here so that every page that
-offers an action (the queue, a saga's page) offers the same one: :func:`approval_forms`,
-:func:`resolve_form`, :func:`cancel_form`; :func:`may_approve`, :func:`may` say whether to
-show them (the server decides anyway).
+offers an action (the queue, a saga's page) offers the same one: :func:`approve_form`,
+:func:`deny_form` (both: :func:`approval_forms`), :func:`resolve_form`, :func:`cancel_form`;
+:func:`may_approve`, :func:`may_deny`, :func:`may` say whether to show them (the server
+decides anyway).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from saga_core.authority import Action, Principal, PrincipalKind
+from saga_core.authority import OPERATOR_ROLE, Action, Principal, PrincipalKind
 from saga_core.contracts import StepKind
 from saga_core.errors import ErrorKind, SagaError, SagaMoved
 from saga_core.limits import REASON_CHARS
@@ -40,8 +41,9 @@ from sagafleet.console.signin import safe_next
 from workers.client import InvalidRequest, SagaClient
 from workers.views import SagaView
 
-__all__ = ["DONE_MESSAGES", "approval_forms", "cancel_form", "done_notice", "may",
-           "may_approve", "resolve_form", "routes", "saga_state_box"]
+__all__ = ["DONE_MESSAGES", "approval_forms", "approve_form", "cancel_form", "deny_form",
+           "done_notice", "may", "may_approve", "may_deny", "resolve_form", "routes",
+           "saga_state_box"]
 
 DONE_MESSAGES: Final = {
     "approved": "Approved",
@@ -67,6 +69,13 @@ def may_approve(principal: Principal, role: str | None) -> bool:
     return principal.kind is PrincipalKind.PERSON and principal.has_role(role or "approver")
 
 
+def may_deny(principal: Principal, role: str | None) -> bool:
+    """Whether the principal could deny such a request: the gate's role, or an operator
+    (a person either way)."""
+    return may_approve(principal, role) or (principal.kind is PrincipalKind.PERSON
+                                            and principal.has_role(OPERATOR_ROLE))
+
+
 # -- the forms -----------------------------------------------------------------------------
 
 
@@ -87,10 +96,10 @@ def _reason(label: str, form_id: str) -> Markup:
                 form_id, label, form_id, REASON_CHARS.value)
 
 
-def approval_forms(viewer: Viewer, *, saga_id: str, step_id: str, kind: str,
-                   action_hash: str | None, seen_version: int | None, amount_arg: str | None,
-                   return_to: str) -> Markup:
-    """The approve (with an optional up-to amount when the gate bounds one) and deny forms."""
+def approve_form(viewer: Viewer, *, saga_id: str, step_id: str, kind: str,
+                 action_hash: str | None, seen_version: int | None, amount_arg: str | None,
+                 return_to: str) -> Markup:
+    """The approve form, with an optional up-to amount when the gate bounds one."""
     ident = f"a-{saga_id[:8]}-{step_id}-{kind}"
     up_to = html('<label for="{}-up-to">up to {}</label><input id="{}-up-to" type="number" '
                  'name="up_to" step="any" min="0" placeholder="as requested">',
@@ -99,12 +108,30 @@ def approval_forms(viewer: Viewer, *, saga_id: str, step_id: str, kind: str,
                      action_hash=action_hash or "")
     return html(
         '<form method="post" action="/actions/approve" class="approve" data-once>{}{}{}'
-        '<button type="submit" class="primary">Approve</button></form>'
+        '<button type="submit" class="primary">Approve</button></form>',
+        hidden, _reason("Reason", ident), up_to)
+
+
+def deny_form(viewer: Viewer, *, saga_id: str, step_id: str, kind: str,
+              seen_version: int | None, return_to: str) -> Markup:
+    """The deny form."""
+    ident = f"d-{saga_id[:8]}-{step_id}-{kind}"
+    return html(
         '<form method="post" action="/actions/deny" class="deny" data-once>{}{}'
         '<button type="submit" class="danger">Deny</button></form>',
-        hidden, _reason("Reason", ident), up_to,
         _hidden(viewer, saga_id, seen_version, return_to, step=step_id, kind=kind),
-        _reason("Reason", ident + "-d"))
+        _reason("Reason", ident))
+
+
+def approval_forms(viewer: Viewer, *, saga_id: str, step_id: str, kind: str,
+                   action_hash: str | None, seen_version: int | None, amount_arg: str | None,
+                   return_to: str) -> Markup:
+    """The approve and deny forms together (for a principal who may do both)."""
+    return approve_form(viewer, saga_id=saga_id, step_id=step_id, kind=kind,
+                        action_hash=action_hash, seen_version=seen_version,
+                        amount_arg=amount_arg, return_to=return_to) + deny_form(
+        viewer, saga_id=saga_id, step_id=step_id, kind=kind, seen_version=seen_version,
+        return_to=return_to)
 
 
 def resolve_form(viewer: Viewer, *, saga_id: str, step_id: str, kind: str,

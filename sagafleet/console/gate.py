@@ -49,6 +49,8 @@ SESSION_COOKIE: Final = "sagafleet_session"
 SIGNIN_COOKIE: Final = "sagafleet_signin"
 FORM_BYTES: Final = 64 * 1024
 """The largest form body read (a reason and a few fields; evidence JSON included)."""
+FORM_FIELDS: Final = 100
+"""The most fields a form may have."""
 PUBLIC_PREFIXES: Final = ("/static/",)
 PUBLIC_PATHS: Final = frozenset({"/sign-in", "/favicon.ico"})
 VIEWER_KEY: Final = "sagafleet.viewer"
@@ -157,8 +159,13 @@ class Gate:
         if refusal is not None:
             await refusal(scope, receive, send)
             return
-        pairs = parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True,
-                          max_num_fields=100)
+        try:
+            pairs = parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True,
+                              max_num_fields=FORM_FIELDS)
+        except ValueError:
+            await _plain(400, f"refused: a form has at most {FORM_FIELDS} fields")(
+                scope, receive, send)
+            return
         form = Form(pairs)
         if not hmac.compare_digest(form.get("csrf", "").encode(), viewer.csrf.encode()):
             await _plain(403, "refused: the form's CSRF token is missing or wrong (reload the "

@@ -5,7 +5,8 @@ not refresh on the append itself: the read models it shows move only when the pr
 applied the event. So the hub's thread, woken by a notification
 (:class:`events.subscription.Notifications`, a dedicated connection), watches the read models'
 progress (the stored subscription checkpoints, one small query) for a short while and
-announces ``moved`` to every subscriber each time that progress changes. A quiet log still
+announces ``moved`` to every subscriber each time that progress changes (at most twice a
+second: each announcement makes every open page fetch its fragment). A quiet log still
 gets looked at every ``poll_s`` (NOTIFY is a wake-up, never the truth).
 
 Subscribers are bounded (:data:`MAX_SUBSCRIBERS`; one more is refused, 503) and each holds a
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Final
@@ -38,6 +40,9 @@ HEARTBEAT_S: Final = 15.0
 SETTLE_S: Final = 3.0
 """How long after a wake-up the hub keeps watching the read models catch up."""
 WATCH_EVERY_S: Final = 0.1
+ANNOUNCE_EVERY_S: Final = 0.5
+"""At most two announcements a second: a busy log must not make every open page fetch its
+fragment ten times a second."""
 
 _PROGRESS = ("SELECT coalesce(string_agg(name || ':' || last_position::text, ','"
              " ORDER BY name), '') FROM eventstore.checkpoints")
@@ -66,6 +71,7 @@ class LiveHub:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.announced = 0
+        self._last_announced = 0.0
         """How many announcements were made (a counter for tests and diagnostics)."""
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -131,18 +137,17 @@ class LiveHub:
                         self._announce()
 
     def _settle(self, seen: str) -> str:
-        """Watch the read models for SETTLE_S after a wake-up; announce every change."""
-        deadline = SETTLE_S
-        waited = 0.0
-        while waited < deadline and not self._stop.is_set():
+        """Watch the read models for SETTLE_S after a wake-up; announce their changes, at
+        most one per ANNOUNCE_EVERY_S (every open page fetches its fragment on each)."""
+        quiet = 0.0
+        while quiet < SETTLE_S and not self._stop.is_set():
             now = self._progress()
-            if now != seen:
+            if now != seen and time.monotonic() - self._last_announced >= ANNOUNCE_EVERY_S:
                 seen = now
                 self._announce()
-                waited = 0.0  # still moving: keep watching
-                deadline = SETTLE_S
+                quiet = 0.0  # still moving: keep watching
             self._stop.wait(WATCH_EVERY_S)
-            waited += WATCH_EVERY_S
+            quiet += WATCH_EVERY_S
         return seen
 
     def _progress(self) -> str:
@@ -155,6 +160,7 @@ class LiveHub:
         if loop is None or loop.is_closed():
             return
         self.announced += 1
+        self._last_announced = time.monotonic()
         number = self.announced
         try:
             loop.call_soon_threadsafe(self._deliver, number)

@@ -80,8 +80,12 @@ def routes(console: Console) -> list[BaseRoute]:
             if len(body) > FORM_BYTES:
                 return sign_in_frame("Sign in", html("<p>The form is too large.</p>"),
                                      status=413)
-        form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True,
-                              max_num_fields=20))
+        try:
+            form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True,
+                                  max_num_fields=20))
+        except ValueError:
+            return sign_in_frame("Sign in", html("<p>The form has too many fields.</p>"),
+                                 status=400)
         expected = request.cookies.get(SIGNIN_COOKIE, "")
         given = form.get("csrf", "")
         next_path = safe_next(form.get("next", "/"))

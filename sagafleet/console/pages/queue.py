@@ -18,11 +18,13 @@ from starlette.routing import BaseRoute, Route
 
 from saga_core.authority import Action
 from sagafleet.console.actions import (
-    approval_forms,
+    approve_form,
     cancel_form,
+    deny_form,
     done_notice,
     may,
     may_approve,
+    may_deny,
     resolve_form,
 )
 from sagafleet.console.core import Console
@@ -169,11 +171,16 @@ def _actions(viewer: Viewer, item: QueueItem) -> Markup:
     principal = viewer.principal
     row = item.row
     forms: list[Markup] = []
-    if item.is_approval and may_approve(principal, item.gate.role if item.gate else None):
-        forms.append(approval_forms(
+    role = item.gate.role if item.gate else None
+    if item.is_approval and may_approve(principal, role):
+        forms.append(approve_form(
             viewer, saga_id=row.saga_id, step_id=row.step_id, kind=row.kind,
             action_hash=row.action_hash, seen_version=item.seen_version,
             amount_arg=item.gate.amount_arg if item.gate else None, return_to="/queue"))
+    if item.is_approval and may_deny(principal, role):
+        forms.append(deny_form(viewer, saga_id=row.saga_id, step_id=row.step_id,
+                               kind=row.kind, seen_version=item.seen_version,
+                               return_to="/queue"))
     if not item.is_approval and may(principal, Action.RESOLVE):
         forms.append(resolve_form(
             viewer, saga_id=row.saga_id, step_id=row.step_id, kind=row.kind or "forward",

@@ -81,3 +81,17 @@ def test_an_operator_cancels_a_waiting_saga(fleet, console, browser, signed_in) 
     cancels = [e for e in fleet.repo.load(saga_id).events
                if type(e).__name__ == "CancelRequested"]
     assert len(cancels) == 1 and cancels[0].actor == "oscar"
+
+
+def test_an_operator_without_the_gates_role_may_deny_but_not_approve(fleet, console, browser,
+                                                                      signed_in) -> None:
+    saga_id = start_waiting_capture(fleet)
+    project_all(console.read)
+    signed_in("oscar", ("operator",))
+    page = browser.get("/queue").text
+    assert 'action="/actions/approve"' not in page and 'action="/actions/deny"' in page
+    fields = _fields(page, saga_id, "deny") | {"reason": "the customer withdrew"}
+    assert browser.post("/actions/deny", data=fields).status_code == 303
+    denials = [e for e in fleet.repo.load(saga_id).events
+               if type(e).__name__ == "ApprovalDenied"]
+    assert [(d.approver, d.roles) for d in denials] == [("oscar", ["operator"])]

@@ -61,6 +61,9 @@ def test_a_form_without_its_csrf_token_is_refused(fleet, browser, signed_in, wai
     elsewhere = browser.post("/actions/approve", data=fields,
                              headers={"origin": "https://evil.example"})
     not_a_form = browser.post("/actions/approve", json=fields)
+    too_many = browser.post("/actions/approve",
+                            data=fields | {f"f{i}": "x" for i in range(200)})
+    assert too_many.status_code == 400
     assert missing.status_code == wrong.status_code == elsewhere.status_code == 403
     assert "CSRF token is missing or wrong" in missing.text
     assert "another site" in elsewhere.text
