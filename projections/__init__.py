@@ -1,6 +1,12 @@
 """Read models of the saga log: the runner, operator queue, metrics, audit, verify, rebuild."""
 
-from projections.alerts import Alert, AlertThresholds, business_alerts, platform_alerts
+from projections.alerts import (
+    Alert,
+    AlertThresholds,
+    business_alerts,
+    platform_alerts,
+    saga_alerts,
+)
 from projections.audit import AuditReport, BudgetStanding, TimelineEntry, audit, parse_position
 from projections.context import ProjectionContext, migrate
 from projections.errors import ProjectionError, RebuildConflict, UnknownProjection
@@ -68,6 +74,7 @@ __all__ = [
     "platform_alerts",
     "projection_status",
     "rebuild",
+    "saga_alerts",
     "saga_page",
     "verify",
 ]

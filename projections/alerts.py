@@ -96,6 +96,17 @@ def business_alerts(
     return _alerts(ctx, sql.SQL("s.tenant = %(tenant)s"), tenant, thresholds, name)
 
 
+def saga_alerts(
+    ctx: ProjectionContext, *, tenant: str, saga_id: str,
+    thresholds: AlertThresholds | None = None, name: str = "sagas",
+) -> list[Alert]:
+    """The business-risk alerts on one of ``tenant``'s sagas right now (none for another
+    tenant's): what the saga page shows as at risk."""
+    check_tenant(tenant)
+    scope = sql.SQL("s.tenant = %(tenant)s AND s.saga_id = %(saga_id)s")
+    return _alerts(ctx, scope, tenant, thresholds, name, scope_params={"saga_id": saga_id})
+
+
 def platform_alerts(
     ctx: ProjectionContext, thresholds: AlertThresholds | None = None, name: str = "sagas"
 ) -> list[Alert]:
@@ -106,14 +117,17 @@ def platform_alerts(
 
 def _alerts(
     ctx: ProjectionContext, scope: sql.Composable, tenant: str | None,
-    thresholds: AlertThresholds | None, name: str,
+    thresholds: AlertThresholds | None, name: str, *,
+    scope_params: dict[str, Any] | None = None,
 ) -> list[Alert]:
-    """The alerts on the sagas ``scope`` (a predicate over the summary ``s``) admits."""
+    """The alerts on the sagas ``scope`` (a predicate over the summary ``s``, with
+    ``scope_params``) admits."""
     limits = thresholds or AlertThresholds()
     params = {
         "capture_s": limits.unconfirmed_capture_s,
         "failures": limits.compensation_failures,
         "tenant": tenant,
+        **(scope_params or {}),
     }
     alerts: list[Alert] = []
     with ctx.connection() as conn, conn.transaction():

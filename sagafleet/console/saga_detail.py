@@ -1,5 +1,6 @@
 """What the saga page shows, gathered for one tenant: the audit (timeline, hash chain, state
-as of a log position), the definition the saga runs, its approvals with who answered them.
+as of a log position), the definition the saga runs, its approvals with who answered them,
+and the business-risk alerts on it now (projections.saga_alerts).
 
 Everything comes from :func:`projections.audit` — the log, folded afresh, secrets masked,
 another tenant's saga not found — and the principal directory (what kind of principal each
@@ -16,7 +17,7 @@ from typing import Any
 
 from events import Position
 from events.errors import InvalidArgument
-from projections import AuditReport, ProjectionContext, TimelineEntry, audit
+from projections import Alert, AuditReport, ProjectionContext, TimelineEntry, audit, saga_alerts
 from projections.rows import QueueRow, SagaRows, StepRunRow, SummaryRow
 from saga_core.definition import SagaDefinition
 from workers.principals import PrincipalDirectory, PrincipalNotFound
@@ -68,6 +69,8 @@ class SagaDetail:
     """The read-model rows folded up to ``at`` (``as_of.state``)."""
     definition: SagaDefinition
     approvals: tuple[ApprovalLine, ...]
+    alerts: tuple[Alert, ...] = ()
+    """The business-risk alerts on the saga now (none shown as of a past position)."""
 
     @property
     def summary(self) -> SummaryRow:
@@ -182,4 +185,5 @@ def saga_detail(ctx: ProjectionContext, directory: PrincipalDirectory, *, tenant
     approvals = tuple(
         line for entry in as_of.timeline
         if (line := _approval(entry, directory, tenant, known)) is not None)
-    return SagaDetail(saga_id, tenant, at, history, as_of, state, definition, approvals)
+    alerts = tuple(saga_alerts(ctx, tenant=tenant, saga_id=saga_id)) if at is None else ()
+    return SagaDetail(saga_id, tenant, at, history, as_of, state, definition, approvals, alerts)

@@ -1,5 +1,6 @@
-"""The saga page's markup: header, the wait for a person, the replay form, the graph, the
-steps with their receipts, approvals, budget and stops, and the audited timeline.
+"""The saga page's markup: header, the wait for a person, what is at risk, the replay form,
+the graph, the steps with their receipts, approvals, budget and stops, and the audited
+timeline.
 
 Every value shown came from the log (an agent's input, a tool's receipt, an operator's
 reason) and goes through :func:`sagafleet.console.markup.html`, so it lands as text.
@@ -58,6 +59,16 @@ def _waiting(d: SagaDetail) -> Markup:
         for q in d.queue)
     return html('<section class="waiting" id="waiting"><h2>Waiting for a person</h2>'
                 '<ul>{}</ul></section>', items)
+
+
+def _at_risk(d: SagaDetail) -> Markup:
+    if not d.alerts:
+        return Markup("")
+    items = join(html('<li class="alert {}"><b>{}</b> {}: {} <span class="since">since {}'
+                      '</span></li>', a.severity, a.severity, a.kind.replace("_", " "),
+                      a.message, _when(a.since)) for a in d.alerts)
+    return html('<section class="at-risk" id="at-risk"><h2>At risk</h2><ul>{}</ul>'
+                '</section>', items)
 
 
 def _replay_form(d: SagaDetail) -> Markup:
@@ -200,8 +211,8 @@ def _timeline(d: SagaDetail) -> Markup:
 def render_saga_live(d: SagaDetail) -> Markup:
     """Everything below the crumbs (the live fragment: it is refreshed as the saga moves,
     never while focus is in it, so typing a position in the replay form is not lost)."""
-    return html('{}{}{}{}{}{}{}{}', _header(d), _waiting(d), _replay_form(d), _graph(d),
-                _steps(d), _approvals(d), _budget(d.as_of.budget), _timeline(d))
+    return html('{}{}{}{}{}{}{}{}{}', _header(d), _waiting(d), _at_risk(d), _replay_form(d),
+                _graph(d), _steps(d), _approvals(d), _budget(d.as_of.budget), _timeline(d))
 
 
 def render_saga(d: SagaDetail) -> Markup:

@@ -383,6 +383,23 @@ def test_the_timeline_shows_the_hash_chain_check_per_event(
     assert set(verdicts[broken_at + 1:]) <= {"unverified"}
 
 
+def test_a_saga_at_risk_shows_its_business_alerts_now_not_as_of_the_past(
+        console: Console, repo: PostgresSagaLog, browser: TestClient, signed_in: Any) -> None:
+    # a saga that captured money long ago and stopped there (nothing confirmed, nothing offset)
+    captured = _at(TripScript(), T0).start().succeed("hold_flight").succeed("hold_hotel")
+    captured.succeed("capture_payment")
+    finished = _at(TripScript(), T0).completed()
+    _written(console, repo, captured, finished)
+    signed_in("olivia")
+
+    page = browser.get(f"/sagas/{captured.saga_id}").text
+    risk = page.split('id="at-risk"', 1)[1].split("</section>", 1)[0]
+    assert "captured without confirmation" in risk and "capture_payment" in risk
+    assert 'id="at-risk"' not in browser.get(f"/sagas/{finished.saga_id}").text
+    position = re.findall(rf'href="/sagas/{captured.saga_id}\?at=(\d+)"', page)[0]
+    assert 'id="at-risk"' not in browser.get(f"/sagas/{captured.saga_id}?at={position}").text
+
+
 def test_budget_and_stops_are_shown(
         console: Console, repo: PostgresSagaLog, browser: TestClient, signed_in: Any) -> None:
     saga = _at(TripScript(), T0).completed()
