@@ -14,7 +14,7 @@ snapshot:
 
 Why the queries stay cheap: each one is an index range scan of the window for one tenant,
 never a scan of the table. Finished sagas come from the ``(tenant, finished_at)`` index
-(projections migration 0004), started ones from ``(tenant, started_at)`` (0002), and their
+(projections migration 0005), started ones from ``(tenant, started_at)`` (0002), and their
 operations and redeliveries are looked up per saga of the window (``LATERAL``, by
 ``step_runs``' primary key and ``redeliveries_saga_idx``, which lead with the saga id). A
 chart costs what its window holds, whatever the table size (``scripts/bench_health.py``);

@@ -4,7 +4,8 @@
 -- scan over the window, whatever the table size; sagas still running (finished_at NULL) are
 -- not in it. The charts by start time use 0002's (tenant, started_at) index.
 -- Table sets copy the template's indexes when they are created; those created before this
--- migration get it here.
+-- migration get it here. (Numbered 0005: 0003 is the metrics windows' indexes, and the saga
+-- list's filters take the next free number.)
 CREATE INDEX saga_summary_template_tenant_finished_idx
     ON projections.saga_summary_template (tenant, finished_at)
     WHERE finished_at IS NOT NULL;
