@@ -61,8 +61,8 @@ ALERT_KINDS: Final[Mapping[str, str]] = MappingProxyType({
     "executed_before_approval": "A step ran without a granted approval",
     "unresolved_ambiguous_outcomes": "Ambiguous outcomes nobody has resolved",
 })
-"""Every kind of alert this module raises, with what it means for a person (the Prometheus
-exporter and the console's health page list them all, firing or not)."""
+"""Every kind of alert this module raises, with what it means for a person (the console's
+health page lists them all, firing or not)."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from projections.alerts import ALERT_KINDS, platform_alerts
+from projections.alerts import platform_alerts
 from projections.context import ProjectionContext
 from projections.metrics import Metrics, OperationMetrics, collect_platform_metrics
 from projections.status import ProjectionStatus, projection_status
@@ -67,7 +67,12 @@ def render(metrics: Metrics, statuses: list[ProjectionStatus], alerts: Counter[s
         ]
         lines += [_line("commands_refused_total", {"refusal": refusal}, count)
                   for refusal, count in letters.refused.items()]
-    for kind in ALERT_KINDS:
+    for kind in (
+        "captured_without_confirmation",
+        "compensation_failing",
+        "executed_before_approval",
+        "unresolved_ambiguous_outcomes",
+    ):
         lines.append(_line("alerts", {"kind": kind}, alerts.get(kind, 0)))
     return "\n".join(line for line in lines if line) + "\n"
 
