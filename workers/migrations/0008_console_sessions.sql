@@ -1,4 +1,5 @@
--- The operator console's sign-in sessions (sagafleet.console.sessions). The browser holds a
+-- The operator console's sign-in sessions (sagafleet.console.sessions). Numbered 0008: the
+-- metrics branch brings 0007 (redeliveries index); the two are independent. The browser holds a
 -- random session id in an HttpOnly cookie; the table keeps only its sha256 digest, so a copy
 -- of the table signs nobody in. A session names its principal (tenant, name) and when that
 -- principal's token was issued: every request re-reads the principal, and a revoked principal
