@@ -6,7 +6,7 @@ shown, ``newer`` goes back before the first. Sagas started meanwhile sort before
 cursor, so paging back and forth never shifts, skips or repeats a row (no OFFSET, ever).
 
 Every filter has an index that leads with the tenant and ends with the page order
-(migrations 0002 and 0003), so a page costs one index range scan whatever the table size:
+(migrations 0002 and 0004), so a page costs one index range scan whatever the table size:
 
 * ``status`` — the saga's state (a terminal one, or RUNNING, COMPENSATING, or
   MANUAL_INTERVENTION: paused for a person);
