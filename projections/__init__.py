@@ -1,7 +1,13 @@
 """Read models of the saga log: the runner, operator queue, metrics, audit, verify, rebuild."""
 
-from projections.alerts import Alert, AlertThresholds, business_alerts, platform_alerts
-from projections.audit import AuditReport, TimelineEntry, audit, parse_position
+from projections.alerts import (
+    Alert,
+    AlertThresholds,
+    business_alerts,
+    platform_alerts,
+    saga_alerts,
+)
+from projections.audit import AuditReport, BudgetStanding, TimelineEntry, audit, parse_position
 from projections.context import ProjectionContext, migrate
 from projections.errors import ProjectionError, RebuildConflict, UnknownProjection
 from projections.listing import SagaCursor, SagaPage, saga_page
@@ -19,6 +25,7 @@ from projections.queue import operator_queue
 from projections.rebuild import RebuildProgress, RebuildReport, rebuild
 from projections.rows import QueueRow, SagaRows, StepRunRow, SummaryRow
 from projections.runner import BatchReport, ProjectionRunner
+from projections.saga_browse import BrowsePage, SagaFilter, browse_sagas
 from projections.status import ProjectionStatus, TableSetStatus, projection_status
 from projections.tables import PROJECTIONS
 from projections.verify import Difference, VerifyReport, verify
@@ -29,6 +36,8 @@ __all__ = [
     "AlertThresholds",
     "AuditReport",
     "BatchReport",
+    "BrowsePage",
+    "BudgetStanding",
     "DefinitionMetrics",
     "Difference",
     "Metrics",
@@ -44,6 +53,7 @@ __all__ = [
     "RebuildProgress",
     "RebuildReport",
     "SagaCursor",
+    "SagaFilter",
     "SagaPage",
     "SagaRows",
     "StepRunRow",
@@ -54,6 +64,7 @@ __all__ = [
     "UnknownProjection",
     "VerifyReport",
     "audit",
+    "browse_sagas",
     "business_alerts",
     "collect_metrics",
     "collect_platform_metrics",
@@ -63,6 +74,7 @@ __all__ = [
     "platform_alerts",
     "projection_status",
     "rebuild",
+    "saga_alerts",
     "saga_page",
     "verify",
 ]

@@ -7,9 +7,11 @@ its approval, ambiguous outcomes nobody has resolved.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 from psycopg import sql
 
@@ -56,6 +58,16 @@ SELECT r.saga_id, s.definition_name, r.step_id, r.changed_at, r.kind
 """
 
 
+ALERT_KINDS: Final[Mapping[str, str]] = MappingProxyType({
+    "captured_without_confirmation": "Money captured, the saga not finished, nothing offset it",
+    "compensation_failing": "A compensation keeps failing",
+    "executed_before_approval": "A step ran without a granted approval",
+    "unresolved_ambiguous_outcomes": "Ambiguous outcomes nobody has resolved",
+})
+"""Every kind of alert this module raises, with what it means for a person (the console's
+health page lists them all, firing or not)."""
+
+
 @dataclass(frozen=True)
 class AlertThresholds:
     """When a risk becomes an alert."""
@@ -87,6 +99,17 @@ def business_alerts(
     return _alerts(ctx, sql.SQL("s.tenant = %(tenant)s"), tenant, thresholds, name)
 
 
+def saga_alerts(
+    ctx: ProjectionContext, *, tenant: str, saga_id: str,
+    thresholds: AlertThresholds | None = None, name: str = "sagas",
+) -> list[Alert]:
+    """The business-risk alerts on one of ``tenant``'s sagas right now (none for another
+    tenant's): what the saga page shows as at risk."""
+    check_tenant(tenant)
+    scope = sql.SQL("s.tenant = %(tenant)s AND s.saga_id = %(saga_id)s")
+    return _alerts(ctx, scope, tenant, thresholds, name, scope_params={"saga_id": saga_id})
+
+
 def platform_alerts(
     ctx: ProjectionContext, thresholds: AlertThresholds | None = None, name: str = "sagas"
 ) -> list[Alert]:
@@ -97,14 +120,17 @@ def platform_alerts(
 
 def _alerts(
     ctx: ProjectionContext, scope: sql.Composable, tenant: str | None,
-    thresholds: AlertThresholds | None, name: str,
+    thresholds: AlertThresholds | None, name: str, *,
+    scope_params: dict[str, Any] | None = None,
 ) -> list[Alert]:
-    """The alerts on the sagas ``scope`` (a predicate over the summary ``s``) admits."""
+    """The alerts on the sagas ``scope`` (a predicate over the summary ``s``, with
+    ``scope_params``) admits."""
     limits = thresholds or AlertThresholds()
     params = {
         "capture_s": limits.unconfirmed_capture_s,
         "failures": limits.compensation_failures,
         "tenant": tenant,
+        **(scope_params or {}),
     }
     alerts: list[Alert] = []
     with ctx.connection() as conn, conn.transaction():

@@ -19,6 +19,7 @@ from projections.masking import mask, mask_input
 from projections.record import replay
 from projections.rows import SagaRows, rows_of
 from saga_core.events import SagaEvent, SagaStarted
+from saga_core.state import SagaState
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,22 @@ class TimelineEntry:
 
 
 @dataclass(frozen=True)
+class BudgetStanding:
+    """A saga's stop conditions as of the audit's position: what the definition allows,
+    what its calls cost so far, the breach if one was recorded, whether a person lifted it."""
+
+    time_limit_s: float | None
+    max_cost: float | None
+    on_exceeded: str | None
+    spent: str
+    breach: str | None
+    breach_reason: str | None
+    lifted: bool
+    retry_budget_left: int
+    cancel_requested: bool
+
+
+@dataclass(frozen=True)
 class AuditReport:
     """The timeline up to ``at``, the chain check, and the state folded up to ``at``."""
 
@@ -63,6 +80,9 @@ class AuditReport:
     # saga started before lineage existed.
     lineage: dict[str, Any] | None = None
     definition_hash: str = ""
+    # The first stream version the chain check could not vouch for (it and every later one).
+    chain_break_version: int | None = None
+    budget: BudgetStanding | None = None
 
 
 def parse_position(text: str) -> Position | int:
@@ -159,6 +179,7 @@ def audit(
             )
         )
     folded = replay(definition, events) if events else None
+    budget = _standing(folded.state, secrets) if folded is not None else None
     return AuditReport(
         saga_id=saga_id,
         at=str(at) if at is not None else None,
@@ -174,4 +195,22 @@ def audit(
         state=rows_of(folded) if folded is not None else None,
         lineage=first.lineage.model_dump(exclude_none=True) if first.lineage else None,
         definition_hash=first.definition_hash,
+        chain_break_version=chain.first_break.stream_version if chain.first_break else None,
+        budget=budget,
+    )
+
+
+def _standing(state: SagaState, secrets: tuple[str, ...]) -> BudgetStanding:
+    limits = state.definition.budget
+    ledger = state.budget
+    return BudgetStanding(
+        time_limit_s=limits.time_limit_s if limits else None,
+        max_cost=limits.max_cost if limits else None,
+        on_exceeded=str(limits.on_exceeded) if limits else None,
+        spent=str(ledger.spent),
+        breach=str(ledger.breach.limit) if ledger.breach else None,
+        breach_reason=mask(ledger.breach.reason, secrets) if ledger.breach else None,
+        lifted=ledger.lifted,
+        retry_budget_left=state.retry_budget_left,
+        cancel_requested=state.cancel_requested,
     )

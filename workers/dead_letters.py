@@ -180,6 +180,13 @@ class DeadLetters:
                 f"SELECT {_COLUMNS} FROM fleet.dead_letters WHERE status = 'open'"  # noqa: S608
                 " ORDER BY id LIMIT %s", (limit,)).fetchall()
 
+    def open_count(self) -> int:
+        """How many letters are open (what a reader without the operator role is shown)."""
+        with self._store.connection() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM fleet.dead_letters WHERE status = 'open'").fetchone()
+        return int(row[0]) if row else 0
+
     def get(self, letter_id: int) -> DeadLetter:
         """The letter with this id, or DeadLetterNotFound."""
         with self._store.connection() as conn, conn.cursor(

@@ -52,7 +52,7 @@ FORM_BYTES: Final = 64 * 1024
 FORM_FIELDS: Final = 100
 """The most fields a form may have."""
 PUBLIC_PREFIXES: Final = ("/static/",)
-PUBLIC_PATHS: Final = frozenset({"/sign-in", "/favicon.ico"})
+PUBLIC_PATHS: Final = frozenset({"/sign-in", "/favicon.ico", "/healthz"})  # /healthz: liveness
 VIEWER_KEY: Final = "sagafleet.viewer"
 FORM_KEY: Final = "sagafleet.form"
 SAFE_METHODS: Final = frozenset({"GET", "HEAD"})

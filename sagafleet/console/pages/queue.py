@@ -32,6 +32,7 @@ from sagafleet.console.gate import viewer_of
 from sagafleet.console.layout import NavLink
 from sagafleet.console.markup import Markup, html, join, pretty_json, url_part
 from sagafleet.console.queue_view import GateView, QueueItem, queue_items
+from sagafleet.console.saga_page import queue_anchor  # the saga page links here
 from sagafleet.console.sessions import Viewer
 
 __all__ = ["NAV", "routes"]
@@ -96,11 +97,13 @@ def _card(viewer: Viewer, item: QueueItem) -> Markup:
     urgent = html('<span class="badge urgent">urgent</span>') if item.urgent else Markup("")
     step = html("{} ({})", row.step_id, row.kind) if row.step_id else Markup("the saga")
     return html(
-        '<article class="card queue-item" data-saga="{}" data-step="{}" data-entry="{}">'
+        '<article class="card queue-item" id="{}" data-saga="{}" data-step="{}" '
+        'data-entry="{}">'
         '<header><span class="badge">{}</span>{}<a class="saga" href="/sagas/{}">'
         '<code>{}</code></a><span>{}</span><span class="step">{}</span></header>'
         '<p class="reason">{}</p><dl>{}</dl>{}</article>',
-        row.saga_id, row.step_id, row.entry, entry, urgent, url_part(row.saga_id), row.saga_id,
+        queue_anchor(row), row.saga_id, row.step_id, row.entry, entry, urgent,
+        url_part(row.saga_id), row.saga_id,
         item.definition_label, step, row.reason, _evidence(item), _actions(viewer, item))
 
 
