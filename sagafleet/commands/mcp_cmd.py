@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from sagafleet import extras
 from sagafleet.auth import add_token_option, token_from
+from sagafleet.commands.addresses import host_port
 from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import build_fleet, command_fleet
@@ -55,13 +56,6 @@ def register(sub: Any) -> None:
     exp.set_defaults(handler=run_export)
 
 
-def _host_port(value: str) -> tuple[str, int]:
-    host, _, port = value.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"sagafleet mcp: --http wants HOST:PORT, not {value!r}")
-    return host.strip("[]"), int(port)
-
-
 def run_mcp(args: argparse.Namespace, settings: Settings) -> int:
     """Serve until the client disconnects (stdio) or the process is stopped (HTTP).
 
@@ -77,7 +71,7 @@ def run_mcp(args: argparse.Namespace, settings: Settings) -> int:
         build_mcp_server,
     )
 
-    address = _host_port(args.http) if args.http else None
+    address = host_port(args.http, "sagafleet mcp") if args.http else None
     if address is not None and args.token_file is not None:
         raise UsageError("sagafleet mcp: --token-file is for stdio; over --http every request "
                          "sends its own Authorization: Bearer <token>")
