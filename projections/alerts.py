@@ -3,6 +3,13 @@
 The alerts name what is at risk, not what errored: money captured with no confirmed
 reservation, a compensation that keeps failing, an irreversible action that ran without
 its approval, ambiguous outcomes nobody has resolved.
+
+Three are conditions that clear when the condition does (the capture is offset, the
+compensation succeeds, the outcomes are resolved). An execution without approval is a fact
+that never stops being true, so it is an incident-window alert: it fires while such an
+execution started within the last ``approval_window_s`` seconds (the metrics window,
+``SAGAFLEET_METRICS_WINDOW_SECONDS``, the same for the exporter, ``sagafleet alerts`` and
+the console) and clears once it is older; the event stays in the log and in ``audit``.
 """
 
 from __future__ import annotations
@@ -43,10 +50,13 @@ SELECT r.saga_id, s.definition_name, r.step_id, r.changed_at, r.failures + r.amb
  ORDER BY r.changed_at
 """
 
+# Read through the partial index on first_started_at WHERE started_without_approval
+# (projections/migrations/0006): only the window's few rogue runs.
 _UNAPPROVED = """
 SELECT r.saga_id, s.definition_name, r.step_id, r.first_started_at, r.semantics
   FROM {steps} r JOIN {summary} s USING (saga_id)
- WHERE r.started_without_approval AND {scope}
+ WHERE r.started_without_approval
+   AND r.first_started_at >= now() - make_interval(secs => %(approval_window_s)s) AND {scope}
  ORDER BY r.first_started_at
 """
 
@@ -75,6 +85,19 @@ class AlertThresholds:
     unconfirmed_capture_s: float = 900.0
     compensation_failures: int = 3
     unresolved_ambiguous: int = 5
+    approval_window_s: float = 900.0
+    """How long a step run without its approval keeps ``executed_before_approval`` firing:
+    the metrics window (``SAGAFLEET_METRICS_WINDOW_SECONDS``), :meth:`for_window`."""
+
+    def __post_init__(self) -> None:
+        if not self.approval_window_s > 0:
+            raise ValueError(
+                f"the approval alert's window must be positive, not {self.approval_window_s}")
+
+    @classmethod
+    def for_window(cls, window_s: float) -> AlertThresholds:
+        """The default thresholds, the approval alert over the metrics window ``window_s``."""
+        return cls(approval_window_s=float(window_s))
 
 
 @dataclass(frozen=True)
@@ -129,6 +152,7 @@ def _alerts(
     params = {
         "capture_s": limits.unconfirmed_capture_s,
         "failures": limits.compensation_failures,
+        "approval_window_s": limits.approval_window_s,
         "tenant": tenant,
         **(scope_params or {}),
     }

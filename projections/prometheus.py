@@ -29,7 +29,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from projections.alerts import platform_alerts
+from projections.alerts import AlertThresholds, platform_alerts
 from projections.context import ProjectionContext
 from projections.metrics import DeadLetterMetrics, dead_letter_metrics
 from projections.status import projection_status
@@ -80,7 +80,8 @@ class ReadModelCollector(Collector):
         yield from _lag_families(self.ctx)
         # The platform's view: dead letters belong to no tenant proven to own them.
         yield from _dead_letter_families(dead_letter_metrics(self.ctx))
-        alerts = Counter(a.kind for a in platform_alerts(self.ctx))
+        thresholds = AlertThresholds.for_window(self.window_s)
+        alerts = Counter(a.kind for a in platform_alerts(self.ctx, thresholds))
         family = _gauge("business_alerts", "Business-risk alerts open now, by kind.", ["kind"])
         for kind in ALERT_KINDS:
             family.add_metric([kind], alerts.get(kind, 0))

@@ -88,23 +88,29 @@ class CommandSigner:
                     version: int | None = None, input: dict[str, Any] | None = None,
                     key: str | None = None, revises: str | None = None,
                     revises_key: str | None = None, reason: str = "",
-                    command_id: str | None = None) -> tuple[str, dict[str, Any]]:
+                    command_id: str | None = None,
+                    lineage: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """``(task name, kwargs)`` of a signed plan (named by its content without ``name``;
         version 1 without ``version``); with ``input`` the worker also starts its saga
         (idempotent by ``key``; without one, by the command's id). With ``revises`` (a saga
         id) or ``revises_key`` (the key the saga was started with: the agent request), a
         revision of that running plan saga (its next plan version: actions it keeps keep
-        their operation keys)."""
+        their operation keys). ``lineage`` (with ``input`` only): who and what asks, as
+        :meth:`start_saga` records it on the saga."""
         args: dict[str, Any] = {"plan": plan}
         targets = [t for t in (revises, revises_key) if t is not None]
         if targets:
-            if len(targets) > 1 or any(v is not None for v in (name, version, input, key)):
+            if len(targets) > 1 or any(
+                    v is not None for v in (name, version, input, key, lineage)):
                 raise ValueError("a revision names one saga (revises or revises_key) and "
-                                 "takes its plan name: no name, version, input or key")
+                                 "takes its plan name: no name, version, input, key or lineage")
             args["revises" if revises is not None else "revises_key"] = targets[0]
             args["reason"] = reason
             return self.sign(SUBMIT_PLAN, args, command_id=command_id)
-        optional = {"name": name, "version": version, "input": input, "key": key}
+        if lineage is not None and input is None:
+            raise ValueError("lineage is recorded on a saga start: give it with an input")
+        optional = {"name": name, "version": version, "input": input, "key": key,
+                    "lineage": lineage}
         args.update({k: v for k, v in optional.items() if v is not None})
         if reason:
             args["reason"] = reason

@@ -79,7 +79,9 @@ class Settings(BaseSettings):
     worker_metrics_port: int = Field(default=0, ge=0, le=65_535, description=(
         "port of a worker's Prometheus /metrics (0: not served; --metrics-port wins)"))
     metrics_window_seconds: float = Field(default=900.0, gt=0, le=7 * 86_400, description=(
-        "the window the exporter's rates and latencies are computed over"))
+        "the window the exporter's rates and latencies are computed over; also how long a "
+        "step run without its approval keeps the executed_before_approval alert firing "
+        "(exporter, sagafleet alerts, console)"))
     # The API token an operator's commands act with (approve, deny, resolve, cancel, start,
     # ...): issued by `sagafleet principals add|rotate`, shown once. A file is safer than the
     # environment (--token-file or SAGAFLEET_TOKEN_FILE); either way it is never printed.

@@ -11,10 +11,12 @@ being the command's arguments:
   optional: ``agent_request_id, model_name, model_version, prompt_version, trace_id``, see
   :mod:`saga_core.lineage`; a malformed one is dead-lettered as invalid input)
 * ``sagafleet.commands.cancel_saga``: ``saga_id, reason``
-* ``sagafleet.commands.submit_plan``: ``plan, name, version, input, key, reason`` (all but
-  ``plan`` optional; with ``input`` the plan's saga is started too); or ``plan, revises,
-  reason`` for a replan of the running plan saga ``revises`` (saga_core.replans), or
-  ``plan, revises_key, reason`` naming it by the idempotency key it was started with
+* ``sagafleet.commands.submit_plan``: ``plan, name, version, input, key, reason, lineage``
+  (all but ``plan`` optional; with ``input`` the plan's saga is started too, recording
+  ``lineage`` as ``start_saga`` does; ``lineage`` without ``input`` is malformed); or
+  ``plan, revises, reason`` for a replan of the running plan saga ``revises``
+  (saga_core.replans), or ``plan, revises_key, reason`` naming it by the idempotency key
+  it was started with
 
 Tenant and actor are the signing key's principal's (``fleet.client_for(principal)``), who
 must hold a role allowing the command (:data:`COMMAND_ACTIONS`). An unsigned, forged
@@ -68,6 +70,7 @@ from kombu.exceptions import KombuError, OperationalError
 from saga_core.authority import Action, NotPermitted, check_permitted
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.limits import check_command_message
+from saga_core.lineage import parse_lineage
 from saga_core.signed_commands import Refusal, refused
 from workers.branches import SagaBranches
 from workers.celery_app import COMMAND_TASK_OPTIONS, STEP_TASK
@@ -370,7 +373,12 @@ def _plan(fleet: Fleet, command: VerifiedCommand) -> None:
         raise MalformedMessage(f"argument 'version' must be an int, got {version!r}")
     plan, name = _required(kw, "plan"), kw.pop("name", None)
     data, key, reason = kw.pop("input", None), kw.pop("key", None), kw.pop("reason", "")
+    asked = kw.pop("lineage", None)
     _no_more(kw)
+    if data is None and asked is not None:
+        raise MalformedMessage("lineage is recorded on a saga start: give it with an input")
+    # A malformed lineage is refused (InvalidLineage, invalid input) before anything runs.
+    lineage = parse_lineage(asked)
     if data is None:
         client.submit_plan(plan, name=name, version=version)
         return
@@ -380,7 +388,8 @@ def _plan(fleet: Fleet, command: VerifiedCommand) -> None:
     # before its definition is registered, so nothing is left behind by it.
     client.dry_run_plan(plan, data, name=name, version=version, key=key, reason=reason)
     definition = client.submit_plan(plan, name=name, version=version)
-    client.start(definition.name, data, key=key, version=definition.version, reason=reason)
+    client.start(definition.name, data, key=key, version=definition.version, reason=reason,
+                 lineage=lineage)
 
 
 def _no_more(kw: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from events import InvalidArgument
 from events.model import Position
 from events.sagas import PostgresSagaLog, SagaNotFound
 from projections import (
+    AlertThresholds,
     ProjectionContext,
     SagaCursor,
     audit,
@@ -222,16 +223,23 @@ def run_stats(args: argparse.Namespace, settings: Settings) -> int:
     with runtime.read_side(settings) as ctx:
         tenant = reader(args, settings, ctx, "the saga metrics").tenant
         report = StatsReport(collect_metrics(ctx, tenant=tenant),
-                             business_alerts(ctx, tenant=tenant))
+                             business_alerts(ctx, tenant=tenant,
+                                             thresholds=_alert_thresholds(settings)))
     emit_report(report, as_json=args.json)
     return ExitCode.OK
+
+
+def _alert_thresholds(settings: Settings) -> AlertThresholds:
+    """The exporter's thresholds: ``executed_before_approval`` over the metrics window."""
+    return AlertThresholds.for_window(settings.metrics_window_seconds)
 
 
 def run_alerts(args: argparse.Namespace, settings: Settings) -> int:
     """Show the business-risk alerts on the tenant's sagas."""
     with runtime.read_side(settings) as ctx:
         tenant = reader(args, settings, ctx, "the alerts").tenant
-        report = AlertsReport(business_alerts(ctx, tenant=tenant))
+        report = AlertsReport(business_alerts(ctx, tenant=tenant,
+                                              thresholds=_alert_thresholds(settings)))
     emit_report(report, as_json=args.json)
     return ExitCode.OK
 

@@ -17,10 +17,12 @@ from typing import Any
 from saga_core.definition import check_definition_document
 from saga_core.documents import Syntax, load_document
 from saga_core.limits import DEFINITION_BYTES, INPUT_TEXT_BYTES
+from saga_core.lineage import FIELDS as LINEAGE_FIELDS
+from saga_core.lineage import Lineage, parse_lineage
 from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.commands.dry_run_report import DryRunReport
 from sagafleet.commands.rendering import RegisteredDefinition, SagaReport
-from sagafleet.errors import InvalidInput, NotFound
+from sagafleet.errors import InvalidInput, NotFound, UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import command_fleet, watching_fleet
 from sagafleet.json_arguments import json_argument, read_at_most
@@ -50,6 +52,7 @@ def register(sub: Any) -> None:
     start.add_argument("--key", default=None, help="idempotency key: a retry returns the same saga")
     start.add_argument("--version", type=int, default=None, help="definition version (latest)")
     start.add_argument("--reason", default="", help="why (recorded on SagaStarted)")
+    _lineage_option(start)
     start.add_argument("--dry-run", action="store_true",
                        help="show what the start would do (graph, arguments, keys, gates, "
                        "compensations, budget), writing nothing and calling no tool")
@@ -67,6 +70,7 @@ def register(sub: Any) -> None:
     plan.add_argument("--version", type=int, default=1, help="definition version (1)")
     plan.add_argument("--key", default=None, help="idempotency key of the start")
     plan.add_argument("--reason", default="", help="why (recorded on SagaStarted)")
+    _lineage_option(plan)
     plan.add_argument("--dry-run", action="store_true",
                       help="validate and show what the plan's start would do, writing nothing")
     add_token_option(plan)
@@ -80,6 +84,14 @@ def register(sub: Any) -> None:
                       help=f"longest to wait, in seconds (0 to {MAX_WAIT_SECONDS:g}; 60)")
     _common(wait)
     wait.set_defaults(handler=run_wait)
+
+
+def _lineage_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lineage", default=None, metavar="JSON",
+        help="who and what asks, recorded on SagaStarted and shown by audit: a JSON object "
+        f"of {', '.join(LINEAGE_FIELDS)} (all optional); @FILE reads it from a file, - from "
+        "stdin")
 
 
 def run_register(args: argparse.Namespace, settings: Settings) -> int:
@@ -109,6 +121,7 @@ def run_register(args: argparse.Namespace, settings: Settings) -> int:
 def run_start(args: argparse.Namespace, settings: Settings) -> int:
     """Start a saga from a JSON input."""
     data = _input_document(args.input)
+    lineage = _lineage_document(args.lineage, args.input)
     init_tracing(settings.otel, "cli")  # the saga's trace starts here
     fleet = command_fleet(settings)
     try:
@@ -120,7 +133,7 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
             return ExitCode.OK
         fleet.register_builtin_definitions()
         view = client.start(args.definition, data, key=args.key, version=args.version,
-                            reason=args.reason)
+                            reason=args.reason, lineage=lineage)
     finally:
         fleet.close()
     emit_report(SagaReport(view), as_json=args.json)
@@ -131,6 +144,9 @@ def run_plan(args: argparse.Namespace, settings: Settings) -> int:
     """Submit an agent plan (and start it with ``--input``), or dry-run both."""
     plan = _input_document("@" + args.file)
     data = None if args.input is None else _input_document(args.input)
+    if args.lineage is not None and data is None:
+        raise UsageError("--lineage is recorded on the plan's start: give it with --input")
+    lineage = _lineage_document(args.lineage, args.input)
     fleet = command_fleet(settings)
     try:
         client = fleet.client_for(cli_principal(args, settings, fleet.principals))
@@ -146,7 +162,7 @@ def run_plan(args: argparse.Namespace, settings: Settings) -> int:
                                              definition.content_hash()), as_json=args.json)
             return ExitCode.OK
         view = client.start(definition.name, data, key=args.key, version=definition.version,
-                            reason=args.reason)
+                            reason=args.reason, lineage=lineage)
     finally:
         fleet.close()
     emit_report(SagaReport(view), as_json=args.json)
@@ -194,3 +210,12 @@ def _input_document(value: str) -> Any:
     # Size and nesting are checked on the text; the parsed value's own size (against
     # saga_input_bytes) is the client's check, the same for every entry.
     return json_argument(value, "--input", INPUT_TEXT_BYTES)
+
+
+def _lineage_document(value: str | None, input_value: str | None) -> Lineage | None:
+    """``--lineage``'s JSON (as ``--input``'s), checked: InvalidLineage names each bad field."""
+    if value is None:
+        return None
+    if value == "-" and input_value == "-":
+        raise UsageError("--input and --lineage cannot both read standard input (-)")
+    return parse_lineage(json_argument(value, "--lineage", INPUT_TEXT_BYTES), "--lineage")

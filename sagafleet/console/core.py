@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from projections import ProjectionContext
+from projections.alerts import AlertThresholds
 from saga_core.errors import ErrorKind, SagaError
 from sagafleet.console.gate import viewer_of
 from sagafleet.console.layout import NavLink, fragment_response, page_response
@@ -54,6 +55,8 @@ class Console:
     live: LiveHub
     nav: list[NavLink] = field(default_factory=list)
     """Filled by ``create_app`` from the page modules' ``NAV``."""
+    alert_thresholds: AlertThresholds = field(default_factory=AlertThresholds)
+    """The business alerts' thresholds, the exporter's (the metrics window's)."""
 
     def client(self, viewer: Viewer) -> SagaClient:
         """The client that acts as the signed-in principal: the same API and the same

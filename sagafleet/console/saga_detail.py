@@ -17,7 +17,15 @@ from typing import Any
 
 from events import Position
 from events.errors import InvalidArgument
-from projections import Alert, AuditReport, ProjectionContext, TimelineEntry, audit, saga_alerts
+from projections import (
+    Alert,
+    AlertThresholds,
+    AuditReport,
+    ProjectionContext,
+    TimelineEntry,
+    audit,
+    saga_alerts,
+)
 from projections.rows import QueueRow, SagaRows, StepRunRow, SummaryRow
 from saga_core.definition import SagaDefinition
 from workers.principals import PrincipalDirectory, PrincipalNotFound
@@ -169,7 +177,8 @@ def _approval(entry: TimelineEntry, directory: PrincipalDirectory,
 
 
 def saga_detail(ctx: ProjectionContext, directory: PrincipalDirectory, *, tenant: str,
-                saga_id: str, at: Position | int | None = None) -> SagaDetail:
+                saga_id: str, at: Position | int | None = None,
+                thresholds: AlertThresholds | None = None) -> SagaDetail:
     """The saga page's data for ``tenant`` (SagaNotFound for another tenant's saga, exactly
     as for one that does not exist)."""
     history = audit(ctx, saga_id, tenant=tenant)
@@ -185,5 +194,6 @@ def saga_detail(ctx: ProjectionContext, directory: PrincipalDirectory, *, tenant
     approvals = tuple(
         line for entry in as_of.timeline
         if (line := _approval(entry, directory, tenant, known)) is not None)
-    alerts = tuple(saga_alerts(ctx, tenant=tenant, saga_id=saga_id)) if at is None else ()
+    alerts = tuple(saga_alerts(ctx, tenant=tenant, saga_id=saga_id,
+                               thresholds=thresholds)) if at is None else ()
     return SagaDetail(saga_id, tenant, at, history, as_of, state, definition, approvals, alerts)

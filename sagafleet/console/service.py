@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from projections import ProjectionContext, Projector
+from projections.alerts import AlertThresholds
+from projections.prometheus import DEFAULT_WINDOW_S
 from sagafleet.console.core import Console
 from sagafleet.console.live import LiveHub
 from sagafleet.console.sessions import SessionPolicy, SessionStore
@@ -24,12 +26,15 @@ from workers.fleet import Fleet
 __all__ = ["RunningConsole", "console_for", "open_console"]
 
 
-def console_for(fleet: Fleet, policy: SessionPolicy) -> Console:
-    """A console over an open fleet (the fleet's store carries every query)."""
+def console_for(fleet: Fleet, policy: SessionPolicy,
+                metrics_window_s: float = DEFAULT_WINDOW_S) -> Console:
+    """A console over an open fleet (the fleet's store carries every query); its business
+    alerts use the metrics window, as the exporter's do."""
     read = ProjectionContext(fleet.store, fleet.definitions)
     return Console(fleet=fleet, read=read,
                    sessions=SessionStore(fleet.store, fleet.principals, policy, fleet.clock),
-                   live=LiveHub(fleet.store))
+                   live=LiveHub(fleet.store),
+                   alert_thresholds=AlertThresholds.for_window(metrics_window_s))
 
 
 @dataclass
@@ -52,7 +57,7 @@ def open_console(settings: Settings, *, run_projector: bool = True) -> RunningCo
                            absolute=timedelta(seconds=settings.console_session_max_seconds))
     fleet = build_fleet(settings)
     try:
-        console = console_for(fleet, policy)
+        console = console_for(fleet, policy, settings.metrics_window_seconds)
         projector = Projector(console.read).start() if run_projector else None
     except BaseException:
         fleet.close()

@@ -189,7 +189,8 @@ def routes(console: Console) -> list[BaseRoute]:
         viewer = viewer_of(request)
         window = _window_of(request)
         trends = collect_trends(console.read, tenant=viewer.tenant, window=window)
-        alerts = business_alerts(console.read, tenant=viewer.tenant)
+        alerts = business_alerts(console.read, tenant=viewer.tenant,
+                                 thresholds=console.alert_thresholds)
         history.record(viewer.tenant, HealthSample(trends.as_of, _lag_now(console),
                                                    len(alerts)))
         samples = history.since(viewer.tenant, trends.window.start)

@@ -1,5 +1,6 @@
 """Lineage on a real fleet (issue 19 part 1): the Python client, a signed Celery
-start_saga run by a real worker, and the CLI's audit and find --trace over PostgreSQL."""
+start_saga or submit_plan run by a real worker, and the CLI's audit and find --trace over
+PostgreSQL."""
 
 from __future__ import annotations
 
@@ -113,6 +114,79 @@ def test_a_celery_start_with_a_malformed_lineage_is_dead_lettered_naming_it(
     reason = letters[0][0]
     assert "trace_id must be 32 lowercase hex" in reason and "unknown field 'model'" in reason
     assert fleet.client(tenant="acme").find("bad-lineage") is None
+
+
+ROOM_PLAN = {"goal": "a room", "actions": [
+    {"tool": "hotels.hold", "args": {"hotel_id": "HT1", "nights": 1, "guest_email": "a@b.c"}}]}
+PLAN_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def _dead_letters(database: str) -> list[str]:
+    deadline = time.monotonic() + 30
+    while True:
+        with psycopg.connect(database) as conn:
+            letters = conn.execute("SELECT reason FROM fleet.dead_letters").fetchall()
+        if letters:
+            return [row[0] for row in letters]
+        assert time.monotonic() < deadline, "the command was never dead-lettered"
+        time.sleep(0.2)
+
+
+def test_a_plan_started_over_celery_records_lineage_and_the_trace_finds_it(
+    fleet, database, broker, workers, wait_settled
+):
+    # given a worker and an agent that signs a submit_plan with an input and its lineage
+    workers.start(1)
+    signer = agent_signer(fleet, "acme", "travel-agent")
+    asked = {**ASKED, "agent_request_id": "req-plan-1", "trace_id": PLAN_TRACE}
+    name, kwargs = signer.submit_plan(ROOM_PLAN, input={}, key="plan-lineage-1",
+                                      reason="a room", lineage=asked)
+    bare_celery(broker).send_task(name, queue="sagafleet.commands", kwargs=kwargs)
+    client = fleet.client(tenant="acme")
+    deadline = time.monotonic() + 30
+    while (saga := client.find("plan-lineage-1")) is None:
+        assert time.monotonic() < deadline, "the submit_plan task never started its saga"
+        time.sleep(0.2)
+    assert wait_settled(saga.saga_id) is SagaStatus.COMPLETED
+    # then the plan's SagaStarted records the lineage, and every event carries the trace
+    started = fleet.repo.load(saga.saga_id).events[0]
+    assert isinstance(started, SagaStarted) and started.lineage is not None
+    assert started.definition_name.startswith("agent-plan-")
+    assert started.lineage.model_dump() == asked
+    metadata = _metadata(database, saga.saga_id)
+    assert {m["saga_trace_id"] for m in metadata} == {PLAN_TRACE}
+    # and the trace finds the saga's events, in the store and on the command line
+    found = fleet.store.events_of_trace("acme", PLAN_TRACE)
+    assert [(r.stream_id, r.stream_version) for r in found] == [
+        (saga_stream(saga.saga_id), v) for v in range(1, len(metadata) + 1)]
+    acme = issue_token(database, "ada", ("auditor",), tenant="acme")
+    traced = _cli(database, broker, acme, "find", "--trace", PLAN_TRACE, "--json")
+    assert traced.returncode == ExitCode.OK, traced.stderr
+    trace = json.loads(traced.stdout)
+    assert [s["saga_id"] for s in trace["sagas"]] == [saga.saga_id]
+    assert trace["sagas"][0]["lineage"]["agent_request_id"] == "req-plan-1"
+
+
+def test_a_plan_with_a_malformed_lineage_is_dead_lettered_and_registers_nothing(
+    fleet, database, broker, workers
+):
+    workers.start(1)
+    signer = agent_signer(fleet, "acme", "travel-agent")
+    name, kwargs = signer.submit_plan(ROOM_PLAN, input={}, key="bad-plan-lineage",
+                                      lineage={"model_version": 4, "trace_id": "0" * 32})
+    bare_celery(broker).send_task(name, queue="sagafleet.commands", kwargs=kwargs)
+    [reason] = _dead_letters(database)
+    assert "lineage" in reason and "model_version" in reason and "trace_id" in reason
+    assert fleet.client(tenant="acme").find("bad-plan-lineage") is None
+    with psycopg.connect(database) as conn:
+        assert conn.execute("SELECT 1 FROM eventstore.definitions"
+                            " WHERE name LIKE 'agent-plan-%%'").fetchall() == []
+
+
+def test_a_signer_refuses_a_plan_lineage_without_an_input(fleet):
+    signer = agent_signer(fleet, "acme", "travel-agent")
+    with pytest.raises(ValueError, match="lineage is recorded on a saga start"):
+        signer.submit_plan(ROOM_PLAN, lineage={"model_name": "m"})
 
 
 def test_the_python_client_records_lineage_and_an_otel_free_start_gets_a_trace(fleet, database):

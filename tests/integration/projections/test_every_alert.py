@@ -8,12 +8,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from projection_support import TripScript
+from psycopg import sql
 from read_model_support import project_all
 from trip_inputs import TRIP_INPUT
 
 from events.sagas import PostgresSagaLog, saga_stream
-from projections import ProjectionContext, business_alerts
+from projections import AlertThresholds, ProjectionContext, audit, business_alerts
 from projections.prometheus import scrape
+from projections.tables import active_version, table
 from saga_core.contracts import StepKind
 from saga_core.events import ApprovalGranted
 from saga_core.examples import trip_definition
@@ -45,8 +47,8 @@ def _kinds(ctx: ProjectionContext) -> dict[str, list[str | None]]:
     return found
 
 
-def _gauge(ctx: ProjectionContext, kind: str) -> float:
-    for line in scrape(ctx, 3600).splitlines():
+def _gauge(ctx: ProjectionContext, kind: str, window_s: float = 3600) -> float:
+    for line in scrape(ctx, window_s).splitlines():
         if line.startswith(f'sagafleet_business_alerts{{kind="{kind}"}}'):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"no sagafleet_business_alerts sample for {kind}")
@@ -143,15 +145,26 @@ def test_unresolved_ambiguous_outcomes_fire_at_five_and_clear_below(
     assert _gauge(ctx, "unresolved_ambiguous_outcomes") == 0
 
 
-def test_a_step_started_without_its_approval_fires_and_an_approved_one_does_not(
+def _unapproved(ctx: ProjectionContext, window_s: float | None = None) -> list[tuple]:
+    thresholds = None if window_s is None else AlertThresholds.for_window(window_s)
+    return [(a.saga_id, a.step_id) for a in business_alerts(ctx, tenant="default",
+                                                            thresholds=thresholds)
+            if a.kind == "executed_before_approval"]
+
+
+def test_a_step_started_without_its_approval_fires_within_the_window_then_clears(
     ctx: ProjectionContext, repo: PostgresSagaLog
 ) -> None:
-    # given a capture that asked for an approval and ran without it (a forged or buggy
-    # writer: the orchestrator never does this), and one that ran after its grant
-    rogue = TripScript().start().succeed("hold_flight").succeed("hold_hotel")
+    # given a capture that asked for an approval and ran without it ten minutes ago (a forged
+    # or buggy writer: the orchestrator never does this), and one that ran after its grant
+    rogue = TripScript()
+    rogue.t = datetime.now(UTC) - timedelta(minutes=10)
+    rogue.start().succeed("hold_flight").succeed("hold_hotel")
     rogue.ask_approval("capture_payment").succeed("capture_payment")
     rogue.write(repo)
-    granted = TripScript().start().succeed("hold_flight").succeed("hold_hotel")
+    granted = TripScript()
+    granted.t = rogue.t
+    granted.start().succeed("hold_flight").succeed("hold_hotel")
     granted.ask_approval("capture_payment")
     granted.events.append(ApprovalGranted(
         at=granted.t + timedelta(seconds=1), step_id="capture_payment",
@@ -162,10 +175,45 @@ def test_a_step_started_without_its_approval_fires_and_an_approved_one_does_not(
     project_all(ctx)
     granted.write(repo)
     project_all(ctx)
-    # then only the rogue run is named, critical for money moved
+    # then within the metrics window (15 minutes by default; the exporter's 1 hour) only the
+    # rogue run is named (a warning: the capture can be offset; an irreversible step's
+    # would be critical)
     alerts = [a for a in business_alerts(ctx, tenant="default")
               if a.kind == "executed_before_approval"]
-    assert [(a.saga_id, a.step_id) for a in alerts] == [(rogue.saga_id, "capture_payment")]
+    assert [(a.saga_id, a.step_id, a.severity) for a in alerts] == [
+        (rogue.saga_id, "capture_payment", "warning")]
     assert _gauge(ctx, "executed_before_approval") == 1
     # and another tenant sees none of it
     assert business_alerts(ctx, tenant="other") == []
+    # and over a window shorter than its age (5 minutes), it is not an incident now
+    assert _unapproved(ctx, 300) == []
+    assert _gauge(ctx, "executed_before_approval", window_s=300) == 0
+    # when the run is older than the window (its read-model row dated back past the hour)
+    with ctx.connection() as conn, conn.transaction():
+        runs = table("step_runs", active_version(conn, "sagas"))
+        conn.execute(sql.SQL("UPDATE {} SET first_started_at = first_started_at - "
+                             "interval '1 hour' WHERE saga_id = %s").format(runs),
+                     (rogue.saga_id,))
+    # then the alert clears, for the exporter and the tenant alike
+    assert _unapproved(ctx) == [] and _unapproved(ctx, 3600) == []
+    assert _gauge(ctx, "executed_before_approval") == 0
+    # but a longer window still finds it, and the run stays in the log and in the audit
+    assert _unapproved(ctx, 3 * 3600) == [(rogue.saga_id, "capture_payment")]
+    timeline = audit(ctx, rogue.saga_id, tenant="default").timeline
+    assert [e.step_id for e in timeline if e.type == "StepSucceeded"][-1] == "capture_payment"
+
+
+def test_the_approval_alert_reads_its_window_through_an_index(ctx: ProjectionContext) -> None:
+    with ctx.connection() as conn, conn.transaction():
+        runs = table("step_runs", active_version(conn, "sagas"))
+        conn.execute("SET LOCAL enable_seqscan = off")
+        plan = conn.execute(sql.SQL(
+            "EXPLAIN SELECT saga_id FROM {} WHERE started_without_approval"
+            " AND first_started_at >= now() - make_interval(secs => 900.0)"
+            " ORDER BY first_started_at").format(runs)).fetchall()
+    assert "_unapproved_started_idx" in " ".join(row[0] for row in plan)
+
+
+def test_the_approval_window_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="must be positive"):
+        AlertThresholds.for_window(0)
