@@ -66,15 +66,17 @@ def test_health_charts_dead_letters_and_workers(console_world, browser, screensh
         assert browser.find_elements(By.CSS_SELECTOR, f"figure.{chart} svg.chart"), chart
     wait_until(browser, lambda d: d.find_elements(
         By.CSS_SELECTOR, "figure.compensation-rate rect.bar"))
-    bars = browser.find_elements(By.CSS_SELECTOR, "figure.throughput rect.bar")
-    assert bars, "no throughput bar"
-    titles = " ".join(b.find_element(By.TAG_NAME, "title").get_attribute("textContent")
-                      for b in bars)
-    assert "/min" in titles
+    # (the page replaces its fragments whenever the read models move, so every look at
+    # them is taken inside wait_until, which looks again at an element that went stale)
+    titles = wait_until(browser, lambda d: " ".join(
+        b.find_element(By.TAG_NAME, "title").get_attribute("textContent")
+        for b in d.find_elements(By.CSS_SELECTOR, "figure.throughput rect.bar")))
+    assert "/min" in titles, "no throughput bar"
     # and each alert kind shows its state (nothing is at risk here: all clear)
-    kinds = browser.find_elements(By.CSS_SELECTOR, "tr.alert-state")
-    assert len(kinds) == 4
-    assert all("clear" in row.text for row in kinds)
+    states = wait_until(browser, lambda d: [
+        row.text for row in d.find_elements(By.CSS_SELECTOR, "tr.alert-state")])
+    assert len(states) == 4
+    assert all("clear" in text for text in states), states
     assert browser.find_elements(By.CSS_SELECTOR, ".live-status.on") or wait_until(
         browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".live-status.on"))
     screenshot(browser, "health", whole_page=True)

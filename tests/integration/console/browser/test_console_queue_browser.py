@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from browser_support import no_alert, post_form, refused, sign_in, sign_out, wait_until
-from selenium.common.exceptions import WebDriverException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.common.by import By
 from trip_inputs import TRIP_INPUT
 
@@ -38,7 +38,17 @@ def _waiting_for_approval(fleet, saga_id: str, timeout: float = 60.0) -> int:
 def _made_by_the_input(driver) -> list[object]:
     """Elements the hostile input would have made, had it been taken as markup."""
     return (driver.find_elements(By.CSS_SELECTOR, "main img, main script")
-            + [b for b in driver.find_elements(By.CSS_SELECTOR, "main b") if b.text == "bold"])
+            + [b for b in driver.find_elements(By.CSS_SELECTOR, "main b")
+               if _text_unless_replaced(b) == "bold"])
+
+
+def _text_unless_replaced(element) -> str | None:
+    """An element's text, or None when a live refresh replaced it since it was found (the
+    replacement is then checked by the next look)."""
+    try:
+        return str(element.text)
+    except StaleElementReferenceException:
+        return None
 
 
 def _answers(fleet, saga_id: str) -> list[object]:
@@ -71,9 +81,10 @@ def test_an_approver_sees_an_approval_arrive_live_approves_it_once_and_the_saga_
         By.CSS_SELECTOR, f"{_card(saga_id)} dl").text)
     assert "payments.capture" in evidence and "250000" in evidence
     assert "on approve" in evidence and "on deny" in evidence
-    assert "tok_visa_4242" not in browser.find_element(By.ID, "queue").text
-    assert "approver" in browser.find_element(By.CSS_SELECTOR,
-                                              f"{_card(saga_id)} .badge.role").text
+    assert "tok_visa_4242" not in wait_until(
+        browser, lambda d: d.find_element(By.ID, "queue").text)
+    assert "approver" in wait_until(browser, lambda d: d.find_element(
+        By.CSS_SELECTOR, f"{_card(saga_id)} .badge.role").text)
     screenshot(browser, "queue-pending", whole_page=True)  # docs/console-queue.png is one
     screenshot(browser, "queue-evidence", element=_card(saga_id))
 
