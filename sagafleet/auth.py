@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from saga_core.authority import Principal, Unauthenticated
-from sagafleet.settings import Settings
+from sagafleet.settings import SecretFileUnreadable, Settings, read_secret_file
 from workers.principals import PrincipalDirectory
 
 __all__ = ["TOKEN_FILE_BYTES", "add_token_option", "cli_principal", "token_from"]
@@ -42,20 +42,9 @@ def token_from(args: argparse.Namespace | Any, settings: Settings) -> str:
     path = getattr(args, "token_file", None)
     if path:
         try:
-            with Path(path).open("rb") as handle:
-                raw = handle.read(TOKEN_FILE_BYTES + 1)
-        except OSError as exc:
-            raise Unauthenticated(f"--token-file: cannot read {path}: {exc.strerror}") from None
-        if len(raw) > TOKEN_FILE_BYTES:
-            raise Unauthenticated(f"--token-file: {path} is larger than a token file "
-                                  f"({TOKEN_FILE_BYTES} bytes)")
-        try:
-            token = raw.decode("utf-8").strip()
-        except UnicodeDecodeError:
-            raise Unauthenticated(f"--token-file: {path} is not a token (not UTF-8)") from None
-        if not token:
-            raise Unauthenticated(f"--token-file: {path} is empty")
-        return token
+            return read_secret_file(Path(path), TOKEN_FILE_BYTES)
+        except SecretFileUnreadable as exc:
+            raise Unauthenticated(f"--token-file: {exc}") from None
     if settings.token is not None and settings.token.get_secret_value().strip():
         return settings.token.get_secret_value().strip()
     raise Unauthenticated(NO_TOKEN)

@@ -306,23 +306,36 @@ class _SecretFiles(PydanticBaseSettingsSource):
         return values
 
 
-def _read_secret(path: Path, variable: str) -> str:
+class SecretFileUnreadable(ValueError):
+    """A file meant to hold one secret (a token, a URL, a key) that cannot be one: the
+    message says why, naming the path, never the content."""
+
+
+def read_secret_file(path: Path, limit: int) -> str:
+    """The secret a file holds, stripped: at most ``limit`` bytes of UTF-8 text, not empty
+    (``SecretFileUnreadable`` otherwise). Used for every ``…_FILE`` setting and
+    ``--token-file``."""
     try:
         with path.open("rb") as file:
-            raw = file.read(SECRET_FILE_BYTES + 1)
+            raw = file.read(limit + 1)
     except OSError as exc:
-        raise ConfigurationError(f"{variable} is invalid: cannot read {path}: "
-                                 f"{exc.strerror}") from None
-    if len(raw) > SECRET_FILE_BYTES:
-        raise ConfigurationError(f"{variable} is invalid: {path} is larger than "
-                                 f"{SECRET_FILE_BYTES} bytes, not a secret file")
+        raise SecretFileUnreadable(f"cannot read {path}: {exc.strerror}") from None
+    if len(raw) > limit:
+        raise SecretFileUnreadable(f"{path} is larger than {limit} bytes, not a secret file")
     try:
         text = raw.decode("utf-8").strip()
     except UnicodeDecodeError:
-        raise ConfigurationError(f"{variable} is invalid: {path} is not UTF-8 text") from None
+        raise SecretFileUnreadable(f"{path} is not UTF-8 text") from None
     if not text:
-        raise ConfigurationError(f"{variable} is invalid: {path} is empty")
+        raise SecretFileUnreadable(f"{path} is empty")
     return text
+
+
+def _read_secret(path: Path, variable: str) -> str:
+    try:
+        return read_secret_file(path, SECRET_FILE_BYTES)
+    except SecretFileUnreadable as exc:
+        raise ConfigurationError(f"{variable} is invalid: {exc}") from None
 
 
 def _explain(exc: ValidationError) -> str:
