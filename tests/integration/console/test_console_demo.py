@@ -15,6 +15,7 @@ from console_support import POLICY, csrf_of, sign_in
 from read_model_support import project_all
 from starlette.testclient import TestClient
 
+from saga_core.events import ApprovalGranted
 from saga_core.examples import trip_tool_catalogue
 from sagafleet.console.app import create_app
 from sagafleet.console.service import console_for
@@ -58,7 +59,7 @@ def test_the_demo_hands_its_approver_over_to_the_console(fresh_database, broker_
                                     data=fields | {"reason": "the customer confirmed"})
             assert approved.status_code == 303, approved.text
         grants = [e for e in fleet.repo.load(waiting[0]).events
-                  if type(e).__name__ == "ApprovalGranted"]
+                  if isinstance(e, ApprovalGranted)]
         assert [g.approver for g in grants] == ["demo-approver"]
     finally:
         fleet.close()

@@ -9,6 +9,7 @@ from console_support import CARD, csrf_of, events_of, start_waiting_capture
 from read_model_support import project_all
 from starlette.testclient import TestClient
 
+from saga_core.events import ApprovalGranted
 from sagafleet.console.core import Console
 
 pytestmark = pytest.mark.integration
@@ -58,7 +59,7 @@ def test_approving_twice_records_one_grant(fleet, console: Console, browser: Tes
     # then both answer with the queue, and the log holds one grant, naming the approver
     assert first.status_code == second.status_code == 303, second.text
     grants = [e for e in fleet.repo.load(saga_id).events
-              if type(e).__name__ == "ApprovalGranted"]
+              if isinstance(e, ApprovalGranted)]
     assert len(grants) == 1
     assert grants[0].approver == "olivia" and grants[0].reason == "quote confirmed by phone"
 

@@ -11,6 +11,7 @@ from console_support import events_of, start_waiting_capture
 from read_model_support import project_all
 
 from saga_core.contracts import SagaStatus
+from saga_core.events import ApprovalDenied, CancelRequested, OperatorAction
 from workers.orchestrator import Orchestrator, utc_now
 
 pytestmark = pytest.mark.integration
@@ -47,7 +48,7 @@ def test_an_operator_resolves_a_paused_saga_once(fleet, console, browser, signed
     second = browser.post("/actions/resolve", data=fields)
     assert second.status_code == 303 and "done=unchanged" in second.headers["location"]
     actions = [e for e in fleet.repo.load(saga_id).events
-               if type(e).__name__ == "OperatorAction"]
+               if isinstance(e, OperatorAction)]
     assert len(actions) == 1
     assert (actions[0].action, actions[0].actor) == ("skip", "oscar")
     assert actions[0].evidence == {"checked": "the order was withdrawn"}
@@ -64,7 +65,7 @@ def test_an_approver_denies_and_the_saga_compensates(fleet, console, browser,
     assert browser.post("/actions/deny", data=fields).status_code == 303
     assert browser.post("/actions/deny", data=fields).status_code == 303
     denials = [e for e in fleet.repo.load(saga_id).events
-               if type(e).__name__ == "ApprovalDenied"]
+               if isinstance(e, ApprovalDenied)]
     assert len(denials) == 1 and denials[0].reason == "too much"
     assert "CompensationStarted" in events_of(fleet, saga_id)
 
@@ -79,7 +80,7 @@ def test_an_operator_cancels_a_waiting_saga(fleet, console, browser, signed_in) 
     assert missing.status_code == 400 and "no reason" in missing.text
     assert browser.post("/actions/cancel", data=fields).status_code == 303
     cancels = [e for e in fleet.repo.load(saga_id).events
-               if type(e).__name__ == "CancelRequested"]
+               if isinstance(e, CancelRequested)]
     assert len(cancels) == 1 and cancels[0].actor == "oscar"
 
 
@@ -93,5 +94,5 @@ def test_an_operator_without_the_gates_role_may_deny_but_not_approve(fleet, cons
     fields = _fields(page, saga_id, "deny") | {"reason": "the customer withdrew"}
     assert browser.post("/actions/deny", data=fields).status_code == 303
     denials = [e for e in fleet.repo.load(saga_id).events
-               if type(e).__name__ == "ApprovalDenied"]
+               if isinstance(e, ApprovalDenied)]
     assert [(d.approver, d.roles) for d in denials] == [("oscar", ["operator"])]

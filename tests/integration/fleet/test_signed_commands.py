@@ -21,6 +21,7 @@ from trip_inputs import TRIP_INPUT, by_secret_ref
 
 from projections import ProjectionContext, collect_platform_metrics
 from saga_core.authority import AUDITOR_ROLE
+from saga_core.events import CancelRequested
 from sagafleet.agent import CommandSigner
 from workers.fleet import Fleet
 from workers.tasks import keyless_start_key
@@ -96,7 +97,7 @@ def test_signed_start_cancel_and_plan_act_once_each_as_the_keys_principal(
         assert time.monotonic() < deadline, "the cancel never took effect"
         time.sleep(0.1)
     cancelled = [e for e in fleet.repo.load(waiting.saga_id).events
-                 if type(e).__name__ == "CancelRequested"]
+                 if isinstance(e, CancelRequested)]
     assert len(cancelled) == 1 and cancelled[0].actor == "travel-agent"
     # and the plan registered once, by the principal
     deadline = time.monotonic() + 60
