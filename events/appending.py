@@ -13,7 +13,8 @@
 
 Both hash the same body (events.hashing.body_around_version): the chained insert here,
 the function by splicing each version into the text the client sends. Either path moves
-the stream-head row in its first write, which assigns the transaction id. The chained
+the stream-head row in its first write, which assigns the transaction id, and sets the
+head's due time there when the caller gives one (events migration 0009). The chained
 insert reads a batch's rows from one JSON document, a single event's row from scalars.
 """
 
@@ -27,14 +28,14 @@ import psycopg
 from psycopg.pq import PipelineStatus, TransactionStatus
 
 from events.hashing import chain_hash, json_string
-from events.model import GENESIS_HASH
+from events.model import GENESIS_HASH, KEEP_DUE, DueTime, DueTimeChange
 from events.prepare import PreparedEvent
 
 _FUNCTION: Final = """
 SELECT stream_version, global_position, transaction_id::bigint, recorded_at, prev_hash,
        event_hash
   FROM eventstore.append_events(%(stream)s, %(expected)s, %(events)s::text::jsonb,
-                                %(notify)s)
+                                %(notify)s, %(due_set)s, %(due_at)s::timestamptz)
 """
 
 # The caller computed every event's version and hash, so the server only checks where the
@@ -59,14 +60,15 @@ RETURNING e.stream_version, e.global_position, e.transaction_id::text::bigint,
 _CREATED_HEAD: Final = """
     -- A new stream, chained from the genesis hash. Concurrent creators meet on the
     -- primary key: the loser waits, gets no row and writes nothing.
-    INSERT INTO eventstore.streams AS s (stream_id, version, last_hash)
-    VALUES (%(stream)s, %(version)s, %(last_hash)s)
+    INSERT INTO eventstore.streams AS s (stream_id, version, last_hash, due_at)
+    VALUES (%(stream)s, %(version)s, %(last_hash)s, %(due_at)s::timestamptz)
     ON CONFLICT (stream_id) DO NOTHING"""
 
 _MOVED_HEAD: Final = """
     -- The head moves on only from the version and hash the chain starts at.
     UPDATE eventstore.streams s
-       SET version = %(version)s, last_hash = %(last_hash)s, updated_at = now()
+       SET version = %(version)s, last_hash = %(last_hash)s, updated_at = now(),
+           due_at = CASE WHEN %(due_set)s THEN %(due_at)s::timestamptz ELSE s.due_at END
      WHERE s.stream_id = %(stream)s AND s.version = %(expected)s AND s.last_hash = %(tip)s"""
 
 # Where the rows come from. A batch: one JSON document (psycopg's per-element array
@@ -117,6 +119,7 @@ def run_append(
     *,
     savepoint: bool,
     tip: str | None = None,
+    due: DueTime = KEEP_DUE,
 ) -> list[Row]:
     """Execute the append on ``conn``; the rows it inserted, in stream-version order.
 
@@ -124,15 +127,27 @@ def run_append(
     caller's transaction and a failure rolls back only the append. ``tip`` is the hash of
     version ``expected`` when the caller knows it: the chain is then computed here and the
     server only checks it continues from there (a wrong tip costs a fallback, no more).
+    ``due``: the head's new due time, written by the same statement that moves the head.
     """
+    due_params = _due_params(due)
     if savepoint and not (
         conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
     ):
-        rows = _in_savepoint(conn, stream_id, expected, prepared, notify, tip=tip)
+        rows = _in_savepoint(conn, stream_id, expected, prepared, notify, tip=tip,
+                             due_params=due_params)
     else:
-        rows = _append(conn, stream_id, expected, prepared, notify, tip=tip)
+        rows = _append(conn, stream_id, expected, prepared, notify, tip=tip,
+                       due_params=due_params)
     rows.sort(key=lambda row: row[0])
     return rows
+
+
+def _due_params(due: DueTime) -> dict[str, Any]:
+    """The statements' due-time parameters: whether to set it, and to what (NULL clears;
+    a new stream kept at no due time gets NULL)."""
+    if isinstance(due, DueTimeChange):
+        return {"due_set": False, "due_at": None}
+    return {"due_set": True, "due_at": due}
 
 
 def _append(
@@ -143,14 +158,17 @@ def _append(
     notify: bool,
     *,
     tip: str | None,
+    due_params: dict[str, Any],
 ) -> list[Row]:
     # Where the chain starts, when it is known here: a new stream's at the genesis hash.
     chain_from = GENESIS_HASH if expected == 0 else tip
     if chain_from is not None:
-        rows = _chained_insert(conn, stream_id, expected, prepared, notify, tip=chain_from)
+        rows = _chained_insert(conn, stream_id, expected, prepared, notify, tip=chain_from,
+                               due_params=due_params)
         if rows:  # none: the stream exists, or moved on; the function decides
             return rows
-    return _append_function(conn, stream_id, expected, prepared, notify)
+    return _append_function(conn, stream_id, expected, prepared, notify,
+                            due_params=due_params)
 
 
 def _append_function(
@@ -159,6 +177,8 @@ def _append_function(
     expected: int,
     prepared: list[PreparedEvent],
     notify: bool,
+    *,
+    due_params: dict[str, Any],
 ) -> list[Row]:
     """The general append: the server locks the head, checks the version, chains."""
     # One JSON document instead of per-field arrays: psycopg's per-element array dumping
@@ -173,6 +193,7 @@ def _append_function(
         "expected": expected,
         "events": f"[{elements}]",
         "notify": notify,
+        **due_params,
     }
     return _cursor(conn).execute(_FUNCTION, params).fetchall()
 
@@ -185,6 +206,7 @@ def _chained_insert(
     notify: bool,
     *,
     tip: str,
+    due_params: dict[str, Any],
 ) -> list[Row]:
     """The append with its chain computed here from ``tip``, the hash of version
     ``expected`` (the genesis hash for a new stream); no rows when the head is not at that
@@ -202,6 +224,7 @@ def _chained_insert(
         "version": expected + len(prepared),
         "last_hash": prev,
         "notify": notify,
+        **due_params,
     }
     if len(prepared) == 1:  # its row: version, tip and last hash are the head's
         (event,) = prepared
@@ -234,6 +257,7 @@ def _in_savepoint(
     notify: bool,
     *,
     tip: str | None,
+    due_params: dict[str, Any],
 ) -> list[Row]:
     """Run inside the caller's transaction without ending it.
 
@@ -247,7 +271,8 @@ def _in_savepoint(
     try:
         with conn.pipeline() if own else contextlib.nullcontext():
             conn.execute("SAVEPOINT eventstore_append")
-            rows = _append(conn, stream_id, expected, prepared, notify, tip=tip)
+            rows = _append(conn, stream_id, expected, prepared, notify, tip=tip,
+                       due_params=due_params)
             conn.execute("RELEASE SAVEPOINT eventstore_append")
     except psycopg.Error:
         if own:

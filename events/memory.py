@@ -31,7 +31,7 @@ from events.definitions import (
 )
 from events.errors import InvalidArgument
 from events.memory_store import Clock, MemoryEventStore, MemoryUnit, utc_now
-from events.model import AppendResult, ExpectedVersion
+from events.model import KEEP_DUE, AppendResult, DueTime, ExpectedVersion
 from events.saga_log import Definitions, SagaLog, Secrets, Unit, unit_of
 from events.sagas import SagaCodec, SagaStreams, saga_registry
 from events.secret_inputs import (
@@ -76,11 +76,12 @@ class MemorySagaLog(SagaStreams):
         actor: str | None = None,
         unit: Unit | None = None,
         trace_id: str | None = None,
+        due_at: DueTime = KEEP_DUE,
     ) -> AppendResult:
         """Append as every log does, then wake this log's watchers (a unit wakes them as it
         ends, when its appends are applied)."""
         result = super().append(saga_id, tenant, events, expected_version, actor=actor,
-                                unit=unit, trace_id=trace_id)
+                                unit=unit, trace_id=trace_id, due_at=due_at)
         if unit is None:
             self._wake()
         return result

@@ -41,7 +41,10 @@ from events.hashing import chain_hash
 from events.model import (
     ANY,
     GENESIS_HASH,
+    KEEP_DUE,
     AppendResult,
+    DueStream,
+    DueTime,
     ExpectedVersion,
     NewEvent,
     Position,
@@ -100,6 +103,7 @@ class MemoryUnit:
         self.pending: dict[str, list[_Stored]] = {}
         self.based_on: dict[str, int] = {}  # stream -> committed version its appends follow
         self.ids: dict[UUID, _Stored] = {}
+        self.due: dict[str, datetime | None] = {}  # stream -> due time its appends set
         self.side_writes: list[Callable[[], None]] = []
 
     def append(
@@ -107,9 +111,11 @@ class MemoryUnit:
         stream_id: str,
         events: Sequence[NewEvent | BaseModel],
         expected_version: ExpectedVersion = ANY,
+        *,
+        due_at: DueTime = KEEP_DUE,
     ) -> AppendResult:
         """Append inside this unit; it commits (or not) with everything else."""
-        return self.store.append_in(self, stream_id, events, expected_version)
+        return self.store.append_in(self, stream_id, events, expected_version, due_at=due_at)
 
     def on_commit(self, write: Callable[[], None]) -> None:
         """Run ``write`` when the unit commits (under the store's lock), never otherwise."""
@@ -142,6 +148,7 @@ class MemoryEventStore:
         self._xids = itertools.count(1)
         self._positions = itertools.count(1)
         self._open: set[int] = set()  # xids of open units (read_all stops before them)
+        self._due: dict[str, datetime] = {}  # stream -> its head's due time, when it has one
 
     # -- writing -------------------------------------------------------------------
 
@@ -150,12 +157,16 @@ class MemoryEventStore:
         stream_id: str,
         events: Sequence[NewEvent | BaseModel],
         expected_version: ExpectedVersion = ANY,
+        *,
+        due_at: DueTime = KEEP_DUE,
     ) -> AppendResult:
-        """Append events to one stream if it is at ``expected_version`` (committed now)."""
+        """Append events to one stream if it is at ``expected_version`` (committed now);
+        ``due_at`` as :meth:`EventStore.append` takes it."""
         prepared, expected = self._prepare(stream_id, events, expected_version)
         with self._lock:
             unit = MemoryUnit(self, next(self._xids), self._clock())
-            result = self._append_locked(unit, stream_id, prepared, expected_version, expected)
+            result = self._append_locked(unit, stream_id, prepared, expected_version, expected,
+                                         due_at=due_at)
             if not result.duplicate:
                 self._apply(unit)
             return result
@@ -166,12 +177,15 @@ class MemoryEventStore:
         stream_id: str,
         events: Sequence[NewEvent | BaseModel],
         expected_version: ExpectedVersion = ANY,
+        *,
+        due_at: DueTime = KEEP_DUE,
     ) -> AppendResult:
         """Append inside ``unit`` (see :meth:`MemoryUnit.append`)."""
         prepared, expected = self._prepare(stream_id, events, expected_version)
         unit.live()
         with self._lock:
-            return self._append_locked(unit, stream_id, prepared, expected_version, expected)
+            return self._append_locked(unit, stream_id, prepared, expected_version, expected,
+                                       due_at=due_at)
 
     @contextmanager
     def transaction(self) -> Iterator[MemoryUnit]:
@@ -211,6 +225,8 @@ class MemoryEventStore:
         prepared: list[PreparedEvent],
         expected_version: ExpectedVersion,
         expected: int,
+        *,
+        due_at: DueTime,
     ) -> AppendResult:
         committed = self._streams.get(stream_id, [])
         pending = unit.pending.get(stream_id, [])
@@ -244,6 +260,10 @@ class MemoryEventStore:
         unit.based_on.setdefault(stream_id, len(committed))
         unit.pending.setdefault(stream_id, []).extend(stored)
         unit.ids.update((s.record.event_id, s) for s in stored)
+        if due_at is not KEEP_DUE:
+            unit.due[stream_id] = due_at
+        elif not committed and not pending:
+            unit.due[stream_id] = None  # a new stream starts with no due time
         return AppendResult(
             stream_id=stream_id,
             version=stored[-1].record.stream_version,
@@ -279,6 +299,8 @@ class MemoryEventStore:
         for stream_id, stored in unit.pending.items():
             self._streams.setdefault(stream_id, []).extend(stored)
         self._by_id.update(unit.ids)
+        for stream_id, due in unit.due.items():
+            self._set_due(stream_id, due)
         first = applied[0].record.position if applied else None
         late = first is not None and bool(self._log) and self._log[-1].record.position > first
         self._log.extend(applied)
@@ -286,6 +308,24 @@ class MemoryEventStore:
             self._log.sort(key=lambda s: s.record.position)
         for write in unit.side_writes:
             write()
+
+    def _set_due(self, stream_id: str, due: datetime | None) -> None:
+        if due is None:
+            self._due.pop(stream_id, None)
+        else:
+            self._due[stream_id] = due
+
+    def defer_due(self, items: Sequence[DueStream]) -> int:
+        """Set each stream's due time (None clears it) only while its head is still at the
+        item's version, as :meth:`EventStore.defer_due` does; how many were set."""
+        deferred = 0
+        with self._lock:
+            for stream_id, version, due in items:
+                stored = self._streams.get(stream_id)
+                if stored and len(stored) == version:
+                    self._set_due(stream_id, due)
+                    deferred += 1
+        return deferred
 
     def _end(self, unit: MemoryUnit) -> None:
         unit.open = False
@@ -337,6 +377,17 @@ class MemoryEventStore:
                     if len(page) == limit:
                         break
         return [s.fresh() for s in page]
+
+    def due_streams(self, prefix: str, now: datetime, limit: int) -> list[DueStream]:
+        """The streams whose id starts with ``prefix`` due by ``now``, the longest due first
+        (at most ``limit``), as :meth:`EventStore.due_streams` finds them."""
+        with self._lock:
+            due = sorted(
+                (due_at, stream_id) for stream_id, due_at in self._due.items()
+                if due_at <= now and stream_id.startswith(prefix)
+            )[:limit]
+            return [DueStream(stream_id, len(self._streams[stream_id]), due_at)
+                    for due_at, stream_id in due]
 
     def stream_version(self, stream_id: str) -> int:
         """The stream's current version; 0 when it has no events."""

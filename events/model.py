@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple
 from uuid import UUID, SafeUUID
 
@@ -35,6 +35,35 @@ ExpectedVersion = int | StreamState
 
 GENESIS_HASH: Final = "0" * 64
 """The predecessor hash of every stream's first event."""
+
+
+class DueTimeChange(enum.Enum):
+    """What an append does to the stream's due time when it is given no new one."""
+
+    KEEP = "keep"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+KEEP_DUE: Final = DueTimeChange.KEEP
+"""Leave the stream's due time as it is (an append's default)."""
+
+DueTime = datetime | None | DueTimeChange
+"""An append's wish for the stream's due time: a datetime sets it (the next wake-up the
+appender asks for), None clears it (nothing to wake up for), ``KEEP_DUE`` leaves it."""
+
+EARLIEST: Final = datetime.min.replace(tzinfo=UTC)
+"""How a due time of ``-infinity`` (due before anything else) reads back."""
+
+
+class DueStream(NamedTuple):
+    """A stream head's due time at a version: what :meth:`EventStore.due_streams` finds, and
+    what :meth:`EventStore.defer_due` sets (None clears) if the head is still there."""
+
+    stream_id: str
+    version: int
+    due_at: datetime | None
 
 
 def new_event_id() -> UUID:

@@ -9,7 +9,10 @@ same promises, not a mock:
 * **SagaLog** — load one saga, load many, append events at an expected version
   (optimistic: ``ConcurrencyError`` when another writer got there first; idempotent by
   event id), optionally inside a :class:`Unit` of work; watch for appends
-  (:class:`Changes`, a wake-up, never the truth).
+  (:class:`Changes`, a wake-up, never the truth). Each saga has a due time, set by the
+  append that moves it (kept unless given) or by :meth:`SagaLog.defer` while the saga is
+  still at a version: :meth:`SagaLog.due` finds the sagas due by a time, without reading
+  the others.
 * **Definitions** — register a validated definition for a tenant by ``(name, version,
   hash)``, or into the shared, read-only built-in set every tenant sees; load it by hash
   (any owner's: a saga's ``SagaStarted`` names it) or, for a tenant, by name (highest
@@ -33,10 +36,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from events.errors import InvalidArgument
-from events.model import AppendResult, ExpectedVersion, Position
+from events.model import KEEP_DUE, AppendResult, DueTime, ExpectedVersion, Position
 from saga_core import SagaDefinition
 from saga_core.errors import SagaError
 from saga_core.events import SagaEvent
@@ -62,6 +65,15 @@ def unit_of(kind: type[U], unit: Unit) -> U:
             f"this log's unit_of_work() opened (a {kind.__name__})"
         )
     return unit
+
+
+class DueSaga(NamedTuple):
+    """A saga's due time at a stream version: what :meth:`SagaLog.due` finds, and what
+    :meth:`SagaLog.defer` sets (None clears it) while the saga is still at that version."""
+
+    saga_id: str
+    version: int
+    due_at: datetime | None
 
 
 class Changes(Protocol):
@@ -100,9 +112,20 @@ class SagaLog(Protocol):
         actor: str | None = None,
         unit: Unit | None = None,
         trace_id: str | None = None,
+        due_at: DueTime = KEEP_DUE,
     ) -> AppendResult:
         """Append at ``expected_version`` (``ConcurrencyError`` if the stream moved);
-        ``trace_id``: the saga's lineage trace, put in each event's metadata."""
+        ``trace_id``: the saga's lineage trace, put in each event's metadata; ``due_at``:
+        the saga's next due time (None: none; by default it stays as it was)."""
+        ...
+
+    def due(self, now: datetime, limit: int) -> list[DueSaga]:
+        """The sagas due by ``now``, the longest due first (at most ``limit``)."""
+        ...
+
+    def defer(self, items: Sequence[DueSaga]) -> int:
+        """Set each saga's due time (None clears it) only while it is still at the item's
+        version (an append in between wins); how many were set."""
         ...
 
     def unit_of_work(self) -> AbstractContextManager[Unit]:

@@ -12,13 +12,23 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from events.definitions import DefinitionStore
 from events.errors import EventStoreError
-from events.model import AppendResult, ExpectedVersion, NewEvent, Position, RecordedEvent
+from events.model import (
+    KEEP_DUE,
+    AppendResult,
+    DueStream,
+    DueTime,
+    ExpectedVersion,
+    NewEvent,
+    Position,
+    RecordedEvent,
+)
 from events.registry import EventRegistry
-from events.saga_log import Definitions, SagaLog, Unit, unit_of
+from events.saga_log import Definitions, DueSaga, SagaLog, Unit, unit_of
 from events.store import EventStore, UnitOfWork
 from events.subscription import Notifications
 from events.traces import SAGA_TRACE_KEY
@@ -192,9 +202,18 @@ class EventStreams(Protocol):
         ...
 
     def append(
-        self, stream_id: str, events: Sequence[NewEvent], expected_version: ExpectedVersion
+        self, stream_id: str, events: Sequence[NewEvent], expected_version: ExpectedVersion,
+        *, due_at: DueTime = KEEP_DUE,
     ) -> AppendResult:
-        """Append at ``expected_version``."""
+        """Append at ``expected_version`` (setting the head's due time, when given)."""
+        ...
+
+    def due_streams(self, prefix: str, now: datetime, limit: int) -> list[DueStream]:
+        """The streams of ``prefix`` due by ``now``, the longest due first."""
+        ...
+
+    def defer_due(self, items: Sequence[DueStream]) -> int:
+        """Set due times of heads still at the items' versions."""
         ...
 
 
@@ -202,7 +221,8 @@ class Appender(Protocol):
     """A unit of work's own append (it commits, or not, with the rest of the unit)."""
 
     def append(
-        self, stream_id: str, events: Sequence[NewEvent], expected_version: ExpectedVersion
+        self, stream_id: str, events: Sequence[NewEvent], expected_version: ExpectedVersion,
+        *, due_at: DueTime = KEEP_DUE,
     ) -> AppendResult:
         """Append inside the unit at ``expected_version``."""
         ...
@@ -246,13 +266,25 @@ class SagaStreams(ABC):
         actor: str | None = None,
         unit: Unit | None = None,
         trace_id: str | None = None,
+        due_at: DueTime = KEEP_DUE,
     ) -> AppendResult:
         """Append saga events with tenant (and actor, and the saga's lineage trace id as
         ``saga_trace_id``) metadata at ``expected_version``; with ``unit`` the append
-        commits (or not) with the rest of that unit of work."""
+        commits (or not) with the rest of that unit of work. ``due_at``: the saga's next
+        due time, set with the append (None clears it; by default it stays)."""
         new = self.codec.new_events(events, tenant, actor, trace_id=trace_id)
         target = self.streams if unit is None else self._within(unit)
-        return target.append(saga_stream(saga_id), new, expected_version)
+        return target.append(saga_stream(saga_id), new, expected_version, due_at=due_at)
+
+    def due(self, now: datetime, limit: int) -> list[DueSaga]:
+        """The sagas due by ``now``, the longest due first (at most ``limit``)."""
+        found = self.streams.due_streams(STREAM_PREFIX, now, limit)
+        return [DueSaga(s.stream_id[len(STREAM_PREFIX):], s.version, s.due_at) for s in found]
+
+    def defer(self, items: Sequence[DueSaga]) -> int:
+        """Set each saga's due time while it is still at the item's version (one write)."""
+        return self.streams.defer_due(
+            [DueStream(saga_stream(i.saga_id), i.version, i.due_at) for i in items])
 
     @abstractmethod
     def _within(self, unit: Unit) -> Appender:

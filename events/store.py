@@ -21,11 +21,14 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from importlib.resources import files
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
+from psycopg.abc import Buffer
+from psycopg.types.datetime import TimestamptzLoader
 from psycopg_pool import ConnectionPool
 from pydantic import BaseModel
 
@@ -35,7 +38,11 @@ from events.errors import ConcurrencyError, EventIdConflict
 from events.migrate import apply_migrations
 from events.model import (
     ANY,
+    EARLIEST,
+    KEEP_DUE,
     AppendResult,
+    DueStream,
+    DueTime,
     ExpectedVersion,
     NewEvent,
     Position,
@@ -76,9 +83,37 @@ class UnitOfWork:
         stream_id: str,
         events: Sequence[NewEvent | BaseModel],
         expected_version: ExpectedVersion = ANY,
+        *,
+        due_at: DueTime = KEEP_DUE,
     ) -> AppendResult:
         """Append inside this transaction; it commits (or not) with everything else."""
-        return self.store.append(stream_id, events, expected_version, conn=self.connection)
+        return self.store.append(stream_id, events, expected_version, conn=self.connection,
+                                 due_at=due_at)
+
+
+# Oldest due first from the partial index on due_at; the prefix is a filter on the rows the
+# range yields (the due streams are few, whatever the number of streams).
+_DUE_STREAMS: Final = """
+SELECT stream_id, version, due_at FROM eventstore.streams
+ WHERE due_at <= %s AND starts_with(stream_id, %s)
+ ORDER BY due_at LIMIT %s
+"""
+
+_DEFER_DUE: Final = """
+UPDATE eventstore.streams s SET due_at = d.due_at
+  FROM unnest(%s::text[], %s::bigint[], %s::timestamptz[]) AS d(stream_id, version, due_at)
+ WHERE s.stream_id = d.stream_id AND s.version = d.version
+"""
+
+
+class _DueTimeLoader(TimestamptzLoader):
+    """Reads ``-infinity`` (a head due before anything else: migration 0009's backfill) as
+    ``EARLIEST``; psycopg refuses it as out of range otherwise."""
+
+    def load(self, data: Buffer) -> datetime:
+        if bytes(data) == b"-infinity":
+            return EARLIEST
+        return super().load(data)
 
 
 MAX_REMEMBERED_STREAMS: Final = 1024
@@ -209,20 +244,25 @@ class EventStore:
         expected_version: ExpectedVersion = ANY,
         *,
         conn: psycopg.Connection[Any] | None = None,
+        due_at: DueTime = KEEP_DUE,
     ) -> AppendResult:
         """Append events to one stream if it is at ``expected_version``.
 
         With ``conn`` the append joins the caller's transaction (inside a savepoint, so a
         conflict leaves that transaction usable). Retrying events whose ids are stored
         returns the original result even if ``expected_version`` is now stale: the first
-        attempt succeeded, so idempotency wins over the version check.
+        attempt succeeded, so idempotency wins over the version check. ``due_at`` sets the
+        stream's due time in the same statement (None clears it; see :meth:`due_streams`);
+        by default it stays as it is.
         """
         envelopes = new_events(self.registry, events)
         prepared = prepare_events(stream_id, envelopes, self._max_event_bytes)
         if conn is not None:
-            return self._append_on(conn, stream_id, prepared, expected_version, savepoint=True)
+            return self._append_on(conn, stream_id, prepared, expected_version, savepoint=True,
+                                   due=due_at)
         with translated_errors(), self._pool.connection() as own:
-            return self._append_on(own, stream_id, prepared, expected_version, savepoint=False)
+            return self._append_on(own, stream_id, prepared, expected_version, savepoint=False,
+                                   due=due_at)
 
     def _append_on(
         self,
@@ -232,6 +272,7 @@ class EventStore:
         expected_version: ExpectedVersion,
         *,
         savepoint: bool,
+        due: DueTime,
     ) -> AppendResult:
         expected = expected_code(expected_version)
         known = self._hashes.get(stream_id)
@@ -241,7 +282,7 @@ class EventStore:
             with translated_errors(stream_id, expected_version):
                 rows = run_append(
                     conn, stream_id, expected, prepared, self._notify, savepoint=savepoint,
-                    tip=tip,
+                    tip=tip, due=due,
                 )
         except (ConcurrencyError, EventIdConflict):
             original = _original_append_on(conn, stream_id, prepared)
@@ -330,6 +371,29 @@ class EventStore:
                 (stream_id,),
             ).fetchone()
         return (int(row[0]), str(row[1])) if row else None
+
+    def due_streams(self, prefix: str, now: datetime, limit: int) -> list[DueStream]:
+        """The streams whose id starts with ``prefix`` due by ``now``, the longest due first
+        (at most ``limit``): a range scan of the due-time index, whatever the number of
+        streams not due. A due time of ``-infinity`` reads back as ``EARLIEST``."""
+        with self.connection() as conn, conn.cursor() as cursor:
+            cursor.adapters.register_loader("timestamptz", _DueTimeLoader)
+            rows = cursor.execute(_DUE_STREAMS, (now, prefix, limit)).fetchall()
+        return [DueStream(stream_id, int(version), due_at) for stream_id, version, due_at in rows]
+
+    def defer_due(self, items: Sequence[DueStream]) -> int:
+        """Set each stream's due time to ``item.due_at`` (None clears it) only while its head
+        is still at ``item.version``, all in one statement: an append in between wins, its
+        own due time stands. Returns how many heads were set."""
+        if not items:
+            return 0
+        with self.connection() as conn:
+            cursor = conn.execute(
+                _DEFER_DUE,
+                ([i.stream_id for i in items], [i.version for i in items],
+                 [i.due_at for i in items]),
+            )
+            return cursor.rowcount
 
     def head_position(self) -> Position | None:
         """The highest position in the log (committed, maybe not yet readable), for lag."""

@@ -40,7 +40,8 @@ def test_definitions_stored_before_0007_become_the_shared_set(
                 " VALUES (%s, %s, %s, %s::jsonb, 'old-release')",
                 (trip.name, trip.version, trip.content_hash(), trip.to_json()))
         # when the release's migrations are applied
-        assert store.migrate() == ["0007_definition_tenants", "0008_saga_trace_index"]
+        assert store.migrate() == ["0007_definition_tenants", "0008_saga_trace_index",
+                                   "0009_stream_due_at"]
         # then every tenant sees it as shared, none may take its name, and its hash loads
         definitions = DefinitionStore(store)
         for tenant in ("acme", "globex"):
