@@ -113,7 +113,8 @@ class DueWork:
     due_since: datetime
 
 
-def _due_at(run: StepRun, queue_wait: timedelta) -> datetime | None:
+def due_at(run: StepRun, queue_wait: timedelta) -> datetime | None:
+    """When a scheduled or reconciling run is overdue for a (re-)enqueue (None: not timed)."""
     if run.not_before is None:
         return None
     delayed = run.scheduled_at is not None and run.not_before > run.scheduled_at
@@ -139,7 +140,7 @@ def due_work(state: SagaState, now: datetime, queue_wait: timedelta) -> list[Due
     timed = {(run.step_id, run.kind) for run, action, _ in conditions if action == "timeout"}
     for run in [*state.forward.values(), *state.compensation.values()]:
         item: tuple[DueAction, datetime] | None = None
-        due = _due_at(run, queue_wait)
+        due = due_at(run, queue_wait)
         claimable = (_blocked(state, run.kind, run.step_id) is None
                      and claim_refusal(state, run, now) is None)
         if run.status is RunStatus.SCHEDULED and claimable:

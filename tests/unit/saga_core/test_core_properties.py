@@ -287,12 +287,16 @@ class Driver:
         if what == "claim":
             self.now = max(self.now, run.not_before or self.now)
             cmd = resolve_command(self.state, run.step_id, run.kind)
+            # As a worker claims: the call's declared timeout counts from the claim.
+            timeout_s = self.definition.step_timeout_s(run.step_id, run.kind)
+            timeout_at = None if timeout_s is None else self.now + timedelta(seconds=timeout_s)
             self.append(
                 StepStarted(
                     at=self.now,
                     worker_id="w",
                     request_hash=cmd.request_hash,
                     lease_expires_at=self.now + timedelta(seconds=30),
+                    timeout_at=timeout_at,
                     **key,
                 )
             )

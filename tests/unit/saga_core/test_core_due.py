@@ -1,0 +1,126 @@
+"""The due-time index's rule: next_due never says "later" (or "never") when due_work would find
+work, at any clock time, and never names an instant at which due_work finds nothing.
+
+Random sagas (random definitions with timeouts, compensation deadlines and time limits,
+driven through random outcomes, waits and approvals, as the core's invariant test drives
+them) are checked after every settled commit against due_work at random clock times and at
+every instant the state holds, and just before and after each.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_core_properties import Driver, definitions
+
+from saga_core import SagaDefinition, SagaState, ToolCatalogue, due_work, validate_definition
+from saga_core.budgets import SagaBudget
+from saga_core.due import _instants, due_key, next_due, republish_at
+
+TICK = timedelta(microseconds=1)
+
+
+@st.composite
+def timed_definitions(draw: st.DrawFn) -> SagaDefinition:
+    """A random definition with some of the time rules: call timeouts, compensation
+    deadlines, and a time limit for the whole saga."""
+    plain = draw(definitions())
+    data = plain.model_dump(mode="json")
+    for step in data["steps"]:
+        step["timeout_s"] = draw(st.sampled_from([None, None, 10.0, 45.0]))
+        if step.get("compensation") is not None:
+            deadline_s = draw(st.sampled_from([None, 20.0, 90.0]))
+            if deadline_s is not None:
+                step["compensation"]["deadline_s"] = deadline_s
+                step["compensation"]["on_deadline"] = draw(
+                    st.sampled_from(["escalate", "retry"]))
+    limit = draw(st.sampled_from([None, None, 40.0, 200.0]))
+    if limit is not None:
+        data["budget"] = SagaBudget(time_limit_s=limit).model_dump(mode="json")
+    tools = data.pop("tools")
+    return validate_definition(SagaDefinition.model_validate(data),
+                               ToolCatalogue.model_validate({"tools": tools}))
+
+
+def _probes(state: SagaState, queue_wait: timedelta, now: datetime,
+            offsets: list[float]) -> list[datetime]:
+    """Clock times to compare at: random ones, and each instant the state holds with the
+    moments just around it (where an off-by-one in a comparison would show)."""
+    held = [at for instant in _instants(state, queue_wait) for at in (instant - TICK, instant,
+                                                                      instant + TICK)]
+    drawn = [now + timedelta(seconds=s) for s in offsets]
+    return sorted(at for at in {now, *held, *drawn, now + timedelta(days=30)} if at >= now)
+
+
+def _check(state: SagaState, queue_wait: timedelta, now: datetime, offsets: list[float]) -> None:
+    found = next_due(state, queue_wait, after=now)
+    if found is not None:
+        assert found >= now
+        assert due_work(state, found, queue_wait), f"nothing is due at {found}"
+    for at in _probes(state, queue_wait, now, offsets):
+        if due_work(state, at, queue_wait):
+            assert found is not None and found <= at, (
+                f"due_work lists work at {at}; next_due said {found}")
+            break  # the earliest probe with work decides; later ones only repeat it
+
+
+def _check_excluding(state: SagaState, queue_wait: timedelta, now: datetime) -> None:
+    """Leaving out what is due now (a sweeper that re-published it), the rest still counts."""
+    excluded = {due_key(item) for item in due_work(state, now, queue_wait)}
+    if not excluded:
+        return
+    found = next_due(state, queue_wait, after=now, exclude=excluded)
+    for at in _probes(state, queue_wait, now, []):
+        rest = [i for i in due_work(state, at, queue_wait) if due_key(i) not in excluded]
+        if rest:
+            assert found is not None and found <= at
+            break
+    else:
+        assert found is None
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(definition=timed_definitions(), data=st.data(),
+       queue_wait=st.sampled_from([timedelta(0), timedelta(seconds=10)]))
+def test_next_due_is_never_later_than_due_work_and_never_early(
+    definition: SagaDefinition, data: st.DataObject, queue_wait: timedelta
+) -> None:
+    driver = Driver(definition, data)
+    offsets = st.lists(st.floats(0, 400, allow_nan=False), max_size=6)
+    for _ in range(60):
+        driver.orchestrate()
+        _check(driver.state, queue_wait, driver.now, data.draw(offsets))
+        _check_excluding(driver.state, queue_wait, driver.now)
+        if driver.state.finished is not None or driver.state.escalation is not None:
+            break
+        if data.draw(st.booleans()):  # let time pass: timeouts, deadlines, limits, expiries
+            driver.now += timedelta(seconds=data.draw(st.floats(0, 120, allow_nan=False)))
+        elif not driver.act():
+            break
+
+
+def test_a_finished_or_paused_saga_is_never_due() -> None:
+    state = SagaState.initial(SagaDefinition(name="n", version=1, steps=[]))
+    assert next_due(state, timedelta(0), after=datetime.now().astimezone()) is None
+
+
+def test_republish_windows_double_from_base_then_step_by_cap() -> None:
+    since = datetime(2026, 1, 1).astimezone()
+    base, cap = timedelta(seconds=10), timedelta(seconds=60)
+
+    def at(seconds: float) -> float:
+        return (republish_at(since, since + timedelta(seconds=seconds), base, cap)
+                - since).total_seconds()
+
+    # Edges at 10, 30, 70 (gap 40), 130 (gap 60, capped), 190, 250, ...
+    assert [at(0), at(10), at(29), at(30), at(70), at(129), at(130), at(1000)] == [
+        10, 30, 30, 70, 130, 130, 190, 1030]
+
+
+def test_republish_windows_refuse_a_base_that_cannot_grow() -> None:
+    since = datetime(2026, 1, 1).astimezone()
+    with pytest.raises(ValueError, match="base"):
+        republish_at(since, since, timedelta(0), timedelta(seconds=5))
