@@ -60,6 +60,8 @@ def _fleet(
         broker_url=broker_url,
         lease_s=settings.lease_seconds,
         queue_wait_s=settings.queue_wait_seconds,
+        republish_max_s=settings.republish_max_s,
+        sweep_full_every_s=settings.sweep_full_every_s,
         visibility_timeout_s=settings.visibility_timeout_seconds,
         remote_control=settings.celery_remote_control,
     )

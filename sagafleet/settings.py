@@ -98,6 +98,15 @@ class Settings(BaseSettings):
         "worker held (a step, an agent's command) is redelivered after it"))
     sweep_interval_seconds: float = Field(default=2.0, gt=0, le=3_600,
                                           description="time between sweeps")
+    # A re-published item no worker takes is not re-published every sweep: the gaps grow
+    # from the queue wait up to this (with no consumer, copies stay few and flat).
+    republish_max_s: float = Field(default=300.0, gt=0, le=86_400, description=(
+        "the longest gap between two re-publishes of an overdue item no worker takes (the "
+        "gaps grow from the queue wait up to it)"))
+    # Passes read only due sagas; a full pass also re-times every active saga (a repair).
+    sweep_full_every_s: float = Field(default=600.0, ge=0, le=604_800, description=(
+        "how often the sweeper reads every active saga and re-times its due time, besides "
+        "its passes over the due ones (also at its start; 0: never)"))
     # Added latency of every sandbox provider call (tests and benchmarks of slow tools); read
     # by sagafleet.sandbox:trip_tool_set.
     tool_latency_seconds: float = Field(default=0.0, ge=0, le=600, description=(

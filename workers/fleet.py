@@ -53,6 +53,10 @@ class FleetConfig:
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     lease_s: float = 30.0
     queue_wait_s: float = 10.0
+    # The longest gap between two re-publishes of one overdue item no worker takes (the gaps
+    # grow from queue_wait_s), and how often the sweeper reads every active saga (0: never).
+    republish_max_s: float = 300.0
+    sweep_full_every_s: float = 600.0
     pool_size: int = 8
     inline_steps: int = 8  # steps a worker may run in turn without a broker round trip
     branch_threads: int = 8  # parallel branches of one saga a worker runs side by side
@@ -158,7 +162,9 @@ class Fleet:
     @cached_property
     def orchestrator(self) -> Orchestrator:
         """Where every saga event is written (decide, claim, append once)."""
-        return Orchestrator(self.repo, self.clock, on_race_lost=self.metrics.race_lost)
+        return Orchestrator(self.repo, self.clock,
+                            queue_wait=timedelta(seconds=self.config.queue_wait_s),
+                            on_race_lost=self.metrics.race_lost)
 
     @cached_property
     def executor(self) -> StepExecutor:

@@ -10,7 +10,8 @@ a start, the sweeper's decision — is one call of :meth:`Orchestrator.commit`:
    saves a commit and a broker message per step;
 3. append everything at the version the saga was loaded at (``ConcurrencyError`` when
    another writer got there first) through the :class:`~events.saga_log.SagaLog`,
-   optionally inside the caller's unit of work;
+   optionally inside the caller's unit of work, with the saga's next due time
+   (``saga_core.due.next_due``: when the sweeper should look at it again, if ever);
 4. return :class:`Committed`: the events, the saga as they left it, the commands they
    made due, those claimed, and the ``wake_ups`` worth a broker message.
 
@@ -24,13 +25,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from events import ConcurrencyError
 from events.saga_log import SagaLog, Unit
 from events.sagas import LoadedSaga
 from saga_core import decide, evolve
+from saga_core.due import next_due
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.events import (
     ReconciliationScheduled,
@@ -135,12 +137,15 @@ class Committed:
 class Orchestrator:
     """Decides and records for one saga at a time; shared by workers, client and sweeper."""
 
-    def __init__(self, log: SagaLog, clock: Clock = utc_now, *,
+    def __init__(self, log: SagaLog, clock: Clock = utc_now, *, queue_wait: timedelta,
                  on_race_lost: Callable[[], None] | None = None) -> None:
-        """``on_race_lost``: told of every append that met a newer stream version (the
+        """``queue_wait``: how long a published command normally waits for a worker (work
+        is overdue after it: each commit's due time counts it, as the sweeper does);
+        ``on_race_lost``: told of every append that met a newer stream version (the
         worker's ``races_lost`` counter)."""
         self.log = log
         self.clock = clock
+        self.queue_wait = queue_wait
         self.on_race_lost = on_race_lost
 
     def commit(
@@ -177,6 +182,7 @@ class Orchestrator:
             appended = self.log.append(
                 loaded.saga_id, state.tenant or loaded.tenant, recorded, loaded.version,
                 actor=actor, unit=unit, trace_id=saga_trace_id(loaded, recorded),
+                due_at=next_due(state, self.queue_wait, after=now),
             )
             after = loaded.extended(recorded, appended, state)  # folded above
         return Committed(loaded.saga_id, tuple(recorded), after,

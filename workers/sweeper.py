@@ -8,28 +8,41 @@ for each item of ``saga_core.due_work``:
 * an expired lease, an expired approval, or anything else decide wants → record it
   (one commit), and publish what that commit made due.
 
-The :class:`Sweeper` adds the PostgreSQL bookkeeping: it keeps ``fleet.active_sagas`` (a
-rebuildable projection of SagaStarted/SagaFinished, checkpointed in the same transaction),
-reads the active sagas 500 to a query, and counts every re-enqueue in
-``fleet.redeliveries`` (retry amplification). A saga it cannot sweep (a lost race, a
-corrupt stream) is reported and the pass goes on with the next. Several copies may run:
-an advisory lock lets one sweep at a time, the others stand by.
+The :class:`Sweeper` adds the PostgreSQL bookkeeping. A pass reads only the sagas that are
+due: every commit sets its saga's due time (``saga_core.due.next_due``, in the append
+itself), and the pass reads ``SagaLog.due(now)`` 500 at a time, sweeps each, and then
+re-times each saga it read, in one statement per chunk (:func:`retimed`): a re-published
+item is not due again before its growing window ends (``saga_core.due.republish_at``,
+gaps from the queue wait up to ``republish_max_s``), so with no worker at all the
+copies of one item stay few. A commit between the read and the re-timing wins (the
+deferral applies only at the version read). Every re-enqueue is counted in
+``fleet.redeliveries`` (retry amplification), one INSERT per chunk.
+
+It keeps ``fleet.active_sagas`` (a rebuildable projection of SagaStarted/SagaFinished,
+checkpointed in the same transaction), and every ``sweep_full_every_s`` (and at its first
+pass) it sweeps every active saga instead, re-timing each: the repair of a due time that
+is wrong (a saga written by an older version, a lost deferral). A saga it cannot sweep (a
+lost race, a corrupt stream) is reported and the pass goes on with the next. Several
+copies may run: an advisory lock lets one sweep at a time, the others stand by.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from events import SubscriptionBusy
+from events.saga_log import DueSaga
 from events.sagas import LoadedSaga, SagaNotFound, saga_id_of
 from saga_core import due_work
 from saga_core.claims import DueWork
-from saga_core.errors import SagaError
+from saga_core.due import due_key, next_due, republish_at
+from saga_core.errors import ErrorKind, SagaError
 from workers.messages import StepCommand
 from workers.orchestrator import Committed, Orchestrator
 
@@ -43,6 +56,12 @@ SWEEP_LOCK = 0x5A6A_0001
 SWEEP_CHUNK = 500  # active sagas read per query
 
 
+class SweeperMisconfigured(SagaError):
+    """The longest re-publish gap is shorter than the queue wait the gaps start from."""
+
+    kind = ErrorKind.MISCONFIGURED
+
+
 @dataclass
 class SweepReport:
     """What one pass found and did."""
@@ -51,6 +70,8 @@ class SweepReport:
     active: int = 0
     republished: int = 0
     advanced: int = 0
+    deferred: int = 0  # sagas re-timed by the pass (a commit in between wins, uncounted)
+    full_pass_s: float | None = None  # how long a full pass took (None: a due-only pass)
     expired_refs: int = 0  # deposited secrets forgotten: expired, spent or not
     expired_nonces: int = 0  # signed commands' single-use ids past their window
     errors: list[str] = field(default_factory=list)
@@ -60,9 +81,15 @@ class SweepReport:
 class SagaSweep:
     """What sweeping one saga found due, and what it recorded for it."""
 
+    loaded: LoadedSaga  # the saga as it was swept
     due: tuple[DueWork, ...]
     republish: tuple[StepCommand, ...]  # overdue schedules and lookups, to enqueue again
     committed: Committed | None  # decide's answer to the rest (None: nothing needed it)
+
+    @property
+    def latest(self) -> LoadedSaga:
+        """The saga as the sweep left it (after its commit, if any)."""
+        return self.committed.loaded if self.committed is not None else self.loaded
 
     @property
     def wake_ups(self) -> tuple[StepCommand, ...]:
@@ -85,7 +112,26 @@ def sweep_saga(orchestrator: Orchestrator, loaded: LoadedSaga, queue_wait: timed
     )
     needs_decision = len(republish) < len(due)
     committed = orchestrator.advance(loaded.saga_id, known=loaded) if needs_decision else None
-    return SagaSweep(tuple(due), republish, committed)
+    return SagaSweep(loaded, tuple(due), republish, committed)
+
+
+def retimed(
+    swept: SagaSweep, now: datetime, queue_wait: timedelta, republish_max: timedelta
+) -> DueSaga:
+    """When the sweeper should look at a swept saga again, at the version it left it.
+
+    An item still due after the sweep (re-published, or one decide could not settle) is
+    not due again before its window ends (``republish_at``: growing gaps from the queue
+    wait, capped); whatever else the saga holds is due at ``next_due`` without those
+    items. None: nothing will be due until a new event.
+    """
+    saga = swept.latest
+    still = {due_key(item) for item in due_work(saga.state, now, queue_wait)}
+    held = [item for item in swept.due if due_key(item) in still]
+    later = next_due(saga.state, queue_wait, after=now, exclude={due_key(i) for i in held})
+    windows = [republish_at(item.due_since, now, queue_wait, republish_max) for item in held]
+    return DueSaga(saga.saga_id, saga.version,
+                   min((t for t in (later, *windows) if t is not None), default=None))
 
 
 class Sweeper:
@@ -94,8 +140,16 @@ class Sweeper:
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
         self.queue_wait = timedelta(seconds=fleet.config.queue_wait_s)
+        self.republish_max = timedelta(seconds=fleet.config.republish_max_s)
+        if self.republish_max < self.queue_wait:
+            raise SweeperMisconfigured(
+                f"republish_max_s ({fleet.config.republish_max_s}) must be at least "
+                f"queue_wait_s ({fleet.config.queue_wait_s}): re-publish gaps grow from the "
+                "queue wait up to it")
+        self.full_every_s = fleet.config.sweep_full_every_s
         self._subscription = fleet.store.subscription(TRACKER)
         self.vault = fleet.secrets
+        self._last_full: float | None = None  # time.monotonic() of this copy's last full pass
 
     def track(self, limit: int = 1000) -> int:
         """Fold new SagaStarted/SagaFinished events into ``fleet.active_sagas``."""
@@ -127,7 +181,8 @@ class Sweeper:
                 return seen
 
     def sweep(self) -> SweepReport:
-        """One pass: track new sagas, then re-enqueue or record what is due."""
+        """One pass: track new sagas, then re-enqueue or record what is due (every active
+        saga on a full pass, else only the due ones)."""
         report = SweepReport()
         with self.fleet.store.connection() as lock_conn:
             got = lock_conn.execute("SELECT pg_try_advisory_lock(%s)", (SWEEP_LOCK,)).fetchone()
@@ -142,22 +197,83 @@ class Sweeper:
                 # check; after that the check alone refuses it (a bounded table).
                 report.expired_nonces = self.fleet.command_nonces.purge_expired(
                     self.fleet.clock())
-                active = self._active_ids()
-                # Read in chunks (one query each), not one saga at a time: a pass over
-                # many waiting sagas is a few queries, not one round trip per saga.
-                for start in range(0, len(active), SWEEP_CHUNK):
-                    chunk = active[start : start + SWEEP_CHUNK]
-                    try:
-                        found = self.fleet.repo.load_many(chunk)
-                    except SagaError as exc:
-                        report.errors.append(f"reading {len(chunk)} sagas: {exc}")
-                        continue
-                    for saga_id, loaded in found.items():
-                        report.active += 1
-                        self._sweep_saga(saga_id, loaded, report)
+                if self._full_pass_due():
+                    started = time.monotonic()
+                    self.sweep_all(report)
+                    self._last_full = time.monotonic()
+                    report.full_pass_s = self._last_full - started
+                else:
+                    self.sweep_due(report)
             finally:
                 lock_conn.execute("SELECT pg_advisory_unlock(%s)", (SWEEP_LOCK,))
         return report
+
+    def _full_pass_due(self) -> bool:
+        if self.full_every_s <= 0:
+            return False
+        return self._last_full is None or time.monotonic() - self._last_full >= self.full_every_s
+
+    def sweep_due(self, report: SweepReport) -> None:
+        """Sweep the sagas due by now, a chunk (one read, one re-timing, one count) at a
+        time, each saga at most once a pass (a commit may leave one due again at once)."""
+        now = self.fleet.orchestrator.clock()  # the clock sweep_saga decides on
+        seen: set[str] = set()
+        while True:
+            due = [d for d in self.fleet.repo.due(now, SWEEP_CHUNK) if d.saga_id not in seen]
+            if not due:
+                return
+            seen.update(d.saga_id for d in due)
+            self._sweep_chunk([d.saga_id for d in due], report,
+                              {d.saga_id: d.version for d in due})
+
+    def sweep_all(self, report: SweepReport) -> None:
+        """Sweep every active saga (``fleet.active_sagas``) and re-time each: the slow pass
+        that repairs a wrong due time."""
+        active = self._active_ids()
+        for start in range(0, len(active), SWEEP_CHUNK):
+            # No version known: an unreadable saga is left to the due passes.
+            self._sweep_chunk(active[start : start + SWEEP_CHUNK], report, {})
+
+    def _sweep_chunk(
+        self, saga_ids: list[str], report: SweepReport, versions: Mapping[str, int]
+    ) -> None:
+        """Read the sagas in one query, sweep each, then re-time them and count what was
+        re-enqueued, one statement each.
+
+        ``versions``: the version each saga was found due at. A saga that cannot be read
+        or swept there (a corrupt stream, a definition gone) is put off by the longest
+        re-publish gap: reported again then, not every pass.
+        """
+        try:
+            found = self.fleet.repo.load_many(saga_ids)
+        except SagaError as exc:
+            report.errors.append(f"reading {len(saga_ids)} sagas: {exc}")
+            return
+        now = self.fleet.orchestrator.clock()
+        put_off = now + self.republish_max
+        deferrals: list[DueSaga] = []
+        redelivered: list[DueWork] = []
+        for saga_id, loaded in found.items():
+            if isinstance(loaded, SagaNotFound):
+                continue
+            if isinstance(loaded, SagaError):
+                report.errors.append(f"{saga_id}: {loaded}")
+                if saga_id in versions:
+                    deferrals.append(DueSaga(saga_id, versions[saga_id], put_off))
+                continue
+            report.active += 1
+            try:
+                swept = self._sweep_saga(loaded, report)
+            except SagaError as exc:
+                # A lost race (someone else is busy with it: its commit re-timed it, and
+                # this deferral, at the version read, changes nothing) or a bad stream.
+                report.errors.append(f"{saga_id}: {exc}")
+                deferrals.append(DueSaga(saga_id, loaded.version, put_off))
+                continue
+            redelivered.extend(swept.due)
+            deferrals.append(retimed(swept, now, self.queue_wait, self.republish_max))
+        report.deferred += self.fleet.repo.defer(deferrals)
+        self._count(redelivered)
 
     def _active_ids(self) -> list[str]:
         with self.fleet.store.connection() as conn:
@@ -166,37 +282,28 @@ class Sweeper:
             ).fetchall()
         return [row[0] for row in rows]
 
-    def _sweep_saga(
-        self, saga_id: str, loaded: LoadedSaga | SagaError, report: SweepReport
-    ) -> None:
-        if isinstance(loaded, SagaNotFound):
-            return
-        if isinstance(loaded, SagaError):
-            report.errors.append(f"{saga_id}: {loaded}")
-            return
-        try:
-            swept = sweep_saga(self.fleet.orchestrator, loaded, self.queue_wait)
-        except SagaError as exc:
-            # A lost race (someone else is busy with it) or a bad stream: next pass.
-            report.errors.append(f"{saga_id}: {exc}")
-            return
-        for item in swept.due:
-            self._count(saga_id, item.step_id, item.kind.value if item.kind else None,
-                        item.attempt, item.action)
+    def _sweep_saga(self, loaded: LoadedSaga, report: SweepReport) -> SagaSweep:
+        """Sweep one saga and publish what it re-enqueues (SagaError as sweep_saga)."""
+        swept = sweep_saga(self.fleet.orchestrator, loaded, self.queue_wait)
         if swept.committed is not None:
             report.advanced += 1
             self.fleet.publisher.publish(swept.committed.wake_ups)
         if swept.republish:
             report.republished += self.fleet.publisher.publish(swept.republish)
+        return swept
 
-    def _count(
-        self, saga_id: str, step_id: str | None, kind: str | None, attempt: int, action: str
-    ) -> None:
+    def _count(self, items: Sequence[DueWork]) -> None:
+        """Record each re-enqueued or decided item in ``fleet.redeliveries``, one INSERT."""
+        if not items:
+            return
         with self.fleet.store.connection() as conn:
             conn.execute(
                 "INSERT INTO fleet.redeliveries (saga_id, step_id, kind, attempt, action)"
-                " VALUES (%s, %s, %s, %s, %s)",
-                (saga_id, step_id, kind, attempt, action),
+                " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[],"
+                " %s::text[])",
+                ([i.saga_id for i in items], [i.step_id for i in items],
+                 [i.kind.value if i.kind else None for i in items],
+                 [i.attempt for i in items], [i.action for i in items]),
             )
 
     def run_forever(self, interval_s: float, *, stop_after: float | None = None,

@@ -58,6 +58,9 @@ MAX_STEPS = 100_000
 INLINE_STEPS = 8
 #: Events the tracker reads from the log at a time.
 TRACK_PAGE = 1000
+#: Nothing is in flight between runs, so no queue wait: all due work is lost work (the
+#: sweep and each commit's due time count it alike).
+QUEUE_WAIT = timedelta(0)
 
 
 class FleetMisconfigured(SagaError):
@@ -111,7 +114,7 @@ class TestFleet:
         self.definitions = MemoryDefinitions(clock=self.clock)
         self.log = MemorySagaLog(self.definitions, clock=self.clock)
         self.publisher = RecordingPublisher()
-        self.orchestrator = Orchestrator(self.log, self.clock)
+        self.orchestrator = Orchestrator(self.log, self.clock, queue_wait=QUEUE_WAIT)
         self.executor = StepExecutor(self.orchestrator, tool_set.registry, self.secrets,
                                      worker_id=worker_id, lease=timedelta(seconds=lease_s))
         self.inline_steps = inline_steps
@@ -181,8 +184,7 @@ class TestFleet:
         self.secrets.purge_expired(self.clock())  # deposited secrets no start used in time
         found = 0
         for loaded in self._unfinished():
-            # Nothing is in flight between runs, so no queue wait: all due work is lost work.
-            swept = sweep_saga(self.orchestrator, loaded, timedelta(0))
+            swept = sweep_saga(self.orchestrator, loaded, QUEUE_WAIT)
             found += len(swept.due)
             self.publisher.publish(swept.wake_ups)
         return found

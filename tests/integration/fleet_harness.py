@@ -207,6 +207,17 @@ def settle(fleet: Fleet, saga_ids: list[str], *, timeout: float = 120.0,
     return states
 
 
+def track_until(sweeper: Sweeper, count: int, timeout: float = 60.0) -> None:
+    """Let the sweeper's tracker see ``count`` new sagas: it reads below the snapshot
+    horizon, which another session's open transaction on a shared server holds back.
+    ``timeout`` only bounds a hung run."""
+    seen, deadline = 0, time.monotonic() + timeout
+    while seen < count:
+        assert time.monotonic() < deadline, f"the tracker saw {seen} of {count} sagas"
+        seen += sweeper.track()
+        time.sleep(0.05)
+
+
 def shifted_fleet(database: str, broker: str, ahead: timedelta) -> SandboxFleet:
     """A fleet in the test process whose clock runs ``ahead`` of the real one."""
     return SandboxFleet(FleetConfig(database_url=database, broker_url=broker, lease_s=LEASE_S,

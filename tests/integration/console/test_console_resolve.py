@@ -26,7 +26,8 @@ def _fields(page: str, saga_id: str, action: str) -> dict[str, str]:
 def _escalated(fleet, saga_id: str) -> None:
     """Let the approval request expire unanswered: with one request allowed, the saga pauses
     for an operator (an orchestrator whose clock is past the request's expiry advances it)."""
-    later = Orchestrator(fleet.repo, lambda: utc_now() + timedelta(hours=2))
+    later = Orchestrator(fleet.repo, lambda: utc_now() + timedelta(hours=2),
+                         queue_wait=fleet.orchestrator.queue_wait)
     later.advance(saga_id)
     assert fleet.repo.load(saga_id).state.status is SagaStatus.MANUAL_INTERVENTION
 

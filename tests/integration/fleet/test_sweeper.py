@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from fleet_harness import track_until
 from trip_inputs import TRIP_INPUT
 
 from events import ConcurrencyError
@@ -45,17 +45,6 @@ def _claim_first_step(fleet, saga_id: str) -> None:
     assert isinstance(fleet.executor.claim(command), Claimed)
 
 
-def _track_until(sweeper: Sweeper, count: int, timeout: float = 60.0) -> None:
-    """Let the sweeper's tracker see ``count`` new sagas: it reads below the snapshot
-    horizon, which another session's open transaction on a shared server holds back.
-    ``timeout`` only bounds a hung run."""
-    seen, deadline = 0, time.monotonic() + timeout
-    while seen < count:
-        assert time.monotonic() < deadline, f"the tracker saw {seen} of {count} sagas"
-        seen += sweeper.track()
-        time.sleep(0.05)
-
-
 def test_a_sweep_that_loses_every_race_on_one_saga_goes_on_with_the_next(fleet):
     # given two sagas, each left by a dead worker with an expired claim (the first started
     # first, so the sweep meets it first), and a log on which the first is always overtaken
@@ -65,7 +54,7 @@ def test_a_sweep_that_loses_every_race_on_one_saga_goes_on_with_the_next(fleet):
     for saga_id in (contended, calm):
         _claim_first_step(fleet, saga_id)
     sweeper = Sweeper(fleet)
-    _track_until(sweeper, 2)
+    track_until(sweeper, 2)
     fleet.orchestrator.clock = lambda: utc_now() + timedelta(hours=1)
     fleet.orchestrator.log = overtaken = AlwaysOvertaken(fleet.orchestrator.log, contended)
     before = fleet.repo.load(contended).version

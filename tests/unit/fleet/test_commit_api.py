@@ -62,7 +62,7 @@ def orchestrator(clock: Clock) -> Orchestrator:
     definitions = MemoryDefinitions()
     catalogue: ToolCatalogue = trip_tool_catalogue()
     definitions.register_shared(validate_definition(trip_definition(), catalogue))
-    return Orchestrator(MemorySagaLog(definitions), clock)
+    return Orchestrator(MemorySagaLog(definitions), clock, queue_wait=timedelta(seconds=10))
 
 
 def _started(orchestrator: Orchestrator, published: Published) -> LoadedSaga:
