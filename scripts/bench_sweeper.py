@@ -1,0 +1,390 @@
+"""Benchmark: a sweeper pass costs what is due, not what is parked; with no consumer the
+broker gets a bounded, flat number of copies.
+
+Part 1, pass cost against parked sagas: N parked sagas (trips waiting an hour for an
+approval) for each N of ``--sizes`` (1k, 10k, 100k), plus ``--due`` sagas that are due
+(their first steps' messages lost: overdue schedules). At each N, the median of
+``--passes`` passes (the due sagas made due again before each, untimed) and the ratio
+pass(largest N)/pass(smallest N), same run; then one full pass (every active saga read and
+re-timed: at a sweeper's start, then every SAGAFLEET_SWEEP_FULL_EVERY_S, default 600 s).
+
+Part 2, no consumer: ``--orphans`` sagas, all overdue (their overdue times spread over the
+last hour), a real Redis, nobody consuming; ten passes 2 s apart on the sweeper's clock
+(its default interval). Per pass: messages added to the steps queue (drained and counted by
+LLEN as they come, so the queue stays small) and rows written (redeliveries + deferrals).
+The sweeper before the due-time index re-published every overdue item on every pass, one
+INSERT each: pass 1's figures, repeated every pass.
+
+Sagas are written fast, not through the fleet: the events of templates made by the test kit
+(``sagafleet.testing``), copied under new ids and appended by several threads, each append
+a pipelined transaction of many sagas, each saga with its template's next due time.
+
+    python scripts/bench_sweeper.py --url postgresql://postgres@127.0.0.1:5432/test \\
+        --broker redis://127.0.0.1:6379/11
+    python scripts/bench_sweeper.py --sizes 1000 5000 --orphans 2000 --passes 3   # quick
+
+Without ``--url`` / ``--broker`` it starts the embedded servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import psycopg
+
+from events.model import NO_STREAM, NewEvent
+from events.saga_log import DueSaga
+from events.sagas import saga_stream
+from saga_core import evolve
+from saga_core.due import next_due
+from saga_core.events import SagaEvent, StepScheduled
+from saga_core.examples import trip_definition, trip_tool_catalogue
+from saga_core.state import SagaState
+from sagafleet import embedded
+from sagafleet.migrate import migrate_all
+from sagafleet.testing import TestClock, TestFleet
+from workers.celery_app import QUEUE_STEPS, broker_redis
+from workers.fleet import Fleet, FleetConfig
+from workers.orchestrator import utc_now
+from workers.sweeper import Sweeper, SweepReport
+
+TRIP = {
+    "customer_email": "bench@example.com", "flight_id": "FL1", "hotel_id": "HT1", "nights": 1,
+    "amount": 10_000, "currency": "EUR", "card_token": "tok_bench_4242",
+}
+GATED = {**TRIP, "amount": 250_000}  # above the capture gate: waits for an approval
+QUEUE_WAIT = timedelta(seconds=10)  # the default SAGAFLEET_QUEUE_WAIT_SECONDS
+REPUBLISH_MAX_S = 300.0  # the default SAGAFLEET_REPUBLISH_MAX_S
+WRITE_BATCH = 500  # sagas per pipelined transaction
+PASS_GAP = timedelta(seconds=2)  # the default SAGAFLEET_SWEEP_INTERVAL_SECONDS
+
+
+@dataclass(frozen=True)
+class Template:
+    """A saga's events as the test kit recorded them, and its next due time then."""
+
+    events: tuple[SagaEvent, ...]
+    due_at: datetime | None
+
+
+class Copier:
+    """A template's envelopes, encoded once (the saga log's codec: tenant metadata), and
+    copied under a new saga id (only SagaStarted names it)."""
+
+    def __init__(self, fleet: Fleet, made: Template) -> None:
+        self.envelopes = fleet.repo.codec.new_events(made.events, "default", None)
+        self.due_at = made.due_at
+
+    def copy_for(self, saga_id: str) -> list[NewEvent]:
+        started, *rest = self.envelopes
+        return [replace(started, data={**started.data, "saga_id": saga_id}), *rest]
+
+
+def template(at: datetime, trip: dict[str, object], *, run: bool) -> Template:
+    """A trip started at ``at`` on the in-memory test kit (its steps run when ``run``)."""
+    kit = TestFleet(clock=TestClock(at))
+    saga_id = kit.client().start("trip", trip, key="template").saga_id
+    if run:
+        kit.run_until_idle()
+    state = kit.log.load(saga_id).state
+    return Template(tuple(kit.log.load(saga_id).events), next_due(state, QUEUE_WAIT, after=at))
+
+
+def write_sagas(fleet: Fleet, ids: Sequence[str], template_of: Callable[[int], Template],
+                threads: int) -> None:
+    """Append each saga's copied events with its due time, ``WRITE_BATCH`` sagas to a
+    pipelined transaction, on ``threads`` threads."""
+    copiers: dict[int, Copier] = {}
+
+    def copier(made: Template) -> Copier:
+        return copiers.setdefault(id(made), Copier(fleet, made))
+
+    def write(start: int) -> None:
+        with fleet.store.transaction(pipelined=True) as unit:
+            for n in range(start, min(start + WRITE_BATCH, len(ids))):
+                made = copier(template_of(n))
+                unit.append(saga_stream(ids[n]), made.copy_for(ids[n]), NO_STREAM,
+                            due_at=made.due_at)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(write, range(0, len(ids), WRITE_BATCH)))
+
+
+def new_ids(count: int) -> list[str]:
+    return [str(uuid.uuid4()) for _ in range(count)]
+
+
+def catch_up(sweeper: Sweeper, fleet: Fleet, expected: int, timeout: float = 1800) -> None:
+    """Let the tracker fold every SagaStarted (untimed: a pass tracks only what is new)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sweeper.track(limit=5000)
+        with fleet.store.connection() as conn:
+            row = conn.execute("SELECT count(*) FROM fleet.active_sagas").fetchone()
+        if row is not None and row[0] >= expected:
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"the tracker did not catch up with {expected} sagas")
+
+
+def fresh_database(server_url: str) -> str:
+    """A new migrated database on the server; its URL."""
+    name = f"bench_sweeper_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    params = psycopg.conninfo.conninfo_to_dict(server_url)
+    params["dbname"] = name
+    url = psycopg.conninfo.make_conninfo("", **params)
+    migrate_all(url)
+    return url
+
+
+def drop_database(server_url: str, url: str) -> None:
+    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class ShiftedClock:
+    """The sweeper's clock: real time plus what the benchmark moved it by."""
+
+    def __init__(self) -> None:
+        self.ahead = timedelta(0)
+
+    def __call__(self) -> datetime:
+        return utc_now() + self.ahead
+
+
+def open_fleet(database: str, broker: str, clock: ShiftedClock, *, full_every_s: float,
+               threads: int) -> Fleet:
+    config = FleetConfig(database_url=database, broker_url=broker,
+                         queue_wait_s=QUEUE_WAIT.total_seconds(), republish_max_s=REPUBLISH_MAX_S,
+                         sweep_full_every_s=full_every_s, pool_size=threads + 2)
+    fleet = Fleet(config, trip_tool_catalogue(), clock=clock)
+    fleet.register_builtin_definitions()
+    return fleet
+
+
+def timed(sweeper: Sweeper) -> tuple[float, SweepReport]:
+    started = time.perf_counter()
+    report = sweeper.sweep()
+    return time.perf_counter() - started, report
+
+
+def explain_due(fleet: Fleet) -> str:
+    from events.store import _DUE_STREAMS
+
+    with fleet.store.connection() as conn:
+        rows = conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + _DUE_STREAMS,
+                            (fleet.clock(), "saga-", 500)).fetchall()
+    return "\n".join("    " + row[0] for row in rows)
+
+
+@dataclass
+class Bench:
+    """One database of the pass-cost part: its fleet, sweeper and due sagas."""
+
+    parked: int
+    database: str
+    fleet: Fleet
+    sweeper: Sweeper
+    due: list[DueSaga]
+    samples: list[float]
+
+
+def parked_template(at: datetime) -> Template:
+    """A trip whose first steps wait an hour (as a long retry backoff would make them): its
+    next due time is far. (A copied approval request would not do: its action hash names
+    the saga it was asked for.)"""
+    made = template(at, TRIP, run=False)
+    events = tuple(
+        event.model_copy(update={"not_before": at + timedelta(hours=1)})
+        if isinstance(event, StepScheduled) else event
+        for event in made.events
+    )
+    state = SagaState.initial(trip_definition())
+    for event in events:
+        state = evolve(state, event)
+    return Template(events, next_due(state, QUEUE_WAIT, after=at))
+
+
+def open_bench(server: str, broker: str, clock: ShiftedClock, parked: int, due: int,
+               threads: int, templates: tuple[Template, Template]) -> Bench:
+    started = time.perf_counter()
+    database = fresh_database(server)
+    fleet = open_fleet(database, broker, clock, full_every_s=0, threads=threads)
+    far, lost = templates
+    due_ids = new_ids(due)
+    write_sagas(fleet, due_ids, lambda n: lost, threads)
+    write_sagas(fleet, new_ids(parked), lambda n: far, threads)
+    written = time.perf_counter() - started
+    sweeper = Sweeper(fleet)
+    catch_up(sweeper, fleet, parked + due)
+    print(f"N={parked:>7}: {parked} parked + {due} due sagas written in {written:.1f} s,"
+          f" tracked in {time.perf_counter() - started - written:.1f} s")
+    return Bench(parked, database, fleet, sweeper,
+                 [DueSaga(i, len(lost.events), lost.due_at) for i in due_ids], [])
+
+
+def pass_cost(server: str, broker: str, sizes: list[int], due: int, passes: int,
+              threads: int, full_at: int) -> None:
+    """Part 1: median pass time at each number of parked sagas (one database each, their
+    passes interleaved so that a noisy neighbour slows all alike), and the full pass."""
+    clock = ShiftedClock()
+    now = utc_now()
+    templates = (parked_template(now), template(now - timedelta(minutes=5), TRIP, run=False))
+    assert templates[0].due_at is not None and templates[0].due_at > now + timedelta(minutes=30)
+    benches = [open_bench(server, broker, clock, size, due, threads, templates)
+               for size in sizes]
+    redis = broker_redis(broker)
+    try:
+        for _ in range(passes):
+            for bench in benches:
+                bench.fleet.repo.defer(bench.due)  # due again (untimed)
+                seconds, report = timed(bench.sweeper)
+                assert report.active == due and not report.errors, report
+                bench.samples.append(seconds)
+            redis.delete(QUEUE_STEPS)
+        medians = {}
+        for bench in benches:
+            medians[bench.parked] = median = statistics.median(bench.samples)
+            print(f"N={bench.parked:>7} parked + {due} due: pass median {median * 1000:.1f} ms"
+                  f" over {passes} (min {min(bench.samples) * 1000:.1f}, max"
+                  f" {max(bench.samples) * 1000:.1f}); each pass reads the {due} due sagas"
+                  f" and re-publishes their {2 * due} holds")
+        small, large = sizes[0], sizes[-1]
+        print(f"ratio pass({large})/pass({small}) = {medians[large] / medians[small]:.2f}"
+              " (target <= 1.3)")
+        print(f"the due read at N={large} (EXPLAIN ANALYZE):")
+        print(explain_due(benches[-1].fleet))
+        for bench in benches:
+            if bench.parked != full_at:
+                continue
+            bench.fleet.repo.defer(bench.due)
+            full = open_fleet(bench.database, broker, clock, full_every_s=600, threads=threads)
+            try:
+                seconds, report = timed(Sweeper(full))
+            finally:
+                full.close()
+            print(f"full pass over {report.active} active sagas (N={full_at}): {seconds:.1f} s,"
+                  f" {seconds / report.active * 1000:.2f} ms a saga (re-timed"
+                  f" {report.deferred}); it runs at a sweeper's start and every"
+                  " SAGAFLEET_SWEEP_FULL_EVERY_S (default 600 s); the sweeper before the"
+                  " index made one every pass (default every 2 s)")
+        redis.delete(QUEUE_STEPS)
+    finally:
+        for bench in benches:
+            bench.fleet.close()
+            drop_database(server, bench.database)
+
+
+class QueueDrain:
+    """Counts the messages added to the steps queue, taking them off as they come (LLEN and
+    DEL in one transaction, every 0.2 s), so that no consumer does not mean a full Redis."""
+
+    def __init__(self, broker: str) -> None:
+        self.redis = broker_redis(broker)
+        self.redis.delete(QUEUE_STEPS)
+        self.added = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def drain(self) -> int:
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.llen(QUEUE_STEPS)
+            pipe.delete(QUEUE_STEPS)
+            count, _ = pipe.execute()
+        self.added += int(count)
+        return self.added
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self.drain()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.drain()
+
+
+def no_consumer(server: str, broker: str, orphans: int, threads: int, passes: int = 10) -> None:
+    """Part 2: every saga overdue, nobody consuming: copies and rows per pass."""
+    database = fresh_database(server)
+    clock = ShiftedClock()
+    fleet = open_fleet(database, broker, clock, full_every_s=0, threads=threads)
+    try:
+        now = utc_now()
+        # Overdue since anywhere in the last hour: one template every 10 s.
+        spread = [template(now - timedelta(seconds=3600 - 10 * k), TRIP, run=False)
+                  for k in range(360)]
+        started = time.perf_counter()
+        write_sagas(fleet, new_ids(orphans), lambda n: spread[n % len(spread)], threads)
+        sweeper = Sweeper(fleet)
+        catch_up(sweeper, fleet, orphans)
+        print(f"{orphans} overdue sagas (2 lost holds each) written and tracked in"
+              f" {time.perf_counter() - started:.1f} s; {passes} passes "
+              f"{PASS_GAP.total_seconds():.0f} s apart on the sweeper's clock")
+        drain = QueueDrain(broker)
+        rows_before = redeliveries(fleet)
+        for n in range(1, passes + 1):
+            clock.ahead = PASS_GAP * (n - 1)
+            before = drain.drain()
+            seconds, report = timed(sweeper)
+            added = drain.drain() - before
+            rows = redeliveries(fleet)
+            print(f"pass {n:>2}: {seconds:6.1f} s, read {report.active:>6}, steps queue"
+                  f" +{added:>6} messages, rows {rows - rows_before + report.deferred:>6}"
+                  f" ({rows - rows_before} redeliveries + {report.deferred} deferrals)")
+            rows_before = rows
+        drain.stop()
+    finally:
+        fleet.close()
+        drop_database(server, database)
+
+
+def redeliveries(fleet: Fleet) -> int:
+    with fleet.store.connection() as conn:
+        row = conn.execute("SELECT count(*) FROM fleet.redeliveries").fetchone()
+    return int(row[0]) if row else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", help="PostgreSQL server (default: embedded)")
+    parser.add_argument("--broker", help="Redis broker URL (default: embedded)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--due", type=int, default=100)
+    parser.add_argument("--passes", type=int, default=5)
+    parser.add_argument("--full-at", type=int, default=10_000,
+                        help="the N whose full pass is timed (0: none)")
+    parser.add_argument("--orphans", type=int, default=100_000,
+                        help="overdue sagas for the no-consumer part (0: skip it)")
+    parser.add_argument("--threads", type=int, default=4)
+    args = parser.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="sfs-", dir="/tmp"))
+    server = args.url or embedded.start_postgres(home).url
+    broker = args.broker or embedded.start_redis(home).url
+    try:
+        pass_cost(server, broker, sorted(args.sizes), args.due, args.passes, args.threads,
+                  args.full_at)
+        if args.orphans:
+            no_consumer(server, broker, args.orphans, args.threads)
+    finally:
+        if not (args.url and args.broker):
+            embedded.stop_embedded(home)
+
+
+if __name__ == "__main__":
+    main()
