@@ -57,7 +57,8 @@ SWEEP_CHUNK = 500  # active sagas read per query
 
 
 class SweeperMisconfigured(SagaError):
-    """The longest re-publish gap is shorter than the queue wait the gaps start from."""
+    """No queue wait, or a longest re-publish gap shorter than the queue wait the gaps grow
+    from."""
 
     kind = ErrorKind.MISCONFIGURED
 
@@ -126,7 +127,9 @@ def retimed(
     items. None: nothing will be due until a new event.
     """
     saga = swept.latest
-    still = {due_key(item) for item in due_work(saga.state, now, queue_wait)}
+    # Nothing was due: no need to ask again what still is (due_work asks decide: not free).
+    due_now = due_work(saga.state, now, queue_wait) if swept.due else []
+    still = {due_key(item) for item in due_now}
     held = [item for item in swept.due if due_key(item) in still]
     later = next_due(saga.state, queue_wait, after=now, exclude={due_key(i) for i in held})
     windows = [republish_at(item.due_since, now, queue_wait, republish_max) for item in held]
@@ -141,11 +144,11 @@ class Sweeper:
         self.fleet = fleet
         self.queue_wait = timedelta(seconds=fleet.config.queue_wait_s)
         self.republish_max = timedelta(seconds=fleet.config.republish_max_s)
-        if self.republish_max < self.queue_wait:
+        if not timedelta(0) < self.queue_wait <= self.republish_max:
             raise SweeperMisconfigured(
-                f"republish_max_s ({fleet.config.republish_max_s}) must be at least "
-                f"queue_wait_s ({fleet.config.queue_wait_s}): re-publish gaps grow from the "
-                "queue wait up to it")
+                f"need 0 < queue_wait_s ({fleet.config.queue_wait_s}) <= republish_max_s "
+                f"({fleet.config.republish_max_s}): re-publish gaps grow from the queue wait "
+                "up to the maximum")
         self.full_every_s = fleet.config.sweep_full_every_s
         self._subscription = fleet.store.subscription(TRACKER)
         self.vault = fleet.secrets
