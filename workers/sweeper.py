@@ -68,7 +68,7 @@ class SweepReport:
     """What one pass found and did."""
 
     tracked: int = 0
-    active: int = 0
+    active: int = 0  # sagas read and swept: the due ones (every active one on a full pass)
     republished: int = 0
     advanced: int = 0
     deferred: int = 0  # sagas re-timed by the pass (a commit in between wins, uncounted)
