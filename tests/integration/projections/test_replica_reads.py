@@ -9,6 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from projection_support import TripScript
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 from standby_cluster import StandbyPair, standby_pair, wait_for_replay
 
@@ -17,6 +18,7 @@ from events.errors import ReadOnlyStore
 from events.read_only import ReadOnlyEventStore
 from events.sagas import PostgresSagaLog
 from projections import ProjectionContext, ProjectionRunner
+from projections.prometheus import scrape
 from projections.store import read_rows
 from projections.verify import verify
 from saga_core import trip_definition
@@ -86,6 +88,11 @@ def test_the_projector_follows_the_log_on_the_standby_and_writes_on_the_primary(
         wait_for_replay(pair.primary, pair.standby)
         runner.catch_up()
         runner.close()
+        # and its metrics say how far the replica's replay is behind (seconds, 0: caught up)
+        lag = next(family for family in text_string_to_metric_families(scrape(ctx))
+                   if family.name == "sagafleet_read_replica_lag_seconds")
+        (sample,) = lag.samples
+        assert sample.value >= 0
     assert {first.saga_id, second.saga_id} <= projected(pair)
 
 
