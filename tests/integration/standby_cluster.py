@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,13 +59,25 @@ def _wait_for_standby(url: str) -> None:
 
 
 @contextmanager
-def standby_pair(root: Path) -> Iterator[StandbyPair]:
-    """Start a primary under ``root`` and a hot standby of it; stop both afterwards."""
+def standby_pair() -> Iterator[StandbyPair]:
+    """Start a primary and a hot standby of it in a new temporary directory; stop both and
+    remove it afterwards.
+
+    Not under pytest's temporary root: as root the servers run as the ``postgres`` user,
+    who needs search permission on every directory above their sockets, and every pytest
+    session that starts meanwhile (another run on the machine) resets that root to 0700.
+    """
     bin_dir = find_bin_dir()
     if bin_dir is None or not (bin_dir / "pg_basebackup").is_file():
         pytest.skip("no PostgreSQL server binaries with pg_basebackup (PATH or "
                     "/usr/lib/postgresql/*/bin): install postgresql to run the standby tests")
-    user = run_as_user()
+    with tempfile.TemporaryDirectory(prefix="sf-standby-") as made:
+        with _started_pair(bin_dir, Path(made), run_as_user()) as pair:
+            yield pair
+
+
+@contextmanager
+def _started_pair(bin_dir: Path, root: Path, user: str | None) -> Iterator[StandbyPair]:
     primary = Control(bin_dir, root / "primary", user)
     standby = Control(bin_dir, root / "replicas" / "standby", user)
     primary_url = primary.ensure_running()

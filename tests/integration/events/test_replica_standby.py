@@ -20,9 +20,9 @@ SOURCE = "SAGAFLEET_READ_DATABASE_URL"
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandbyPair]:
+def pair() -> Iterator[StandbyPair]:
     """A primary and a hot standby of it, shared by this module's tests."""
-    with standby_pair(tmp_path_factory.mktemp("standby")) as started:
+    with standby_pair() as started:
         with EventStore.connect(started.primary) as primary:
             primary.migrate()
         wait_for_replay(started.primary, started.standby)

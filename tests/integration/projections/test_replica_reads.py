@@ -30,9 +30,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandbyPair]:
+def pair() -> Iterator[StandbyPair]:
     """A migrated primary with the trip definition, and a hot standby of it."""
-    with standby_pair(tmp_path_factory.mktemp("standby")) as started:
+    with standby_pair() as started:
         migrate_all(started.primary)
         with ProjectionContext.connect(started.primary) as ctx:
             ctx.definitions.register_shared(trip_definition())
