@@ -3,11 +3,16 @@ read commands routed there by SAGAFLEET_READ_DATABASE_URL, read-your-writes on t
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from principal_support import issue_token
 from projection_support import TripScript
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
@@ -23,6 +28,7 @@ from projections.store import read_rows
 from projections.verify import verify
 from saga_core import trip_definition
 from sagafleet import runtime
+from sagafleet.exit_codes import ExitCode
 from sagafleet.migrate import migrate_all
 from sagafleet.settings import Settings
 
@@ -138,3 +144,33 @@ def test_a_fresh_read_sees_a_write_the_lagging_standby_has_not_replayed(
     finally:
         set_replay(pair, paused=False)
 
+
+
+def test_status_reads_the_standby_and_status_fresh_reads_the_primary(
+    pair: StandbyPair, tmp_path: Path
+) -> None:
+    # given a reader's token, replayed on the standby, and a standby that stops replaying
+    token = issue_token(pair.primary, "replica-reader", ["auditor"])
+    wait_for_replay(pair.primary, pair.standby)
+    env = {**os.environ, "SAGAFLEET_HOME": str(tmp_path), "SAGAFLEET_TOKEN": token,
+           "SAGAFLEET_DATABASE_URL": pair.primary, "SAGAFLEET_READ_DATABASE_URL": pair.standby}
+    script = TripScript().completed()
+    set_replay(pair, paused=True)
+    try:
+        # when a saga is written on the primary
+        write(pair, script)
+
+        def status(*flags: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "sagafleet", "status", script.saga_id, "--json", *flags],
+                env=env, capture_output=True, text=True, timeout=120, check=False)
+
+        # then `status` reads the lagging standby and does not find it yet (exit 4)
+        lagging = status()
+        assert lagging.returncode == ExitCode.NOT_FOUND, lagging.stderr
+        # while `status --fresh` reads the primary and shows it
+        fresh = status("--fresh")
+        assert fresh.returncode == ExitCode.OK, fresh.stderr
+        assert json.loads(fresh.stdout)["saga_id"] == script.saga_id
+    finally:
+        set_replay(pair, paused=False)
