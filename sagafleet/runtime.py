@@ -133,8 +133,8 @@ def primary_side(settings: Settings) -> Iterator[ProjectionContext]:
 @contextmanager
 def projector_side(settings: Settings) -> Iterator[ProjectionContext]:
     """The log and read models for a long-running projections service: migrated at start-up.
-    With ``SAGAFLEET_READ_DATABASE_URL`` the log's pages come from the standby, while rows,
-    checkpoints and anchors are written on the primary in the batch's transaction."""
+    With ``SAGAFLEET_READ_DATABASE_URL`` the log's pages come from the standby, while each
+    batch's rows and checkpoint commit together on the primary (anchors too go there)."""
     url = database_url(settings)
     migrate_all(url)
     with ProjectionContext.connect(url, log_reads=log_reads(settings)) as ctx:
