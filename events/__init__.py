@@ -12,6 +12,7 @@ from events.errors import (
     InvalidEvent,
     MigrationChecksumMismatch,
     MigrationError,
+    ReadOnlyStore,
     RegistryConflict,
     StoreUnavailable,
     SubscriptionBusy,
@@ -39,6 +40,7 @@ from events.model import (
     new_event_id,
 )
 from events.prepare import DEFAULT_MAX_EVENT_BYTES, MAX_STREAM_ID_LENGTH, MAX_TYPE_LENGTH
+from events.read_only import ReadOnlyEventStore
 from events.registry import EventRegistry, EventSchema, Upcaster
 from events.saga_log import Definitions, SagaLog, Secrets, Unit
 from events.sagas import LoadedSaga, PostgresSagaLog
@@ -84,6 +86,8 @@ __all__ = [
     "NewEvent",
     "Position",
     "PostgresSagaLog",
+    "ReadOnlyEventStore",
+    "ReadOnlyStore",
     "RecordedEvent",
     "RegistryConflict",
     "SagaLog",

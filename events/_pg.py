@@ -19,6 +19,7 @@ from events.errors import (
     EventIdConflict,
     EventStoreError,
     InvalidEvent,
+    ReadOnlyStore,
     StoreUnavailable,
 )
 from events.model import Position, RecordedEvent
@@ -117,6 +118,10 @@ def translated_errors(
         if stream_id is not None and exc.diag.constraint_name == "events_event_id_key":
             raise EventIdConflict(_detail_key(exc), "in another append") from exc
         raise otherwise(f"{context}: {exc}") from exc
+    except pg_errors.ReadOnlySqlTransaction as exc:
+        # A hot standby, or a session a read-only store opened: the write went to the wrong
+        # server (events.read_only), which no retry there can fix.
+        raise ReadOnlyStore(f"{context}: {exc}; writes go to the primary") from exc
     except (pg_errors.UndefinedTable, pg_errors.UndefinedFunction) as exc:
         if otherwise is not EventStoreError:
             raise otherwise(f"{context}: {exc}") from exc

@@ -103,3 +103,10 @@ class CheckpointConflict(EventStoreError):
     """The checkpoint could not move forward (it already passed this batch); rolled back."""
 
     kind = ErrorKind.CONFLICT
+
+
+class ReadOnlyStore(EventStoreError):
+    """A write was sent to a store opened for reading only (a hot standby); the message
+    names the store's source, so the operator sees which setting routed it there."""
+
+    kind = ErrorKind.MISCONFIGURED

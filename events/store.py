@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from importlib.resources import files
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Self
 
 import psycopg
 from psycopg.abc import Buffer
@@ -154,7 +154,7 @@ class EventStore:
         notify: bool = True,
         registry: EventRegistry | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-    ) -> EventStore:
+    ) -> Self:
         """Open a store on a DSN or conninfo; no DDL here (see :meth:`migrate`).
 
         ``notify`` sends one ``pg_notify`` per append to wake subscribers; turn it off for
@@ -432,11 +432,23 @@ class EventStore:
             with conn.transaction():
                 yield from scan_streams_on(conn, prefix, part, parts)
 
-    def subscription(self, name: str) -> Subscription:
-        """A checkpointed follower of the global log; one active consumer per name."""
+    def checkpoint(self, subscription: str) -> Position | None:
+        """A subscription's stored checkpoint, read without joining it (for lag reports:
+        works on a read-only store, where :meth:`subscription` is refused)."""
+        from events.subscription import checkpoint_on
+
+        with self.connection() as conn:
+            return checkpoint_on(conn, subscription)
+
+    def subscription(self, name: str, *, log_from: EventStore | None = None) -> Subscription:
+        """A checkpointed follower of the global log; one active consumer per name.
+
+        ``log_from`` reads the log's pages from another store (a hot standby's read-only
+        store) while the checkpoint and the batch's transaction stay on this one.
+        """
         from events.subscription import Subscription
 
-        return Subscription(self, name)
+        return Subscription(self, name, log_from=log_from)
 
 
 def _original_append_on(

@@ -49,6 +49,15 @@ RETURNING name
 """
 
 
+def checkpoint_on(conn: psycopg.Connection[Any], name: str) -> Position | None:
+    """The stored checkpoint of subscription ``name`` (None: it starts at the beginning)."""
+    row = conn.execute(
+        "SELECT last_xid::text, last_position FROM eventstore.checkpoints WHERE name = %s",
+        (name,),
+    ).fetchone()
+    return Position(int(row[0]), int(row[1])) if row else None
+
+
 class GateVerdict(enum.Enum):
     """What a consumer should do with an event given the last version it applied."""
 
@@ -109,9 +118,12 @@ class Batch:
 class Subscription:
     """Follows the log from a stored checkpoint on one dedicated connection."""
 
-    def __init__(self, store: EventStore, name: str) -> None:
+    def __init__(self, store: EventStore, name: str, *, log_from: EventStore | None = None) -> None:
         self.name = check_name("subscription name", name, MAX_STREAM_ID_LENGTH)
         self._store = store
+        # Pages of the log may come from a standby: below its snapshot horizon they are as
+        # final as on the primary, only later; the checkpoint moves on the primary.
+        self._log_from = log_from
         self._conn: psycopg.Connection[Any] | None = None
         self._owner = False
         self._woken = False  # a NOTIFY arrived since the last wait()
@@ -145,16 +157,7 @@ class Subscription:
     def checkpoint(self) -> Position | None:
         """The stored checkpoint (None: the subscription starts at the beginning)."""
         with translated_errors():
-            row = (
-                self._connection()
-                .execute(
-                    "SELECT last_xid::text, last_position FROM eventstore.checkpoints"
-                    " WHERE name = %s",
-                    (self.name,),
-                )
-                .fetchone()
-            )
-        return Position(int(row[0]), int(row[1])) if row else None
+            return checkpoint_on(self._connection(), self.name)
 
     def start_at(self, position: Position) -> None:
         """Start this (new) subscription after ``position`` instead of at the beginning.
@@ -186,7 +189,9 @@ class Subscription:
         self._drain(conn)
         with translated_errors(), conn.transaction():
             start = self.checkpoint()
-            batch = Batch(self.name, read_all_on(conn, start, limit), conn, start)
+            page = (read_all_on(conn, start, limit) if self._log_from is None
+                    else self._log_from.read_all(start, limit))
+            batch = Batch(self.name, page, conn, start)
             yield batch
             target = batch.advance_to
             if target is not None and target != start:

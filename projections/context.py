@@ -13,6 +13,7 @@ import psycopg
 
 from events import EventStore, apply_migrations
 from events.definitions import DefinitionStore
+from events.read_only import ReadOnlyEventStore
 from events.sagas import saga_registry
 
 
@@ -23,16 +24,34 @@ def migrate(url: str) -> list[str]:
 
 @dataclass
 class ProjectionContext:
-    """One explicit object per process: the store to read from, definitions to fold with."""
+    """One explicit object per process: the store to read from, definitions to fold with.
+
+    ``log_reads`` is where the projector reads the log's pages from: a hot standby's
+    read-only store, while its rows and checkpoints are written through ``store`` (the
+    primary); None reads the log from ``store`` too.
+    """
 
     store: EventStore
     definitions: DefinitionStore
+    log_reads: ReadOnlyEventStore | None = None
 
     @classmethod
-    def connect(cls, url: str, *, pool_size: int = 4) -> ProjectionContext:
-        """Open a store with the saga registry on ``url`` (no DDL; see :func:`migrate`)."""
+    def connect(
+        cls, url: str, *, pool_size: int = 4, log_reads: ReadOnlyEventStore | None = None
+    ) -> ProjectionContext:
+        """Open a store with the saga registry on ``url`` (no DDL; see :func:`migrate`);
+        the context closes ``log_reads`` with its own store."""
         store = EventStore.connect(url, pool_size=pool_size, registry=saga_registry())
+        return cls(store, DefinitionStore(store), log_reads=log_reads)
+
+    @classmethod
+    def connect_read_only(cls, url: str, *, source: str, pool_size: int = 4) -> ProjectionContext:
+        """A context that only reads, from ``url`` (a hot standby, or the primary): writes
+        raise ReadOnlyStore naming ``source``, the setting that routed the reads there."""
+        store = ReadOnlyEventStore.open(url, source=source, pool_size=pool_size,
+                                        registry=saga_registry())
         return cls(store, DefinitionStore(store))
+
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -41,8 +60,10 @@ class ProjectionContext:
             yield conn
 
     def close(self) -> None:
-        """Close the store's pool."""
+        """Close the stores' pools."""
         self.store.close()
+        if self.log_reads is not None:
+            self.log_reads.close()
 
     def __enter__(self) -> ProjectionContext:
         return self

@@ -78,6 +78,7 @@ class ReadModelCollector(Collector):
         window = collect_window(self.ctx, self.window_s)
         yield from _window_families(window)
         yield from _lag_families(self.ctx)
+        yield from _replica_families(self.ctx)
         # The platform's view: dead letters belong to no tenant proven to own them.
         yield from _dead_letter_families(dead_letter_metrics(self.ctx))
         thresholds = AlertThresholds.for_window(self.window_s)
@@ -193,6 +194,18 @@ def _lag_families(ctx: ProjectionContext) -> Iterator[Metric]:
             _add(seconds, labels, ts.seconds_behind)
     yield events
     yield seconds
+
+
+def _replica_families(ctx: ProjectionContext) -> Iterator[Metric]:
+    """The read replica's replay lag, where the projector follows the log on one: the
+    projection lag above counts from what the replica shows, so this is the rest of it."""
+    if ctx.log_reads is None:
+        return
+    lag = ctx.log_reads.replay_lag_seconds()
+    if lag is not None:
+        yield GaugeMetricFamily("sagafleet_read_replica_lag_seconds", "How far the read "
+                                "replica's replay is behind what it received (0: caught up).",
+                                value=lag)
 
 
 def _dead_letter_families(letters: DeadLetterMetrics) -> Iterator[Metric]:

@@ -117,7 +117,8 @@ class ProjectionRunner:
 
     def _subscription(self) -> Subscription:
         if self._sub is None:
-            self._sub = self.ctx.store.subscription(subscription_name(self.name, self.version))
+            self._sub = self.ctx.store.subscription(
+                subscription_name(self.name, self.version), log_from=self.ctx.log_reads)
             self._writer = TableSetWriter(self.version)
         return self._sub
 

@@ -44,8 +44,7 @@ class ProjectionStatus:
 
 def lag_of(ctx: ProjectionContext, name: str, version: int) -> tuple[Position | None, int, float]:
     """(checkpoint, events behind, seconds the oldest unapplied event has waited)."""
-    with ctx.store.subscription(subscription_name(name, version)) as sub:
-        checkpoint = sub.checkpoint()
+    checkpoint = ctx.store.checkpoint(subscription_name(name, version))
     cursor = checkpoint or Position(0, 0)
     with ctx.connection() as conn:
         row = conn.execute(_BEHIND, (str(cursor.transaction_id), cursor.global_position)).fetchone()

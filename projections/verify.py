@@ -207,5 +207,4 @@ def verify(
 
 
 def _checkpoint(ctx: ProjectionContext, name: str, version: int) -> Position | None:
-    with ctx.store.subscription(subscription_name(name, version)) as sub:
-        return sub.checkpoint()
+    return ctx.store.checkpoint(subscription_name(name, version))

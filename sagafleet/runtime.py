@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from events.read_only import ReadOnlyEventStore
+from events.sagas import saga_registry
 from projections import ProjectionContext
 from saga_core.errors import ErrorKind, SagaError
 from sagafleet import embedded, embedded_state
@@ -94,10 +96,35 @@ def endpoints(settings: Settings, *, need_broker: bool) -> Endpoints:
     )
 
 
+READ_DATABASE_SETTING = "SAGAFLEET_READ_DATABASE_URL"
+"""The setting that routes reads to a hot standby; every refused write names it."""
+
+
+def read_database_url(settings: Settings, primary: str) -> tuple[str, str]:
+    """Where reads that may lag go, and the setting that chose it: the hot standby when
+    ``SAGAFLEET_READ_DATABASE_URL`` is set, else the ``primary`` URL."""
+    replica = reveal(settings.read_database_url)
+    if replica is not None:
+        return replica, READ_DATABASE_SETTING
+    return primary, f"the primary opened read-only ({READ_DATABASE_SETTING} is unset)"
+
+
 @contextmanager
 def read_side(settings: Settings) -> Iterator[ProjectionContext]:
     """The log and read models of an already migrated database, for commands that only read
-    or rebuild: no migration, no broker, no definitions registered, no server started."""
+    and may lag: on the hot standby when ``SAGAFLEET_READ_DATABASE_URL`` is set, read-only
+    either way (a write raises ReadOnlyStore). No migration, no broker, no server started."""
+    url, source = read_database_url(settings, existing_database_url(settings))
+    with ProjectionContext.connect_read_only(url, source=source) as ctx:
+        require_migrated(ctx.store)
+        yield ctx
+
+
+@contextmanager
+def primary_side(settings: Settings) -> Iterator[ProjectionContext]:
+    """The log and read models of an already migrated primary, for commands that write
+    (rebuild, anchor, principals) and for reads that must see what was just committed
+    (read-your-writes, e.g. ``status --fresh``): never the standby."""
     with ProjectionContext.connect(existing_database_url(settings)) as ctx:
         require_migrated(ctx.store)
         yield ctx
@@ -105,8 +132,20 @@ def read_side(settings: Settings) -> Iterator[ProjectionContext]:
 
 @contextmanager
 def projector_side(settings: Settings) -> Iterator[ProjectionContext]:
-    """The log and read models for a long-running projections service: migrated at start-up."""
+    """The log and read models for a long-running projections service: migrated at start-up.
+    With ``SAGAFLEET_READ_DATABASE_URL`` the log's pages come from the standby, while each
+    batch's rows and checkpoint commit together on the primary (anchors too go there)."""
     url = database_url(settings)
     migrate_all(url)
-    with ProjectionContext.connect(url) as ctx:
+    with ProjectionContext.connect(url, log_reads=log_reads(settings)) as ctx:
         yield ctx
+
+
+def log_reads(settings: Settings) -> ReadOnlyEventStore | None:
+    """The standby's read-only store a projector follows the log from, and the console
+    reads from (None: no standby; the primary's store serves both)."""
+    replica = reveal(settings.read_database_url)
+    if replica is None:
+        return None
+    return ReadOnlyEventStore.open(replica, source=READ_DATABASE_SETTING,
+                                   registry=saga_registry())

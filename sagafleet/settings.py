@@ -56,6 +56,12 @@ class Settings(BaseSettings):
     database_url: SecretStr | None = Field(default=None, description=(
         "PostgreSQL DSN of the event store and of the sandbox ledgers where the sandbox is "
         "installed (unset: the embedded server)"))
+    # Reads that may lag go to a hot standby (sagafleet.runtime picks per role); appends,
+    # claims, checkpoints and the sweeper stay on database_url.
+    read_database_url: SecretStr | None = Field(default=None, description=(
+        "PostgreSQL DSN of a hot standby of the database: the projector reads the log, and "
+        "audits, verify, the console and read commands read, from it; every write goes to "
+        "the database (unset: everything on the database)"))
     broker_url: SecretStr | None = Field(default=None, description=(
         "Celery broker URL: redis://…, rediss://…, redis+socket://… (unset: the embedded "
         "Redis)"))

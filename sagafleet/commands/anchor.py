@@ -33,7 +33,7 @@ def run_anchor(args: argparse.Namespace, settings: Settings) -> int:
     """Anchor everything final and not yet anchored; print the checkpoint (or that none was
     needed). Safe while the projector anchors too."""
     key = anchor_key(settings, create=True)
-    with runtime.read_side(settings) as ctx:
+    with runtime.primary_side(settings) as ctx:  # a checkpoint is written
         taken = take_checkpoint(ctx.store, key)
     emit_report(AnchorView(taken), as_json=args.json)
     return ExitCode.OK

@@ -119,8 +119,9 @@ def _save_token_option(parser: argparse.ArgumentParser) -> None:
 
 @contextmanager
 def _directory(settings: Settings) -> Iterator[PostgresPrincipals]:
-    """The directory of the (already migrated) database in use."""
-    with runtime.read_side(settings) as ctx:
+    """The directory of the (already migrated) database in use: the primary, as principals
+    commands write (and a just-issued token must be seen at once)."""
+    with runtime.primary_side(settings) as ctx:
         yield PostgresPrincipals(ctx.store)
 
 

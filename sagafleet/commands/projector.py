@@ -129,7 +129,7 @@ def run_rebuild(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--workers must be at least 1")
     _checked_batch(args.batch)
     names = [args.name] if args.name else list(PROJECTIONS)
-    with runtime.read_side(settings) as ctx:
+    with runtime.primary_side(settings) as ctx:  # a rebuild writes its table set
         reports = [
             rebuild(ctx, name, batch_size=args.batch, progress=progress, drop_old=not args.keep_old,
                     workers=args.workers)

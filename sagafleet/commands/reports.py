@@ -105,6 +105,9 @@ def register(sub: Any) -> None:
     status = sub.add_parser("status", help="current state and steps of a saga",
                             epilog=EXAMPLES, formatter_class=fmt)
     status.add_argument("saga_id")
+    status.add_argument("--fresh", action="store_true",
+                        help="read from the primary, never the read replica: see what a "
+                             "command just did (SAGAFLEET_READ_DATABASE_URL may lag)")
     _reader(status)
     status.set_defaults(handler=run_status)
 
@@ -161,8 +164,10 @@ def register(sub: Any) -> None:
 
 
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
-    """Show a saga, folded from its log (another tenant's saga is not found)."""
-    with runtime.read_side(settings) as ctx:
+    """Show a saga, folded from its log (another tenant's saga is not found); with
+    ``--fresh`` from the primary, so a saga a command just changed shows that change."""
+    side = runtime.primary_side if args.fresh else runtime.read_side
+    with side(settings) as ctx:
         tenant = reader(args, settings, ctx, f"saga {args.saga_id}").tenant
         loaded = PostgresSagaLog(ctx.store, ctx.definitions).load(args.saga_id, tenant=tenant)
     emit_report(SagaReport(view_of(loaded)), as_json=args.json)

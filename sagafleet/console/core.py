@@ -50,13 +50,22 @@ class Console:
     fleet: Fleet
     """The fleet: its principal directory proves tokens; :meth:`client` acts through it."""
     read: ProjectionContext
-    """The read side (projections' read models and the log); always pass ``viewer.tenant``."""
+    """The read side (projections' read models and the log), on the read replica when one
+    is configured (it may lag); always pass ``viewer.tenant``."""
+    fresh: ProjectionContext
+    """The same reads on the primary, for a page that must show what an action just
+    recorded (read-your-writes: the page an action redirects to)."""
     sessions: SessionStore
     live: LiveHub
     nav: list[NavLink] = field(default_factory=list)
     """Filled by ``create_app`` from the page modules' ``NAV``."""
     alert_thresholds: AlertThresholds = field(default_factory=AlertThresholds)
     """The business alerts' thresholds, the exporter's (the metrics window's)."""
+
+    def read_after(self, request: Request) -> ProjectionContext:
+        """Where a page reads: :attr:`fresh` right after an action (its redirect carries
+        ``done``), else :attr:`read`."""
+        return self.fresh if "done" in request.query_params else self.read
 
     def client(self, viewer: Viewer) -> SagaClient:
         """The client that acts as the signed-in principal: the same API and the same

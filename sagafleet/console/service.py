@@ -10,12 +10,15 @@ off where a separate projector service is guaranteed (compose).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
+from events.definitions import DefinitionStore
+from events.read_only import ReadOnlyEventStore
 from projections import ProjectionContext, Projector
 from projections.alerts import AlertThresholds
 from projections.prometheus import DEFAULT_WINDOW_S
+from sagafleet import runtime
 from sagafleet.console.core import Console
 from sagafleet.console.live import LiveHub
 from sagafleet.console.sessions import SessionPolicy, SessionStore
@@ -27,11 +30,13 @@ __all__ = ["RunningConsole", "console_for", "open_console"]
 
 
 def console_for(fleet: Fleet, policy: SessionPolicy,
-                metrics_window_s: float = DEFAULT_WINDOW_S) -> Console:
-    """A console over an open fleet (the fleet's store carries every query); its business
-    alerts use the metrics window, as the exporter's do."""
-    read = ProjectionContext(fleet.store, fleet.definitions)
-    return Console(fleet=fleet, read=read,
+                metrics_window_s: float = DEFAULT_WINDOW_S,
+                read: ProjectionContext | None = None) -> Console:
+    """A console over an open fleet; pages read from ``read`` (a read replica's context;
+    None: the fleet's store carries every query) and from the primary right after an
+    action. Its business alerts use the metrics window, as the exporter's do."""
+    primary = ProjectionContext(fleet.store, fleet.definitions)
+    return Console(fleet=fleet, read=read or primary, fresh=primary,
                    sessions=SessionStore(fleet.store, fleet.principals, policy, fleet.clock),
                    live=LiveHub(fleet.store),
                    alert_thresholds=AlertThresholds.for_window(metrics_window_s))
@@ -43,12 +48,15 @@ class RunningConsole:
 
     console: Console
     projector: Projector | None
+    replica: ReadOnlyEventStore | None = None
 
     def close(self) -> None:
-        """Stop the projector (releasing its locks) and close the fleet."""
+        """Stop the projector (releasing its locks), close the fleet and the replica's store."""
         if self.projector is not None:
             self.projector.stop()
         self.console.fleet.close()
+        if self.replica is not None:
+            self.replica.close()
 
 
 def open_console(settings: Settings, *, run_projector: bool = True) -> RunningConsole:
@@ -56,10 +64,17 @@ def open_console(settings: Settings, *, run_projector: bool = True) -> RunningCo
     policy = SessionPolicy(idle=timedelta(seconds=settings.console_session_idle_seconds),
                            absolute=timedelta(seconds=settings.console_session_max_seconds))
     fleet = build_fleet(settings)
+    replica: ReadOnlyEventStore | None = None
     try:
-        console = console_for(fleet, policy, settings.metrics_window_seconds)
-        projector = Projector(console.read).start() if run_projector else None
+        replica = runtime.log_reads(settings)
+        read = ProjectionContext(replica, DefinitionStore(replica)) if replica else None
+        console = console_for(fleet, policy, settings.metrics_window_seconds, read)
+        # The in-process projector follows the log on the replica too (rows on the primary).
+        following = replace(console.fresh, log_reads=replica)
+        projector = Projector(following).start() if run_projector else None
     except BaseException:
         fleet.close()
+        if replica is not None:
+            replica.close()
         raise
-    return RunningConsole(console, projector)
+    return RunningConsole(console, projector, replica)

@@ -80,8 +80,9 @@ def routes(console: Console) -> list[Route]:
         saga_id = request.path_params["saga_id"]
         try:
             at = parse_at(request.query_params.get("at"))
-            detail = saga_detail(console.read, console.fleet.principals, tenant=viewer.tenant,
-                                 saga_id=saga_id, at=at, thresholds=console.alert_thresholds)
+            detail = saga_detail(console.read_after(request), console.fleet.principals,
+                                 tenant=viewer.tenant, saga_id=saga_id, at=at,
+                                 thresholds=console.alert_thresholds)
         except SagaNotFound:
             return console.page(request, "Not found", render_not_found(saga_id),
                                 current=NAV.path, status=404)
