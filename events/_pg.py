@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Final
@@ -27,14 +27,20 @@ from events.model import Position, RecordedEvent
 WRONG_VERSION_SQLSTATE: Final = "SF409"
 """Raised by eventstore.append_events when the stream is not at the expected version."""
 
+# data and metadata as their JSON text: the client's text loader reads those in C, and
+# stored_event_row parses them with the json module's scanner, no loader wrapper per value.
+# Measured on a 1000-event read_all page (same run, interleaved): ~49 ms through psycopg's
+# jsonb loader, ~35 ms so, ~17 ms for the same rows as plain tuples with the JSON left as
+# text: decoding is most of a page, and the horizon filter costs the server < 1 ms.
 EVENT_COLUMNS: Final = (
-    "stream_id, stream_version, event_id, event_type, schema_version, data, metadata, "
+    "stream_id, stream_version, event_id, event_type, schema_version,"
+    " data::text AS data, metadata::text AS metadata, "
     # Aliased: an output column named transaction_id would capture ORDER BY transaction_id
     # and sort by the cast expression, losing the (transaction_id, global_position) index.
     "recorded_at, transaction_id::text::bigint AS xid, global_position, event_hash, "
     "prev_hash, tenant_id"
 )
-"""The select list that :func:`recorded_event_row` maps, in this order."""
+"""The select list that :func:`stored_event_row` maps, in this order."""
 
 
 _decode_json = json.JSONDecoder().decode
@@ -46,12 +52,37 @@ def _load_json(data: str | bytes) -> Any:
     return _decode_json(data if isinstance(data, str) else data.decode("utf-8"))
 
 
+# The scanner json.loads runs after its checks for bytes, encodings and surrounding
+# whitespace, none of which jsonb's text output has: the same values, ~2x faster per
+# document, and an empty metadata object ~5x faster.
+_scan_json: Callable[[str, int], tuple[Any, int]] = (
+    json.JSONDecoder().scan_once  # type: ignore[attr-defined] # set in JSONDecoder.__init__
+)
+
+
+def stored_event_row(values: Sequence[Any]) -> RecordedEvent:
+    """Row maker (for ``row_factory=stored_event_rows``) over :data:`EVENT_COLUMNS`: the
+    stored row as a RecordedEvent, its data and metadata parsed from their JSON text."""
+    (stream_id, stream_version, event_id, event_type, schema_version, data, metadata,
+     recorded_at, transaction_id, global_position, event_hash, prev_hash, tenant_id) = values
+    return recorded_event_row(
+        stream_id, stream_version, event_id, event_type, schema_version,
+        _scan_json(data, 0)[0], _scan_json(metadata, 0)[0], recorded_at,
+        transaction_id, global_position, event_hash, prev_hash, tenant_id,
+    )
+
+
+def stored_event_rows(cursor: object) -> Callable[[Sequence[Any]], RecordedEvent]:
+    """Row factory for a cursor selecting :data:`EVENT_COLUMNS` (psycopg's RowFactory)."""
+    return stored_event_row
+
+
 def configure_connection(conn: psycopg.Connection[Any]) -> None:
     """Per-connection setup for every connection the store opens (faster jsonb loading)."""
     set_json_loads(_load_json, conn)
 
 
-def recorded_event_row(  # noqa: PLR0917 - args_row passes the columns positionally
+def recorded_event_row(  # noqa: PLR0917 - an event's columns, positionally
     stream_id: str,
     stream_version: int,
     event_id: UUID,
@@ -66,7 +97,8 @@ def recorded_event_row(  # noqa: PLR0917 - args_row passes the columns positiona
     prev_hash: str,
     tenant_id: str | None,
 ) -> RecordedEvent:
-    """Row factory (for ``psycopg.rows.args_row``) over :data:`EVENT_COLUMNS`."""
+    """A RecordedEvent from its columns, data and metadata already decoded (an append's
+    result, or a stored row via :func:`stored_event_row`)."""
     # Built without the frozen dataclasses' __init__ (one object.__setattr__ per field):
     # this runs for every event read, and rebuilds read millions. Same attributes, same
     # equality and hashing; the values come straight from typed columns.

@@ -8,7 +8,7 @@ from typing import Any, Final, cast
 import psycopg
 from psycopg.rows import args_row
 
-from events._pg import EVENT_COLUMNS, recorded_event_row
+from events._pg import EVENT_COLUMNS, stored_event_rows
 from events.errors import InvalidArgument
 from events.model import Position, RecordedEvent, ScannedEvent
 from events.prepare import MAX_STREAM_ID_LENGTH
@@ -104,7 +104,7 @@ def read_all_on(
     # Binary results parse faster; prepare=False keeps a custom plan per call, so the
     # planner always sees the real cursor and picks the index walk (a generic plan could
     # choose bitmap-scan-and-sort over the whole tail of the log).
-    with conn.cursor(row_factory=args_row(recorded_event_row), binary=True) as cur:
+    with conn.cursor(row_factory=stored_event_rows, binary=True) as cur:
         cur.execute(
             _READ_ALL,
             (str(cursor.transaction_id), cursor.global_position, limit),
@@ -123,7 +123,7 @@ def read_stream_on(
     checked_stream_id(stream_id)
     checked_version("after_version", after_version)
     upper = MAX_VERSION if to_version is None else checked_version("to_version", to_version)
-    with conn.cursor(row_factory=args_row(recorded_event_row), binary=True) as cur:
+    with conn.cursor(row_factory=stored_event_rows, binary=True) as cur:
         cur.execute(_READ_STREAM, (stream_id, after_version, upper))
         return cur.fetchall()
 
@@ -137,7 +137,7 @@ def read_streams_on(
         checked_stream_id(stream_id): [] for stream_id in checked_stream_list(stream_ids)
     }
     if found:
-        with conn.cursor(row_factory=args_row(recorded_event_row), binary=True) as cur:
+        with conn.cursor(row_factory=stored_event_rows, binary=True) as cur:
             for event in cur.execute(_READ_STREAMS, (list(found),)):
                 found[event.stream_id].append(event)
     return found
@@ -145,7 +145,7 @@ def read_streams_on(
 
 def events_by_id_on(conn: psycopg.Connection[Any], event_ids: list[object]) -> list[RecordedEvent]:
     """The stored events among ``event_ids`` (any stream), in no particular order."""
-    with conn.cursor(row_factory=args_row(recorded_event_row)) as cur:
+    with conn.cursor(row_factory=stored_event_rows) as cur:
         cur.execute(_BY_IDS, (event_ids,))
         return cur.fetchall()
 

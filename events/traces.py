@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 import psycopg
-from psycopg.rows import args_row
 
-from events._pg import EVENT_COLUMNS, recorded_event_row
+from events._pg import EVENT_COLUMNS, stored_event_rows
 from events.errors import InvalidArgument
 from events.model import RecordedEvent
 from saga_core.limits import TRACE_EVENTS
@@ -47,7 +46,7 @@ def events_of_trace_on(
 ) -> list[RecordedEvent]:
     """The tenant's events of the trace, oldest first, at most ``limit``."""
     tenant, trace_id, limit = checked_trace_query(tenant, trace_id, limit)
-    with conn.cursor(row_factory=args_row(recorded_event_row), binary=True) as cur:
+    with conn.cursor(row_factory=stored_event_rows, binary=True) as cur:
         cur.execute(_BY_TRACE, (tenant, trace_id, limit))
         return cur.fetchall()
 

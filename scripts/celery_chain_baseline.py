@@ -1,8 +1,9 @@
 """Baseline for bench_fleet: a raw Celery chain of 4 no-op tasks, same broker and settings.
 
 Each task enqueues the next (as a saga step would), the fourth counts a finished chain
-in Redis. Run as ``python scripts/celery_chain_baseline.py worker BROKER_URL`` to start a
-solo worker, or import :func:`run_baseline` to time ``chains`` chains on running workers.
+in Redis. Run as ``python scripts/celery_chain_baseline.py worker BROKER_URL [CONCURRENCY]``
+to start a worker (solo, or a threads pool of CONCURRENCY as ``sagafleet worker`` runs),
+or import :func:`run_baseline` to time ``chains`` chains on running workers.
 """
 
 from __future__ import annotations
@@ -58,10 +59,13 @@ def run_baseline(broker_url: str, chains: int, timeout_s: float = 600.0) -> floa
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] != "worker":
-        print("usage: celery_chain_baseline.py worker BROKER_URL", file=sys.stderr)
+    if len(sys.argv) not in {3, 4} or sys.argv[1] != "worker":
+        print("usage: celery_chain_baseline.py worker BROKER_URL [CONCURRENCY]", file=sys.stderr)
         sys.exit(2)  # a usage error, as argparse exits
+    concurrency = int(sys.argv[3]) if len(sys.argv) == 4 else 1
+    # The pool `sagafleet worker --concurrency N` runs: solo for 1, threads otherwise.
+    pool = "solo" if concurrency == 1 else "threads"
     build_app(sys.argv[2]).worker_main(
-        ["worker", "--pool=solo", "--queues=bench.baseline", "--loglevel=WARNING",
-         "--without-heartbeat", "--without-mingle", "--without-gossip"]
+        ["worker", f"--pool={pool}", f"--concurrency={concurrency}", "--queues=bench.baseline",
+         "--loglevel=WARNING", "--without-heartbeat", "--without-mingle", "--without-gossip"]
     )
