@@ -24,10 +24,10 @@ from saga_core.definition import (
     SagaDefinition,
     StepDefinition,
 )
-from saga_core.errors import DefinitionError, PlanRejected, Problem
+from saga_core.errors import DefinitionError, PlanRejected, Problem, TemplateError
 from saga_core.keys import JsonArgs, payload_hash
 from saga_core.limits import PLAN_ACTIONS, PLAN_BYTES, measure_json
-from saga_core.templates import references, whole_reference
+from saga_core.templates import Reference, references, whole_reference
 from saga_core.validation import definition_problems, validate_definition
 
 
@@ -179,7 +179,7 @@ def plan_input_fields(plan: AgentPlan, catalogue: ToolCatalogue) -> dict[str, In
     for action in plan.actions:
         spec = catalogue.get(action.tool, action.version)
         for arg, value in action.args.items():
-            for ref in references(value) if isinstance(value, str) else []:
+            for ref in _input_references(value):
                 if ref.root != "input" or not ref.path or ref.path[0] in fields:
                     continue
                 arg_spec = spec.args.get(arg) if spec is not None else None
@@ -188,6 +188,17 @@ def plan_input_fields(plan: AgentPlan, catalogue: ToolCatalogue) -> dict[str, In
                 fields[ref.path[0]] = InputField(
                     type=kind, secret=bool(arg_spec and exact and arg_spec.secret))
     return fields
+
+
+def _input_references(value: object) -> list[Reference]:
+    """The references of one plan argument; none for a malformed template, which the
+    definition's own template check reports as a problem (the plan is then rejected)."""
+    if not isinstance(value, str):
+        return []
+    try:
+        return references(value)
+    except TemplateError:
+        return []
 
 
 def _plan_definition(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -173,3 +174,14 @@ def test_a_huge_message_is_malformed_not_parsed():
         assert "exceeds" in str(exc)
     else:
         raise AssertionError("a 50 kB message was accepted")
+
+
+def test_a_plan_with_a_malformed_template_is_rejected_with_the_template_problem() -> None:
+    """Found by the property above: a bare ``${`` in a plan argument raised TemplateError
+    from deriving the plan's input fields instead of a PlanRejected naming it."""
+    tool = CATALOGUE.tools[0]
+    plan = AgentPlan.model_validate({"goal": "g", "actions": [
+        {"tool": tool.name, "args": {"x": "${"}}]})
+    with pytest.raises(PlanRejected) as refused:
+        validate_plan(plan, CATALOGUE)
+    assert "template_syntax" in {problem.rule for problem in refused.value.problems}
