@@ -31,7 +31,7 @@ from events.definitions import (
 )
 from events.errors import InvalidArgument
 from events.memory_store import Clock, MemoryEventStore, MemoryUnit, utc_now
-from events.model import AppendResult, ExpectedVersion
+from events.model import AppendResult, ExpectedVersion, RecordedEvent
 from events.saga_log import Definitions, SagaLog, Secrets, Unit, unit_of
 from events.sagas import SagaCodec, SagaStreams, saga_registry
 from events.secret_inputs import (
@@ -41,10 +41,14 @@ from events.secret_inputs import (
     ref_problem,
     reveal_with,
 )
+from events.snapshots import DEFAULT_SNAPSHOT_EVERY, SnapshotRead, StoredSnapshot
 from saga_core import SagaDefinition
 from saga_core.events import SagaEvent
 
-__all__ = ["MemoryDefinitions", "MemoryEventStore", "MemorySagaLog", "MemorySecrets", "MemoryUnit"]
+__all__ = [
+    "MemoryDefinitions", "MemoryEventStore", "MemorySagaLog", "MemorySecrets",
+    "MemorySnapshots", "MemoryUnit",
+]
 
 
 class MemorySagaLog(SagaStreams):
@@ -56,7 +60,9 @@ class MemorySagaLog(SagaStreams):
         *,
         clock: Clock = utc_now,
         store: MemoryEventStore | None = None,
+        snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
     ) -> None:
+        """``snapshot_every``: see :class:`~events.sagas.SagaStreams`."""
         self.store = store if store is not None else MemoryEventStore(
             registry=saga_registry(), clock=clock
         )
@@ -64,7 +70,8 @@ class MemorySagaLog(SagaStreams):
         self.registry = self.store.registry or saga_registry()
         self._appended = threading.Condition()
         self._appends = 0  # counts this log's appends and units: what a watcher waits on
-        super().__init__(self.store, SagaCodec(self.registry, definitions))
+        super().__init__(self.store, SagaCodec(self.registry, definitions),
+                         MemorySnapshots(self.store), snapshot_every=snapshot_every)
 
     def append(
         self,
@@ -108,6 +115,50 @@ class MemorySagaLog(SagaStreams):
         if mine.store is not self.store:
             raise InvalidArgument("this unit of work belongs to another in-memory log")
         return mine
+
+
+class MemorySnapshots:
+    """The in-memory :class:`~events.snapshots.Snapshots`: one per stream, kept as JSON
+    text (as PostgreSQL keeps it: a reader decodes a copy, never a live state)."""
+
+    def __init__(self, store: MemoryEventStore) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._kept: dict[str, tuple[str, int, str, str]] = {}  # schema, version, hash, JSON
+
+    def read_from_snapshots(
+        self, stream_ids: Sequence[str], schema: str
+    ) -> dict[str, SnapshotRead]:
+        """Each stream id to its snapshot of ``schema`` and the events a fold from it needs."""
+        streams = self.store.read_streams(stream_ids)
+        return {stream_id: self._read(stream_id, records, schema)
+                for stream_id, records in streams.items()}
+
+    def _read(self, stream_id: str, records: list[RecordedEvent], schema: str) -> SnapshotRead:
+        with self._lock:
+            kept = self._kept.get(stream_id)
+        if kept is None or kept[0] != schema or not records:
+            return SnapshotRead(None, records)
+        _, version, digest, text = kept
+        after = [r for r in records if r.stream_version >= max(version, 2)]
+        return SnapshotRead(StoredSnapshot(stream_id, version, digest, json.loads(text)),
+                            [records[0], *after])
+
+    def save_snapshot(self, snapshot: StoredSnapshot, schema: str) -> None:
+        """Keep ``snapshot`` unless the stream has a newer one of the same ``schema``."""
+        text = json.dumps(snapshot.state)
+        with self._lock:
+            kept = self._kept.get(snapshot.stream_id)
+            if kept is None or kept[0] != schema or kept[1] <= snapshot.version:
+                self._kept[snapshot.stream_id] = (
+                    schema, snapshot.version, snapshot.definition_hash, text)
+
+    def drop_snapshots(self) -> int:
+        """Forget every snapshot; return how many there were."""
+        with self._lock:
+            dropped = len(self._kept)
+            self._kept.clear()
+        return dropped
 
 
 class _MemoryChanges:

@@ -298,6 +298,11 @@ class EventStore:
         with self.connection() as conn:
             return read_streams_on(conn, stream_ids)
 
+    def remember_head(self, stream_id: str, event: RecordedEvent) -> None:
+        """Note a stream's latest event that another query read (``events.snapshots``), as
+        :meth:`read_stream` notes its own, so the next append sends its chain computed."""
+        self._remember(stream_id, event)
+
     def _remember(self, stream_id: str, event: RecordedEvent) -> None:
         """Keep a stream's latest known (version, hash), so that an append expecting that
         version can send its chain computed (bounded: the oldest streams are forgotten)."""

@@ -24,6 +24,7 @@ decodes into the same sharing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import types
@@ -50,8 +51,10 @@ class SnapshotUnreadable(SagaError):
     kind = ErrorKind.INTEGRITY
 
 
+@functools.cache
 def _hints(cls: type) -> dict[str, Any]:
-    """The resolved field types of a dataclass, in field order (the definition excluded)."""
+    """The resolved field types of a dataclass, in field order (the definition excluded);
+    resolved once per class (resolving them is slower than encoding a run)."""
     hints = get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls) if (cls, f.name) not in _BY_HASH}
 
@@ -120,8 +123,8 @@ class _Encoder:
 
     def record(self, value: Any) -> dict[str, Any]:
         """A dataclass as an object of its encoded fields."""
-        return {name: self.value(tp, getattr(value, name))
-                for name, tp in _hints(type(value)).items()}
+        cls: type = type(value)
+        return {name: self.value(tp, getattr(value, name)) for name, tp in _hints(cls).items()}
 
     def value(self, tp: Any, value: Any) -> Any:
         """``value`` of declared type ``tp`` as JSON."""

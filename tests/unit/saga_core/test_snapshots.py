@@ -19,7 +19,7 @@ def through_json(state: SagaState) -> object:
     return json.loads(json.dumps(encode_state(state)))
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(definition=definitions(), data=st.data())
 def test_a_snapshot_at_every_cut_point_folds_on_to_the_state_of_the_whole_log(
     definition: SagaDefinition, data: st.DataObject
