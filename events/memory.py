@@ -145,11 +145,13 @@ class MemorySnapshots:
                             [records[0], *after])
 
     def save_snapshot(self, snapshot: StoredSnapshot, schema: str) -> None:
-        """Keep ``snapshot`` unless the stream has a newer one of the same ``schema``."""
+        """Keep ``snapshot`` unless the stream has a newer one of the same ``schema``
+        (within the stream: one beyond its head goes)."""
         text = json.dumps(snapshot.state)
+        head = self.store.stream_version(snapshot.stream_id)
         with self._lock:
             kept = self._kept.get(snapshot.stream_id)
-            if kept is None or kept[0] != schema or kept[1] <= snapshot.version:
+            if kept is None or kept[0] != schema or not snapshot.version < kept[1] <= head:
                 self._kept[snapshot.stream_id] = (
                     schema, snapshot.version, snapshot.definition_hash, text)
 

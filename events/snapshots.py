@@ -11,7 +11,8 @@ can be dropped (:meth:`Snapshots.drop_snapshots`, ``sagafleet db drop-snapshots`
 time without losing anything but speed.
 
 Writes are upserts that keep the newest snapshot per stream (or replace one another schema
-wrote), outside any unit of work: a snapshot never waits on, or for, an append.
+wrote, or one beyond the stream's head), outside any unit of work: a snapshot never waits
+on, or for, an append.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ class Snapshots(Protocol):
         ...
 
     def save_snapshot(self, snapshot: StoredSnapshot, schema: str) -> None:
-        """Keep ``snapshot`` unless the stream has a newer one of the same ``schema``."""
+        """Keep ``snapshot`` unless the stream has a newer one of the same ``schema`` (one
+        beyond the stream's head, say from a partial restore, is not newer: it goes)."""
         ...
 
     def drop_snapshots(self) -> int:
@@ -108,6 +110,7 @@ ON CONFLICT (stream_id) DO UPDATE
        definition_hash = excluded.definition_hash, state = excluded.state,
        taken_at = excluded.taken_at
  WHERE s.schema <> excluded.schema OR s.version <= excluded.version
+    OR s.version > (SELECT h.version FROM eventstore.streams h WHERE h.stream_id = s.stream_id)
 """
 
 _DROP = "DELETE FROM eventstore.snapshots"
@@ -153,7 +156,8 @@ class PostgresSnapshots:
         return {s: SnapshotRead(snapshots[s], records[s]) for s in wanted}
 
     def save_snapshot(self, snapshot: StoredSnapshot, schema: str) -> None:
-        """Upsert the stream's snapshot (a newer one of the same schema stays)."""
+        """Upsert the stream's snapshot (a newer one of the same schema, within the
+        stream, stays)."""
         with self.store.connection() as conn:
             conn.execute(_SAVE, (snapshot.stream_id, snapshot.version, schema,
                                  snapshot.definition_hash, Jsonb(snapshot.state)))

@@ -151,7 +151,9 @@ class _Encoder:
         """The node of a runs mapping, its runs' nodes written first (post-order)."""
         if id(runs) in self._index:
             return self._index[id(runs)]
-        refs = {step_id: self._run(run) for step_id, run in runs.items()}
+        # Pairs, not an object: the runs' order is the definition's (decide walks it), and
+        # jsonb keeps an object's keys in an order of its own.
+        refs = [[step_id, self._run(run)] for step_id, run in runs.items()]
         return self._node(runs, {"runs": refs})
 
     def _run(self, run: StepRun) -> int:
@@ -174,8 +176,8 @@ class _Decoder:
             if "run" in node:
                 self.built.append(self.record(StepRun, node["run"]))
             else:
-                self.built.append({step_id: self._node(i, StepRun)
-                                   for step_id, i in node["runs"].items()})
+                self.built.append({_typed(str, step_id): self._node(i, StepRun)
+                                   for step_id, i in _typed(list, node["runs"])})
 
     def record(self, cls: type, doc: Mapping[str, Any], **extra: Any) -> Any:
         """A dataclass from an object of its encoded fields (every field present)."""

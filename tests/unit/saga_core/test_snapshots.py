@@ -57,6 +57,7 @@ def test_a_snapshot_decodes_into_the_same_sharing_of_runs(
 
 CORRUPT = [
     None, [], {}, {"nodes": [], "state": {}}, {"nodes": [{"runs": {"a": 7}}], "state": {}},
+    {"nodes": [{"runs": [["a", 7]]}], "state": {}},
     {"nodes": "x", "state": {"phase": "forward"}},
 ]
 
