@@ -41,9 +41,10 @@ from events.secret_inputs import (
     ref_problem,
     reveal_with,
 )
-from events.snapshots import DEFAULT_SNAPSHOT_EVERY, SnapshotRead, StoredSnapshot
+from events.snapshots import SnapshotRead, StoredSnapshot
 from saga_core import SagaDefinition
 from saga_core.events import SagaEvent
+from saga_core.snapshots import DEFAULT_SNAPSHOT_EVERY
 
 __all__ = [
     "MemoryDefinitions", "MemoryEventStore", "MemorySagaLog", "MemorySecrets",

@@ -21,7 +21,6 @@ from events.model import AppendResult, ExpectedVersion, NewEvent, Position, Reco
 from events.registry import EventRegistry
 from events.saga_log import Definitions, SagaLog, Unit, unit_of
 from events.snapshots import (
-    DEFAULT_SNAPSHOT_EVERY,
     PostgresSnapshots,
     SnapshotRead,
     Snapshots,
@@ -33,8 +32,13 @@ from events.traces import SAGA_TRACE_KEY
 from saga_core import SagaDefinition, evolve
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.events import SAGA_EVENT_TYPES, SagaEvent, SagaStarted
+from saga_core.snapshots import (
+    DEFAULT_SNAPSHOT_EVERY,
+    SnapshotUnreadable,
+    decode_state,
+    encode_state,
+)
 from saga_core.snapshots import SCHEMA as SNAPSHOT_SCHEMA
-from saga_core.snapshots import SnapshotUnreadable, decode_state, encode_state
 from saga_core.state import SagaState
 
 STREAM_PREFIX = "saga-"

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -29,10 +29,6 @@ from events._pg import EVENT_COLUMNS, recorded_event_row
 from events.model import RecordedEvent
 from events.reading import checked_stream_id
 from events.store_rules import checked_stream_list
-
-DEFAULT_SNAPSHOT_EVERY: Final = 32
-"""How many events a load may fold past a saga's snapshot before it writes a new one
-(``SAGAFLEET_SNAPSHOT_EVERY``; chosen by ``scripts/bench_snapshots.py``)."""
 
 
 @dataclass(frozen=True)

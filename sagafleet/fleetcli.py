@@ -62,6 +62,7 @@ def _fleet(
         queue_wait_s=settings.queue_wait_seconds,
         visibility_timeout_s=settings.visibility_timeout_seconds,
         remote_control=settings.celery_remote_control,
+        snapshot_every=settings.snapshot_every,
     )
     if worker_id:
         config = replace(config, worker_id=worker_id)

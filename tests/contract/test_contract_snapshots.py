@@ -14,8 +14,8 @@ import pytest
 from contract_support import Ports, note, start
 
 from events.sagas import SagaNotFound, saga_stream
-from events.snapshots import DEFAULT_SNAPSHOT_EVERY, StoredSnapshot
-from saga_core.snapshots import SCHEMA, encode_state
+from events.snapshots import StoredSnapshot
+from saga_core.snapshots import DEFAULT_SNAPSHOT_EVERY, SCHEMA, encode_state
 
 MANY = DEFAULT_SNAPSHOT_EVERY + 8  # more events than a load folds before it writes a snapshot
 
