@@ -28,7 +28,7 @@ import functools
 import hashlib
 import json
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from enum import Enum
@@ -118,6 +118,50 @@ SCHEMA: Final = _fingerprint()
 """The schema fingerprint of snapshots this code writes and accepts."""
 
 
+Encode = Callable[[Any, "_Encoder"], Any]
+Decode = Callable[[Any, "_Decoder"], Any]
+
+
+@functools.cache
+def _codec(tp: Any) -> tuple[Encode, Decode]:
+    """How a value of declared type ``tp`` goes to JSON and back, worked out once per type
+    (a snapshot holds hundreds of runs of the same few types)."""
+    inner = _optional(tp)
+    if inner is not None:
+        encode, decode = _codec(inner)
+        return (lambda v, e: None if v is None else encode(v, e),
+                lambda d, r: None if d is None else decode(d, r))
+    if _is_runs(tp):
+        return (lambda v, e: e.runs(v)), (lambda d, r: r.node(d, dict))
+    origin = get_origin(tp)
+    if origin is frozenset:
+        return (lambda v, e: sorted(v),
+                lambda d, r: frozenset(_typed(str, item) for item in _typed(list, d)))
+    if origin is Literal:
+        return (lambda v, e: v), (lambda d, r: _one_of(get_args(tp), d))
+    if tp is Decimal:
+        return (lambda v, e: str(v)), (lambda d, r: Decimal(_typed(str, d)))
+    if tp is datetime:
+        return (lambda v, e: v.isoformat()), (lambda d, r: datetime.fromisoformat(_typed(str, d)))
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return (lambda v, e: v.value), (lambda d, r: tp(d))
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return (lambda v, e: v.model_dump(mode="json")), (lambda d, r: tp.model_validate(d))
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return (lambda v, e: e.record(v)), (lambda d, r: r.record(tp, _typed(dict, d)))
+    if tp == Mapping[str, Any]:  # the input: JSON already
+        return (lambda v, e: v), (lambda d, r: _typed(dict, d))
+    if tp in (str, int, bool, float):
+        return (lambda v, e: v), (lambda d, r: _typed(tp, d))
+    raise TypeError(f"saga_core.snapshots cannot encode a field of type {tp!r}")
+
+
+@functools.cache
+def _fields(cls: type) -> tuple[tuple[str, Encode, Decode], ...]:
+    """Each field of a dataclass (the definition excluded) with its codec, in field order."""
+    return tuple((name, *_codec(tp)) for name, tp in _hints(cls).items())
+
+
 class _Encoder:
     """One state to JSON: plain values inline, runs and runs mappings as shared nodes."""
 
@@ -128,30 +172,10 @@ class _Encoder:
     def record(self, value: Any) -> dict[str, Any]:
         """A dataclass as an object of its encoded fields."""
         cls: type = type(value)
-        return {name: self.value(tp, getattr(value, name)) for name, tp in _hints(cls).items()}
+        attributes = value.__dict__
+        return {name: encode(attributes[name], self) for name, encode, _ in _fields(cls)}
 
-    def value(self, tp: Any, value: Any) -> Any:
-        """``value`` of declared type ``tp`` as JSON."""
-        inner = _optional(tp)
-        if inner is not None:
-            return None if value is None else self.value(inner, value)
-        if _is_runs(tp):
-            return self._runs(value)
-        if get_origin(tp) is frozenset:
-            return sorted(value)
-        if tp is Decimal:
-            return str(value)
-        if tp is datetime:
-            return value.isoformat()
-        if isinstance(tp, type) and issubclass(tp, Enum):
-            return value.value
-        if isinstance(tp, type) and issubclass(tp, BaseModel):
-            return value.model_dump(mode="json")
-        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-            return self.record(value)
-        return value  # str, int, bool, float, a Literal's string, the input (JSON already)
-
-    def _runs(self, runs: Mapping[str, StepRun]) -> int:
+    def runs(self, runs: Mapping[str, StepRun]) -> int:
         """The node of a runs mapping, its runs' nodes written first (post-order)."""
         if id(runs) in self._index:
             return self._index[id(runs)]
@@ -178,51 +202,39 @@ class _Decoder:
         self.built: list[Any] = []
         for node in nodes:
             if "run" in node:
-                self.built.append(self.record(StepRun, node["run"]))
+                self.built.append(self.record(StepRun, _typed(dict, node["run"])))
             else:
-                self.built.append({_typed(str, step_id): self._node(i, StepRun)
+                self.built.append({_typed(str, step_id): self.node(i, StepRun)
                                    for step_id, i in _typed(list, node["runs"])})
 
-    def record(self, cls: type, doc: Mapping[str, Any], **extra: Any) -> Any:
-        """A dataclass from an object of its encoded fields (every field present)."""
-        fields = {name: self.value(tp, doc[name]) for name, tp in _hints(cls).items()}
-        return cls(**fields, **extra)
+    def record(self, cls: type, doc: dict[str, Any], **given: Any) -> Any:
+        """A dataclass from an object of its encoded fields (every field present).
 
-    def value(self, tp: Any, doc: Any) -> Any:
-        """The value of declared type ``tp`` that ``doc`` encodes."""
-        inner = _optional(tp)
-        if inner is not None:
-            return None if doc is None else self.value(inner, doc)
-        if _is_runs(tp):
-            return self._node(doc, dict)
-        origin = get_origin(tp)
-        if origin is frozenset:
-            return frozenset(_typed(str, item) for item in _typed(list, doc))
-        if origin is Literal:
-            if doc not in get_args(tp):
-                raise SnapshotUnreadable(f"{doc!r} is not one of {get_args(tp)}")
-            return doc
-        if tp is Decimal:
-            return Decimal(_typed(str, doc))
-        if tp is datetime:
-            return datetime.fromisoformat(_typed(str, doc))
-        if isinstance(tp, type) and issubclass(tp, Enum):
-            return tp(doc)
-        if isinstance(tp, type) and issubclass(tp, BaseModel):
-            return tp.model_validate(doc)
-        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-            return self.record(tp, _typed(dict, doc))
-        if tp == Mapping[str, Any]:
-            return _typed(dict, doc)
-        return _typed(float if tp is float else tp, doc)
+        Built as ``saga_core.state.replace`` builds records, without the frozen
+        ``__init__``: a snapshot holds hundreds of runs of some thirty fields each, and
+        every field is set here (a missing one is unreadable, never a default)."""
+        record: Any = object.__new__(cls)
+        attributes = record.__dict__
+        for name, _, decode in _fields(cls):
+            attributes[name] = decode(doc[name], self)
+        attributes.update(given)
+        return record
 
-    def _node(self, index: Any, kind: type) -> Any:
+    def node(self, index: Any, kind: type) -> Any:
+        """An earlier node (a run or a runs mapping), or unreadable."""
         if type(index) is not int or not 0 <= index < len(self.built):
             raise SnapshotUnreadable(f"node reference {index!r} is not an earlier node")
         node = self.built[index]
         if not isinstance(node, kind):
             raise SnapshotUnreadable(f"node {index} is not a {kind.__name__}")
         return node
+
+
+def _one_of(values: tuple[Any, ...], doc: Any) -> Any:
+    """``doc`` if it is one of a Literal's values, else unreadable."""
+    if doc not in values:
+        raise SnapshotUnreadable(f"{doc!r} is not one of {values}")
+    return doc
 
 
 def _typed(kind: type, doc: Any) -> Any:
@@ -253,7 +265,9 @@ def decode_state(doc: Any, definition: SagaDefinition) -> SagaState:
     :class:`SnapshotUnreadable` if it does not decode."""
     try:
         decoder = _Decoder(_typed(list, _typed(dict, doc)["nodes"]))
-        return decoder.record(SagaState, _typed(dict, doc["state"]), definition=definition)  # type: ignore[no-any-return]
+        state: SagaState = decoder.record(SagaState, _typed(dict, doc["state"]),
+                                          definition=definition)
+        return state
     except SnapshotUnreadable:
         raise
     except _DECODE_ERRORS as exc:
