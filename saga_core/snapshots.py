@@ -40,7 +40,7 @@ from saga_core.definition import SagaDefinition
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.state import FOLD_VERSION, SagaState, StepRun
 
-DEFAULT_SNAPSHOT_EVERY: Final = 32
+DEFAULT_SNAPSHOT_EVERY: Final = 16
 """How many events a load may fold past a saga's snapshot before it writes a new one
 (``SAGAFLEET_SNAPSHOT_EVERY``; chosen by ``scripts/bench_snapshots.py``)."""
 
