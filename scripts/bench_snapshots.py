@@ -16,7 +16,7 @@ path: the snapshot query instead of the plain read), and, for choosing N, the me
 of one snapshot write W and of folding one event c, with the N that minimises W/N + c*N/2
 (one write per N events against N/2 events folded per load).
 
-Usage: python scripts/bench_snapshots.py [--loads N] [--rounds N] [--url URL]
+Usage: python scripts/bench_snapshots.py [--loads N] [--whole-loads N] [--rounds N] [--url URL]
 """
 
 from __future__ import annotations
@@ -141,9 +141,22 @@ def timed(action: Callable[[], object], times: int) -> list[float]:
     return took
 
 
+def interleaved(log: PostgresSagaLog, sagas: dict[int, str], loads: int) -> dict[int, list[float]]:
+    """Seconds of ``loads`` loads of each saga, the sizes taken in turn load by load (on a
+    busy machine, a block of loads of one size would measure the load of the moment)."""
+    took: dict[int, list[float]] = {size: [] for size in sagas}
+    for _ in range(loads):
+        for size, saga_id in sagas.items():
+            took[size] += timed(lambda s=saga_id: log.load(s), 1)
+    return took
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--loads", type=int, default=50, help="loads per round and saga")
+    parser.add_argument("--loads", type=int, default=50,
+                        help="loads per round and saga, with snapshots")
+    parser.add_argument("--whole-loads", type=int, default=5,
+                        help="loads per round and saga, without (10k events: seconds each)")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds")
     parser.add_argument("--url", default=None, help="a PostgreSQL server (default: embedded)")
     args = parser.parse_args()
@@ -169,9 +182,9 @@ def main() -> int:
                 sagas[size] = saga_id
             medians: dict[tuple[str, int], list[float]] = {}
             for _ in range(args.rounds):
-                for name, log in (("snapshots", with_snapshots), ("whole log", whole_log)):
-                    for size, saga_id in sagas.items():
-                        took = timed(lambda log=log, s=saga_id: log.load(s), args.loads)
+                for name, log, loads in (("snapshots", with_snapshots, args.loads),
+                                         ("whole log", whole_log, args.whole_loads)):
+                    for size, took in interleaved(log, sagas, loads).items():
                         medians.setdefault((name, size), []).append(statistics.median(took))
             result = {key: statistics.median(values) for key, values in medians.items()}
             big = with_snapshots.load(sagas[10_000])
