@@ -31,7 +31,7 @@ from events.definitions import (
 )
 from events.errors import InvalidArgument
 from events.memory_store import Clock, MemoryEventStore, MemoryUnit, utc_now
-from events.model import AppendResult, ExpectedVersion, RecordedEvent
+from events.model import AppendResult, ExpectedVersion
 from events.saga_log import Definitions, SagaLog, Secrets, Unit, unit_of
 from events.sagas import SagaCodec, SagaStreams, saga_registry
 from events.secret_inputs import (
@@ -42,6 +42,7 @@ from events.secret_inputs import (
     reveal_with,
 )
 from events.snapshots import SnapshotRead, StoredSnapshot
+from events.store_rules import checked_stream_list
 from saga_core import SagaDefinition
 from saga_core.events import SagaEvent
 from saga_core.snapshots import DEFAULT_SNAPSHOT_EVERY
@@ -130,20 +131,23 @@ class MemorySnapshots:
     def read_from_snapshots(
         self, stream_ids: Sequence[str], schema: str
     ) -> dict[str, SnapshotRead]:
-        """Each stream id to its snapshot of ``schema`` and the events a fold from it needs."""
-        streams = self.store.read_streams(stream_ids)
-        return {stream_id: self._read(stream_id, records, schema)
-                for stream_id, records in streams.items()}
+        """Each stream id to its snapshot of ``schema`` and the events a fold from it needs
+        (as PostgreSQL reads them: the first, then those from the snapshot's version on)."""
+        checked_stream_list(stream_ids)
+        return {stream_id: self._read(stream_id, schema) for stream_id in dict.fromkeys(stream_ids)}
 
-    def _read(self, stream_id: str, records: list[RecordedEvent], schema: str) -> SnapshotRead:
+    def _read(self, stream_id: str, schema: str) -> SnapshotRead:
         with self._lock:
             kept = self._kept.get(stream_id)
-        if kept is None or kept[0] != schema or not records:
-            return SnapshotRead(None, records)
+        if kept is None or kept[0] != schema:
+            return SnapshotRead(None, self.store.read_stream(stream_id))
         _, version, digest, text = kept
-        after = [r for r in records if r.stream_version >= max(version, 2)]
+        first = self.store.read_stream(stream_id, to_version=1)
+        if not first:
+            return SnapshotRead(None, [])
+        after = self.store.read_stream(stream_id, after_version=max(version, 2) - 1)
         return SnapshotRead(StoredSnapshot(stream_id, version, digest, json.loads(text)),
-                            [records[0], *after])
+                            [*first, *after])
 
     def save_snapshot(self, snapshot: StoredSnapshot, schema: str) -> None:
         """Keep ``snapshot`` unless the stream has a newer one of the same ``schema``
