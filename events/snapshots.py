@@ -79,13 +79,13 @@ class Snapshots(Protocol):
 
 # One round trip per load: for each stream, its snapshot of the schema (or none) drives
 # two index range reads, so events before the snapshot are never touched.
-_READ_FROM_SNAPSHOTS = f"""
+_READ_FROM_SNAPSHOTS = """
 WITH wanted AS (
   SELECT w.id AS s_stream, s.version AS s_version, s.definition_hash AS s_hash,
          s.state AS s_state
-    FROM unnest(%(streams)s::text[]) AS w(id)
+    FROM {streams}
     LEFT JOIN eventstore.snapshots s ON s.stream_id = w.id AND s.schema = %(schema)s)
-SELECT {EVENT_COLUMNS}, s_version, s_hash,
+SELECT {columns}, s_version, s_hash,
        CASE WHEN stream_version = 1 THEN s_state END
   FROM wanted CROSS JOIN LATERAL (
        SELECT * FROM eventstore.events
@@ -95,7 +95,14 @@ SELECT {EVENT_COLUMNS}, s_version, s_hash,
         WHERE stream_id = s_stream AND stream_version >= greatest(coalesce(s_version, 0), 2)
   ) AS e
  ORDER BY stream_id, stream_version
-"""  # noqa: S608 - EVENT_COLUMNS is a constant
+"""
+# One stream (every load) by a scalar parameter: PostgreSQL then reuses one generic plan of
+# the prepared statement. An array's length enters the custom plans' estimates, so with an
+# array it plans each call anew (~0.3 ms: half again a short saga's plain read).
+_READ_ONE = _READ_FROM_SNAPSHOTS.format(
+    streams="(VALUES (%(stream)s::text)) AS w(id)", columns=EVENT_COLUMNS)
+_READ_MANY = _READ_FROM_SNAPSHOTS.format(
+    streams="unnest(%(streams)s::text[]) AS w(id)", columns=EVENT_COLUMNS)
 
 _SAVE = """
 INSERT INTO eventstore.snapshots AS s
@@ -138,11 +145,15 @@ class PostgresSnapshots:
     ) -> dict[str, SnapshotRead]:
         """Each stream id (duplicates once) to its snapshot and the events after it, in one
         query; a stream with no events reads as no snapshot and no records."""
-        wanted = [checked_stream_id(s) for s in checked_stream_list(stream_ids)]
+        wanted = list(dict.fromkeys(checked_stream_id(s) for s in checked_stream_list(stream_ids)))
         snapshots: dict[str, StoredSnapshot | None] = dict.fromkeys(wanted)
         records: dict[str, list[RecordedEvent]] = {stream_id: [] for stream_id in wanted}
         with self.store.connection() as conn, conn.cursor(binary=True) as cur:
-            for row in cur.execute(_READ_FROM_SNAPSHOTS, {"streams": wanted, "schema": schema}):
+            if len(wanted) == 1:
+                cur.execute(_READ_ONE, {"stream": wanted[0], "schema": schema})
+            else:
+                cur.execute(_READ_MANY, {"streams": wanted, "schema": schema})
+            for row in cur:
                 event = recorded_event_row(*row[:-3])
                 version, definition_hash, state = row[-3:]
                 if state is not None:

@@ -107,7 +107,7 @@ def test_load_many_folds_from_snapshots_like_single_loads(ports: Ports) -> None:
     long_saga(ports, "s1")
     long_saga(ports, "s2", events=3)
     ports.log.load("s1")
-    many = ports.log.load_many(["s1", "s2", "nope"])
+    many = ports.log.load_many(["s1", "s2", "nope", "s1"])
     for saga_id in ("s1", "s2"):
         loaded = many[saga_id]
         assert not isinstance(loaded, Exception)
