@@ -41,10 +41,16 @@ from events.secret_inputs import (
     ref_problem,
     reveal_with,
 )
+from events.snapshots import SnapshotRead, StoredSnapshot
+from events.store_rules import checked_stream_list
 from saga_core import SagaDefinition
 from saga_core.events import SagaEvent
+from saga_core.snapshots import DEFAULT_SNAPSHOT_EVERY
 
-__all__ = ["MemoryDefinitions", "MemoryEventStore", "MemorySagaLog", "MemorySecrets", "MemoryUnit"]
+__all__ = [
+    "MemoryDefinitions", "MemoryEventStore", "MemorySagaLog", "MemorySecrets",
+    "MemorySnapshots", "MemoryUnit",
+]
 
 
 class MemorySagaLog(SagaStreams):
@@ -56,7 +62,9 @@ class MemorySagaLog(SagaStreams):
         *,
         clock: Clock = utc_now,
         store: MemoryEventStore | None = None,
+        snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
     ) -> None:
+        """``snapshot_every``: see :class:`~events.sagas.SagaStreams`."""
         self.store = store if store is not None else MemoryEventStore(
             registry=saga_registry(), clock=clock
         )
@@ -64,7 +72,8 @@ class MemorySagaLog(SagaStreams):
         self.registry = self.store.registry or saga_registry()
         self._appended = threading.Condition()
         self._appends = 0  # counts this log's appends and units: what a watcher waits on
-        super().__init__(self.store, SagaCodec(self.registry, definitions))
+        super().__init__(self.store, SagaCodec(self.registry, definitions),
+                         MemorySnapshots(self.store), snapshot_every=snapshot_every)
 
     def append(
         self,
@@ -109,6 +118,55 @@ class MemorySagaLog(SagaStreams):
         if mine.store is not self.store:
             raise InvalidArgument("this unit of work belongs to another in-memory log")
         return mine
+
+
+class MemorySnapshots:
+    """The in-memory :class:`~events.snapshots.Snapshots`: one per stream, kept as JSON
+    text (as PostgreSQL keeps it: a reader decodes a copy, never a live state)."""
+
+    def __init__(self, store: MemoryEventStore) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._kept: dict[str, tuple[str, int, str, str]] = {}  # schema, version, hash, JSON
+
+    def read_from_snapshots(
+        self, stream_ids: Sequence[str], schema: str
+    ) -> dict[str, SnapshotRead]:
+        """Each stream id to its snapshot of ``schema`` and the events a fold from it needs
+        (as PostgreSQL reads them: the first, then those from the snapshot's version on)."""
+        checked_stream_list(stream_ids)
+        return {stream_id: self._read(stream_id, schema) for stream_id in dict.fromkeys(stream_ids)}
+
+    def _read(self, stream_id: str, schema: str) -> SnapshotRead:
+        with self._lock:
+            kept = self._kept.get(stream_id)
+        if kept is None or kept[0] != schema:
+            return SnapshotRead(None, self.store.read_stream(stream_id))
+        _, version, digest, text = kept
+        first = self.store.read_stream(stream_id, to_version=1)
+        if not first:
+            return SnapshotRead(None, [])
+        after = self.store.read_stream(stream_id, after_version=max(version, 2) - 1)
+        return SnapshotRead(StoredSnapshot(stream_id, version, digest, json.loads(text)),
+                            [*first, *after])
+
+    def save_snapshot(self, snapshot: StoredSnapshot, schema: str) -> None:
+        """Keep ``snapshot`` unless the stream has a newer one of the same ``schema``
+        (within the stream: one beyond its head goes)."""
+        text = json.dumps(snapshot.state)
+        head = self.store.stream_version(snapshot.stream_id)
+        with self._lock:
+            kept = self._kept.get(snapshot.stream_id)
+            if kept is None or kept[0] != schema or not snapshot.version < kept[1] <= head:
+                self._kept[snapshot.stream_id] = (
+                    schema, snapshot.version, snapshot.definition_hash, text)
+
+    def drop_snapshots(self) -> int:
+        """Forget every snapshot; return how many there were."""
+        with self._lock:
+            dropped = len(self._kept)
+            self._kept.clear()
+        return dropped
 
 
 class _MemoryChanges:

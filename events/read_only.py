@@ -24,7 +24,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pydantic import BaseModel
 
 from events.errors import ReadOnlyStore
-from events.model import ANY, AppendResult, ExpectedVersion, NewEvent
+from events.model import ANY, KEEP_DUE, AppendResult, DueStream, DueTime, ExpectedVersion, NewEvent
 from events.store import EventStore, UnitOfWork
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ class ReadOnlyEventStore(EventStore):
     """The event store's reads on a server it must not write to; writes raise
     :class:`ReadOnlyStore` naming ``source`` (e.g. ``SAGAFLEET_READ_DATABASE_URL``)."""
 
+    writes = False
     source: str = "a read-only event store"
     """Where this store reads from, as the operator configured it: named by every refusal."""
 
@@ -107,9 +108,14 @@ class ReadOnlyEventStore(EventStore):
         expected_version: ExpectedVersion = ANY,
         *,
         conn: psycopg.Connection[Any] | None = None,
+        due_at: DueTime = KEEP_DUE,
     ) -> AppendResult:
         """Refused: :class:`ReadOnlyStore`."""
         self._refuse(f"append to {stream_id!r}")
+
+    def defer_due(self, items: Sequence[DueStream]) -> int:
+        """Refused: :class:`ReadOnlyStore` (due times are the sweeper's, on the primary)."""
+        self._refuse("re-timing due streams")
 
     @contextmanager
     def transaction(self, *, pipelined: bool = False) -> Iterator[UnitOfWork]:

@@ -6,7 +6,8 @@ one (``events.memory``) that ``sagafleet.testing`` runs users' tests on. One con
 suite (``tests/contract``) runs against both, so the in-memory log is a product held to the
 same promises, not a mock:
 
-* **SagaLog** — load one saga, load many, append events at an expected version
+* **SagaLog** — load one saga (from its snapshot, events/snapshots.py, when one checks
+  out), load its whole history, load many, drop every snapshot, append events at an expected version
   (optimistic: ``ConcurrencyError`` when another writer got there first; idempotent by
   event id), optionally inside a :class:`Unit` of work; watch for appends
   (:class:`Changes`, a wake-up, never the truth). Each saga has a due time, set by the
@@ -46,7 +47,7 @@ from saga_core.events import SagaEvent
 
 if TYPE_CHECKING:
     from events.definitions import DefinitionRecord
-    from events.sagas import LoadedSaga
+    from events.sagas import LoadedSaga, SagaHistory
 
 
 class Unit(Protocol):
@@ -98,8 +99,20 @@ class SagaLog(Protocol):
         """Fold a saga (up to ``at``); ``SagaNotFound`` if absent or another tenant's."""
         ...
 
+    def load_history(
+        self, saga_id: str, *, tenant: str | None = None, at: Position | None = None
+    ) -> SagaHistory:
+        """Fold every event of a saga (up to ``at``), keeping them: what a trace, an audit
+        or a repeated click's check reads; ``SagaNotFound`` as :meth:`load`."""
+        ...
+
     def load_many(self, saga_ids: Sequence[str]) -> dict[str, LoadedSaga | SagaError]:
         """Each id to its folded saga, or to the error loading it alone would raise."""
+        ...
+
+    def drop_snapshots(self) -> int:
+        """Forget every snapshot of saga state (never the truth: loads fold whole streams
+        until new ones are written); return how many there were."""
         ...
 
     def append(

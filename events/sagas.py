@@ -8,6 +8,7 @@ process or the model that started it.
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -29,15 +30,30 @@ from events.model import (
 )
 from events.registry import EventRegistry
 from events.saga_log import Definitions, DueSaga, SagaLog, Unit, unit_of
+from events.snapshots import (
+    PostgresSnapshots,
+    SnapshotRead,
+    Snapshots,
+    StoredSnapshot,
+)
 from events.store import EventStore, UnitOfWork
 from events.subscription import Notifications
 from events.traces import SAGA_TRACE_KEY
 from saga_core import SagaDefinition, evolve
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.events import SAGA_EVENT_TYPES, SagaEvent, SagaStarted
+from saga_core.snapshots import (
+    DEFAULT_SNAPSHOT_EVERY,
+    SnapshotUnreadable,
+    decode_state,
+    encode_state,
+)
+from saga_core.snapshots import SCHEMA as SNAPSHOT_SCHEMA
 from saga_core.state import SagaState
 
 STREAM_PREFIX = "saga-"
+
+log = logging.getLogger(__name__)
 
 
 #: What an appending process adds to each event's metadata (a worker's trace ids).
@@ -74,18 +90,18 @@ def saga_registry() -> EventRegistry:
 
 @dataclass(frozen=True)
 class LoadedSaga:
-    """A saga folded from its log: definition, state, the events and the stream version."""
+    """A saga folded from its log (from a snapshot on, when one checks out): definition,
+    state, its ``SagaStarted`` and the stream version.
+
+    It holds no history: a load from a snapshot reads only the events after it. What needs
+    every event asks for it (:meth:`SagaStreams.load_history`, a :class:`SagaHistory`).
+    """
 
     saga_id: str
     definition: SagaDefinition
     state: SagaState
-    events: tuple[SagaEvent, ...]
-    records: tuple[RecordedEvent, ...]
-
-    @property
-    def version(self) -> int:
-        """The stream version the state reflects (the expected version of the next append)."""
-        return self.records[-1].stream_version if self.records else 0
+    started: SagaStarted | None  # None only before the saga's first append
+    version: int  # the stream version the state reflects (the next append's expected one)
 
     @property
     def tenant(self) -> str:
@@ -104,13 +120,18 @@ class LoadedSaga:
             state = self.state
             for event in events:
                 state = evolve(state, event)
-        return LoadedSaga(
-            self.saga_id,
-            state.definition,  # a plan revision changes the definition the saga runs
-            state,
-            (*self.events, *events),
-            (*self.records, *appended.events),
-        )
+        started = self.started or next((e for e in events if isinstance(e, SagaStarted)), None)
+        # state.definition: a plan revision changes the definition the saga runs
+        return LoadedSaga(self.saga_id, state.definition, state, started, appended.version)
+
+
+@dataclass(frozen=True)
+class SagaHistory(LoadedSaga):
+    """A saga folded from every event of its stream, with those events and their records
+    (a trace, an audit, the readable history, a repeated click's check)."""
+
+    events: tuple[SagaEvent, ...]
+    records: tuple[RecordedEvent, ...]
 
 
 class SagaCodec:
@@ -141,24 +162,64 @@ class SagaCodec:
 
     def fold(
         self, saga_id: str, records: Sequence[RecordedEvent], *, tenant: str | None = None
-    ) -> LoadedSaga:
-        """Fold the records of one saga stream; SagaNotFound if there are none (or they are
-        another tenant's), CorruptSagaStream if they do not decode into a saga."""
+    ) -> SagaHistory:
+        """Fold the records of one whole saga stream; SagaNotFound if there are none (or they
+        are another tenant's), CorruptSagaStream if they do not decode into a saga."""
         if not records:
             raise SagaNotFound(f"no saga {saga_id!r}")
         events = [self._decode(r) for r in records]
-        started = events[0]
-        if not isinstance(started, SagaStarted):
-            raise CorruptSagaStream(f"saga {saga_id!r} does not start with SagaStarted")
-        if tenant is not None and started.tenant != tenant:
-            # Another tenant's saga is indistinguishable from a missing one.
-            raise SagaNotFound(f"no saga {saga_id!r}")
+        started = self._started(saga_id, events[0], tenant)
         definition = self.definitions.by_hash(started.definition_hash)
         state = SagaState.initial(definition)
         for event in events:
             state = evolve(state, event)
         # state.definition: the started one, or the latest plan revision's (PlanRevised).
-        return LoadedSaga(saga_id, state.definition, state, tuple(events), tuple(records))
+        return SagaHistory(saga_id, state.definition, state, started,
+                           records[-1].stream_version, tuple(events), tuple(records))
+
+    def fold_from_snapshot(
+        self, saga_id: str, read: SnapshotRead, *, tenant: str | None = None
+    ) -> LoadedSaga | None:
+        """Fold the events after a snapshot onto it; None if the snapshot does not check out
+        (another definition, not at its version, unreadable: fold the whole stream).
+        SagaNotFound and CorruptSagaStream as :meth:`fold`."""
+        snapshot = read.snapshot
+        if snapshot is None or not read.records:
+            return None
+        started = self._started(saga_id, self._decode(read.records[0]), tenant)
+        versions = {r.stream_version for r in read.records}
+        if snapshot.definition_hash != started.definition_hash or snapshot.version not in versions:
+            return None
+        try:
+            state = decode_state(snapshot.state, self.definitions.by_hash(snapshot.definition_hash))
+        except SnapshotUnreadable as exc:
+            log.warning("ignoring the snapshot of %s at %d: %s", saga_id, snapshot.version, exc)
+            return None
+        if state.version != snapshot.version:
+            return None
+        for record in read.after_snapshot():
+            state = evolve(state, self._decode(record))
+        head = read.records[-1].stream_version
+        return LoadedSaga(saga_id, state.definition, state, started, head)
+
+    def snapshot_of(self, loaded: LoadedSaga) -> StoredSnapshot | None:
+        """A snapshot of a loaded saga, or None for a state whose definition a reader could
+        not find by hash (a plan revision's, carried by its PlanRevised event alone)."""
+        started = loaded.started
+        if started is None or loaded.definition.content_hash() != started.definition_hash:
+            return None
+        return StoredSnapshot(saga_stream(loaded.saga_id), loaded.version,
+                              started.definition_hash, encode_state(loaded.state))
+
+    @staticmethod
+    def _started(saga_id: str, first: SagaEvent, tenant: str | None) -> SagaStarted:
+        """A stream's first event as its SagaStarted, visible to ``tenant`` (if given)."""
+        if not isinstance(first, SagaStarted):
+            raise CorruptSagaStream(f"saga {saga_id!r} does not start with SagaStarted")
+        if tenant is not None and first.tenant != tenant:
+            # Another tenant's saga is indistinguishable from a missing one.
+            raise SagaNotFound(f"no saga {saga_id!r}")
+        return first
 
     def fold_each(
         self, streams: Mapping[str, str], records: Mapping[str, Sequence[RecordedEvent]]
@@ -233,14 +294,35 @@ class SagaStreams(ABC):
     ``saga-<id>`` streams and appended with tenant (and actor) metadata. A log says only
     what its unit of work is (:meth:`unit_of_work`, :meth:`_within`)."""
 
-    def __init__(self, store: EventStreams, codec: SagaCodec) -> None:
+    def __init__(self, store: EventStreams, codec: SagaCodec, snapshots: Snapshots, *,
+                 snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+                 keep_snapshots: bool = True) -> None:
+        """``snapshot_every``: a load that folded more events than this past its snapshot
+        writes a new one (0: snapshots off, every load folds the whole stream).
+        ``keep_snapshots``: False where the log may not write (a read-only store on a
+        standby): loads still start from snapshots, and write none."""
         self.streams = store
         self.codec = codec
+        self.snapshots = snapshots
+        self.snapshot_every = snapshot_every
+        self.keep_snapshots = keep_snapshots
 
     def load(
         self, saga_id: str, *, tenant: str | None = None, at: Position | None = None
     ) -> LoadedSaga:
-        """Fold a saga's stream (up to ``at`` if given); SagaNotFound if absent or not visible."""
+        """Fold a saga's stream (up to ``at`` if given; from its snapshot, if one checks
+        out, when not); SagaNotFound if absent or not visible."""
+        if at is not None or not self.snapshot_every:
+            return self.load_history(saga_id, tenant=tenant, at=at)
+        stream_id = saga_stream(saga_id)
+        read = self.snapshots.read_from_snapshots([stream_id], SNAPSHOT_SCHEMA)[stream_id]
+        return self._fold_read(saga_id, read, tenant)
+
+    def load_history(
+        self, saga_id: str, *, tenant: str | None = None, at: Position | None = None
+    ) -> SagaHistory:
+        """Fold every event of a saga's stream (up to ``at``), keeping them: for what needs
+        the whole history; SagaNotFound if absent or not visible."""
         records = at_or_before(self.streams.read_stream(saga_stream(saga_id)), at)
         return self.codec.fold(saga_id, records, tenant=tenant)
 
@@ -248,13 +330,54 @@ class SagaStreams(ABC):
         """Fold several sagas read in one query: each id to its saga, or to the error that
         loading it alone would raise (SagaNotFound, CorruptSagaStream, ...)."""
         streams = {saga_stream(saga_id): saga_id for saga_id in saga_ids}
-        return self.codec.fold_each(streams, self.streams.read_streams(list(streams)))
+        if not self.snapshot_every:
+            return self.codec.fold_each(streams, self.streams.read_streams(list(streams)))
+        reads = self.snapshots.read_from_snapshots(list(streams), SNAPSHOT_SCHEMA)
+        loaded: dict[str, LoadedSaga | SagaError] = {}
+        for stream_id, saga_id in streams.items():
+            try:
+                loaded[saga_id] = self._fold_read(saga_id, reads[stream_id], None)
+            except SagaError as exc:
+                loaded[saga_id] = exc
+        return loaded
 
     def fold_records(
         self, saga_id: str, records: Sequence[RecordedEvent], *, tenant: str | None = None
-    ) -> LoadedSaga:
-        """Fold already-read records of one saga stream into a LoadedSaga."""
+    ) -> SagaHistory:
+        """Fold already-read records of one whole saga stream."""
         return self.codec.fold(saga_id, records, tenant=tenant)
+
+    def drop_snapshots(self) -> int:
+        """Forget every snapshot (loads fold whole streams until new ones are written);
+        return how many there were."""
+        return self.snapshots.drop_snapshots()
+
+    def _fold_read(self, saga_id: str, read: SnapshotRead, tenant: str | None) -> LoadedSaga:
+        """Fold a snapshot read (the whole stream when its snapshot does not check out),
+        then keep a snapshot if this fold went far past the last one."""
+        loaded = self.codec.fold_from_snapshot(saga_id, read, tenant=tenant)
+        if loaded is not None:
+            folded = len(read.after_snapshot())
+        else:
+            whole = read.records if read.snapshot is None else self.streams.read_stream(
+                saga_stream(saga_id))
+            loaded, folded = self.codec.fold(saga_id, whole, tenant=tenant), len(whole)
+        if self.keep_snapshots and folded > self.snapshot_every:
+            self._keep_snapshot(loaded)
+        return loaded
+
+    def _keep_snapshot(self, loaded: LoadedSaga) -> None:
+        """Write a snapshot of ``loaded`` at its version. Written by the load that folded
+        the events, not at the next append: the load has the state in hand, the append
+        path (and its signature) stays as it is, and a saga never loaded again never needs
+        one. A failed write costs only speed: logged, never the load's error."""
+        snapshot = self.codec.snapshot_of(loaded)
+        if snapshot is None:
+            return
+        try:
+            self.snapshots.save_snapshot(snapshot, SNAPSHOT_SCHEMA)
+        except (SagaError, TypeError, ValueError) as exc:
+            log.warning("no snapshot of saga %s at %d: %s", loaded.saga_id, loaded.version, exc)
 
     def append(
         self,
@@ -295,11 +418,15 @@ class PostgresSagaLog(SagaStreams):
     """The PostgreSQL :class:`~events.saga_log.SagaLog`: sagas folded from an EventStore."""
 
     def __init__(self, store: EventStore, definitions: DefinitionStore, *,
-                 metadata: MetadataSource | None = None) -> None:
-        """``metadata``: more metadata for every append (see :class:`SagaCodec`)."""
+                 metadata: MetadataSource | None = None,
+                 snapshot_every: int = DEFAULT_SNAPSHOT_EVERY) -> None:
+        """``metadata``: more metadata for every append (see :class:`SagaCodec`);
+        ``snapshot_every``: see :class:`SagaStreams`."""
         if store.registry is None:
             raise EventStoreError("a PostgresSagaLog needs a store opened with saga_registry()")
-        super().__init__(store, SagaCodec(store.registry, definitions, metadata=metadata))
+        super().__init__(store, SagaCodec(store.registry, definitions, metadata=metadata),
+                         PostgresSnapshots(store), snapshot_every=snapshot_every,
+                         keep_snapshots=store.writes)
         self.store = store
         self.definitions = definitions
         self.registry = store.registry

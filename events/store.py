@@ -123,6 +123,9 @@ MAX_REMEMBERED_STREAMS: Final = 1024
 class EventStore:
     """Append-only event log in PostgreSQL (schema ``eventstore``) behind a connection pool."""
 
+    writes: bool = True
+    """Whether this store may write (a read-only store on a standby may not)."""
+
     def __init__(
         self,
         pool: ConnectionPool[Any],
@@ -338,6 +341,11 @@ class EventStore:
         id to its events in version order, an empty list for a stream with none."""
         with self.connection() as conn:
             return read_streams_on(conn, stream_ids)
+
+    def remember_head(self, stream_id: str, event: RecordedEvent) -> None:
+        """Note a stream's latest event that another query read (``events.snapshots``), as
+        :meth:`read_stream` notes its own, so the next append sends its chain computed."""
+        self._remember(stream_id, event)
 
     def _remember(self, stream_id: str, event: RecordedEvent) -> None:
         """Keep a stream's latest known (version, hash), so that an append expecting that

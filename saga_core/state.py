@@ -601,6 +601,13 @@ def _saga(state: SagaState, event: SagaEvent) -> SagaState:
     raise EventRejected(f"unknown saga event {type(event).__name__}")
 
 
+FOLD_VERSION = 1
+"""The meaning of :func:`evolve`. Bump it whenever a change makes evolve fold some history
+into a different state (a new rule, a fixed bug), even with every dataclass unchanged:
+saved snapshots (saga_core.snapshots) carry it in their schema fingerprint, so the ones the
+old meaning wrote are ignored and written again, never folded on from."""
+
+
 def evolve(state: SagaState, event: SagaEvent) -> SagaState:
     """Fold one event into the state, returning a new state (the input is never mutated)."""
     if isinstance(event, SagaStarted):

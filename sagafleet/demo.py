@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from events.definitions import DefinitionConflict
-from events.sagas import LoadedSaga
+from events.sagas import LoadedSaga, SagaHistory
 from saga_core import ApprovalPolicy, SagaDefinition
 from saga_core.authority import (
     ADMIN_ROLE,
@@ -308,7 +308,7 @@ def run(
         waiting = wait_for_a_person(fleet, held, started + options.timeout_s)
     finally:
         processes.stop()
-    finals = {sid: fleet.repo.load(sid) for sid in saga_ids}
+    finals = {sid: fleet.repo.load_history(sid) for sid in saga_ids}
     summary = summarize(trip, finals, operator, elapsed, faults.hit_counts())
     summary["waiting_for_a_person"] = waiting
     return summary
@@ -347,7 +347,7 @@ def wait_for_a_person(fleet: Fleet, saga_ids: list[str], deadline: float) -> lis
 
 def summarize(
     trip: TripSandbox,
-    finals: dict[str, LoadedSaga],
+    finals: dict[str, SagaHistory],
     operator: Operator,
     elapsed: float,
     fault_hits: dict[str, int],

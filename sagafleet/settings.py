@@ -32,6 +32,7 @@ from pydantic_settings import (
 )
 
 from saga_core.errors import ErrorKind, SagaError
+from saga_core.snapshots import DEFAULT_SNAPSHOT_EVERY
 
 PREFIX: Final = "SAGAFLEET_"
 SECRET_FILE_BYTES: Final = 64 * 1024
@@ -141,6 +142,13 @@ class Settings(BaseSettings):
     celery_remote_control: bool = Field(default=True, description=(
         "workers answer Celery's remote control (inspect, ping) and send task events and "
         "heartbeats, for celery -A sagafleet.celery and Flower (false: a locked-down broker)"))
+
+    # Snapshots of saga state (events.snapshots): a load that folded more events than this
+    # past a saga's snapshot writes a new one. Small enough that a load folds few events,
+    # large enough that writes stay rare (scripts/bench_snapshots.py measures both).
+    snapshot_every: int = Field(default=DEFAULT_SNAPSHOT_EVERY, ge=0, le=1_000_000, description=(
+        "a saga load that folded more events than this past its snapshot writes a new one "
+        "(0: no snapshots, every load folds the whole log; sagafleet db drop-snapshots)"))
 
     # The operator console's sign-in sessions (sagafleet.console.sessions): a session ends
     # after this long without a request, and after the absolute lifetime whatever happens.

@@ -41,7 +41,6 @@ from saga_core.events import (
     CancelRequested,
     OperatorAction,
     SagaEvent,
-    SagaStarted,
 )
 from saga_core.inputs import validate_input
 from saga_core.keys import json_value_problem, payload_hash, text_argument_problem, text_problem
@@ -390,7 +389,7 @@ class SagaClient:
                              trace_id=asked.trace_id) as span:
             lineage = asked.with_trace(
                 trace_metadata().get("trace_id") or new_trace_id())
-            fresh = LoadedSaga(saga_id, spec, SagaState.initial(spec), (), ())
+            fresh = LoadedSaga(saga_id, spec, SagaState.initial(spec), None, 0)
             try:
                 # One transaction: the refs spent, the secrets kept and the saga's first events
                 # commit together, and version 0 (the stream must not exist) keeps a repeated
@@ -442,8 +441,8 @@ class SagaClient:
         """The saga a repeated key started, if it was started with this input (as the log
         records it) and definition; ``with_values``: the whole input, when no field came
         by ref (sagas started before refs existed hashed it with its secret values)."""
-        first = existing.events[0]
-        assert isinstance(first, SagaStarted)
+        first = existing.started
+        assert first is not None  # a loaded saga has started
         hashes = {payload_hash(recorded)}
         if with_values is not None:
             hashes.add(payload_hash(with_values))
@@ -626,7 +625,11 @@ class SagaClient:
 
         def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
             recorded.clear()  # a lost race rebuilds from the fresh log
-            event = resolve_escalation(loaded.state, loaded.events, request,
+            # A repeated click is told by the last operator action in the whole history (a
+            # load from a snapshot holds none). Read after ``loaded``: if the log moved in
+            # between, the append at loaded's version loses and this runs again.
+            history = self.orchestrator.log.load_history(saga_id, tenant=self.tenant)
+            event = resolve_escalation(loaded.state, history.events, request,
                                        self.orchestrator.clock())
             if event is None:
                 return None

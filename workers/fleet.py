@@ -21,6 +21,7 @@ from saga_core.authority import Principal
 from saga_core.catalogue import ToolCatalogue
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.examples import trip_definition
+from saga_core.snapshots import DEFAULT_SNAPSHOT_EVERY
 from workers.celery_app import BrokerSettings, create_celery_app
 from workers.client import SagaClient
 from workers.dead_letters import DeadLetters
@@ -65,6 +66,8 @@ class FleetConfig:
     visibility_timeout_s: float = 600.0
     # Workers answer Celery's remote control and send events (celery_app.BrokerSettings).
     remote_control: bool = True
+    # A load that folded more events than this past a saga's snapshot writes one (0: off).
+    snapshot_every: int = DEFAULT_SNAPSHOT_EVERY
 
     @property
     def broker_settings(self) -> BrokerSettings:
@@ -119,7 +122,8 @@ class Fleet:
     def repo(self) -> PostgresSagaLog:
         """Loads sagas from the log and appends their events (with the current trace's ids
         in their metadata when OpenTelemetry traces this process)."""
-        return PostgresSagaLog(self.store, self.definitions, metadata=trace_metadata)
+        return PostgresSagaLog(self.store, self.definitions, metadata=trace_metadata,
+                               snapshot_every=self.config.snapshot_every)
 
     @cached_property
     def secrets(self) -> SecretVault:

@@ -237,7 +237,7 @@ class Orchestrator:
 def saga_trace_id(loaded: LoadedSaga, events: Sequence[SagaEvent]) -> str | None:
     """The saga's lineage trace id, from its SagaStarted (already loaded, or among the
     events of its first commit); None for a saga started without lineage."""
-    first = loaded.events[0] if loaded.events else (events[0] if events else None)
+    first = loaded.started or (events[0] if events else None)
     if isinstance(first, SagaStarted) and first.lineage is not None:
         return first.lineage.trace_id
     return None

@@ -1,4 +1,4 @@
-"""``sagafleet db migrate|url`` and ``sagafleet embedded start|status|stop``."""
+"""``sagafleet db migrate|url|drop-snapshots`` and ``sagafleet embedded start|status|stop``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from events.snapshots import PostgresSnapshots
 from sagafleet import embedded, embedded_state, runtime
 from sagafleet.exit_codes import ExitCode
 from sagafleet.migrate import migrate_all
@@ -26,6 +27,12 @@ def register(sub: Any) -> None:
                      help="print the password too (it is masked as *** otherwise)")
     url.add_argument("--json", action="store_true", help="print one JSON document")
     url.set_defaults(handler=run_url)
+    drop = db_sub.add_parser(
+        "drop-snapshots",
+        help="delete every snapshot of saga state (loads fold whole logs until new ones "
+             "are written; the log, the only truth, is untouched)")
+    drop.add_argument("--json", action="store_true", help="print one JSON document")
+    drop.set_defaults(handler=run_drop_snapshots)
 
     emb = sub.add_parser("embedded", help="the embedded PostgreSQL and Redis under SAGAFLEET_HOME")
     emb_sub = emb.add_subparsers(dest="embedded_command", required=True, metavar="ACTION")
@@ -51,6 +58,15 @@ def run_migrate(args: argparse.Namespace, settings: Settings) -> int:
         text=lambda d: "\n".join(f"applied {name}" for name in d["applied"])
         or "database is up to date",
     )
+    return ExitCode.OK
+
+
+def run_drop_snapshots(args: argparse.Namespace, settings: Settings) -> int:
+    """Delete every snapshot of saga state: after a rebuild, or to rule them out."""
+    with runtime.read_side(settings) as ctx:
+        dropped = PostgresSnapshots(ctx.store).drop_snapshots()
+    emit({"dropped": dropped}, as_json=args.json,
+         text=lambda d: f"dropped {d['dropped']} snapshots of saga state")
     return ExitCode.OK
 
 

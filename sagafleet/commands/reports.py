@@ -163,13 +163,18 @@ def register(sub: Any) -> None:
     verify_p.set_defaults(handler=run_verify)
 
 
+def saga_log(ctx: ProjectionContext, settings: Settings) -> PostgresSagaLog:
+    """The saga log of a read command (it may keep a snapshot of a long saga it folds)."""
+    return PostgresSagaLog(ctx.store, ctx.definitions, snapshot_every=settings.snapshot_every)
+
+
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
     """Show a saga, folded from its log (another tenant's saga is not found); with
     ``--fresh`` from the primary, so a saga a command just changed shows that change."""
     side = runtime.primary_side if args.fresh else runtime.read_side
     with side(settings) as ctx:
         tenant = reader(args, settings, ctx, f"saga {args.saga_id}").tenant
-        loaded = PostgresSagaLog(ctx.store, ctx.definitions).load(args.saga_id, tenant=tenant)
+        loaded = saga_log(ctx, settings).load(args.saga_id, tenant=tenant)
     emit_report(SagaReport(view_of(loaded)), as_json=args.json)
     return ExitCode.OK
 
@@ -186,8 +191,7 @@ def run_find(args: argparse.Namespace, settings: Settings) -> int:
     with runtime.read_side(settings) as ctx:
         tenant = reader(args, settings, ctx, "a saga").tenant
         try:
-            loaded = PostgresSagaLog(ctx.store, ctx.definitions).load(
-                saga_id_for_key(tenant, args.key), tenant=tenant)
+            loaded = saga_log(ctx, settings).load(saga_id_for_key(tenant, args.key), tenant=tenant)
         except SagaNotFound:
             raise NotFound(f"no saga was started with key {args.key!r} for this tenant") from None
     emit_report(SagaReport(view_of(loaded)), as_json=args.json)

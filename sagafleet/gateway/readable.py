@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from events import verify_chain
-from events.sagas import LoadedSaga, saga_stream
+from events.sagas import LoadedSaga, SagaHistory, saga_stream
 from saga_core.events import SagaStarted
 from workers.views import SagaView
 
@@ -27,8 +27,8 @@ _NOISE = frozenset({
 def secret_values(loaded: LoadedSaga) -> set[str]:
     """The saga's secret values: secret input fields and literal secret tool arguments."""
     found: set[str] = set()
-    started = loaded.events[0] if loaded.events else None
-    if isinstance(started, SagaStarted):
+    started = loaded.started
+    if started is not None:
         for name, field in loaded.definition.input.items():
             value = started.input.get(name)
             if field.secret and value is not None:
@@ -118,7 +118,7 @@ def _actor(record_metadata: dict[str, Any], event: dict[str, Any]) -> str | None
     return str(actor) if actor else None
 
 
-def audit_timeline(loaded: LoadedSaga) -> dict[str, Any]:
+def audit_timeline(loaded: SagaHistory) -> dict[str, Any]:
     """Every event of the saga in order, with who recorded it; the hash chain checked."""
     timeline = []
     for event, record in zip(loaded.events, loaded.records, strict=True):

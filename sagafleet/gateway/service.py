@@ -212,7 +212,7 @@ class GatewayService:
         """The saga's timeline of events from the log, with actors."""
         client = self._client(who, Action.READ, f"saga {saga_id!r}")
         client.status(saga_id)  # the client's own id and tenant checks
-        return audit_timeline(self.fleet.repo.load(saga_id, tenant=who.tenant))
+        return audit_timeline(self.fleet.repo.load_history(saga_id, tenant=who.tenant))
 
     def cancel_saga(self, who: Principal, saga_id: str, reason: str) -> dict[str, Any]:
         """Ask to cancel: what can still be compensated is compensated."""

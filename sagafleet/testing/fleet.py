@@ -247,7 +247,7 @@ class TestFleet:
 
     def events(self, saga_id: str) -> list[SagaEvent]:
         """The saga's events as recorded, oldest first."""
-        return list(self.log.load(saga_id).events)
+        return list(self.log.load_history(saga_id).events)
 
     def trace(self, trace_id: str, *, tenant: str = "default") -> list[RecordedEvent]:
         """Every event the tenant's sagas recorded under a lineage trace id, in log order

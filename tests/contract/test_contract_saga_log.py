@@ -21,10 +21,11 @@ def test_a_saga_that_was_never_started_is_not_found(ports: Ports) -> None:
 def test_an_appended_saga_loads_back_folded_at_its_version(ports: Ports) -> None:
     appended = start(ports, "s1")
     assert (appended.version, appended.duplicate) == (1, False)
-    loaded = ports.log.load("s1")
+    loaded = ports.log.load_history("s1")
     assert (loaded.saga_id, loaded.version, loaded.tenant) == ("s1", 1, "t")
     assert loaded.definition == registered(ports)
     assert isinstance(loaded.events[0], SagaStarted)
+    assert loaded.started == loaded.events[0]
     assert loaded.records == appended.events
     assert loaded.records[0].metadata == {"tenant": "t"}
     assert loaded.records[0].tenant_id == "t"
@@ -33,7 +34,7 @@ def test_an_appended_saga_loads_back_folded_at_its_version(ports: Ports) -> None
 def test_the_actor_travels_in_the_metadata(ports: Ports) -> None:
     definition = registered(ports)
     ports.log.append("s1", "t", [started("s1", definition)], NO_STREAM, actor="agent-7")
-    assert ports.log.load("s1").records[0].metadata == {"tenant": "t", "actor": "agent-7"}
+    assert ports.log.load_history("s1").records[0].metadata == {"tenant": "t", "actor": "agent-7"}
 
 
 def test_another_tenants_saga_is_not_found(ports: Ports) -> None:
@@ -74,7 +75,7 @@ def test_appended_events_have_rising_positions_and_a_verifiable_chain(ports: Por
     assert positions == sorted(positions) and len(set(positions)) == len(positions)
     for record in records:
         assert recorded_event_hash(record) == record.event_hash
-    assert verify_chain(ports.log.load("s1").records, saga_stream("s1")).ok
+    assert verify_chain(ports.log.load_history("s1").records, saga_stream("s1")).ok
     assert verify_chain(ports.store, saga_stream("s1")).ok
     assert second.events[0].prev_hash == first.events[0].event_hash
 
@@ -113,8 +114,8 @@ def test_an_undecodable_event_makes_the_stream_corrupt(ports: Ports) -> None:
 
 def test_a_loaded_record_is_the_readers_own(ports: Ports) -> None:
     start(ports, "s1")
-    ports.log.load("s1").records[0].data["tenant"] = "mallory"
-    assert ports.log.load("s1").records[0].data["tenant"] == "t"
+    ports.log.load_history("s1").records[0].data["tenant"] = "mallory"
+    assert ports.log.load_history("s1").records[0].data["tenant"] == "t"
 
 
 def test_bad_arguments_are_refused_alike(ports: Ports) -> None:
@@ -145,6 +146,6 @@ def test_an_event_too_large_is_refused_before_any_write(ports: Ports) -> None:
 def test_the_finished_event_folds_into_a_terminal_state(ports: Ports) -> None:
     start(ports, "s1")
     ports.log.append("s1", "t", [finished(1)], 1)
-    loaded = ports.log.load("s1")
+    loaded = ports.log.load_history("s1")
     assert isinstance(loaded.events[-1], SagaFinished)
     assert loaded.state.status.is_terminal

@@ -172,7 +172,7 @@ def is_settled(status: SagaStatus) -> bool:
 
 def events_of(fleet: Fleet, saga_id: str) -> list[SagaEvent]:
     """The saga's journal, oldest first."""
-    return list(fleet.repo.load(saga_id).events)
+    return list(fleet.repo.load_history(saga_id).events)
 
 
 def settle(fleet: Fleet, saga_ids: list[str], *, timeout: float = 120.0,

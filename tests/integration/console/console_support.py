@@ -86,4 +86,4 @@ def start_waiting_capture(fleet: Any, *, tenant: str = "default", key: str = "or
 
 def events_of(fleet: Any, saga_id: str) -> list[str]:
     """The saga's event types, in order."""
-    return [type(event).__name__ for event in fleet.repo.load(saga_id).events]
+    return [type(event).__name__ for event in fleet.repo.load_history(saga_id).events]

@@ -58,7 +58,7 @@ def test_the_demo_hands_its_approver_over_to_the_console(fresh_database, broker_
             approved = browser.post("/actions/approve",
                                     data=fields | {"reason": "the customer confirmed"})
             assert approved.status_code == 303, approved.text
-        grants = [e for e in fleet.repo.load(waiting[0]).events
+        grants = [e for e in fleet.repo.load_history(waiting[0]).events
                   if isinstance(e, ApprovalGranted)]
         assert [g.approver for g in grants] == ["demo-approver"]
     finally:

@@ -58,7 +58,7 @@ def test_approving_twice_records_one_grant(fleet, console: Console, browser: Tes
     second = browser.post("/actions/approve", data=fields)
     # then both answer with the queue, and the log holds one grant, naming the approver
     assert first.status_code == second.status_code == 303, second.text
-    grants = [e for e in fleet.repo.load(saga_id).events
+    grants = [e for e in fleet.repo.load_history(saga_id).events
               if isinstance(e, ApprovalGranted)]
     assert len(grants) == 1
     assert grants[0].approver == "olivia" and grants[0].reason == "quote confirmed by phone"

@@ -48,7 +48,7 @@ def test_an_operator_resolves_a_paused_saga_once(fleet, console, browser, signed
     assert first.status_code == 303 and "done=resolved" in first.headers["location"]
     second = browser.post("/actions/resolve", data=fields)
     assert second.status_code == 303 and "done=unchanged" in second.headers["location"]
-    actions = [e for e in fleet.repo.load(saga_id).events
+    actions = [e for e in fleet.repo.load_history(saga_id).events
                if isinstance(e, OperatorAction)]
     assert len(actions) == 1
     assert (actions[0].action, actions[0].actor) == ("skip", "oscar")
@@ -65,7 +65,7 @@ def test_an_approver_denies_and_the_saga_compensates(fleet, console, browser,
     fields = _fields(browser.get("/queue").text, saga_id, "deny") | {"reason": "too much"}
     assert browser.post("/actions/deny", data=fields).status_code == 303
     assert browser.post("/actions/deny", data=fields).status_code == 303
-    denials = [e for e in fleet.repo.load(saga_id).events
+    denials = [e for e in fleet.repo.load_history(saga_id).events
                if isinstance(e, ApprovalDenied)]
     assert len(denials) == 1 and denials[0].reason == "too much"
     assert "CompensationStarted" in events_of(fleet, saga_id)
@@ -80,7 +80,7 @@ def test_an_operator_cancels_a_waiting_saga(fleet, console, browser, signed_in) 
     missing = browser.post("/actions/cancel", data=fields | {"reason": "  "})
     assert missing.status_code == 400 and "no reason" in missing.text
     assert browser.post("/actions/cancel", data=fields).status_code == 303
-    cancels = [e for e in fleet.repo.load(saga_id).events
+    cancels = [e for e in fleet.repo.load_history(saga_id).events
                if isinstance(e, CancelRequested)]
     assert len(cancels) == 1 and cancels[0].actor == "oscar"
 
@@ -94,6 +94,6 @@ def test_an_operator_without_the_gates_role_may_deny_but_not_approve(fleet, cons
     assert 'action="/actions/approve"' not in page and 'action="/actions/deny"' in page
     fields = _fields(page, saga_id, "deny") | {"reason": "the customer withdrew"}
     assert browser.post("/actions/deny", data=fields).status_code == 303
-    denials = [e for e in fleet.repo.load(saga_id).events
+    denials = [e for e in fleet.repo.load_history(saga_id).events
                if isinstance(e, ApprovalDenied)]
     assert [(d.approver, d.roles) for d in denials] == [("oscar", ["operator"])]

@@ -44,7 +44,7 @@ def test_start_saga_task_by_name_runs_a_saga(fleet, database, broker, workers, w
         time.sleep(0.2)
     assert fleet.client(tenant="other").find("agent-1") is None  # keys are per tenant
     assert wait_settled(saga.saga_id) is SagaStatus.COMPLETED
-    started = fleet.repo.load(saga.saga_id).events[0]
+    started = fleet.repo.load_history(saga.saga_id).events[0]
     assert started.actor == "travel-agent" and started.reason == "user asked for a trip"
 
 

@@ -25,7 +25,7 @@ def test_one_message_runs_a_whole_trip_claiming_parallel_holds_in_one_append(fle
                              kind=StepKind.FORWARD, attempt=1))
     branches.join()
     # then the trip completed without another message being published
-    loaded = fleet.repo.load(saga.saga_id)
+    loaded = fleet.repo.load_history(saga.saga_id)
     assert loaded.state.status is SagaStatus.COMPLETED
     assert queue.llen(QUEUE_STEPS) == 1
     # and both holds were claimed in one append (one transaction), before either result

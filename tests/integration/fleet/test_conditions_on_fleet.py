@@ -75,7 +75,7 @@ class PayoutFleet:
                                          version=self.version).saga_id
 
     def events(self, saga_id: str) -> list[SagaEvent]:
-        return list(self.fleet.repo.load(saga_id).events)
+        return list(self.fleet.repo.load_history(saga_id).events)
 
     def close(self) -> None:
         stop_processes([self.worker])

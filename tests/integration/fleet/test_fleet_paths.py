@@ -26,7 +26,7 @@ from workers.messages import StepCommand
 
 
 def _events(fleet, saga_id):
-    return list(fleet.repo.load(saga_id).events)
+    return list(fleet.repo.load_history(saga_id).events)
 
 
 def _awaiting_approval(fleet, workers, wait_settled, key):
@@ -91,7 +91,8 @@ def test_a_version_registered_by_another_process_is_started_on_at_once(fleet):
     theirs.register_definition({**v2, "version": 3})
     third = mine.start("tour", TRIP_INPUT, key="tour-3")
     assert third.definition_version == 3 and third.created
-    assert [e.event_type for e in fleet.repo.load(third.saga_id).events].count("SagaStarted") == 1
+    events = fleet.repo.load_history(third.saga_id).events
+    assert [e.event_type for e in events].count("SagaStarted") == 1
 
 
 def test_rejection_at_the_pivot_compensates_in_dependency_order(fleet, workers, wait_settled):

@@ -72,7 +72,7 @@ def test_a_worker_refuses_a_reused_key_and_the_operator_retries_as_a_new_operati
 
         # then the tool was called once: the worker refused the claim and escalated instead
         assert order_tools.calls(database) == [(first.operation_key, "lamp", 100)]
-        events = list(fleet.repo.load(saga_id).events)
+        events = list(fleet.repo.load_history(saga_id).events)
         claims = [e for e in events if isinstance(e, StepStarted) and e.step_id == "place"]
         assert [c.attempt for c in claims] == [1]
         (manual,) = [e for e in events if isinstance(e, ManualInterventionRequired)]

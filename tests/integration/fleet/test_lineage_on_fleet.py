@@ -60,7 +60,7 @@ def test_a_celery_start_records_lineage_and_the_trace_finds_every_event(
         time.sleep(0.2)
     assert wait_settled(saga.saga_id) is SagaStatus.COMPLETED
     # then SagaStarted records who and what asked, and every event carries the trace
-    started = fleet.repo.load(saga.saga_id).events[0]
+    started = fleet.repo.load_history(saga.saga_id).events[0]
     assert isinstance(started, SagaStarted) and started.lineage is not None
     assert started.lineage.model_dump() == ASKED
     metadata = _metadata(database, saga.saga_id)
@@ -149,7 +149,7 @@ def test_a_plan_started_over_celery_records_lineage_and_the_trace_finds_it(
         time.sleep(0.2)
     assert wait_settled(saga.saga_id) is SagaStatus.COMPLETED
     # then the plan's SagaStarted records the lineage, and every event carries the trace
-    started = fleet.repo.load(saga.saga_id).events[0]
+    started = fleet.repo.load_history(saga.saga_id).events[0]
     assert isinstance(started, SagaStarted) and started.lineage is not None
     assert started.definition_name.startswith("agent-plan-")
     assert started.lineage.model_dump() == asked
@@ -193,7 +193,7 @@ def test_the_python_client_records_lineage_and_an_otel_free_start_gets_a_trace(f
     client = fleet.client(tenant="acme")
     saga = client.start("trip", TRIP_INPUT, key="py-1",
                         lineage={"agent_request_id": "r-py", "model_name": "m"})
-    started = fleet.repo.load(saga.saga_id).events[0]
+    started = fleet.repo.load_history(saga.saga_id).events[0]
     assert isinstance(started, SagaStarted) and started.lineage is not None
     trace = started.lineage.trace_id
     assert trace is not None and len(trace) == 32 and started.lineage.agent_request_id == "r-py"

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 
 def _duration(fleet, saga_id: str) -> float:  # type: ignore[no-untyped-def]
-    events = fleet.repo.load(saga_id).events
+    events = fleet.repo.load_history(saga_id).events
     started, finished = events[0], [e for e in events if isinstance(e, SagaFinished)][0]
     assert isinstance(started, SagaStarted)
     return (finished.at - started.at).total_seconds()
@@ -54,7 +54,7 @@ def test_a_real_fleet_run_gives_the_metrics_its_faults_imply(
         row = conn.execute("SELECT count(*) FROM fleet.redeliveries").fetchone()
         redeliveries = int(row[0]) if row else 0
     hold_starts = sum(
-        1 for s in sagas.values() for e in fleet.repo.load(s).events
+        1 for s in sagas.values() for e in fleet.repo.load_history(s).events
         if isinstance(e, StepStarted) and e.step_id == "hold_flight" and e.kind == "forward")
     # when the read model has caught up
     with ProjectionContext.connect(database) as ctx:

@@ -78,5 +78,5 @@ def test_secret_input_is_used_by_the_tool_but_stored_nowhere_in_clear(
     for log in tmp_path.glob("*.log"):
         assert SECRET not in log.read_text(errors="replace")
     # and the log holds a placeholder where the value was given
-    started = fleet.repo.load(saga.saga_id).events[0]
+    started = fleet.repo.load_history(saga.saga_id).events[0]
     assert started.input["card_token"] == {"$secret": "card_token"}

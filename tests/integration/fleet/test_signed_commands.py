@@ -85,7 +85,7 @@ def test_signed_start_cancel_and_plan_act_once_each_as_the_keys_principal(
         send(agent, signed, send(agent, signed))
     # then the keyed start started one saga, recorded as the key's principal, in its tenant
     saga_id = _wait_for_saga(fleet, "acme", "signed-1")
-    started = fleet.repo.load(saga_id).events[0]
+    started = fleet.repo.load_history(saga_id).events[0]
     assert started.actor == "travel-agent" and started.reason == "asked"
     assert fleet.client(tenant="other").find("signed-1") is None
     # and the keyless one is keyed by its signed command, not by its Celery task id
@@ -96,7 +96,7 @@ def test_signed_start_cancel_and_plan_act_once_each_as_the_keys_principal(
     while _cancels(database, waiting.saga_id) == 0:
         assert time.monotonic() < deadline, "the cancel never took effect"
         time.sleep(0.1)
-    cancelled = [e for e in fleet.repo.load(waiting.saga_id).events
+    cancelled = [e for e in fleet.repo.load_history(waiting.saga_id).events
                  if isinstance(e, CancelRequested)]
     assert len(cancelled) == 1 and cancelled[0].actor == "travel-agent"
     # and the plan registered once, by the principal

@@ -103,5 +103,5 @@ def test_the_node_example_signs_a_command_the_fleet_acts_on(fleet, broker, worke
     while (saga := client.find("from-node")) is None:
         assert time.monotonic() < deadline, "the Node-signed start never ran"
         time.sleep(0.2)
-    started = fleet.repo.load(saga.saga_id).events[0]
+    started = fleet.repo.load_history(saga.saga_id).events[0]
     assert started.actor == "node-agent" and started.reason == "signed in Node"

@@ -67,5 +67,5 @@ def test_a_sweep_that_loses_every_race_on_one_saga_goes_on_with_the_next(fleet):
     assert fleet.repo.load(contended).version == before
     # and the next saga was still swept: its expired claim recorded as an unknown outcome
     assert report.advanced == 1
-    unknown = [e for e in fleet.repo.load(calm).events if isinstance(e, StepOutcomeUnknown)]
+    unknown = [e for e in fleet.repo.load_history(calm).events if isinstance(e, StepOutcomeUnknown)]
     assert [(e.step_id, e.attempt) for e in unknown] == [("hold_flight", 1)]

@@ -48,7 +48,7 @@ def test_start_saga_over_mcp_http_records_the_agents_lineage(fleet, http_server)
 
     schema, started, refused = anyio.run(scenario)
     assert "agent_request_id" in str(schema) and "trace_id" in str(schema)
-    first = fleet.repo.load(started["saga_id"], tenant="acme").events[0]
+    first = fleet.repo.load_history(started["saga_id"], tenant="acme").events[0]
     assert isinstance(first, SagaStarted) and first.lineage is not None
     assert first.lineage.model_dump() == ASKED and first.actor == "http-bot"
     assert {r.stream_id for r in fleet.store.events_of_trace("acme", TRACE)} == {
@@ -65,7 +65,7 @@ def test_the_exported_start_function_takes_a_lineage(fleet):
     started = router.call(who, "start_trip", {"input": TRIP_INPUT, "idempotency_key": "fc-l",
                                               "reason": "r", "lineage": ASKED})
     assert started["created"], started
-    first = fleet.repo.load(started["saga_id"], tenant="acme").events[0]
+    first = fleet.repo.load_history(started["saga_id"], tenant="acme").events[0]
     assert isinstance(first, SagaStarted) and first.lineage is not None
     assert first.lineage.prompt_version == "policy-2026-11"
     bad = router.call(who, "start_trip", {"input": TRIP_INPUT, "idempotency_key": "fc-m",

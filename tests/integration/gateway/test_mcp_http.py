@@ -183,6 +183,6 @@ def test_http_binds_each_request_to_its_tokens_principal(fleet, http_server):
     assert not failed and status["saga_id"] == started["saga_id"]
     assert status["status"] == "RUNNING"
     # and the log binds the saga to the token's tenant and principal's name
-    first = fleet.repo.load(started["saga_id"]).events[0]
+    first = fleet.repo.load_history(started["saga_id"]).events[0]
     assert isinstance(first, SagaStarted)
     assert (first.tenant, first.actor, first.reason) == ("acme", "http-bot", "booked over HTTP")

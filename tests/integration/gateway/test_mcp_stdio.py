@@ -97,7 +97,7 @@ def test_agent_starts_retries_and_follows_a_trip_over_stdio(fleet, processes, se
 
     saga_id = anyio.run(scenario)
     # and the log records the token's tenant and principal and the agent's reason
-    started = fleet.repo.load(saga_id).events[0]
+    started = fleet.repo.load_history(saga_id).events[0]
     assert isinstance(started, SagaStarted)
     assert (started.tenant, started.actor) == ("acme", "planner-bot")
     assert started.reason == "the customer asked for the Lisbon trip"

@@ -78,7 +78,7 @@ def test_hostile_client_calls_are_refused_typed_and_leave_nothing_half_written(f
         except SagaError:
             return
         accepted.append(started.saga_id)
-        assert fleet.repo.load(started.saga_id).events[0].event_type == "SagaStarted"
+        assert fleet.repo.load_history(started.saga_id).events[0].event_type == "SagaStarted"
 
     start()
     after = _half_written(database)
@@ -183,7 +183,7 @@ def test_hostile_broker_messages_are_dead_lettered_and_the_fleet_keeps_going(
 
 def settle_version(fleet, saga_id: str) -> int:
     """The version at which the saga finished (its SagaFinished event)."""
-    events = fleet.repo.load(saga_id).events
+    events = fleet.repo.load_history(saga_id).events
     return next(i + 1 for i, e in enumerate(events) if e.event_type == "SagaFinished")
 
 

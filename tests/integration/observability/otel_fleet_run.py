@@ -53,7 +53,7 @@ def main(database: str, broker: str) -> None:
             joined = client.start("trip", TRIP_INPUT, key="traced-joined",
                                   lineage={"trace_id": JOINED_TRACE}).saga_id
             _settled(fleet, joined)
-        lineage = {saga_id: fleet.repo.load(saga_id).events[0].lineage.trace_id
+        lineage = {saga_id: fleet.repo.load_history(saga_id).events[0].lineage.trace_id
                    for saga_id in (*sagas.values(), joined)}
     finally:
         fleet.close()

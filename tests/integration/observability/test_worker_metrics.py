@@ -131,7 +131,7 @@ def test_a_message_a_killed_worker_held_counts_as_redelivered_where_it_lands(
     saga = fleet.client().start("trip", TRIP_INPUT, key="killed-mid-step").saga_id
     # when it is SIGKILLed once it claimed the first step (the message unacknowledged)
     deadline = time.monotonic() + DEADLINE_S
-    while not any(isinstance(e, StepStarted) for e in fleet.repo.load(saga).events):
+    while not any(isinstance(e, StepStarted) for e in fleet.repo.load_history(saga).events):
         assert time.monotonic() < deadline, "the worker never claimed the step"
         time.sleep(0.05)
     victim.kill()
@@ -158,7 +158,7 @@ def test_a_message_a_killed_worker_held_counts_as_redelivered_where_it_lands(
 def test_duplicates_dropped_and_races_lost_are_counted(fleet: SandboxFleet) -> None:
     # given a saga whose first command this process handles as a worker would
     saga = fleet.client().start("trip", TRIP_INPUT, key="counted").saga_id
-    stale = fleet.repo.load(saga)
+    stale = fleet.repo.load_history(saga)
     [command, *_] = commands_due(list(stale.events), saga, fleet.clock())
     metrics = fleet.metrics.registry
     # when the command is handled, then handled again (a duplicate message)

@@ -115,6 +115,6 @@ def copy_into(run: Run, repo: PostgresSagaLog) -> None:
     """Append every saga's events, as recorded, into the PostgreSQL log (its definition,
     as the test kit validated it, into the shared set)."""
     for saga_id in run.sagas.values():
-        loaded = run.fleet.log.load(saga_id)
+        loaded = run.fleet.log.load_history(saga_id)
         repo.definitions.register_shared(loaded.definition, registered_by="test")
         repo.append(saga_id, loaded.state.tenant, loaded.events, 0, actor="agent")

@@ -33,7 +33,7 @@ def _fleet() -> tuple[TestFleet, TripTools]:
 
 
 def _append_new(fleet: TestFleet, repo: PostgresSagaLog, saga_id: str) -> None:
-    loaded = fleet.log.load(saga_id)
+    loaded = fleet.log.load_history(saga_id)
     repo.definitions.register_shared(loaded.definition, registered_by="test")
     version = repo.store.stream_version(saga_stream(saga_id))
     if version < len(loaded.events):

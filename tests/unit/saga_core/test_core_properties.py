@@ -378,13 +378,9 @@ def _sig(decision: Decision) -> tuple[Any, ...]:
     )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(definition=definitions(), data=st.data())
-def test_random_sagas_keep_every_invariant_and_end_or_escalate(
-    definition: SagaDefinition, data: st.DataObject
-) -> None:
-    driver = Driver(definition, data)
-    operator_budget = data.draw(st.integers(0, 3))  # humans step in a bounded number of times
+def play(driver: Driver) -> Driver:
+    """Run a random saga until it ends or waits for a person more often than allowed."""
+    operator_budget = driver.data.draw(st.integers(0, 3))  # humans step in a bounded number
     for _ in range(300):
         driver.orchestrate()
         if driver.state.finished is not None:
@@ -396,6 +392,15 @@ def test_random_sagas_keep_every_invariant_and_end_or_escalate(
             driver.operate()
             continue
         assert driver.act(), f"stuck in {driver.state.status}: nothing can happen"
+    return driver
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(definition=definitions(), data=st.data())
+def test_random_sagas_keep_every_invariant_and_end_or_escalate(
+    definition: SagaDefinition, data: st.DataObject
+) -> None:
+    driver = play(Driver(definition, data))
     status = driver.state.status
     assert status.is_terminal or status is SagaStatus.MANUAL_INTERVENTION, status
     assert driver.decisions < 300

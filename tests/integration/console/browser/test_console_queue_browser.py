@@ -52,7 +52,7 @@ def _text_unless_replaced(element) -> str | None:
 
 
 def _answers(fleet, saga_id: str) -> list[object]:
-    return [e for e in fleet.repo.load(saga_id).events
+    return [e for e in fleet.repo.load_history(saga_id).events
             if isinstance(e, ApprovalGranted | ApprovalDenied)]
 
 
