@@ -27,10 +27,13 @@ def test_definitions_stored_before_0007_become_the_shared_set(
     # given a database migrated up to 0006, holding a definition (as a release before wrote it)
     before = tmp_path / "before_0007"
     before.mkdir()
+    later: list[str] = []  # the release's own migrations, 0007 on
     with as_file(files("events").joinpath("migrations")) as shipped:
         for sql_file in sorted(Path(shipped).glob("*.sql")):
             if int(sql_file.name[:4]) < 7:
                 shutil.copy(sql_file, before / sql_file.name)
+            else:
+                later.append(sql_file.stem)
     apply_migrations(fresh_database, MIGRATIONS_NAMESPACE, before)
     trip = trip_definition()
     with EventStore.connect(fresh_database, pool_size=1) as store:
@@ -40,8 +43,8 @@ def test_definitions_stored_before_0007_become_the_shared_set(
                 " VALUES (%s, %s, %s, %s::jsonb, 'old-release')",
                 (trip.name, trip.version, trip.content_hash(), trip.to_json()))
         # when the release's migrations are applied
-        assert store.migrate() == ["0007_definition_tenants", "0008_saga_trace_index",
-                                   "0009_stream_due_at"]
+        assert store.migrate() == later
+        assert later[0] == "0007_definition_tenants"
         # then every tenant sees it as shared, none may take its name, and its hash loads
         definitions = DefinitionStore(store)
         for tenant in ("acme", "globex"):

@@ -50,7 +50,8 @@ def test_unfinished_saga_streams_written_before_0009_are_due_at_once(
                 (stream_id, json.dumps([_element(t) for t in types])))
     # when 0009 is applied
     with EventStore.connect(fresh_database, pool_size=1) as store:
-        assert store.migrate() == ["0009_stream_due_at"]
+        applied = store.migrate()
+        assert applied[0] == "0009_stream_due_at"  # and the release's later ones, if any
         # then only the running saga is due, before anything else, and reads back as EARLIEST
         assert store.due_streams("", T0, 10) == [DueStream("saga-running", 1, EARLIEST)]
 
