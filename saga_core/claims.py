@@ -141,11 +141,12 @@ def due_work(state: SagaState, now: datetime, queue_wait: timedelta) -> list[Due
     for run in [*state.forward.values(), *state.compensation.values()]:
         item: tuple[DueAction, datetime] | None = None
         due = due_at(run, queue_wait)
-        claimable = (_blocked(state, run.kind, run.step_id) is None
-                     and claim_refusal(state, run, now) is None)
-        if run.status is RunStatus.SCHEDULED and claimable:
-            # A claim would be refused for want of a grant: decide asks again instead.
-            if due is not None and now >= due and grant_problem(state, run, now) is None:
+        if run.status is RunStatus.SCHEDULED:
+            # Timed first: the claim checks cost more (a cost budget sums every run). A claim
+            # refused for want of a grant is not due: decide asks again instead.
+            if (due is not None and now >= due and _blocked(state, run.kind, run.step_id) is None
+                    and claim_refusal(state, run, now) is None
+                    and grant_problem(state, run, now) is None):
                 item = ("execute", due)
         elif run.status is RunStatus.RECONCILING and due is not None and now >= due:
             item = ("reconcile", due)
