@@ -123,6 +123,13 @@ def due_at(run: StepRun, queue_wait: timedelta) -> datetime | None:
     return run.not_before if delayed else run.not_before + queue_wait
 
 
+def _claimable(state: SagaState, run: StepRun, now: datetime) -> bool:
+    """Whether nothing blocks a claim of ``run`` at ``now`` (its order, a limit); asked of
+    scheduled runs only: the limit check sums the saga's owed cost, a cost per run."""
+    return (_blocked(state, run.kind, run.step_id) is None
+            and claim_refusal(state, run, now) is None)
+
+
 def due_work(state: SagaState, now: datetime, queue_wait: timedelta) -> list[DueWork]:
     """Work overdue at ``now``: unclaimed schedules, due lookups, expired leases and approvals,
     a time limit that passed (whatever the saga waits for: a claim, approval, backoff), a call
@@ -141,9 +148,7 @@ def due_work(state: SagaState, now: datetime, queue_wait: timedelta) -> list[Due
     for run in [*state.forward.values(), *state.compensation.values()]:
         item: tuple[DueAction, datetime] | None = None
         due = due_at(run, queue_wait)
-        claimable = (_blocked(state, run.kind, run.step_id) is None
-                     and claim_refusal(state, run, now) is None)
-        if run.status is RunStatus.SCHEDULED and claimable:
+        if run.status is RunStatus.SCHEDULED and _claimable(state, run, now):
             # A claim would be refused for want of a grant: decide asks again instead.
             if due is not None and now >= due and grant_problem(state, run, now) is None:
                 item = ("execute", due)
