@@ -123,6 +123,13 @@ def due_at(run: StepRun, queue_wait: timedelta) -> datetime | None:
     return run.not_before if delayed else run.not_before + queue_wait
 
 
+def _claimable(state: SagaState, run: StepRun, now: datetime) -> bool:
+    """Whether nothing blocks a claim of ``run`` at ``now`` (its order, a limit); asked of
+    scheduled runs only: the limit check sums the saga's owed cost, a cost per run."""
+    return (_blocked(state, run.kind, run.step_id) is None
+            and claim_refusal(state, run, now) is None)
+
+
 def due_work(state: SagaState, now: datetime, queue_wait: timedelta) -> list[DueWork]:
     """Work overdue at ``now``: unclaimed schedules, due lookups, expired leases and approvals,
     a time limit that passed (whatever the saga waits for: a claim, approval, backoff), a call
@@ -144,8 +151,7 @@ def due_work(state: SagaState, now: datetime, queue_wait: timedelta) -> list[Due
         if run.status is RunStatus.SCHEDULED:
             # Timed first: the claim checks cost more (a cost budget sums every run). A claim
             # refused for want of a grant is not due: decide asks again instead.
-            if (due is not None and now >= due and _blocked(state, run.kind, run.step_id) is None
-                    and claim_refusal(state, run, now) is None
+            if (due is not None and now >= due and _claimable(state, run, now)
                     and grant_problem(state, run, now) is None):
                 item = ("execute", due)
         elif run.status is RunStatus.RECONCILING and due is not None and now >= due:

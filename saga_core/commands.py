@@ -89,8 +89,11 @@ def resolve_command(state: SagaState, step_id: str, kind: StepKind) -> ResolvedC
 
 
 def resolve_arguments(state: SagaState, step_id: str, kind: StepKind) -> dict[str, Any]:
-    """The resolved arguments of a step's forward or compensation operation."""
-    args: dict[str, Any] = resolve_command(state, step_id, kind).args
+    """The resolved arguments of a step's forward or compensation operation (what
+    resolve_command resolves as ``args``, without the precondition and the request hash:
+    decide and the gate checks ask for these on every commit)."""
+    args_template, _ = _templates(state, step_id, kind)
+    args: dict[str, Any] = resolve_template(args_template, template_context(state, step_id, kind))
     return args
 
 

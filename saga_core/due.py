@@ -25,8 +25,11 @@ from datetime import datetime, timedelta
 from saga_core.checks import compensation_deadline
 from saga_core.claims import DueAction, DueWork, due_at, due_work
 from saga_core.contracts import StepKind
-from saga_core.state import SagaState, StepRun
+from saga_core.state import RunStatus, SagaState, StepRun
 from saga_core.stops import deadline
+
+#: The statuses in which ``due_work`` compares ``now`` with a run's schedule (``due_at``).
+_WAITING_FOR_A_WORKER = frozenset({RunStatus.SCHEDULED, RunStatus.RECONCILING})
 
 #: What identifies one piece of due work across passes: (step_id, kind, attempt, action).
 DueKey = tuple[str | None, StepKind | None, int, DueAction]
@@ -73,13 +76,18 @@ def _instants(state: SagaState, queue_wait: timedelta) -> Iterator[datetime]:
 
 
 def _run_instants(run: StepRun, queue_wait: timedelta) -> Iterator[datetime]:
+    # A schedule's due time counts only while the run waits for a claim or a lookup, a lease
+    # and a call's timeout only while the run is started (due_work's and decide's rules):
+    # done runs keep these fields, and each instant left in would cost next_due one more
+    # due_work (a decide) on every commit.
     scheduled = due_at(run, queue_wait)
-    if scheduled is not None:
+    if scheduled is not None and run.status in _WAITING_FOR_A_WORKER:
         yield scheduled
-    if run.lease_expires_at is not None:
-        yield run.lease_expires_at
-    if run.timeout_at is not None:
-        yield run.timeout_at
+    if run.status is RunStatus.STARTED:
+        if run.lease_expires_at is not None:
+            yield run.lease_expires_at
+        if run.timeout_at is not None:
+            yield run.timeout_at
     approval = run.approval
     if approval is not None:
         yield approval.expires_at

@@ -141,9 +141,8 @@ def test_chains_written_before_0005_still_verify_and_continue_after_it(
         )
     # when the store migrates (0005 on) and appends through both of its paths
     with EventStore.connect(fresh_database) as store:
-        assert store.migrate() == ["0005_append_events_spliced_body", "0006_anchors",
-                                   "0007_definition_tenants", "0008_saga_trace_index",
-                                   "0009_stream_due_at"]
+        assert store.migrate() == sorted(
+            f.stem for f in source.glob("*.sql") if int(f.name[:4]) >= 5)
         store.append("old-ü", [NewEvent("New", {"n": 1}), NewEvent("New", {})])  # function
         store.append("old-ü", [NewEvent("New", {"n": 4})], expected_version=3)  # chained
         # then the old events' hashes still verify, and the chain runs on through the new
