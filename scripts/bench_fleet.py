@@ -35,6 +35,7 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_databases import new_database  # noqa: E402
 from celery_chain_baseline import run_baseline  # noqa: E402
 
 from saga_core.examples import trip_tool_catalogue  # noqa: E402
@@ -180,12 +181,7 @@ def _figures(values: list[float]) -> str:
 
 def fresh_database(server_url: str) -> str:
     """Create a new database on the server and migrate it; return its URL."""
-    name = f"bench_fleet_{os.getpid()}_{int(time.time())}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    params = psycopg.conninfo.conninfo_to_dict(server_url)
-    params["dbname"] = name
-    url = psycopg.conninfo.make_conninfo("", **params)
+    url = new_database(server_url, "bench_fleet")
     migrate_all(url)
     sandbox.install(url)
     return url

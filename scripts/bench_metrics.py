@@ -23,13 +23,13 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from bench_databases import new_database
+from psycopg.conninfo import conninfo_to_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests/integration/projections"), str(ROOT / "tests")]
@@ -50,12 +50,7 @@ from workers.tracing import operation_span  # noqa: E402
 
 
 def fresh_database(server_url: str) -> str:
-    name = f"bench_metrics_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    params = conninfo_to_dict(server_url)
-    params["dbname"] = name
-    return make_conninfo("", **params)
+    return new_database(server_url, "bench_metrics")
 
 
 def write_sagas(repo: PostgresSagaLog, count: int, minutes_ago: float) -> None:

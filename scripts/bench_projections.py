@@ -19,12 +19,12 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from bench_databases import new_database
+from psycopg.conninfo import conninfo_to_dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests/integration/projections"))
 from projection_support import TripScript  # noqa: E402
@@ -50,12 +50,7 @@ def rss_mb() -> float:
 
 
 def fresh_database(server_url: str) -> str:
-    name = f"bench_proj_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    params = conninfo_to_dict(server_url)
-    params["dbname"] = name
-    return make_conninfo("", **params)
+    return new_database(server_url, "bench_proj")
 
 
 def write_sagas(ctx: ProjectionContext, sagas: int, threads: int = 8) -> int:

@@ -41,6 +41,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import psycopg
+from bench_databases import new_database
 
 from events.model import NO_STREAM, NewEvent
 from events.saga_log import DueSaga
@@ -146,12 +147,7 @@ def analyze(fleet: Fleet) -> None:
 
 def fresh_database(server_url: str) -> str:
     """A new migrated database on the server; its URL."""
-    name = f"bench_sweeper_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    params = psycopg.conninfo.conninfo_to_dict(server_url)
-    params["dbname"] = name
-    url = psycopg.conninfo.make_conninfo("", **params)
+    url = new_database(server_url, "bench_sweeper")
     migrate_all(url)
     return url
 

@@ -2,34 +2,13 @@
 
 from __future__ import annotations
 
-import time
-
 import psycopg
 import pytest
+from log_reading import read_everything, read_until
 
-from events import EventStore, GateVerdict, NewEvent, Position, RecordedEvent, stream_version_gate
+from events import EventStore, GateVerdict, NewEvent, stream_version_gate
 
 pytestmark = pytest.mark.integration
-
-
-def read_everything(store: EventStore, after: Position | None) -> list[RecordedEvent]:
-    """Page through read_all from ``after`` until it returns nothing."""
-    found: list[RecordedEvent] = []
-    while page := store.read_all(after=after, limit=2):
-        found.extend(page)
-        after = page[-1].position
-    return found
-
-
-def read_until(store: EventStore, after: Position | None, want: int) -> list[RecordedEvent]:
-    """Poll (the truth) until ``want`` events are readable; other sessions on a shared
-    server may briefly hold the horizon back, which delays but never skips."""
-    deadline = time.monotonic() + 20
-    while True:
-        found = read_everything(store, after)
-        if len(found) >= want or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
 
 
 def test_a_held_append_is_invisible_then_read_from_the_checkpoint(store: EventStore) -> None:

@@ -3,14 +3,14 @@ refuses every write with an error naming the setting that routed reads to it."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import psycopg
 import pytest
+from log_reading import read_everything, read_until
 from standby_cluster import StandbyPair, standby_pair, wait_for_replay
 
-from events import EventStore, NewEvent, Position, RecordedEvent
+from events import EventStore, NewEvent
 from events.errors import ReadOnlyStore
 from events.read_only import ReadOnlyEventStore
 
@@ -39,25 +39,6 @@ def primary(pair: StandbyPair) -> Iterator[EventStore]:
 def standby(pair: StandbyPair) -> Iterator[ReadOnlyEventStore]:
     with ReadOnlyEventStore.open(pair.standby, source=SOURCE) as store:
         yield store
-
-
-def read_everything(store: EventStore, after: Position | None) -> list[RecordedEvent]:
-    """Page through read_all from ``after`` until it returns nothing."""
-    found: list[RecordedEvent] = []
-    while page := store.read_all(after=after, limit=2):
-        found.extend(page)
-        after = page[-1].position
-    return found
-
-
-def read_until(store: EventStore, after: Position | None, want: int) -> list[RecordedEvent]:
-    """Poll (the truth) until ``want`` events are readable past ``after`` or time runs out."""
-    deadline = time.monotonic() + 30
-    while True:
-        found = read_everything(store, after)
-        if len(found) >= want or time.monotonic() > deadline:
-            return found
-        time.sleep(0.02)
 
 
 def test_a_late_commit_with_a_lower_position_is_never_skipped_on_the_standby(
