@@ -41,7 +41,12 @@ class ProjectionContext:
     ) -> ProjectionContext:
         """Open a store with the saga registry on ``url`` (no DDL; see :func:`migrate`);
         the context closes ``log_reads`` with its own store."""
-        store = EventStore.connect(url, pool_size=pool_size, registry=saga_registry())
+        try:
+            store = EventStore.connect(url, pool_size=pool_size, registry=saga_registry())
+        except BaseException:
+            if log_reads is not None:  # handed over to this context: closed if it never opens
+                log_reads.close()
+            raise
         return cls(store, DefinitionStore(store), log_reads=log_reads)
 
     @classmethod
@@ -51,7 +56,6 @@ class ProjectionContext:
         store = ReadOnlyEventStore.open(url, source=source, pool_size=pool_size,
                                         registry=saga_registry())
         return cls(store, DefinitionStore(store))
-
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
