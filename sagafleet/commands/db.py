@@ -62,8 +62,9 @@ def run_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_drop_snapshots(args: argparse.Namespace, settings: Settings) -> int:
-    """Delete every snapshot of saga state: after a rebuild, or to rule them out."""
-    with runtime.read_side(settings) as ctx:
+    """Delete every snapshot of saga state: after a rebuild, or to rule them out (a write:
+    on the primary, never the read side)."""
+    with runtime.primary_side(settings) as ctx:
         dropped = PostgresSnapshots(ctx.store).drop_snapshots()
     emit({"dropped": dropped}, as_json=args.json,
          text=lambda d: f"dropped {d['dropped']} snapshots of saga state")
