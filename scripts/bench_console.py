@@ -26,15 +26,15 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from bench_databases import new_database
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -88,12 +88,7 @@ CASES: dict[str, SagaFilter] = {
 
 
 def fresh_database(server_url: str, size: int) -> str:
-    name = f"bench_console_{size}_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(server_url)
-    params["dbname"] = name
-    return make_conninfo("", **params)
+    return new_database(server_url, f"bench_console_{size}")
 
 
 def fill(url: str, size: int) -> None:
