@@ -10,8 +10,8 @@ cProfile sees every commit. Real PostgreSQL (a fresh database, dropped at the en
 
 Prints wall and CPU milliseconds per saga for the client's starts and the worker's steps;
 with ``--profile N`` also the worker's N costliest functions in CPU time (``--sort tottime``:
-by each function's own time). Compare two
-commits by running it alternately on each: a figure from one run is not a benchmark.
+by each function's own time). Compare two commits by running it alternately on each: a
+figure from one run is not a benchmark.
 """
 
 from __future__ import annotations
