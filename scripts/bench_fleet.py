@@ -8,6 +8,9 @@ nothing from threads, and the comparison must not hand the fleet a slowed-down b
 Fleet: trip sagas (4 steps, no faults, zero-latency sandbox providers, amounts below the
 approval limit) started by a client and run to COMPLETED by ``sagafleet worker`` processes.
 Throughput is counted from the first enqueue to the last completion; medians of --runs.
+Also, for reference and not the target: the *durable* chain, whose tasks each first commit a
+row naming their step to PostgreSQL (the least a hand-written chain needs to know after a crash
+which steps ran); its ratio shows how much of the fleet's cost is durability.
 
     python scripts/bench_fleet.py                      # 2 workers, 300 sagas, 3 runs
     python scripts/bench_fleet.py --workers 1 2 4      # scaling
@@ -36,7 +39,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_databases import new_database  # noqa: E402
-from celery_chain_baseline import run_baseline  # noqa: E402
+from celery_chain_baseline import create_steps_table, run_baseline  # noqa: E402
 
 from saga_core.examples import trip_tool_catalogue  # noqa: E402
 from sagafleet import embedded, sandbox  # noqa: E402
@@ -104,15 +107,19 @@ def wait_ready(broker: str, expected_workers: int, timeout: float = 60) -> None:
 
 
 def baseline(  # noqa: PLR0913 - the run's settings, passed along
-    broker: str, workers: int, chains: int, env: dict[str, str], logs: Path, concurrency: int = 1
+    broker: str, workers: int, chains: int, env: dict[str, str], logs: Path, concurrency: int = 1,
+    *, durable: str | None = None,
 ) -> float:
     """Chains per second of the raw Celery baseline with ``workers`` worker processes (solo,
-    or a threads pool of ``concurrency``)."""
+    or a threads pool of ``concurrency``); with ``durable`` (a database URL), of the chain
+    whose tasks each commit a row there first."""
     broker_redis(broker).flushdb()
+    if durable is not None:
+        create_steps_table(durable)
     procs = [
         subprocess.Popen(  # noqa: S603 - our own interpreter and script
             [sys.executable, str(ROOT / "scripts/celery_chain_baseline.py"), "worker", broker,
-             str(concurrency)],
+             str(concurrency), *([durable] if durable is not None else [])],
             env=env, cwd=ROOT, stdout=(logs / f"baseline-{i}.log").open("wb"),
             stderr=subprocess.STDOUT, start_new_session=True)
         for i in range(workers)
@@ -214,14 +221,18 @@ def main() -> None:
     try:
         print(f"broker {broker}; {args.sagas} sagas / chains per run; median of {args.runs};"
               f" {args.providers} providers; concurrency {args.concurrency} per process")
-        print(f"{'workers':>7} {'baseline chains/s':>18} {'fleet sagas/s':>14} {'ratio':>6}")
+        print(f"{'workers':>7} {'baseline chains/s':>18} {'fleet sagas/s':>14} {'ratio':>6}"
+              f" {'durable chains/s':>17} {'ratio':>6}")
         for workers in args.workers:
             database = fresh_database(server)
             base: list[float] = []
             ours: list[float] = []
             solo: list[float] = []
-            for _ in range(args.runs):  # alternating, so drift in the machine hits both
+            durable: list[float] = []
+            for _ in range(args.runs):  # alternating, so drift in the machine hits all
                 base.append(baseline(broker, workers, args.sagas, env, logs, args.concurrency))
+                durable.append(baseline(broker, workers, args.sagas, env, logs, args.concurrency,
+                                        durable=database))
                 if args.concurrency > 1:
                     solo.append(baseline(broker, workers, args.sagas, env, logs))
                 ours.append(fleet_run(database, broker, workers, args.sagas, env, logs,
@@ -229,10 +240,12 @@ def main() -> None:
                                       concurrency=args.concurrency)[0])
             b, f = max(statistics.median(base), statistics.median(solo or base)), \
                 statistics.median(ours)
-            print(f"{workers:>7} {b:>18.1f} {f:>14.1f} {f / b:>6.2f}"
+            d = statistics.median(durable)
+            print(f"{workers:>7} {b:>18.1f} {f:>14.1f} {f / b:>6.2f} {d:>17.1f} {f / d:>6.2f}"
                   f"  (runs: baseline {_figures(base)}"
                   + (f", baseline solo {_figures(solo)}" if solo else "")
-                  + f", fleet {_figures(ours)}; target ratio >= {TARGET_RATIO})", flush=True)
+                  + f", durable {_figures(durable)}, fleet {_figures(ours)};"
+                  f" target ratio >= {TARGET_RATIO} to the baseline)", flush=True)
         if args.memory:
             database = fresh_database(server)
             _, samples = fleet_run(database, broker, 1, args.memory, env, logs, sample_rss=True,

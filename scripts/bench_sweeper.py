@@ -56,7 +56,7 @@ from sagafleet.migrate import migrate_all
 from sagafleet.testing import TestClock, TestFleet
 from workers.celery_app import QUEUE_STEPS, broker_redis
 from workers.fleet import Fleet, FleetConfig
-from workers.orchestrator import utc_now
+from workers.orchestrator import Clock, utc_now
 from workers.sweeper import Sweeper, SweepReport
 
 TRIP = {
@@ -168,7 +168,20 @@ class ShiftedClock:
         return utc_now() + self.ahead
 
 
-def open_fleet(database: str, broker: str, clock: ShiftedClock, *, full_every_s: float,
+class SteppedClock:
+    """A sweeper's clock that stands still at ``start`` plus what the benchmark moved it by:
+    passes exactly ``PASS_GAP`` apart however long each took (with real time, a pass that
+    took two minutes would put the next one two minutes later, and count the windows that
+    ended meanwhile)."""
+
+    def __init__(self, start: datetime) -> None:
+        self.start, self.ahead = start, timedelta(0)
+
+    def __call__(self) -> datetime:
+        return self.start + self.ahead
+
+
+def open_fleet(database: str, broker: str, clock: Clock, *, full_every_s: float,
                threads: int) -> Fleet:
     config = FleetConfig(database_url=database, broker_url=broker,
                          queue_wait_s=QUEUE_WAIT.total_seconds(), republish_max_s=REPUBLISH_MAX_S,
@@ -325,10 +338,10 @@ class QueueDrain:
 def no_consumer(server: str, broker: str, orphans: int, threads: int, passes: int = 10) -> None:
     """Part 2: every saga overdue, nobody consuming: copies and rows per pass."""
     database = fresh_database(server)
-    clock = ShiftedClock()
+    now = utc_now()
+    clock = SteppedClock(now)
     fleet = open_fleet(database, broker, clock, full_every_s=0, threads=threads)
     try:
-        now = utc_now()
         # Overdue since anywhere in the last hour: one template every 10 s.
         spread = [template(now - timedelta(seconds=3600 - 10 * k), TRIP, run=False)
                   for k in range(360)]
