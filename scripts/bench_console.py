@@ -32,9 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from bench_databases import new_database
+from bench_databases import drop_database, new_database
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -232,10 +231,8 @@ def main() -> int:
     finally:
         for ctx in contexts.values():
             ctx.close()
-        with psycopg.connect(server, autocommit=True) as conn:
-            for url in urls.values():
-                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                    sql.Identifier(conninfo_to_dict(url)["dbname"])))
+        for url in urls.values():
+            drop_database(server, url)
         if not args.database_url:
             embedded.stop_embedded(home)
     return 0

@@ -18,6 +18,7 @@ Usage: python scripts/bench_console_live.py [--rounds N] [--database-url URL] [-
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import socket
@@ -26,16 +27,14 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from datetime import timedelta
 from pathlib import Path
 
-import psycopg
 import uvicorn
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_databases import drop_database, new_database  # noqa: E402
 
 from projections import Projector  # noqa: E402
 from saga_core.authority import PrincipalKind  # noqa: E402
@@ -67,15 +66,6 @@ CAPTURE = {
 }
 
 
-def _database(server_url: str) -> str:
-    name = f"bench_live_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(server_url)
-    params["dbname"] = name
-    return make_conninfo("", **params)
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -95,13 +85,11 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="sf-", dir="/tmp"))
     server = args.database_url or embedded.start_postgres(home).url
     broker = args.broker_url or embedded.start_redis(home).url
-    url = _database(server)
+    url = new_database(server, "bench_live")
     try:
         run(url, broker, args.rounds, args.pause)
     finally:
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(conninfo_to_dict(url)["dbname"])))
+        drop_database(server, url)
         if not (args.database_url and args.broker_url):
             embedded.stop_embedded(home)
 
@@ -162,7 +150,7 @@ def run(url: str, broker: str, rounds: int, pause: float) -> None:
 
     def line(name: str, values: list[float]) -> str:
         ordered = sorted(values)
-        p90 = ordered[int(0.9 * (len(ordered) - 1))]
+        p90 = ordered[math.ceil(0.9 * len(ordered)) - 1]  # nearest rank: never below the median
         return (f"{name:<36} median {statistics.median(values) * 1000:7.1f} ms   "
                 f"p90 {p90 * 1000:7.1f} ms")
 

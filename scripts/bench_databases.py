@@ -1,4 +1,5 @@
-"""A new, empty database on a benchmark's server, named for the benchmark (scripts only)."""
+"""A benchmark's own databases on its server: created empty, named for the benchmark, and
+dropped when it ends (scripts only)."""
 
 from __future__ import annotations
 
@@ -17,3 +18,12 @@ def new_database(server_url: str, prefix: str) -> str:
     params = conninfo_to_dict(server_url)
     params["dbname"] = name
     return make_conninfo("", **params)
+
+
+def drop_database(server_url: str, url: str) -> None:
+    """Drop the database of ``url`` (made by :func:`new_database`) on the server of
+    ``server_url``, closing whatever connections are still open to it."""
+    name = conninfo_to_dict(url)["dbname"]
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(str(name))))

@@ -38,7 +38,7 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_databases import new_database  # noqa: E402
+from bench_databases import drop_database, new_database  # noqa: E402
 from celery_chain_baseline import create_steps_table, run_baseline  # noqa: E402
 
 from saga_core.examples import trip_tool_catalogue  # noqa: E402
@@ -218,13 +218,19 @@ def main() -> None:
     server = args.database_url or embedded.start_postgres(home).url
     broker = args.broker_url or embedded.start_redis(home).url
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    made: list[str] = []  # this run's databases, dropped at the end
+
+    def fresh() -> str:
+        made.append(fresh_database(server))
+        return made[-1]
+
     try:
         print(f"broker {broker}; {args.sagas} sagas / chains per run; median of {args.runs};"
               f" {args.providers} providers; concurrency {args.concurrency} per process")
         print(f"{'workers':>7} {'baseline chains/s':>18} {'fleet sagas/s':>14} {'ratio':>6}"
               f" {'durable chains/s':>17} {'ratio':>6}")
         for workers in args.workers:
-            database = fresh_database(server)
+            database = fresh()
             base: list[float] = []
             ours: list[float] = []
             solo: list[float] = []
@@ -247,7 +253,7 @@ def main() -> None:
                   + f", durable {_figures(durable)}, fleet {_figures(ours)};"
                   f" target ratio >= {TARGET_RATIO} to the baseline)", flush=True)
         if args.memory:
-            database = fresh_database(server)
+            database = fresh()
             _, samples = fleet_run(database, broker, 1, args.memory, env, logs, sample_rss=True,
                                    providers=args.providers)
             print(f"worker RSS over {args.memory} sagas (KiB): "
@@ -259,6 +265,8 @@ def main() -> None:
                       " table), so RSS grows with the sagas by design; measure the worker's"
                       " own memory with the sandbox providers")
     finally:
+        for database in made:
+            drop_database(server, database)
         if not args.database_url or not args.broker_url:
             embedded.stop_embedded(home)
 

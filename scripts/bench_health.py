@@ -23,14 +23,14 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_databases import drop_database, new_database  # noqa: E402
 
 from projections import ProjectionContext  # noqa: E402
 from projections.tables import active_version, table  # noqa: E402
@@ -89,17 +89,8 @@ SELECT 'saga-' || i, 'capture_payment', 'forward', 1, 'execute'
 """
 
 
-def _with_dbname(url: str, dbname: str) -> str:
-    params = conninfo_to_dict(url)
-    params["dbname"] = dbname
-    return make_conninfo("", **params)
-
-
 def _filled(server: str, n: int) -> str:
-    name = f"sf_bench_health_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = _with_dbname(server, name)
+    url = new_database(server, "bench_health")
     migrate_all(url)
     with psycopg.connect(url, autocommit=True) as conn:
         version = active_version(conn, "sagas")
@@ -109,13 +100,6 @@ def _filled(server: str, n: int) -> str:
         conn.execute(FILL_REDELIVERIES, {"n": n})
         conn.execute("ANALYZE")
     return url
-
-
-def _drop(server: str, url: str) -> None:
-    name = conninfo_to_dict(url)["dbname"]
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(str(name))))
 
 
 def _buffers(url: str, window: str) -> int:
@@ -195,7 +179,7 @@ def main() -> int:
         for ctx in contexts.values():
             ctx.close()
         for url in urls.values():
-            _drop(server, url)
+            drop_database(server, url)
         if home is not None:
             embedded.stop_embedded(home)
     return 0

@@ -27,9 +27,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import psycopg
-from bench_databases import new_database
-from psycopg.conninfo import conninfo_to_dict
+from bench_databases import drop_database, new_database
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests/integration/projections"), str(ROOT / "tests")]
@@ -137,9 +135,7 @@ def main() -> None:
     try:
         bench_scrapes(database, sizes, args.rounds)
     finally:
-        with psycopg.connect(server, autocommit=True) as conn:
-            name = conninfo_to_dict(database)["dbname"]
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(server, database)
     bench_span(100_000)
 
 

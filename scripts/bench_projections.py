@@ -23,8 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
-from bench_databases import new_database
-from psycopg.conninfo import conninfo_to_dict
+from bench_databases import drop_database, new_database
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests/integration/projections"))
 from projection_support import TripScript  # noqa: E402
@@ -128,8 +127,7 @@ def main() -> int:
     print(f"projector RSS            {first[1]:.1f} MiB at {first[0]:,} events ->"
           f" {last[1]:.1f} MiB at {last[0]:,} events ({last[1] / first[1]:.2f}x)")
     ctx.close()
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{conninfo_to_dict(url)["dbname"]}" WITH (FORCE)')
+    drop_database(server, url)
     if not args.database_url:
         embedded.stop_embedded(home)
     return 0

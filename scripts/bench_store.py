@@ -38,8 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from bench_databases import drop_database, new_database
 
 from events import EventStore, NewEvent, Position, new_event_id
 from events.anchors import AnchorKey, AnchorLoop
@@ -426,18 +425,11 @@ def _position_before_tail(raw: psycopg.Connection[Any], events: int) -> Position
 @contextmanager
 def fresh_database(server_url: str) -> Iterator[str]:
     """A new database on the server for this run, dropped afterwards."""
-    name = f"sfbench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(server_url)
-    params["dbname"] = name
+    url = new_database(server_url, "bench_store")
     try:
-        yield make_conninfo("", **params)
+        yield url
     finally:
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop_database(server_url, url)
 
 
 @contextmanager

@@ -40,8 +40,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import psycopg
-from bench_databases import new_database
+from bench_databases import drop_database, new_database
 
 from events.model import NO_STREAM, NewEvent
 from events.saga_log import DueSaga
@@ -150,12 +149,6 @@ def fresh_database(server_url: str) -> str:
     url = new_database(server_url, "bench_sweeper")
     migrate_all(url)
     return url
-
-
-def drop_database(server_url: str, url: str) -> None:
-    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 class ShiftedClock:

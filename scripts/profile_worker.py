@@ -27,9 +27,8 @@ from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_databases import drop_database  # noqa: E402
 from bench_fleet import TRIP, fresh_database  # noqa: E402
 from memory_tools import trip_tools  # noqa: E402
 
@@ -113,9 +112,7 @@ def main() -> None:
             pstats.Stats(profile).sort_stats(args.sort).print_stats(args.profile)
     finally:
         fleet.close()
-        name = psycopg.conninfo.conninfo_to_dict(database)["dbname"]
-        with psycopg.connect(args.database_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        drop_database(args.database_url, database)
 
 
 if __name__ == "__main__":
