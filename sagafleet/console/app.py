@@ -33,7 +33,7 @@ from sagafleet.console import actions, signin, stream
 from sagafleet.console import pages as pages_package
 from sagafleet.console.core import Console, status_of
 from sagafleet.console.gate import FRAGMENT_HEADER, VIEWER_KEY, Gate
-from sagafleet.console.headers import SecurityHeaders
+from sagafleet.console.headers import SecurityHeaders, security_headers
 from sagafleet.console.layout import NavLink, sign_in_frame
 from sagafleet.console.markup import html
 
@@ -79,13 +79,21 @@ def create_app(console: Console, *, modules: Iterable[ModuleType] | None = None)
     return Starlette(
         routes=routes,
         middleware=[Middleware(SecurityHeaders), Middleware(Gate, sessions=console.sessions)],
-        exception_handlers={SagaError: _error_page(console)},
+        # Exception: Starlette's outermost middleware answers a crash, outside SecurityHeaders.
+        exception_handlers={SagaError: _error_page(console), Exception: _internal_error},
         lifespan=lifespan,
     )
 
 
 def _home(request: Request) -> Response:
     return RedirectResponse(HOME, status_code=303)
+
+
+def _internal_error(request: Request, exc: Exception) -> Response:
+    """A crash's answer: no detail, and the headers every console response carries (the
+    traceback still reaches the server's log: Starlette re-raises after answering)."""
+    headers = {name.decode(): value.decode() for name, value in security_headers(static=False)}
+    return PlainTextResponse("internal error", status_code=500, headers=headers)
 
 
 def _error_page(console: Console) -> Callable[[Request, Exception], Any]:

@@ -18,7 +18,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-__all__ = ["CONTENT_SECURITY_POLICY", "SecurityHeaders"]
+__all__ = ["CONTENT_SECURITY_POLICY", "SecurityHeaders", "security_headers"]
 
 CONTENT_SECURITY_POLICY: Final = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -36,8 +36,17 @@ _ALWAYS: Final = (
 )
 
 
+def security_headers(*, static: bool) -> list[tuple[bytes, bytes]]:
+    """The headers a response carries (a static file's may be cached; a page's may not)."""
+    return [*_ALWAYS] if static else [*_ALWAYS, (b"cache-control", b"no-store")]
+
+
 class SecurityHeaders:
-    """ASGI middleware adding the headers above to every HTTP response."""
+    """ASGI middleware adding :func:`security_headers` to every HTTP response.
+
+    Starlette answers an unhandled exception from its outermost middleware, outside this
+    one: the console's handler for it adds the same headers itself (see ``create_app``).
+    """
 
     def __init__(self, app: App) -> None:
         self.app = app
@@ -49,15 +58,14 @@ class SecurityHeaders:
             return
         static = scope["path"].startswith("/static/")
 
+        ours = security_headers(static=static)
+        replaced = {name for name, _ in ours}
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = [(k, v) for k, v in message.get("headers", [])
-                           if k.lower() not in {name for name, _ in _ALWAYS}]
-                headers.extend(_ALWAYS)
-                if not static:
-                    headers = [(k, v) for k, v in headers if k.lower() != b"cache-control"]
-                    headers.append((b"cache-control", b"no-store"))
-                message["headers"] = headers
+                message["headers"] = [
+                    *((k, v) for k, v in message.get("headers", []) if k.lower() not in replaced),
+                    *ours]
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

@@ -5,11 +5,14 @@ security headers every response carries."""
 from __future__ import annotations
 
 import re
+from types import ModuleType
+from typing import NoReturn
 
 import pytest
 from console_support import csrf_of, events_of, sign_in, start_waiting_capture
 from principal_support import token_for
 from read_model_support import project_all
+from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from saga_core.authority import PrincipalKind
@@ -49,6 +52,26 @@ def test_every_response_carries_a_strict_content_security_policy(browser, signed
         assert response.headers["referrer-policy"] == "same-origin"
     page = answers[3].text
     assert "<script>" not in page and " style=" not in page and " onclick=" not in page
+
+
+def test_a_crash_is_answered_with_the_same_headers_and_no_detail(fleet, console: Console
+                                                                 ) -> None:
+    """Starlette answers an unhandled exception outside the console's middleware."""
+
+    def crash(request: object) -> NoReturn:
+        raise RuntimeError("secret detail of the crash")
+
+    crashing = ModuleType("crashing")
+    crashing.routes = lambda console: [Route("/crash", crash)]  # type: ignore[attr-defined]
+    with TestClient(create_app(console, modules=[crashing]),
+                    raise_server_exceptions=False, follow_redirects=False) as client:
+        sign_in(client, token_for(fleet, "olivia", ("operator",)))
+        response = client.get("/crash")
+    assert response.status_code == 500
+    assert response.text == "internal error"
+    assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert response.headers["x-frame-options"] == "DENY"
+    assert response.headers["cache-control"] == "no-store"
 
 
 def test_a_form_without_its_csrf_token_is_refused(fleet, browser, signed_in, waiting) -> None:
