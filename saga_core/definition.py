@@ -386,9 +386,10 @@ class SagaDefinition(BaseModel):
         """Every step that transitively depends on ``step_id``."""
         return self._descendants[step_id]
 
-    @property
+    @cached_property
     def pivot(self) -> StepDefinition | None:
-        """The pivot step (validation allows at most one), if any."""
+        """The pivot step (validation allows at most one), if any (found once: decide asks
+        whether it is passed several times per call)."""
         return next((step for step in self.steps if step.pivot), None)
 
     # -- policies ----------------------------------------------------------------------------
