@@ -83,8 +83,7 @@ NO_LEDGER = BudgetLedger()
 def call_cost(definition: SagaDefinition, step_id: str, kind: StepKind) -> Decimal:
     """What one call of a step's forward or compensation operation costs (its tool's
     snapshotted declared cost; 0 for a tool with none)."""
-    spec = definition.tool_spec(step_id, kind)
-    return money(spec.cost) if spec is not None else Decimal(0)
+    return definition.call_cost(step_id, kind)
 
 
 def charged(ledger: BudgetLedger, cost: Decimal) -> BudgetLedger:

@@ -118,9 +118,11 @@ def _timeout(
 def timeout_rejection(state: SagaState, step: StepDefinition, run: StepRun) -> str | None:
     """The reason to compensate when a forward call timed out under ``on_timeout:
     compensate`` (validation allows that only before the pivot)."""
-    if run.kind is not FORWARD or state.phase != "forward" or state.pivot_passed:
-        return None
+    # The run's own fields first: decide asks this of every step on every call, and almost
+    # no run ever timed out.
     if run.timed_out_attempt == 0 or run.timed_out_attempt != run.attempt:
+        return None
+    if run.kind is not FORWARD or state.phase != "forward" or state.pivot_passed:
         return None
     if timeout_policy(step, FORWARD) != "compensate":
         return None

@@ -147,15 +147,17 @@ def due_work(state: SagaState, now: datetime, queue_wait: timedelta) -> list[Due
     timed = {(run.step_id, run.kind) for run, action, _ in conditions if action == "timeout"}
     for run in [*state.forward.values(), *state.compensation.values()]:
         item: tuple[DueAction, datetime] | None = None
-        due = due_at(run, queue_wait)
         if run.status is RunStatus.SCHEDULED:
             # Timed first: the claim checks cost more (a cost budget sums every run). A claim
             # refused for want of a grant is not due: decide asks again instead.
+            due = due_at(run, queue_wait)
             if (due is not None and now >= due and _claimable(state, run, now)
                     and grant_problem(state, run, now) is None):
                 item = ("execute", due)
-        elif run.status is RunStatus.RECONCILING and due is not None and now >= due:
-            item = ("reconcile", due)
+        elif run.status is RunStatus.RECONCILING:
+            due = due_at(run, queue_wait)
+            if due is not None and now >= due:
+                item = ("reconcile", due)
         elif run.status is RunStatus.STARTED and run.lease_expires_at is not None:
             if now >= run.lease_expires_at and (run.step_id, run.kind) not in timed:
                 item = ("lease_expired", run.lease_expires_at)

@@ -451,8 +451,9 @@ def _progress(state: SagaState, step: StepDefinition, run: StepRun, now: datetim
     if status is RunStatus.SCHEDULED and not _forward_stopped(state, run):
         # The claim re-checks the grant; once it no longer holds (expired, another
         # action, out of scope) the attempt cannot be claimed, so a person is asked again.
-        problem = grant_problem(state, run, now)
+        # The policy first: an ungated run (most) needs no grant, and no resolved arguments.
         gated = effective_policy(state.definition, step.id, run.kind)
+        problem = grant_problem(state, run, now) if gated is not None else None
         if problem is not None and gated is not None:
             return _approval(state, step, run, gated, now, why=problem)
     if status is RunStatus.FAILED:

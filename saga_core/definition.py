@@ -7,6 +7,7 @@ identify by a stable content hash; it never holds Python callables.
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from functools import cached_property
 from typing import Any, Literal
 
@@ -22,7 +23,7 @@ from pydantic import (
 )
 
 from saga_core.authority import ROLE_NAME
-from saga_core.budgets import SagaBudget
+from saga_core.budgets import SagaBudget, money
 from saga_core.catalogue import ToolSpec
 from saga_core.conditions import CompensationDeadlinePolicy, DeadlinePolicy
 from saga_core.contracts import EFFECT_FREE_SEMANTICS, Semantics, StepKind
@@ -385,9 +386,10 @@ class SagaDefinition(BaseModel):
         """Every step that transitively depends on ``step_id``."""
         return self._descendants[step_id]
 
-    @property
+    @cached_property
     def pivot(self) -> StepDefinition | None:
-        """The pivot step (validation allows at most one), if any."""
+        """The pivot step (validation allows at most one), if any (found once: decide asks
+        whether it is passed several times per call)."""
         return next((step for step in self.steps if step.pivot), None)
 
     # -- policies ----------------------------------------------------------------------------
@@ -438,7 +440,50 @@ class SagaDefinition(BaseModel):
 
     def tool_spec(self, step_id: str, kind: StepKind) -> ToolSpec | None:
         """The snapshotted tool contract of a step's operation (None if not bound)."""
+        try:
+            return self._operation_specs[(step_id, kind)]
+        except KeyError:  # no such operation: the reference path raises what it always did
+            return self._bound_spec(step_id, kind)
+
+    def call_cost(self, step_id: str, kind: StepKind) -> Decimal:
+        """What one call of a step's operation costs: its tool's declared cost as an exact
+        decimal (0 for a tool not bound)."""
+        try:
+            return self._operation_costs[(step_id, kind)]
+        except KeyError:
+            return self._declared_cost(step_id, kind)
+
+    def _bound_spec(self, step_id: str, kind: StepKind) -> ToolSpec | None:
+        # The reference path of tool_spec (its table is built from this, once).
         return self._specs.get(self.tool_for(step_id, kind))
+
+    def _declared_cost(self, step_id: str, kind: StepKind) -> Decimal:
+        # The reference path of call_cost (its table is built from this, once).
+        spec = self._bound_spec(step_id, kind)
+        return money(spec.cost) if spec is not None else Decimal(0)
+
+    @property
+    def _operations(self) -> list[tuple[str, StepKind]]:
+        """Every operation the definition declares: each step's forward one and, where it
+        has one, its compensation, in declaration order."""
+        return [
+            (step.id, kind)
+            for step in self.steps
+            for kind in (StepKind.FORWARD, StepKind.COMPENSATION)
+            if kind is StepKind.FORWARD or step.compensation is not None
+        ]
+
+    # A definition is frozen, so what decide asks of an operation on every call (its tool's
+    # contract, a call's cost: a budget sums them over every run, several times per commit)
+    # is derived once per definition, from the reference paths above.
+
+    @cached_property
+    def _operation_specs(self) -> dict[tuple[str, StepKind], ToolSpec | None]:
+        return {op: self._bound_spec(*op) for op in self._operations}
+
+    @cached_property
+    def _operation_costs(self) -> dict[tuple[str, StepKind], Decimal]:
+        return {op: self._declared_cost(*op) for op in self._operations}
 
     @cached_property
     def _specs(self) -> dict[tuple[str, int], ToolSpec]:

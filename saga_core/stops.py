@@ -80,11 +80,13 @@ def committed_cost(state: SagaState, scheduling: Iterable[str] = ()) -> Decimal:
     """What the saga has spent plus what its forward work still owes (one call per
     operation that owes one; ``scheduling`` names forward runs about to be scheduled)."""
     pending = frozenset(scheduling)
-    owed = sum(
-        (call_cost(state.definition, r.step_id, StepKind.FORWARD)
-         for r in state.forward.values() if _owes(r, pending)),
-        Decimal(0),
-    )
+    # A plain loop over the definition's cost table: decide and due_work ask this several
+    # times per commit (a limit check, a claim check per scheduled run).
+    cost = state.definition.call_cost
+    owed = Decimal(0)
+    for run in state.forward.values():
+        if _owes(run, pending):
+            owed += cost(run.step_id, StepKind.FORWARD)
     return state.budget.spent + owed
 
 

@@ -113,29 +113,35 @@ class TemplateContext:
 
     def lookup(self, ref: Reference) -> Any:
         """The value of one reference; raises :class:`TemplateError` when it is missing."""
-        where = "${" + ref.text + "}"
+        # Every resolution of every template comes here (decide, claims, gate checks): the
+        # error's text is built only when there is an error.
         if ref.root == "saga":
             return self.saga_id if ref.path == ("id",) else self.tenant
         if ref.root == "input":
             value: Any = self.input
             for segment in ref.path:
                 if not isinstance(value, dict) or segment not in value:
-                    raise TemplateError(where, f"input has no {segment!r}")
+                    raise TemplateError(_where(ref), f"input has no {segment!r}")
                 value = value[segment]
             return value
         if ref.root == "receipt":
             receipt = self.own_receipt
             if receipt is None:
-                raise TemplateError(where, "no forward receipt to compensate")
+                raise TemplateError(_where(ref), "no forward receipt to compensate")
         else:
             step_id = ref.path[0]
             if step_id not in self.receipts:
-                raise TemplateError(where, f"step {step_id!r} has no receipt yet")
+                raise TemplateError(_where(ref), f"step {step_id!r} has no receipt yet")
             receipt = self.receipts[step_id]
         name = ref.receipt_field or ""
         if not receipt.has(name):
-            raise TemplateError(where, f"receipt has no field {name!r}")
+            raise TemplateError(_where(ref), f"receipt has no field {name!r}")
         return receipt.get(name)
+
+
+def _where(ref: Reference) -> str:
+    """The reference as written in a template, for an error."""
+    return "${" + ref.text + "}"
 
 
 def _as_text(value: Any) -> str:

@@ -7,6 +7,7 @@ saga with a step after its pivot; a property over random sagas closes the file.
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -41,6 +42,7 @@ from saga_core import (
     validate_definition,
     validate_plan,
 )
+from saga_core.budgets import call_cost
 from saga_core.stops import deadline
 
 QUEUE_WAIT = timedelta(seconds=5)
@@ -376,6 +378,29 @@ def test_the_tool_costs_are_snapshotted_into_the_definition() -> None:
     definition = trip_with(max_cost=10)
     spec = definition.tool_spec("capture_payment", F)
     assert spec is not None and spec.cost == 2
+
+
+def test_each_operations_contract_and_cost_is_its_bound_tools_as_declared() -> None:
+    # given the trip with costs, some of them fractional, and every operation it declares
+    definition = trip_with({**COSTS, "payments.capture": 0.1, "payments.refund": 0.7},
+                           max_cost=10)
+    specs = {(t.name, t.version): t for t in definition.tools}
+    operations = [(s.id, F) for s in definition.steps] + [
+        (s.id, C) for s in definition.steps if s.compensation is not None]
+    for step_id, kind in operations:
+        # when asked for its contract and one call's cost (tables derived once per definition)
+        spec = definition.tool_spec(step_id, kind)
+        # then they are what the obvious path finds: the bound tool, its cost as a decimal
+        assert spec is specs[definition.tool_for(step_id, kind)]
+        assert call_cost(definition, step_id, kind) == Decimal(str(spec.cost))
+    # and an operation that does not exist is refused as ever
+    uncompensated = SagaDefinition.model_validate({"name": "d", "version": 1, "steps": [
+        {"id": "a", "tool": "a", "semantics": "idempotent_by_key"}]})
+    for ask in (uncompensated.tool_spec, uncompensated.call_cost):
+        with pytest.raises(KeyError):
+            ask("a", C)
+        with pytest.raises(KeyError):
+            ask("no_such_step", F)
 
 
 def test_definitions_and_tools_without_budgets_or_costs_keep_their_hash() -> None:
