@@ -7,6 +7,7 @@ identify by a stable content hash; it never holds Python callables.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from decimal import Decimal
 from functools import cached_property
 from typing import Any, Literal
@@ -293,6 +294,18 @@ class SagaDefinition(BaseModel):
         """sha256 of the canonical JSON of the whole definition: its stable identity."""
         return self._content_hash
 
+    def model_copy(self, *, update: Mapping[str, Any] | None = None,
+                   deep: bool = False) -> SagaDefinition:
+        """A copy (pydantic's); with ``update``, one that derives its hash, step and tool
+        tables and pivot from its own fields. Derived values live in the instance's
+        ``__dict__`` beside the fields, which pydantic copies whole: an updated copy would
+        otherwise answer with the original's (its content hash, its old steps)."""
+        copied = super().model_copy(update=update, deep=deep)
+        if update:
+            for name in _DERIVED:
+                copied.__dict__.pop(name, None)
+        return copied
+
     @cached_property
     def _content_hash(self) -> str:
         # A definition is frozen, so its hash is computed once: folding checks it per saga.
@@ -500,6 +513,11 @@ class SagaDefinition(BaseModel):
                 return True
         return any(t.timeout_s is not None or t.deadline_s is not None
                    or t.postcondition is not None for t in self.tools)
+
+
+_DERIVED: frozenset[str] = frozenset(
+    name for name, member in vars(SagaDefinition).items() if isinstance(member, cached_property))
+"""What a definition derives from its fields once (see :meth:`SagaDefinition.model_copy`)."""
 
 
 def parse_definition(document: Any) -> SagaDefinition:

@@ -20,6 +20,7 @@ from saga_core import (
     SagaDefinition,
     Semantics,
     StepDefinition,
+    StepKind,
     TemplateContext,
     TemplateError,
     canonical_json,
@@ -41,6 +42,27 @@ def test_trip_round_trips_through_json_and_yaml_with_a_stable_hash() -> None:
     changed = SagaDefinition.model_validate({**trip.model_dump(), "version": trip.version + 1})
     assert changed.content_hash() != trip.content_hash()
     assert [t.name for t in trip.tools][:2] == ["email.send_correction", "email.send_itinerary"]
+
+
+def test_a_copy_with_other_fields_answers_from_its_own_fields() -> None:
+    """What a definition derives once (its hash, step and tool tables, its pivot) is kept in
+    the instance; a model_copy with an update must not keep the original's answers."""
+    trip = trip_definition()
+    hotel = trip.step("hold_hotel")
+    # Derive everything once on the original, as folding and decide do.
+    trip.content_hash(), trip.tool_spec("hold_hotel", StepKind.FORWARD), trip.pivot
+    trip.call_cost("hold_hotel", StepKind.FORWARD), trip.ancestors("capture_payment")
+    slower = hotel.model_copy(update={"retry": RetryPolicy(max_attempts=2)})
+    steps = [slower if step.id == "hold_hotel" else step for step in trip.steps
+             if step.id != "send_itinerary"]
+    copied = trip.model_copy(update={"version": trip.version + 1, "steps": steps})
+    fresh = SagaDefinition.model_validate({**trip.model_dump(), "version": trip.version + 1,
+                                           "steps": [s.model_dump() for s in steps]})
+    assert copied.content_hash() == fresh.content_hash() != trip.content_hash()
+    assert copied.step("hold_hotel").retry.max_attempts == 2
+    assert copied.pivot is None and trip.pivot is not None
+    assert not copied.has_step("send_itinerary")
+    assert trip.model_copy().content_hash() == trip.content_hash()
 
 
 def test_canonical_json_is_sorted_compact_and_unicode() -> None:
