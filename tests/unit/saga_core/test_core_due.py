@@ -4,11 +4,13 @@ work, at any clock time, and never names an instant at which due_work finds noth
 Random sagas (random definitions with timeouts, compensation deadlines and time limits,
 driven through random outcomes, waits and approvals, as the core's invariant test drives
 them) are checked after every settled commit against due_work at random clock times and at
-every instant the state holds, and just before and after each.
+every instant the state holds (found by walking it), alone or plus the queue wait or any
+duration the definition declares, and just before and after each.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
@@ -18,7 +20,7 @@ from test_core_properties import Driver, definitions
 
 from saga_core import SagaDefinition, SagaState, ToolCatalogue, due_work, validate_definition
 from saga_core.budgets import SagaBudget
-from saga_core.due import _instants, due_key, next_due, republish_at
+from saga_core.due import due_key, next_due, republish_at
 
 TICK = timedelta(microseconds=1)
 
@@ -45,12 +47,45 @@ def timed_definitions(draw: st.DrawFn) -> SagaDefinition:
                                ToolCatalogue.model_validate({"tools": tools}))
 
 
+def _held(value: object) -> Iterator[datetime]:
+    """Every instant the state holds, found by walking it (not by next_due's own list of
+    instants, which the probes must not trust)."""
+    if isinstance(value, datetime):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _held(item)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            yield from _held(item)
+    elif hasattr(value, "__dict__") and not isinstance(value, SagaDefinition | type):
+        for item in vars(value).values():
+            yield from _held(item)
+
+
+def _durations(value: object) -> Iterator[timedelta]:
+    """Every duration a definition declares (its ``*_s`` settings: timeouts, deadlines,
+    a time limit, approval windows, backoffs): instants held plus these are where rules
+    compare the clock (a call's timeout from its start, a deadline from a completion)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key.endswith("_s") and isinstance(item, int | float):
+                yield timedelta(seconds=item)
+            else:
+                yield from _durations(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _durations(item)
+
+
 def _probes(state: SagaState, queue_wait: timedelta, now: datetime,
             offsets: list[float]) -> list[datetime]:
-    """Clock times to compare at: random ones, and each instant the state holds with the
-    moments just around it (where an off-by-one in a comparison would show)."""
-    held = [at for instant in _instants(state, queue_wait) for at in (instant - TICK, instant,
-                                                                      instant + TICK)]
+    """Clock times to compare at: random ones, and every instant the state holds, plus the
+    queue wait or any declared duration, with the moments just around each (where an
+    off-by-one in a comparison would show)."""
+    shifts = {timedelta(0), queue_wait, *_durations(state.definition.model_dump(mode="json"))}
+    held = {at + shift + tick for at in _held(state) for shift in shifts
+            for tick in (-TICK, timedelta(0), TICK)}
     drawn = [now + timedelta(seconds=s) for s in offsets]
     return sorted(at for at in {now, *held, *drawn, now + timedelta(days=30)} if at >= now)
 
