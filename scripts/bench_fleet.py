@@ -8,6 +8,9 @@ nothing from threads, and the comparison must not hand the fleet a slowed-down b
 Fleet: trip sagas (4 steps, no faults, zero-latency sandbox providers, amounts below the
 approval limit) started by a client and run to COMPLETED by ``sagafleet worker`` processes.
 Throughput is counted from the first enqueue to the last completion; medians of --runs.
+Where the time goes: the CPU milliseconds per saga (per chain) that each role used meanwhile,
+the workers, the database's PostgreSQL backends, Redis and this process (which starts the
+sagas and counts them), read from /proc when the servers run on this machine.
 Also, for reference and not the target: the *durable* chain, whose tasks each first commit a
 row naming their step to PostgreSQL (the least a hand-written chain needs to know after a crash
 which steps ran); its ratio shows how much of the fleet's cost is durability.
@@ -27,6 +30,7 @@ figure is the fleet's own cost per saga: claims, results, decisions, broker mess
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -40,6 +44,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_databases import drop_database, new_database  # noqa: E402
 from celery_chain_baseline import create_steps_table, run_baseline  # noqa: E402
+from cpu_accounting import CpuMeter, per_item_ms  # noqa: E402
 
 from saga_core.examples import trip_tool_catalogue  # noqa: E402
 from sagafleet import embedded, sandbox  # noqa: E402
@@ -109,10 +114,10 @@ def wait_ready(broker: str, expected_workers: int, timeout: float = 60) -> None:
 def baseline(  # noqa: PLR0913 - the run's settings, passed along
     broker: str, workers: int, chains: int, env: dict[str, str], logs: Path, concurrency: int = 1,
     *, durable: str | None = None,
-) -> float:
+) -> tuple[float, dict[str, float]]:
     """Chains per second of the raw Celery baseline with ``workers`` worker processes (solo,
     or a threads pool of ``concurrency``); with ``durable`` (a database URL), of the chain
-    whose tasks each commit a row there first."""
+    whose tasks each commit a row there first. With the CPU seconds by role meanwhile."""
     broker_redis(broker).flushdb()
     if durable is not None:
         create_steps_table(durable)
@@ -126,7 +131,13 @@ def baseline(  # noqa: PLR0913 - the run's settings, passed along
     ]
     try:
         wait_ready(broker, workers)
-        return run_baseline(broker, chains)
+        with contextlib.ExitStack() as stack:
+            database = (stack.enter_context(psycopg.connect(durable, autocommit=True))
+                        if durable is not None else None)
+            meter = CpuMeter(workers=[proc.pid for proc in procs], broker=broker,
+                             database=database)
+            rate = run_baseline(broker, chains)
+            return rate, meter.stop()
     finally:
         stop_processes(procs, grace_s=15)
 
@@ -134,8 +145,9 @@ def baseline(  # noqa: PLR0913 - the run's settings, passed along
 def fleet_run(
     database: str, broker: str, workers: int, sagas: int, env: dict[str, str], logs: Path,
     *, sample_rss: bool = False, providers: str = "sandbox", concurrency: int = 1,
-) -> tuple[float, list[tuple[int, int]]]:
-    """Trip sagas per second with ``workers`` fleet workers; optional RSS samples."""
+) -> tuple[float, list[tuple[int, int]], dict[str, float]]:
+    """Trip sagas per second with ``workers`` fleet workers; optional RSS samples; the CPU
+    seconds by role meanwhile."""
     broker_redis(broker).flushdb()
     child = {**env, "SAGAFLEET_DATABASE_URL": database, "SAGAFLEET_BROKER_URL": broker,
              "SAGAFLEET_TOOLS": sandbox.TOOL_SET}
@@ -155,6 +167,7 @@ def fleet_run(
         with psycopg.connect(database, autocommit=True) as conn:
             finished_count = FinishedCounter(conn)
             before = finished_count()
+            meter = CpuMeter(workers=[proc.pid for proc in procs], broker=broker, database=conn)
             started = time.perf_counter()
             step = max(1, sagas // 10)
             next_sample = 0
@@ -174,9 +187,10 @@ def fleet_run(
                     raise TimeoutError(f"only {done} of {sagas} sagas finished")
                 time.sleep(0.02)
             elapsed = time.perf_counter() - started
+            cpu = meter.stop()
             if sample_rss:
                 samples.append((sagas, rss_kib(procs[0].pid)))
-        return sagas / elapsed, samples
+        return sagas / elapsed, samples, cpu
     finally:
         fleet.close()
         stop_processes(procs, grace_s=15)
@@ -235,15 +249,21 @@ def main() -> None:
             ours: list[float] = []
             solo: list[float] = []
             durable: list[float] = []
+            cpu: dict[str, list[dict[str, float]]] = {"baseline": [], "durable": [], "fleet": []}
             for _ in range(args.runs):  # alternating, so drift in the machine hits all
-                base.append(baseline(broker, workers, args.sagas, env, logs, args.concurrency))
-                durable.append(baseline(broker, workers, args.sagas, env, logs, args.concurrency,
-                                        durable=database))
+                rate, used = baseline(broker, workers, args.sagas, env, logs, args.concurrency)
+                base.append(rate)
+                cpu["baseline"].append(used)
+                rate, used = baseline(broker, workers, args.sagas, env, logs, args.concurrency,
+                                      durable=database)
+                durable.append(rate)
+                cpu["durable"].append(used)
                 if args.concurrency > 1:
-                    solo.append(baseline(broker, workers, args.sagas, env, logs))
-                ours.append(fleet_run(database, broker, workers, args.sagas, env, logs,
-                                      providers=args.providers,
-                                      concurrency=args.concurrency)[0])
+                    solo.append(baseline(broker, workers, args.sagas, env, logs)[0])
+                rate, _, used = fleet_run(database, broker, workers, args.sagas, env, logs,
+                                          providers=args.providers, concurrency=args.concurrency)
+                ours.append(rate)
+                cpu["fleet"].append(used)
             b, f = max(statistics.median(base), statistics.median(solo or base)), \
                 statistics.median(ours)
             d = statistics.median(durable)
@@ -252,10 +272,13 @@ def main() -> None:
                   + (f", baseline solo {_figures(solo)}" if solo else "")
                   + f", durable {_figures(durable)}, fleet {_figures(ours)};"
                   f" target ratio >= {TARGET_RATIO} to the baseline)", flush=True)
+            for side, runs in cpu.items():
+                print(f"{'':>7} CPU ms per {'saga' if side == 'fleet' else 'chain'}, {side}:"
+                      f" {per_item_ms(runs, args.sagas)}", flush=True)
         if args.memory:
             database = fresh()
-            _, samples = fleet_run(database, broker, 1, args.memory, env, logs, sample_rss=True,
-                                   providers=args.providers)
+            _, samples, _ = fleet_run(database, broker, 1, args.memory, env, logs,
+                                      sample_rss=True, providers=args.providers)
             print(f"worker RSS over {args.memory} sagas (KiB): "
                   + ", ".join(f"{n}:{kib}" for n, kib in samples))
             first, last = samples[1][1] if len(samples) > 1 else samples[0][1], samples[-1][1]
