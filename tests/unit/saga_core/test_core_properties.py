@@ -49,6 +49,7 @@ from saga_core import (
     resolve_command,
     validate_definition,
 )
+from saga_core.due import next_due
 
 F, C = StepKind.FORWARD, StepKind.COMPENSATION
 S = Semantics
@@ -265,7 +266,8 @@ class Driver:
 
     # -- environment -----------------------------------------------------------------------
     def act(self) -> bool:
-        """Make one random thing happen in the world; False when nothing can happen."""
+        """Make one random thing happen in the world, or let time pass to when something
+        is due; False when nothing can ever happen without a new event."""
         options = []
         for run in [*self.state.forward.values(), *self.state.compensation.values()]:
             if run.status == "scheduled":
@@ -279,7 +281,13 @@ class Driver:
                 if open_forward or run.kind is C:  # a stopped forward step needs no answer
                     options.append((str(run.status), run))
         if not options:
-            return False
+            # Time passes meanwhile, and the sweeper comes back when work is next due: a
+            # retry scheduled past the time limit waits for the limit, not for a claim.
+            later = next_due(self.state, timedelta(0), after=self.now)
+            if later is None or later <= self.now:
+                return False
+            self.now = later
+            return True
         what, run = self.data.draw(st.sampled_from(options))
         key = dict(
             step_id=run.step_id, kind=run.kind, attempt=run.attempt, operation_key=run.operation_key
