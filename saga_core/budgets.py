@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from saga_core.contracts import StepKind
 from saga_core.errors import Problem
 from saga_core.events import BudgetExceeded, LimitName
 
@@ -78,12 +77,6 @@ NO_LEDGER = BudgetLedger()
 
 
 # -- the fold's part -------------------------------------------------------------------------
-
-
-def call_cost(definition: SagaDefinition, step_id: str, kind: StepKind) -> Decimal:
-    """What one call of a step's forward or compensation operation costs (its tool's
-    snapshotted declared cost; 0 for a tool with none)."""
-    return definition.call_cost(step_id, kind)
 
 
 def charged(ledger: BudgetLedger, cost: Decimal) -> BudgetLedger:

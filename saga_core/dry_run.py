@@ -24,7 +24,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from saga_core.budgets import call_cost
 from saga_core.commands import resolve_command, template_context
 from saga_core.contracts import StepKind
 from saga_core.definition import SagaDefinition
@@ -276,8 +275,8 @@ def _budget(spec: SagaDefinition) -> BudgetEstimate | None:
     budget = spec.budget
     if budget is None:
         return None
-    forward = sum((call_cost(spec, s, StepKind.FORWARD) for s in spec.step_ids), Decimal(0))
-    compensation = sum((call_cost(spec, s.id, StepKind.COMPENSATION) for s in spec.steps
+    forward = sum((spec.call_cost(s, StepKind.FORWARD) for s in spec.step_ids), Decimal(0))
+    compensation = sum((spec.call_cost(s.id, StepKind.COMPENSATION) for s in spec.steps
                         if s.compensation is not None), Decimal(0))
     within = None if budget.max_cost is None else forward <= Decimal(str(budget.max_cost))
     return BudgetEstimate(

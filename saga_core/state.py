@@ -13,7 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
-from saga_core.budgets import NO_LEDGER, BudgetLedger, call_cost, charged, lifted, with_breach
+from saga_core.budgets import NO_LEDGER, BudgetLedger, charged, lifted, with_breach
 from saga_core.contracts import ErrorClass, Receipt, SagaStatus, StepKind
 from saga_core.definition import SagaDefinition
 from saga_core.errors import DefinitionMismatchError, EventRejected
@@ -469,7 +469,7 @@ def _step(state: SagaState, event: StepEvent) -> SagaState:
             raise EventRejected(f"unhandled step event {event.event_type}")
     if isinstance(event, StepStarted):
         # Every started call is charged, forward or compensation (saga_core.budgets).
-        cost = call_cost(state.definition, event.step_id, event.kind)
+        cost = state.definition.call_cost(event.step_id, event.kind)
         if cost:
             state = replace(state, budget=charged(state.budget, cost))
     # One replace of the run (each branch sets changed_at) and one of the state.

@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from saga_core.budgets import LimitBreach, OnExceeded, call_cost, money
+from saga_core.budgets import LimitBreach, OnExceeded, money
 from saga_core.contracts import StepKind
 from saga_core.decisions import Decision, RetryAfterBackoff, ScheduleStep
 from saga_core.events import BudgetExceeded, Evidence, LimitName, SagaEvent
@@ -193,7 +193,7 @@ def claim_refusal(state: SagaState, run: StepRun, now: datetime) -> str | None:
         return f"time limit passed at {due.isoformat()}"
     if budget.max_cost is not None:
         # Claiming a scheduled run moves its cost from owed to spent; a re-claim adds it.
-        extra = Decimal(0) if _owes(run) else call_cost(state.definition, run.step_id, run.kind)
+        extra = Decimal(0) if _owes(run) else state.definition.call_cost(run.step_id, run.kind)
         committed = committed_cost(state) + extra
         if committed > money(budget.max_cost):
             return f"cost budget of {budget.max_cost:g} would be exceeded ({committed})"

@@ -42,7 +42,6 @@ from saga_core import (
     validate_definition,
     validate_plan,
 )
-from saga_core.budgets import call_cost
 from saga_core.stops import deadline
 
 QUEUE_WAIT = timedelta(seconds=5)
@@ -392,7 +391,7 @@ def test_each_operations_contract_and_cost_is_its_bound_tools_as_declared() -> N
         spec = definition.tool_spec(step_id, kind)
         # then they are what the obvious path finds: the bound tool, its cost as a decimal
         assert spec is specs[definition.tool_for(step_id, kind)]
-        assert call_cost(definition, step_id, kind) == Decimal(str(spec.cost))
+        assert definition.call_cost(step_id, kind) == Decimal(str(spec.cost))
     # and an operation that does not exist is refused as ever
     uncompensated = SagaDefinition.model_validate({"name": "d", "version": 1, "steps": [
         {"id": "a", "tool": "a", "semantics": "idempotent_by_key"}]})
