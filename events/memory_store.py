@@ -131,6 +131,9 @@ class MemoryUnit:
 class MemoryEventStore:
     """Append-only event log in this process, behind one lock; thread-safe."""
 
+    writes: bool = True
+    """Always: there is no read-only in-memory store (``EventStore.writes``)."""
+
     def __init__(
         self,
         *,

@@ -254,6 +254,9 @@ def at_or_before(records: list[RecordedEvent], at: Position | None) -> list[Reco
 class EventStreams(Protocol):
     """What a saga log needs of an event store (the PostgreSQL one or the in-memory one)."""
 
+    writes: bool
+    """Whether the store may write (a read-only store on a standby may not)."""
+
     def read_stream(self, stream_id: str) -> list[RecordedEvent]:
         """A stream's events in version order."""
         ...
@@ -295,17 +298,15 @@ class SagaStreams(ABC):
     what its unit of work is (:meth:`unit_of_work`, :meth:`_within`)."""
 
     def __init__(self, store: EventStreams, codec: SagaCodec, snapshots: Snapshots, *,
-                 snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
-                 keep_snapshots: bool = True) -> None:
+                 snapshot_every: int = DEFAULT_SNAPSHOT_EVERY) -> None:
         """``snapshot_every``: a load that folded more events than this past its snapshot
-        writes a new one (0: snapshots off, every load folds the whole stream).
-        ``keep_snapshots``: False where the log may not write (a read-only store on a
-        standby): loads still start from snapshots, and write none."""
+        writes a new one (0: snapshots off, every load folds the whole stream). On a store
+        that may not write (a read-only store on a standby) loads still start from
+        snapshots, and write none."""
         self.streams = store
         self.codec = codec
         self.snapshots = snapshots
         self.snapshot_every = snapshot_every
-        self.keep_snapshots = keep_snapshots
 
     def load(
         self, saga_id: str, *, tenant: str | None = None, at: Position | None = None
@@ -362,7 +363,7 @@ class SagaStreams(ABC):
             whole = read.records if read.snapshot is None else self.streams.read_stream(
                 saga_stream(saga_id))
             loaded, folded = self.codec.fold(saga_id, whole, tenant=tenant), len(whole)
-        if self.keep_snapshots and folded > self.snapshot_every:
+        if self.streams.writes and folded > self.snapshot_every:
             self._keep_snapshot(loaded)
         return loaded
 
@@ -425,8 +426,7 @@ class PostgresSagaLog(SagaStreams):
         if store.registry is None:
             raise EventStoreError("a PostgresSagaLog needs a store opened with saga_registry()")
         super().__init__(store, SagaCodec(store.registry, definitions, metadata=metadata),
-                         PostgresSnapshots(store), snapshot_every=snapshot_every,
-                         keep_snapshots=store.writes)
+                         PostgresSnapshots(store), snapshot_every=snapshot_every)
         self.store = store
         self.definitions = definitions
         self.registry = store.registry
