@@ -27,15 +27,12 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
-import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests/integration/projections"))
+from bench_databases import drop_database, new_database  # noqa: E402
 from projection_support import TripScript  # noqa: E402
 
 from events.definitions import DefinitionStore  # noqa: E402
@@ -66,12 +63,7 @@ F = StepKind.FORWARD
 
 def fresh_database(server_url: str) -> str:
     """A new, empty database on the server, migrated."""
-    name = f"bench_snap_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    params = conninfo_to_dict(server_url)
-    params["dbname"] = name
-    url = make_conninfo("", **params)
+    url = new_database(server_url, "bench_snap")
     migrate_all(url)
     return url
 
@@ -175,9 +167,9 @@ def main() -> int:
     home = Path(tempfile.mkdtemp(prefix="sfs-", dir="/tmp"))  # short: unix socket paths
     server = args.url or embedded.start_postgres(home).url
     every = DEFAULT_SNAPSHOT_EVERY
+    database = fresh_database(server)
     try:
-        with EventStore.connect(fresh_database(server), pool_size=2,
-                                registry=saga_registry()) as store:
+        with EventStore.connect(database, pool_size=2, registry=saga_registry()) as store:
             definitions = DefinitionStore(store)
             with_snapshots = PostgresSagaLog(store, definitions, snapshot_every=every)
             whole_log = PostgresSagaLog(store, definitions, snapshot_every=0)
@@ -208,6 +200,7 @@ def main() -> int:
             encode_s = statistics.median(timed(
                 lambda: with_snapshots.codec.snapshot_of(big), args.loads))
     finally:
+        drop_database(server, database)
         if not args.url:
             embedded.stop_embedded(home)
     report(result, every, encode_s, write_s)
