@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -291,25 +292,41 @@ class StepExecutor:
     ) -> Committed | None:
         """Commit the observed result (with ``ahead``, claiming what is due next in the same
         append) unless the log already settled this attempt; ``known`` is tried first."""
+        return self.record_together(((command, result),), known, ahead=ahead)
+
+    def record_together(
+        self, results: Sequence[tuple[StepCommand, SagaEvent]], known: LoadedSaga, *,
+        ahead: ClaimNext | None = None,
+    ) -> Committed | None:
+        """Commit the observed results of one saga's commands in one append, each unless
+        the log already settled its attempt (None when it settled them all)."""
+        saga_id = results[0][0].saga_id
 
         def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
-            run = loaded.state.run(command.step_id, command.kind)
-            if run.attempt != command.attempt:
-                return None  # a later attempt exists; this observation is superseded
-            if (isinstance(result, StepSucceeded) and run.status in IN_DOUBT
-                    and run.verify_since is None):
-                # A receipt is a fact, even from a worker whose lease expired meanwhile (one
-                # already recorded and waiting for its postcondition is not replaced).
-                return [result]
-            if run.status is RunStatus.STARTED and run.worker_id == self.worker_id:
-                return [result]
-            log.info("dropping %s for %s: the log moved on (%s)", type(result).__name__,
-                     command, run.status)
-            return None
+            events = [result for command, result in results
+                      if self._still_to_record(command, result, loaded)]
+            return events or None
 
-        committed = self.orchestrator.record(command.saga_id, build, known=known, claim=ahead)
+        committed = self.orchestrator.record(saga_id, build, known=known, claim=ahead)
         self._count_claims_ahead(committed)
         return committed
+
+    def _still_to_record(self, command: StepCommand, result: SagaEvent,
+                         loaded: LoadedSaga) -> bool:
+        """Whether ``result`` is still this worker's to record in ``loaded``."""
+        run = loaded.state.run(command.step_id, command.kind)
+        if run.attempt != command.attempt:
+            return False  # a later attempt exists; this observation is superseded
+        if (isinstance(result, StepSucceeded) and run.status in IN_DOUBT
+                and run.verify_since is None):
+            # A receipt is a fact, even from a worker whose lease expired meanwhile (one
+            # already recorded and waiting for its postcondition is not replaced).
+            return True
+        if run.status is RunStatus.STARTED and run.worker_id == self.worker_id:
+            return True
+        log.info("dropping %s for %s: the log moved on (%s)", type(result).__name__,
+                 command, run.status)
+        return False
 
     @staticmethod
     def executed(command: StepCommand, result: SagaEvent,

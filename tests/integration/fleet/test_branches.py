@@ -1,9 +1,11 @@
 """A worker's message handling in this process (real PostgreSQL and Redis, no worker
 process): parallel branches claimed in one append, next steps claimed ahead and run
-inline, and only what no one claimed published."""
+inline, results ready together recorded together, and only what no one claimed
+published."""
 
 from __future__ import annotations
 
+import time
 from itertools import groupby
 
 from trip_inputs import TRIP_INPUT
@@ -36,3 +38,34 @@ def test_one_message_runs_a_whole_trip_claiming_parallel_holds_in_one_append(fle
     # and every later step was claimed in the commit of the result before it
     later = [types for types in appends[appends.index(claims) + 1:] if "StepStarted" in types]
     assert later and all("StepSucceeded" in types for types in later)
+
+
+class _WaitingBranches(SagaBranches):
+    """Branches whose commits wait until no sibling is still calling its tool: the case
+    of siblings whose tools answer at once, made certain rather than likely."""
+
+    def pause(self) -> None:
+        deadline = time.monotonic() + 30
+        while self.calling() and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+
+def test_results_ready_together_are_recorded_in_one_append(fleet, broker):
+    # given a started trip, handled by a worker whose parallel holds finish together
+    saga = fleet.client().start("trip", TRIP_INPUT, key="together")
+    branches = _WaitingBranches(fleet.executor, fleet.publisher, fleet.branches, budget=8)
+    # when it handles the trip's one message
+    branches.run(StepCommand(saga_id=saga.saga_id, step_id="hold_flight",
+                             kind=StepKind.FORWARD, attempt=1))
+    branches.join()
+    # then the trip completed
+    loaded = fleet.repo.load_history(saga.saga_id)
+    assert loaded.state.status is SagaStatus.COMPLETED
+    # and both holds' receipts went into one append, which also claimed the next step
+    appends = [[r.type for r in group] for _, group in
+               groupby(loaded.records, key=lambda r: r.position.transaction_id)]
+    results = next(types for types in appends if "StepSucceeded" in types)
+    assert results.count("StepSucceeded") == 2 and results.count("StepStarted") == 1
+    # so the trip took five appends, not six: start, claim, holds, payment, message
+    assert len(appends) == 5
+    assert branches.calling() == 0
