@@ -27,8 +27,14 @@ from kombu import Connection, Consumer, Exchange, Producer, Queue
 from signed_agent import agent_signer, send
 from trip_inputs import by_secret_ref
 
-from workers.celery_app import QUEUE_COMMANDS
-from workers.reliable_redis import ReliableConnection
+from workers.celery_app import (
+    QUEUE_COMMANDS,
+    QUEUE_STEPS,
+    STEP_TASK,
+    BrokerSettings,
+    create_celery_app,
+)
+from workers.reliable_redis import Channel, ReliableConnection
 
 STOP_AFTER_TAKE = Path(__file__).with_name("stop_after_take.py")
 
@@ -155,3 +161,28 @@ def test_the_atomic_take_hands_messages_over_in_kombus_order(broker):
     assert by_fleet == by_kombu and len(by_kombu) == 10
     client = redis_client(broker)
     assert client.hlen("unacked") == 0 and client.zcard("unacked_index") == 0
+
+
+def test_the_producer_pool_publishes_through_the_fleets_transport_on_one_client(broker):
+    # given the fleet's Celery app, publishing as a client or worker does: from its pool
+    app = create_celery_app(BrokerSettings(broker_url=broker))
+    client = redis_client(broker)
+    client.delete(QUEUE_STEPS)
+    with app.producer_or_acquire() as producer:
+        channel = producer.channel
+        # then its pooled connections use the fleet's transport (kombu's pool would not)
+        assert isinstance(channel, Channel)
+        assert producer.connection.as_uri().startswith("redis://")
+        # and every synchronous command shares one Redis client on the channel's pool
+        with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
+            assert first is second and first.connection_pool is channel.pool
+        # which follows the pool when kombu replaces it (after a fork, on reconnect)
+        channel._disconnect_pools()
+        with channel.conn_or_acquire() as third:
+            assert third is not first and third.connection_pool is channel.pool
+        # and what it publishes arrives
+        for attempt in range(3):
+            app.send_task(STEP_TASK, args=["s", "hold", "forward", attempt], queue=QUEUE_STEPS,
+                          producer=producer)
+    assert _queued(client, QUEUE_STEPS) == 3
+    client.delete(QUEUE_STEPS)
