@@ -11,6 +11,10 @@ The baselines are what a user would write by hand with plain psycopg, same table
   ``bench_raw``, a table with the events table's columns and indexes (the issue's "same
   columns and indexes"): its rows carry a fixed 64-character text in both hash columns, so
   the baseline computes no chain, and it has no stream head to move (the store must do both);
+* for reference, not the target: the raw single-event INSERT behind a stream head, in one
+  statement (``bench_raw_heads``, the shape of ``eventstore.streams``; the head moves from
+  the version the writer expects, as a store with optimistic concurrency and a due-time
+  index must): the store's ratio to it shows what of the gap is the head;
 * read_all: keyset pages of 1,000 (``global_position > last``) over ``eventstore.events``,
   the same columns, binary plain tuples, psycopg's default jsonb loading;
 * subscription: the same keyset pages in a transaction that also writes the reader's
@@ -130,6 +134,43 @@ class RawInserter:
             # Serialise per row, as an application writing events must (not a cached text).
             params += [stream, version, new_event_id(), json.dumps(PAYLOAD), RAW_HASH, RAW_HASH]
         self.conn.execute(self.statements[count], params)
+
+
+RAW_HEADS = """
+CREATE TABLE bench_raw_heads (
+    stream_id text PRIMARY KEY, version bigint NOT NULL, last_hash text NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now(), due_at timestamptz
+);
+CREATE INDEX ON bench_raw_heads (due_at) WHERE due_at IS NOT NULL;
+"""
+# eventstore.streams as migrated (events migrations 0001, 0003, 0009).
+
+RAW_HEAD_INSERT = (
+    "WITH head AS (UPDATE bench_raw_heads h SET version = %s, last_hash = %s,"
+    " updated_at = now() WHERE h.stream_id = %s AND h.version = %s RETURNING h.version)"
+    f" INSERT INTO bench_raw ({RAW_COLUMNS}) SELECT %s, head.version, %s, 'Bench', 1, %s,"
+    " '{}', %s, %s FROM head"
+)
+
+
+class RawHeadInserter(RawInserter):
+    """The reference: one raw event behind a stream head that moves from the expected
+    version, in one autocommit statement (no hashing: the head gets a fixed text)."""
+
+    def __init__(self, conn: psycopg.Connection[Any], prefix: str, streams: int = 64) -> None:
+        super().__init__(conn, prefix, streams)
+        with conn.cursor() as cursor:
+            cursor.executemany("INSERT INTO bench_raw_heads (stream_id, version, last_hash)"
+                               " VALUES (%s, 0, %s)", [(name, RAW_HASH) for name in self.names])
+
+    def __call__(self, count: int = 1) -> None:
+        stream = self.names[self.turn % len(self.names)]
+        self.turn += 1
+        expected = self.versions[stream]
+        self.versions[stream] = expected + 1
+        self.conn.execute(RAW_HEAD_INSERT, (
+            expected + 1, RAW_HASH, stream, expected, stream, new_event_id(),
+            json.dumps(PAYLOAD), RAW_HASH, RAW_HASH))
 
 
 def fill(conn: psycopg.Connection[Any], upto: int, chunk: int = 100_000) -> None:
@@ -253,15 +294,18 @@ def _measure(  # noqa: PLR0913, PLR0917 - the run's open handles, passed along
 ) -> None:
     """Every measurement, into ``results``."""
     raw.execute(RAW_TABLE.encode())
+    raw.execute(RAW_HEADS.encode())
     results["server"] = " ".join(
         f"{name}={raw.execute(f'SHOW {name}').fetchone()[0]}"  # type: ignore[index]
         for name in ("server_version", "fsync", "synchronous_commit", "shared_buffers")
     )
     fill(raw, 10_000)
 
-    single = interleaved({"store": Appender(store, "one"), "raw": RawInserter(raw, "one")}, ops)
+    single = interleaved({"store": Appender(store, "one"), "raw": RawInserter(raw, "one"),
+                          "raw_head": RawHeadInserter(raw, "head")}, ops)
     results["single_append_ms"] = single
     results["single_append_ratio"] = single["raw"] / single["store"]
+    results["single_append_head_ratio"] = single["raw_head"] / single["store"]
 
     store_batch, raw_batch = Appender(store, "hundred"), RawInserter(raw, "hundred")
     batch = interleaved(
@@ -475,6 +519,8 @@ def report(results: dict[str, Any]) -> None:
             f"{label} {pair(key)} | ratio {results[ratio]:.2f}"
             f" ({verdict} the target >= {TARGET_RATIO})"
         )
+    print(f"  reference, raw behind a head: {pair('single_append_ms', 'raw_head', 'store')}"
+          f" | store at {results['single_append_head_ratio']:.2f}x it (not the target)")
     notify = pair("notify_single_append_ms", "notify_on", "notify_off")
     print(f"NOTIFY, single append:        {notify}")
     conc = results["notify_concurrent_8x_appends_per_s"]

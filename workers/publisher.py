@@ -6,9 +6,10 @@ scheduled-but-not-started work in the log and re-enqueues it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from celery import Celery
 from kombu.exceptions import KombuError, OperationalError
@@ -34,29 +35,49 @@ class CeleryPublisher:
         self.failures = 0
 
     def publish(self, commands: Sequence[StepCommand]) -> int:
-        """Send each command; a broker failure is logged and left to the sweeper."""
+        """Send each command; a broker failure is logged and left to the sweeper.
+
+        Several commands go to Redis in one round trip (kombu's publish batch, where the
+        installed kombu has one): they are sent when the batch ends, so if that send fails
+        none of them counts as sent (each may have arrived; a duplicate step message is
+        harmless, the claim decides)."""
         if not commands:
             return 0
-        sent = tried = 0
+        sent: list[int] = []  # indexes of commands known to be in the broker
+        buffered: list[int] = []  # handed to the batch: in the broker once it is sent
+        failed: set[int] = set()
         try:
             # One producer for the batch, and the argument text for the task's log line
             # given as is: Celery would otherwise format it with saferepr per message.
-            with self._app.producer_or_acquire() as producer:
-                for command in commands:
-                    tried += 1
+            with self._app.producer_or_acquire() as producer, \
+                    _batch(producer, len(commands)) as batching:
+                for index, command in enumerate(commands):
                     args = command.as_args()
                     try:
                         self._app.send_task(STEP_TASK, args=args, queue=QUEUE_STEPS,
                                             producer=producer, argsrepr=repr(args),
                                             kwargsrepr="{}")
-                        sent += 1
                     except (KombuError, OperationalError, OSError) as exc:
+                        failed.add(index)
                         self._failed(command, exc)
-        except (KombuError, OperationalError, OSError) as exc:  # no producer to send with
-            for command in commands[tried:]:
-                self._failed(command, exc)
-        return sent
+                    else:
+                        (buffered if batching else sent).append(index)
+        except (KombuError, OperationalError, OSError) as exc:  # no producer, or the batch
+            for index, command in enumerate(commands):  # was not sent
+                if index not in failed and index not in sent:
+                    self._failed(command, exc)
+            return len(sent)
+        return len(sent) + len(buffered)
 
     def _failed(self, command: StepCommand, exc: BaseException) -> None:
         self.failures += 1
         log.warning("publish of %s failed (sweeper will re-enqueue): %s", command, exc)
+
+
+def _batch(producer: Any, size: int) -> contextlib.AbstractContextManager[Any]:
+    """kombu's publish batch for ``size`` messages (sent once, when it ends), or a context
+    that batches nothing (one message; a kombu without batches) and says so (False)."""
+    batch = getattr(producer, "batch", None)
+    if size < 2 or batch is None:
+        return contextlib.nullcontext(False)
+    return batch(max_size=size)  # type: ignore[no-any-return]

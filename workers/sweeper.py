@@ -15,8 +15,10 @@ re-times each saga it read, in one statement per chunk (:func:`retimed`): a re-p
 item is not due again before its growing window ends (``saga_core.due.republish_at``,
 gaps from the queue wait up to ``republish_max_s``), so with no worker at all the
 copies of one item stay few. A commit between the read and the re-timing wins (the
-deferral applies only at the version read). Every re-enqueue is counted in
-``fleet.redeliveries`` (retry amplification), one INSERT per chunk.
+deferral applies only at the version read). A chunk's messages are published together,
+after its commits: a Redis round trip for its re-enqueues and one for what its commits made
+due (kombu's publish batch). Every re-enqueue is counted in ``fleet.redeliveries`` (retry
+amplification), one INSERT per chunk.
 
 It keeps ``fleet.active_sagas`` (a rebuildable projection of SagaStarted/SagaFinished,
 checkpointed in the same transaction), and every ``sweep_full_every_s`` (and at its first
@@ -256,6 +258,8 @@ class Sweeper:
         put_off = now + self.republish_max
         deferrals: list[DueSaga] = []
         redelivered: list[DueWork] = []
+        woken: list[StepCommand] = []  # what the chunk's commits made due, after them
+        republish: list[StepCommand] = []
         for saga_id, loaded in found.items():
             if isinstance(loaded, SagaNotFound):
                 continue
@@ -267,6 +271,9 @@ class Sweeper:
             report.active += 1
             try:
                 swept = self._sweep_saga(loaded, report)
+                if swept.committed is not None:
+                    woken.extend(swept.committed.wake_ups)
+                republish.extend(swept.republish)
             except SagaError as exc:
                 # A lost race (someone else is busy with it: its commit re-timed it, and
                 # this deferral, at the version read, changes nothing) or a bad stream.
@@ -275,6 +282,10 @@ class Sweeper:
                 continue
             redelivered.extend(swept.due)
             deferrals.append(retimed(swept, now, self.queue_wait, self.republish_max))
+        # The chunk's messages go in two batches (one Redis round trip each), after its
+        # commits; a message that fails to go is left to the saga's next due time.
+        self.fleet.publisher.publish(woken)
+        report.republished += self.fleet.publisher.publish(republish)
         report.deferred += self.fleet.repo.defer(deferrals)
         self._count(redelivered)
 
@@ -286,13 +297,10 @@ class Sweeper:
         return [row[0] for row in rows]
 
     def _sweep_saga(self, loaded: LoadedSaga, report: SweepReport) -> SagaSweep:
-        """Sweep one saga and publish what it re-enqueues (SagaError as sweep_saga)."""
+        """Sweep one saga; its caller publishes (SagaError as sweep_saga)."""
         swept = sweep_saga(self.fleet.orchestrator, loaded, self.queue_wait)
         if swept.committed is not None:
             report.advanced += 1
-            self.fleet.publisher.publish(swept.committed.wake_ups)
-        if swept.republish:
-            report.republished += self.fleet.publisher.publish(swept.republish)
         return swept
 
     def _count(self, items: Sequence[DueWork]) -> None:

@@ -35,3 +35,21 @@ def test_a_broker_that_is_down_fails_each_command_without_raising() -> None:
     # the commands are in the log, and the sweeper re-enqueues them
     assert publisher.publish(_commands()) == 0
     assert publisher.failures == 3
+
+
+def test_a_batch_whose_send_fails_counts_none_as_sent(broker: str) -> None:
+    # given a publisher on the real broker, whose steps queue key Redis refuses to push to
+    publisher = CeleryPublisher(create_celery_app(BrokerSettings(broker_url=broker)))
+    redis = broker_redis(broker)
+    redis.delete(QUEUE_STEPS)
+    redis.set(QUEUE_STEPS, "not a list")
+    try:
+        # when three commands are published together (one batch, sent when it ends)
+        sent = publisher.publish(_commands())
+    finally:
+        redis.delete(QUEUE_STEPS)
+    # then the batch's one send failed, so none counts as sent and each is a failure
+    assert sent == 0 and publisher.failures == 3
+    # and the next batch goes through whole
+    assert publisher.publish(_commands()) == 3
+    assert redis.llen(QUEUE_STEPS) == 3
