@@ -16,23 +16,31 @@ from workers.celery_app import QUEUE_STEPS, broker_redis
 from workers.messages import StepCommand
 
 
+def _handle_trip_message(fleet, kind: type[SagaBranches], saga_id: str) -> list[list[str]]:
+    """Handle a started trip's one message as a worker would (inline budget 8), check that
+    the trip completed and that every handed command was accounted for; each append's
+    event types, in order."""
+    branches = kind(fleet.executor, fleet.publisher, fleet.branches, budget=8)
+    branches.run(StepCommand(saga_id=saga_id, step_id="hold_flight", kind=StepKind.FORWARD,
+                             attempt=1))
+    branches.join()
+    assert branches.calling() == 0
+    loaded = fleet.repo.load_history(saga_id)
+    assert loaded.state.status is SagaStatus.COMPLETED
+    return [[r.type for r in group] for _, group in
+            groupby(loaded.records, key=lambda r: r.position.transaction_id)]
+
+
 def test_one_message_runs_a_whole_trip_claiming_parallel_holds_in_one_append(fleet, broker):
     # given a started trip: its start published one wake-up for both parallel holds
     saga = fleet.client().start("trip", TRIP_INPUT, key="branches")
     queue = broker_redis(broker)
     assert queue.llen(QUEUE_STEPS) == 1
     # when this process handles that one message as a worker would, with inline budget
-    branches = SagaBranches(fleet.executor, fleet.publisher, fleet.branches, budget=8)
-    branches.run(StepCommand(saga_id=saga.saga_id, step_id="hold_flight",
-                             kind=StepKind.FORWARD, attempt=1))
-    branches.join()
+    appends = _handle_trip_message(fleet, SagaBranches, saga.saga_id)
     # then the trip completed without another message being published
-    loaded = fleet.repo.load_history(saga.saga_id)
-    assert loaded.state.status is SagaStatus.COMPLETED
     assert queue.llen(QUEUE_STEPS) == 1
     # and both holds were claimed in one append (one transaction), before either result
-    appends = [[r.type for r in group] for _, group in
-               groupby(loaded.records, key=lambda r: r.position.transaction_id)]
     claims = next(types for types in appends if "StepStarted" in types)
     assert claims.count("StepStarted") == 2 and "StepSucceeded" not in claims
     # and every later step was claimed in the commit of the result before it
@@ -53,19 +61,10 @@ class _WaitingBranches(SagaBranches):
 def test_results_ready_together_are_recorded_in_one_append(fleet, broker):
     # given a started trip, handled by a worker whose parallel holds finish together
     saga = fleet.client().start("trip", TRIP_INPUT, key="together")
-    branches = _WaitingBranches(fleet.executor, fleet.publisher, fleet.branches, budget=8)
-    # when it handles the trip's one message
-    branches.run(StepCommand(saga_id=saga.saga_id, step_id="hold_flight",
-                             kind=StepKind.FORWARD, attempt=1))
-    branches.join()
-    # then the trip completed
-    loaded = fleet.repo.load_history(saga.saga_id)
-    assert loaded.state.status is SagaStatus.COMPLETED
-    # and both holds' receipts went into one append, which also claimed the next step
-    appends = [[r.type for r in group] for _, group in
-               groupby(loaded.records, key=lambda r: r.position.transaction_id)]
+    # when it handles the trip's one message (and the trip completes)
+    appends = _handle_trip_message(fleet, _WaitingBranches, saga.saga_id)
+    # then both holds' receipts went into one append, which also claimed the next step
     results = next(types for types in appends if "StepSucceeded" in types)
     assert results.count("StepSucceeded") == 2 and results.count("StepStarted") == 1
     # so the trip took five appends, not six: start, claim, holds, payment, message
     assert len(appends) == 5
-    assert branches.calling() == 0
