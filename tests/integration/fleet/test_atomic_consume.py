@@ -172,7 +172,7 @@ def test_the_producer_pool_publishes_through_the_fleets_transport_on_one_client(
         channel = producer.channel
         # then its pooled connections use the fleet's transport (kombu's pool would not)
         assert isinstance(channel, Channel)
-        assert producer.connection.as_uri().startswith("redis://")
+        assert producer.connection.as_uri() == app.connection_for_write().as_uri()
         # and every synchronous command shares one Redis client on the channel's pool
         with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
             assert first is second and first.connection_pool is channel.pool
