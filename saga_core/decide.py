@@ -453,8 +453,7 @@ def _progress(state: SagaState, step: StepDefinition, run: StepRun, now: datetim
         # action, out of scope) the attempt cannot be claimed, so a person is asked again.
         # The policy first: an ungated run (most) needs no grant, and no resolved arguments.
         gated = effective_policy(state.definition, step.id, run.kind)
-        problem = grant_problem(state, run, now) if gated is not None else None
-        if problem is not None and gated is not None:
+        if gated is not None and (problem := grant_problem(state, run, now)) is not None:
             return _approval(state, step, run, gated, now, why=problem)
     if status is RunStatus.FAILED:
         return _failure(state, step, run, now)

@@ -124,11 +124,16 @@ class RawInserter:
             for count in (1, 100)
         }
 
-    def __call__(self, count: int = 1) -> None:
+    def next_stream(self, count: int) -> tuple[str, int]:
+        """The next stream in turn and its version before ``count`` more events."""
         stream = self.names[self.turn % len(self.names)]
         self.turn += 1
         first = self.versions[stream]
         self.versions[stream] = first + count
+        return stream, first
+
+    def __call__(self, count: int = 1) -> None:
+        stream, first = self.next_stream(count)
         params: list[object] = []
         for version in range(first + 1, first + count + 1):
             # Serialise per row, as an application writing events must (not a cached text).
@@ -164,10 +169,7 @@ class RawHeadInserter(RawInserter):
                                " VALUES (%s, 0, %s)", [(name, RAW_HASH) for name in self.names])
 
     def __call__(self, count: int = 1) -> None:
-        stream = self.names[self.turn % len(self.names)]
-        self.turn += 1
-        expected = self.versions[stream]
-        self.versions[stream] = expected + 1
+        stream, expected = self.next_stream(1)
         self.conn.execute(RAW_HEAD_INSERT, (
             expected + 1, RAW_HASH, stream, expected, stream, new_event_id(),
             json.dumps(PAYLOAD), RAW_HASH, RAW_HASH))

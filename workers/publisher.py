@@ -43,31 +43,32 @@ class CeleryPublisher:
         harmless, the claim decides)."""
         if not commands:
             return 0
-        sent: list[int] = []  # indexes of commands known to be in the broker
-        buffered: list[int] = []  # handed to the batch: in the broker once it is sent
-        failed: set[int] = set()
+        sent = tried = 0
+        buffered: list[StepCommand] = []  # in the batch: in the broker once it is sent
         try:
             # One producer for the batch, and the argument text for the task's log line
             # given as is: Celery would otherwise format it with saferepr per message.
             with self._app.producer_or_acquire() as producer, \
                     _batch(producer, len(commands)) as batching:
-                for index, command in enumerate(commands):
+                for command in commands:
+                    tried += 1
                     args = command.as_args()
                     try:
                         self._app.send_task(STEP_TASK, args=args, queue=QUEUE_STEPS,
                                             producer=producer, argsrepr=repr(args),
                                             kwargsrepr="{}")
                     except (KombuError, OperationalError, OSError) as exc:
-                        failed.add(index)
                         self._failed(command, exc)
                     else:
-                        (buffered if batching else sent).append(index)
+                        if batching:
+                            buffered.append(command)
+                        else:
+                            sent += 1
         except (KombuError, OperationalError, OSError) as exc:  # no producer, or the batch
-            for index, command in enumerate(commands):  # was not sent
-                if index not in failed and index not in sent:
-                    self._failed(command, exc)
-            return len(sent)
-        return len(sent) + len(buffered)
+            for command in (*buffered, *commands[tried:]):  # was not sent
+                self._failed(command, exc)
+            return sent
+        return sent + len(buffered)
 
     def _failed(self, command: StepCommand, exc: BaseException) -> None:
         self.failures += 1

@@ -95,10 +95,14 @@ class SagaSweep:
         return self.committed.loaded if self.committed is not None else self.loaded
 
     @property
+    def made_due(self) -> tuple[StepCommand, ...]:
+        """What the sweep's commit (if any) made due, to publish once it is done."""
+        return self.committed.wake_ups if self.committed is not None else ()
+
+    @property
     def wake_ups(self) -> tuple[StepCommand, ...]:
         """Every command to publish, once the commit (if any) is done."""
-        made_due = self.committed.wake_ups if self.committed is not None else ()
-        return (*self.republish, *made_due)
+        return (*self.republish, *self.made_due)
 
 
 def sweep_saga(orchestrator: Orchestrator, loaded: LoadedSaga, queue_wait: timedelta) -> SagaSweep:
@@ -271,15 +275,14 @@ class Sweeper:
             report.active += 1
             try:
                 swept = self._sweep_saga(loaded, report)
-                if swept.committed is not None:
-                    woken.extend(swept.committed.wake_ups)
-                republish.extend(swept.republish)
             except SagaError as exc:
                 # A lost race (someone else is busy with it: its commit re-timed it, and
                 # this deferral, at the version read, changes nothing) or a bad stream.
                 report.errors.append(f"{saga_id}: {exc}")
                 deferrals.append(DueSaga(saga_id, loaded.version, put_off))
                 continue
+            woken.extend(swept.made_due)
+            republish.extend(swept.republish)
             redelivered.extend(swept.due)
             deferrals.append(retimed(swept, now, self.queue_wait, self.republish_max))
         # The chunk's messages go in two batches (one Redis round trip each), after its
