@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from types import TracebackType
 from typing import Any, Final
 from uuid import UUID
 
@@ -125,47 +125,65 @@ def recorded_event_row(  # noqa: PLR0917 - an event's columns, positionally
 _new = object.__new__
 
 
-@contextmanager
-def translated_errors(
-    stream_id: str | None = None,
-    expected: object = None,
-    *,
-    otherwise: type[EventStoreError] = EventStoreError,
-    context: str = "database error",
-) -> Iterator[None]:
+class translated_errors:  # noqa: N801 - used like a function: ``with translated_errors():``
     """Run database work, turning driver errors into the store's errors (the only place).
 
     ``stream_id``/``expected`` name an append's stream for ConcurrencyError; other
     driver errors become ``otherwise`` prefixed with ``context``.
+
+    A class rather than a generator context manager: every append and read enters one or
+    two, and a generator's setup and teardown cost several times a method call's.
     """
-    try:
-        yield
-    except EventStoreError:
-        raise
-    except psycopg_pool.PoolTimeout as exc:
-        raise StoreUnavailable(f"no database connection available: {exc}") from exc
-    except psycopg.OperationalError as exc:
-        raise StoreUnavailable(f"database unavailable: {exc}") from exc
-    except pg_errors.UniqueViolation as exc:
-        if stream_id is not None and exc.diag.constraint_name == "events_event_id_key":
-            raise EventIdConflict(_detail_key(exc), "in another append") from exc
-        raise otherwise(f"{context}: {exc}") from exc
-    except pg_errors.ReadOnlySqlTransaction as exc:
-        # A hot standby, or a session a read-only store opened: the write went to the wrong
-        # server (events.read_only), which no retry there can fix.
-        raise ReadOnlyStore(f"{context}: {exc}; writes go to the primary") from exc
-    except (pg_errors.UndefinedTable, pg_errors.UndefinedFunction) as exc:
-        if otherwise is not EventStoreError:
-            raise otherwise(f"{context}: {exc}") from exc
-        raise EventStoreError(f"{exc}; has `sagafleet db migrate` run?") from exc
-    except pg_errors.DataError as exc:
-        if stream_id is None:
-            raise otherwise(f"{context}: {exc}") from exc
-        raise InvalidEvent(f"stream {stream_id!r}: rejected by the database: {exc}") from exc
-    except psycopg.Error as exc:
+
+    __slots__ = ("context", "expected", "otherwise", "stream_id")
+
+    def __init__(
+        self,
+        stream_id: str | None = None,
+        expected: object = None,
+        *,
+        otherwise: type[EventStoreError] = EventStoreError,
+        context: str = "database error",
+    ) -> None:
+        self.stream_id, self.expected = stream_id, expected
+        self.otherwise, self.context = otherwise, context
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is None or isinstance(exc, EventStoreError):
+            return
+        if isinstance(exc, psycopg_pool.PoolTimeout):
+            raise StoreUnavailable(f"no database connection available: {exc}") from exc
+        if isinstance(exc, psycopg.Error):
+            raise self._translated(exc) from exc
+
+    def _translated(self, exc: psycopg.Error) -> EventStoreError:
+        stream_id, otherwise, context = self.stream_id, self.otherwise, self.context
+        if isinstance(exc, psycopg.OperationalError):
+            return StoreUnavailable(f"database unavailable: {exc}")
+        if isinstance(exc, pg_errors.UniqueViolation):
+            if stream_id is not None and exc.diag.constraint_name == "events_event_id_key":
+                return EventIdConflict(_detail_key(exc), "in another append")
+            return otherwise(f"{context}: {exc}")
+        if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
+            # A hot standby, or a session a read-only store opened: the write went to the
+            # wrong server (events.read_only), which no retry there can fix.
+            return ReadOnlyStore(f"{context}: {exc}; writes go to the primary")
+        if isinstance(exc, pg_errors.UndefinedTable | pg_errors.UndefinedFunction):
+            if otherwise is not EventStoreError:
+                return otherwise(f"{context}: {exc}")
+            return EventStoreError(f"{exc}; has `sagafleet db migrate` run?")
+        if isinstance(exc, pg_errors.DataError):
+            if stream_id is None:
+                return otherwise(f"{context}: {exc}")
+            return InvalidEvent(f"stream {stream_id!r}: rejected by the database: {exc}")
         if exc.sqlstate == WRONG_VERSION_SQLSTATE and stream_id is not None:
-            raise ConcurrencyError(stream_id, expected, int(exc.diag.message_detail or 0)) from exc
-        raise otherwise(f"{context}: {exc}") from exc
+            return ConcurrencyError(stream_id, self.expected, int(exc.diag.message_detail or 0))
+        return otherwise(f"{context}: {exc}")
 
 
 def _detail_key(exc: psycopg.Error) -> str:

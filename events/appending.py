@@ -138,15 +138,19 @@ def run_append(
     else:
         rows = _append(conn, stream_id, expected, prepared, notify, tip=tip,
                        due_params=due_params)
-    rows.sort(key=lambda row: row[0])
+    if len(rows) > 1:
+        rows.sort(key=lambda row: row[0])
     return rows
+
+
+_KEEP_DUE_PARAMS: Final = {"due_set": False, "due_at": None}
 
 
 def _due_params(due: DueTime) -> dict[str, Any]:
     """The statements' due-time parameters: whether to set it, and to what (NULL clears;
-    a new stream kept at no due time gets NULL)."""
+    a new stream kept at no due time gets NULL). Read-only: the statements copy them."""
     if isinstance(due, DueTimeChange):
-        return {"due_set": False, "due_at": None}
+        return _KEEP_DUE_PARAMS
     return {"due_set": True, "due_at": due}
 
 
@@ -211,6 +215,9 @@ def _chained_insert(
     """The append with its chain computed here from ``tip``, the hash of version
     ``expected`` (the genesis hash for a new stream); no rows when the head is not at that
     version with that hash, or when a stream expected not to exist does."""
+    if len(prepared) == 1:
+        return _chained_one(conn, stream_id, expected, prepared[0], notify, tip=tip,
+                            due_params=due_params)
     prev, links = tip, []
     for version, event in enumerate(prepared, expected + 1):
         before, after = event.body  # body.at(version), without a method call per event
@@ -226,27 +233,43 @@ def _chained_insert(
         "notify": notify,
         **due_params,
     }
-    if len(prepared) == 1:  # its row: version, tip and last hash are the head's
-        (event,) = prepared
-        params["id"], params["type"] = event.event_id, event.type
-        params["sv"], params["tenant"] = event.schema_version, event.tenant_id
-        params["data"], params["meta"] = event.data_json, event.metadata_json
-    else:
-        elements = [
-            f'{{{event.columns_json},"v":{version},"prev":"{prev}","hash":"{digest}"}}'
-            for version, event, (prev, digest) in zip(
-                range(expected + 1, expected + len(prepared) + 1), prepared, links, strict=True
-            )
-        ]
-        params["events"] = f"[{','.join(elements)}]"
-    if expected == 0:
-        statement = _CREATED_ONE if len(prepared) == 1 else _CREATED
-    else:
-        statement = _MOVED_ONE if len(prepared) == 1 else _MOVED
-    stored = _cursor(conn).execute(statement, params).fetchall()
+    elements = [
+        f'{{{event.columns_json},"v":{version},"prev":"{prev}","hash":"{digest}"}}'
+        for version, event, (prev, digest) in zip(
+            range(expected + 1, expected + len(prepared) + 1), prepared, links, strict=True
+        )
+    ]
+    params["events"] = f"[{','.join(elements)}]"
+    stored = _cursor(conn).execute(_CREATED if expected == 0 else _MOVED, params).fetchall()
     # The server returns only what it assigned; the chain is what was computed here (the
     # two hashes per row cost ~1-2% of an append to send back and decode).
     return [(*row, *links[row[0] - expected - 1]) for row in stored]
+
+
+def _chained_one(
+    conn: psycopg.Connection[Any],
+    stream_id: str,
+    expected: int,
+    event: PreparedEvent,
+    notify: bool,
+    *,
+    tip: str,
+    due_params: dict[str, Any],
+) -> list[Row]:
+    """:func:`_chained_insert` of one event (an append per saga step, the common case):
+    its one row as scalars, version, tip and last hash the head's."""
+    before, after = event.body
+    digest = chain_hash(tip, f"{before}{expected + 1}{after}")
+    params: dict[str, Any] = {
+        "stream": stream_id, "expected": expected, "tip": tip, "version": expected + 1,
+        "last_hash": digest, "notify": notify, "id": event.event_id, "type": event.type,
+        "sv": event.schema_version, "tenant": event.tenant_id, "data": event.data_json,
+        "meta": event.metadata_json,
+    }
+    params.update(due_params)
+    stored = _cursor(conn).execute(_CREATED_ONE if expected == 0 else _MOVED_ONE,
+                                   params).fetchone()
+    return [] if stored is None else [(*stored, tip, digest)]
 
 
 def _in_savepoint(

@@ -178,3 +178,14 @@ class AppendResult:
     def last_position(self) -> Position:
         """The global position of the last appended event."""
         return self.events[-1].position
+
+
+def append_result(
+    stream_id: str, version: int, events: tuple[RecordedEvent, ...]
+) -> AppendResult:
+    """A fresh append's result, built as :func:`events._pg.recorded_event_row` builds its
+    events: without the frozen dataclass's ``__init__`` (one ``object.__setattr__`` per
+    field), since every append makes one. The same attributes and equality."""
+    result = _new(AppendResult)
+    result.__dict__.update(stream_id=stream_id, version=version, events=events, duplicate=False)
+    return result

@@ -48,6 +48,7 @@ from events.model import (
     Position,
     RecordedEvent,
     ScannedEvent,
+    append_result,
 )
 from events.prepare import DEFAULT_MAX_EVENT_BYTES, PreparedEvent, prepare_events
 from events.reading import (
@@ -207,8 +208,17 @@ class EventStore:
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """Borrow a pooled (autocommit) connection for the caller's own queries."""
-        with translated_errors(), self._pool.connection() as conn:
-            yield conn
+        with translated_errors():
+            # getconn/putconn, not the pool's connection() block: that block also enters
+            # the connection's own context (a commit or rollback call, no-ops on an idle
+            # autocommit connection) and times the loan; in an append's turns against a
+            # raw INSERT that code measured 0.03-0.04 ms. putconn still rolls back (and
+            # warns about) a transaction left open, and replaces a broken connection.
+            conn = self._pool.getconn()
+            try:
+                yield conn
+            finally:
+                self._pool.putconn(conn)
 
     @contextmanager
     def transaction(self, *, pipelined: bool = False) -> Iterator[UnitOfWork]:
@@ -263,9 +273,13 @@ class EventStore:
         if conn is not None:
             return self._append_on(conn, stream_id, prepared, expected_version, savepoint=True,
                                    due=due_at)
-        with translated_errors(), self._pool.connection() as own:
-            return self._append_on(own, stream_id, prepared, expected_version, savepoint=False,
-                                   due=due_at)
+        with translated_errors():
+            own = self._pool.getconn()  # as connection() lends it, without a generator
+            try:
+                return self._append_on(own, stream_id, prepared, expected_version,
+                                       savepoint=False, due=due_at)
+            finally:
+                self._pool.putconn(own)
 
     def _append_on(
         self,
@@ -292,31 +306,28 @@ class EventStore:
             if original is None:
                 raise
             return original
-        recorded = tuple(
-            recorded_event_row(
-                stream_id,
-                version,
-                event.event_id,
-                event.type,
-                event.schema_version,
-                event.data,
-                event.metadata,
-                recorded_at,
-                xid,
-                position,
-                event_hash,
-                prev_hash,
-                event.tenant_id,
+        if len(prepared) == 1:  # an append per saga step: no per-event loop to set up
+            (event,), ((version, position, xid, recorded_at, prev_hash, event_hash),) = (
+                prepared, rows)
+            recorded: tuple[RecordedEvent, ...] = (recorded_event_row(
+                stream_id, version, event.event_id, event.type, event.schema_version,
+                event.data, event.metadata, recorded_at, xid, position, event_hash, prev_hash,
+                event.tenant_id),)
+        else:
+            recorded = tuple(
+                recorded_event_row(
+                    stream_id, version, event.event_id, event.type, event.schema_version,
+                    event.data, event.metadata, recorded_at, xid, position, event_hash,
+                    prev_hash, event.tenant_id,
+                )
+                for event, (version, position, xid, recorded_at, prev_hash, event_hash) in zip(
+                    prepared, rows, strict=True
+                )
             )
-            for event, (version, position, xid, recorded_at, prev_hash, event_hash) in zip(
-                prepared, rows, strict=True
-            )
-        )
+        last = recorded[-1]
         if not savepoint:  # committed now (a caller's transaction may still roll back)
-            self._remember(stream_id, recorded[-1])
-        return AppendResult(
-            stream_id=stream_id, version=recorded[-1].stream_version, events=recorded
-        )
+            self._remember(stream_id, last)
+        return append_result(stream_id, last.stream_version, recorded)
 
     def read_stream(
         self, stream_id: str, *, after_version: int = 0, to_version: int | None = None

@@ -41,7 +41,9 @@ def new_events(
     registry: EventRegistry | None, events: Sequence[NewEvent | BaseModel]
 ) -> list[NewEvent]:
     """The envelopes of an append's events (registered models converted by ``registry``)."""
-    if isinstance(events, NewEvent | BaseModel) or not isinstance(events, Sequence):
+    if type(events) is not list and (
+        isinstance(events, NewEvent | BaseModel) or not isinstance(events, Sequence)
+    ):
         raise InvalidEvent("events must be a sequence of NewEvent or registered models")
     converted: list[NewEvent] = []
     for event in events:
