@@ -31,7 +31,7 @@ from events.hashing import chain_hash, json_string
 from events.model import GENESIS_HASH, KEEP_DUE, DueTime, DueTimeChange
 from events.prepare import PreparedEvent
 
-_FUNCTION: Final = """
+_FUNCTION: Final = b"""
 SELECT stream_version, global_position, transaction_id::bigint, recorded_at, prev_hash,
        event_hash
   FROM eventstore.append_events(%(stream)s, %(expected)s, %(events)s::text::jsonb,
@@ -47,7 +47,7 @@ SELECT stream_version, global_position, transaction_id::bigint, recorded_at, pre
 # wake-up is sent at most once.
 _CHAINED_INSERT: Final = """
 WITH head AS ({head}
-    RETURNING s.version, CASE WHEN %(notify)s THEN pg_notify('eventstore_events', '') END
+    RETURNING s.version, {wake}
 )
 INSERT INTO eventstore.events AS e (stream_id, stream_version, event_id, event_type,
     schema_version, data, metadata, tenant_id, prev_hash, event_hash)
@@ -61,14 +61,13 @@ _CREATED_HEAD: Final = """
     -- A new stream, chained from the genesis hash. Concurrent creators meet on the
     -- primary key: the loser waits, gets no row and writes nothing.
     INSERT INTO eventstore.streams AS s (stream_id, version, last_hash, due_at)
-    VALUES (%(stream)s, %(version)s, %(last_hash)s, %(due_at)s::timestamptz)
+    VALUES (%(stream)s, %(version)s, %(last_hash)s, {due})
     ON CONFLICT (stream_id) DO NOTHING"""
 
 _MOVED_HEAD: Final = """
     -- The head moves on only from the version and hash the chain starts at.
     UPDATE eventstore.streams s
-       SET version = %(version)s, last_hash = %(last_hash)s, updated_at = now(),
-           due_at = CASE WHEN %(due_set)s THEN %(due_at)s::timestamptz ELSE s.due_at END
+       SET version = %(version)s, last_hash = %(last_hash)s, updated_at = now(){due}
      WHERE s.stream_id = %(stream)s AND s.version = %(expected)s AND s.last_hash = %(tip)s"""
 
 # Where the rows come from. A batch: one JSON document (psycopg's per-element array
@@ -86,10 +85,34 @@ _ONE_ROW: Final = """(VALUES (%(version)s::bigint, %(id)s::uuid, %(type)s::text,
                           %(tip)s::text, %(last_hash)s::text))
                  AS x(v, id, type, sv, data, meta, tenant, prev, hash)"""
 
-_CREATED: Final = _CHAINED_INSERT.format(head=_CREATED_HEAD, rows=_BATCH_ROWS)
-_CREATED_ONE: Final = _CHAINED_INSERT.format(head=_CREATED_HEAD, rows=_ONE_ROW)
-_MOVED: Final = _CHAINED_INSERT.format(head=_MOVED_HEAD, rows=_BATCH_ROWS)
-_MOVED_ONE: Final = _CHAINED_INSERT.format(head=_MOVED_HEAD, rows=_ONE_ROW)
+
+def _chained_statement(*, created: bool, many: bool, notify: bool, due_set: bool) -> bytes:
+    """The chained insert for one case. Whether to wake subscribers and whether to set the
+    due time are written into the text, not sent as parameters (each parameter costs the
+    client a dump per append), so each case is a statement of its own."""
+    if created:
+        head = _CREATED_HEAD.format(due="%(due_at)s::timestamptz" if due_set else "NULL")
+    else:
+        head = _MOVED_HEAD.format(due=", due_at = %(due_at)s::timestamptz" if due_set else "")
+    # As bytes: psycopg would encode a text statement on every execution, and hash the new
+    # bytes to find its parsed form in its cache (a constant's hash is computed once).
+    return _CHAINED_INSERT.format(
+        head=head,
+        rows=_BATCH_ROWS if many else _ONE_ROW,
+        wake="pg_notify('eventstore_events', '')" if notify else "NULL",
+    ).encode()
+
+
+_CHAINED: Final = {
+    (created, many, notify, due_set): _chained_statement(
+        created=created, many=many, notify=notify, due_set=due_set
+    )
+    for created in (False, True)
+    for many in (False, True)
+    for notify in (False, True)
+    for due_set in (False, True)
+}
+"""The chained insert by (creates the stream, several events, notifies, sets the due time)."""
 
 # One cursor per connection, kept: a cursor per statement (conn.execute) cost ~30-40 us
 # more per single-event append (~5%; same-run interleaved measurement, 1500 appends). A
@@ -129,28 +152,22 @@ def run_append(
     server only checks it continues from there (a wrong tip costs a fallback, no more).
     ``due``: the head's new due time, written by the same statement that moves the head.
     """
-    due_params = _due_params(due)
     if savepoint and not (
         conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
     ):
-        rows = _in_savepoint(conn, stream_id, expected, prepared, notify, tip=tip,
-                             due_params=due_params)
+        rows = _in_savepoint(conn, stream_id, expected, prepared, notify, tip=tip, due=due)
     else:
-        rows = _append(conn, stream_id, expected, prepared, notify, tip=tip,
-                       due_params=due_params)
+        rows = _append(conn, stream_id, expected, prepared, notify, tip=tip, due=due)
     if len(rows) > 1:
         rows.sort(key=lambda row: row[0])
     return rows
 
 
-_KEEP_DUE_PARAMS: Final = {"due_set": False, "due_at": None}
-
-
 def _due_params(due: DueTime) -> dict[str, Any]:
-    """The statements' due-time parameters: whether to set it, and to what (NULL clears;
-    a new stream kept at no due time gets NULL). Read-only: the statements copy them."""
+    """The append function's due-time parameters: whether to set it, and to what (NULL
+    clears; a new stream kept at no due time gets NULL)."""
     if isinstance(due, DueTimeChange):
-        return _KEEP_DUE_PARAMS
+        return {"due_set": False, "due_at": None}
     return {"due_set": True, "due_at": due}
 
 
@@ -162,17 +179,16 @@ def _append(
     notify: bool,
     *,
     tip: str | None,
-    due_params: dict[str, Any],
+    due: DueTime,
 ) -> list[Row]:
     # Where the chain starts, when it is known here: a new stream's at the genesis hash.
     chain_from = GENESIS_HASH if expected == 0 else tip
     if chain_from is not None:
         rows = _chained_insert(conn, stream_id, expected, prepared, notify, tip=chain_from,
-                               due_params=due_params)
+                               due=due)
         if rows:  # none: the stream exists, or moved on; the function decides
             return rows
-    return _append_function(conn, stream_id, expected, prepared, notify,
-                            due_params=due_params)
+    return _append_function(conn, stream_id, expected, prepared, notify, due=due)
 
 
 def _append_function(
@@ -182,7 +198,7 @@ def _append_function(
     prepared: list[PreparedEvent],
     notify: bool,
     *,
-    due_params: dict[str, Any],
+    due: DueTime,
 ) -> list[Row]:
     """The general append: the server locks the head, checks the version, chains."""
     # One JSON document instead of per-field arrays: psycopg's per-element array dumping
@@ -197,7 +213,7 @@ def _append_function(
         "expected": expected,
         "events": f"[{elements}]",
         "notify": notify,
-        **due_params,
+        **_due_params(due),
     }
     return _cursor(conn).execute(_FUNCTION, params).fetchall()
 
@@ -210,14 +226,13 @@ def _chained_insert(
     notify: bool,
     *,
     tip: str,
-    due_params: dict[str, Any],
+    due: DueTime,
 ) -> list[Row]:
     """The append with its chain computed here from ``tip``, the hash of version
     ``expected`` (the genesis hash for a new stream); no rows when the head is not at that
     version with that hash, or when a stream expected not to exist does."""
     if len(prepared) == 1:
-        return _chained_one(conn, stream_id, expected, prepared[0], notify, tip=tip,
-                            due_params=due_params)
+        return _chained_one(conn, stream_id, expected, prepared[0], notify, tip=tip, due=due)
     prev, links = tip, []
     for version, event in enumerate(prepared, expected + 1):
         before, after = event.body  # body.at(version), without a method call per event
@@ -230,9 +245,10 @@ def _chained_insert(
         "tip": tip,
         "version": expected + len(prepared),
         "last_hash": prev,
-        "notify": notify,
-        **due_params,
     }
+    due_set = not isinstance(due, DueTimeChange)
+    if due_set:
+        params["due_at"] = due
     elements = [
         f'{{{event.columns_json},"v":{version},"prev":"{prev}","hash":"{digest}"}}'
         for version, event, (prev, digest) in zip(
@@ -240,7 +256,8 @@ def _chained_insert(
         )
     ]
     params["events"] = f"[{','.join(elements)}]"
-    stored = _cursor(conn).execute(_CREATED if expected == 0 else _MOVED, params).fetchall()
+    statement = _CHAINED[expected == 0, True, notify, due_set]
+    stored = _cursor(conn).execute(statement, params).fetchall()
     # The server returns only what it assigned; the chain is what was computed here (the
     # two hashes per row cost ~1-2% of an append to send back and decode).
     return [(*row, *links[row[0] - expected - 1]) for row in stored]
@@ -254,7 +271,7 @@ def _chained_one(
     notify: bool,
     *,
     tip: str,
-    due_params: dict[str, Any],
+    due: DueTime,
 ) -> list[Row]:
     """:func:`_chained_insert` of one event (an append per saga step, the common case):
     its one row as scalars, version, tip and last hash the head's."""
@@ -262,13 +279,15 @@ def _chained_one(
     digest = chain_hash(tip, f"{before}{expected + 1}{after}")
     params: dict[str, Any] = {
         "stream": stream_id, "expected": expected, "tip": tip, "version": expected + 1,
-        "last_hash": digest, "notify": notify, "id": event.event_id, "type": event.type,
+        "last_hash": digest, "id": event.event_id, "type": event.type,
         "sv": event.schema_version, "tenant": event.tenant_id, "data": event.data_json,
         "meta": event.metadata_json,
     }
-    params.update(due_params)
-    stored = _cursor(conn).execute(_CREATED_ONE if expected == 0 else _MOVED_ONE,
-                                   params).fetchone()
+    due_set = not isinstance(due, DueTimeChange)
+    if due_set:
+        params["due_at"] = due
+    statement = _CHAINED[expected == 0, False, notify, due_set]
+    stored = _cursor(conn).execute(statement, params).fetchone()
     return [] if stored is None else [(*stored, tip, digest)]
 
 
@@ -280,7 +299,7 @@ def _in_savepoint(
     notify: bool,
     *,
     tip: str | None,
-    due_params: dict[str, Any],
+    due: DueTime,
 ) -> list[Row]:
     """Run inside the caller's transaction without ending it.
 
@@ -294,8 +313,7 @@ def _in_savepoint(
     try:
         with conn.pipeline() if own else contextlib.nullcontext():
             conn.execute("SAVEPOINT eventstore_append")
-            rows = _append(conn, stream_id, expected, prepared, notify, tip=tip,
-                       due_params=due_params)
+            rows = _append(conn, stream_id, expected, prepared, notify, tip=tip, due=due)
             conn.execute("RELEASE SAVEPOINT eventstore_append")
     except psycopg.Error:
         if own:

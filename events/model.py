@@ -78,6 +78,7 @@ def new_event_id() -> UUID:
 
 _new = object.__new__
 _set = object.__setattr__
+_UNKNOWN_SAFETY: Final = SafeUUID.unknown  # an enum member's lookup costs per access
 
 _VERSION_7_MASK: Final = ~(0xF << 76) & ~(0x3 << 62)
 _VERSION_7_BITS: Final = 0x7 << 76 | 0x2 << 62  # version 7, RFC 4122 variant
@@ -94,7 +95,7 @@ def new_event_ids(count: int) -> list[UUID]:
         # Built without UUID.__init__'s argument parsing: the value is a checked 128-bit int.
         made = _new(UUID)
         _set(made, "int", value | _VERSION_7_BITS)
-        _set(made, "is_safe", SafeUUID.unknown)
+        _set(made, "is_safe", _UNKNOWN_SAFETY)
         ids.append(made)
     return ids
 

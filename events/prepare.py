@@ -10,7 +10,7 @@ from typing import Any, Final, NamedTuple, cast
 from events.errors import InvalidEvent
 from events.hashing import (
     BodyAroundVersion,
-    body_around_version,
+    body_around,
     canonical_json,
     contains_float,
     json_string,
@@ -166,6 +166,12 @@ def _reject_nul(what: str, value: Any) -> None:
             _reject_nul(what, item)
 
 
+# Event types already checked, each with its JSON text: an application appends a few
+# types over and over. Bounded (emptied when full) against a stream of distinct names.
+_TYPE_JSON: dict[str, str] = {}
+_TYPES_KEPT: Final = 4096
+
+
 def _event_id(value: uuid.UUID | str) -> tuple[uuid.UUID, bool]:
     if isinstance(value, uuid.UUID):
         return value, True
@@ -194,8 +200,7 @@ def prepare_events(
         if not isinstance(event, NewEvent):
             raise InvalidEvent(f"event #0 is a {type(event).__name__}, not a NewEvent")
         fresh = iter(new_event_ids(1)) if event.event_id is None else iter(())
-        return [_prepare_one(stream_json, 0, event, max_event_bytes, fresh, data_text=None,
-                             types={})]
+        return [_prepare_one(stream_json, 0, event, max_event_bytes, fresh, data_text=None)]
     for index, event in enumerate(events):
         if not isinstance(event, NewEvent):
             raise InvalidEvent(f"event #{index} is a {type(event).__name__}, not a NewEvent")
@@ -204,8 +209,6 @@ def prepare_events(
     # A batch's data encoded in one call (see sorted_json_each); one by one if that fails,
     # which also names the event at fault.
     texts = sorted_json_each([event.data for event in events])
-    # Each type checked and written as JSON once per batch (a batch mostly repeats one).
-    types: dict[str, str] = {}
     prepared = [
         _prepare_one(
             stream_json,
@@ -214,7 +217,6 @@ def prepare_events(
             max_event_bytes,
             fresh,
             data_text=None if texts is None else texts[index],
-            types=types,
         )
         for index, event in enumerate(events)
     ]
@@ -233,13 +235,15 @@ def _prepare_one(
     fresh: Iterator[uuid.UUID],
     *,
     data_text: str | None,
-    types: dict[str, str],
 ) -> PreparedEvent:
     event_type = event.type
-    type_json = types.get(event_type) if type(event_type) is str else None
+    type_json = _TYPE_JSON.get(event_type) if type(event_type) is str else None
     if type_json is None:
         event_type = check_name("type", event_type, MAX_TYPE_LENGTH, index=index)
-        type_json = types[event_type] = json_string(event_type)
+        type_json = json_string(event_type)
+        if len(_TYPE_JSON) >= _TYPES_KEPT:
+            _TYPE_JSON.clear()
+        _TYPE_JSON[event_type] = type_json
     schema_version = event.schema_version
     if type(schema_version) is not int or not 1 <= schema_version <= 2**31 - 1:
         _refuse_schema_version(index, event_type, schema_version)
@@ -254,7 +258,7 @@ def _prepare_one(
         raise InvalidEvent(f"event #{index} ({event_type}) {exc}") from None
     except RecursionError:  # the walks below the encoder recurse too
         raise InvalidEvent(f"event #{index} ({event_type}) is nested too deeply") from None
-    size = _utf8_length(data_json) + _utf8_length(metadata_json)
+    size = _utf8_length(data_json) + (2 if metadata_json == "{}" else _utf8_length(metadata_json))
     if size > limit:
         raise InvalidEvent(
             f"event #{index} ({event_type}) is {size} bytes serialized; the limit is {limit}"
@@ -268,15 +272,13 @@ def _prepare_one(
         f'"id":"{id_text}","type":{type_json},"sv":{schema_version},'
         f'"data":{data_json},"meta":{metadata_json},"tenant":{tenant_json}'
     )
-    body = body_around_version(
-        {
-            "data": data_json,
-            "event_id": f'"{id_text}"',
-            "metadata": metadata_json,
-            "schema_version": str(schema_version),
-            "stream_id": stream_json,
-            "type": type_json,
-        }
+    body = body_around(
+        data=data_json,
+        event_id=f'"{id_text}"',
+        metadata=metadata_json,
+        schema_version=str(schema_version),
+        stream_id=stream_json,
+        type=type_json,
     )
     return PreparedEvent(
         event_id,

@@ -33,7 +33,7 @@ from bench_databases import drop_database, new_database
 from bench_store import PAYLOAD, RAW_TABLE, Appender, RawInserter, interleaved
 
 from events import EventStore, NewEvent
-from events.appending import _CREATED_ONE, _MOVED_ONE, _cursor
+from events.appending import _CHAINED, _cursor
 from events.hashing import chain_hash
 from events.model import GENESIS_HASH
 from events.prepare import prepare_events
@@ -61,10 +61,10 @@ class Rung:
             data = json.dumps(PAYLOAD, separators=(",", ":"), sort_keys=True)
         last = chain_hash(tip, f"{stream}{version + 1}{data}")
         params = {"stream": stream, "expected": version, "tip": tip, "version": version + 1,
-                  "last_hash": last, "notify": True, "due_set": False, "due_at": None,
-                  "id": uuid.uuid4(), "type": "Bench", "sv": 1, "tenant": None, "data": data,
-                  "meta": "{}"}
-        statement = _CREATED_ONE if version == 0 else _MOVED_ONE
+                  "last_hash": last, "id": uuid.uuid4(), "type": "Bench", "sv": 1,
+                  "tenant": None, "data": data, "meta": "{}"}
+        # (creates the stream, several events, notifies, sets the due time)
+        statement = _CHAINED[version == 0, False, True, False]
         if self.pool:
             with self.store.connection() as conn:
                 rows = _cursor(conn).execute(statement, params).fetchall()
