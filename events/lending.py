@@ -63,7 +63,8 @@ class ConnectionLender:
     def give_back(self, conn: psycopg.Connection[Any]) -> None:
         """Return a borrowed connection: kept at hand when it is idle and nobody waits,
         back to the pool otherwise."""
-        if not conn.closed and conn.pgconn.transaction_status == _IDLE:
+        # A closed or broken connection's status is UNKNOWN, never IDLE.
+        if conn.pgconn.transaction_status == _IDLE:
             with self._lock:
                 self._returns += 1
                 if not (self._waiting or self._closed or self._returns % RETURN_EVERY == 0):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import os
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -84,11 +85,44 @@ _VERSION_7_MASK: Final = ~(0xF << 76) & ~(0x3 << 62)
 _VERSION_7_BITS: Final = 0x7 << 76 | 0x2 << 62  # version 7, RFC 4122 variant
 
 
+class _Noise(threading.local):
+    """This thread's unused bytes of the system's random source, read in blocks: a read
+    per append is a system call, and appends are made one per saga step."""
+
+    block = b""
+    at = 0
+
+
+_NOISE: Final = _Noise()
+_NOISE_BLOCK: Final = 4096
+
+
+def _forget_noise() -> None:
+    # A forked child holds a copy of its parent's unused bytes: it must not use them too.
+    _NOISE.block, _NOISE.at = b"", 0
+
+
+os.register_at_fork(after_in_child=_forget_noise)
+
+
+def _random_bytes(size: int) -> bytes:
+    """``size`` bytes from the system's random source (``os.urandom``), never given twice
+    in this process or a fork of it."""
+    noise = _NOISE
+    at = noise.at
+    if at + size > len(noise.block):
+        if size > _NOISE_BLOCK:
+            return os.urandom(size)
+        noise.block, at = os.urandom(_NOISE_BLOCK), 0
+    noise.at = at + size
+    return noise.block[at : at + size]
+
+
 def new_event_ids(count: int) -> list[UUID]:
     """``count`` fresh version-7 ids (as :func:`new_event_id`) from one clock reading and
     one read of the random source: a batch append needs one per event."""
     stamp = (time.time_ns() // 1_000_000 & (1 << 48) - 1) << 80
-    noise = os.urandom(10 * count)
+    noise = _random_bytes(10 * count)
     ids = []
     for offset in range(0, 10 * count, 10):
         value = (stamp | int.from_bytes(noise[offset : offset + 10], "big")) & _VERSION_7_MASK

@@ -44,6 +44,7 @@ class PreparedEvent(NamedTuple):
     """
 
     event_id: uuid.UUID
+    id_text: str
     type: str
     schema_version: int
     data: dict[str, Any]
@@ -166,10 +167,21 @@ def _reject_nul(what: str, value: Any) -> None:
             _reject_nul(what, item)
 
 
-# Event types already checked, each with its JSON text: an application appends a few
-# types over and over. Bounded (emptied when full) against a stream of distinct names.
+# Names already checked, each with its JSON text: an application appends a few event
+# types over and over, and a saga appends to its stream at every step. Bounded (emptied
+# when full) against a run of distinct names.
 _TYPE_JSON: dict[str, str] = {}
-_TYPES_KEPT: Final = 4096
+_STREAM_JSON: dict[str, str] = {}
+_NAMES_KEPT: Final = 4096
+
+
+def _remembered(checked: dict[str, str], name: str) -> str:
+    """The JSON text of a name just checked, kept in ``checked`` for the next time."""
+    text = json_string(name)
+    if len(checked) >= _NAMES_KEPT:
+        checked.clear()
+    checked[name] = text
+    return text
 
 
 def _event_id(value: uuid.UUID | str) -> tuple[uuid.UUID, bool]:
@@ -185,7 +197,11 @@ def prepare_events(
     stream_id: str, events: Sequence[NewEvent], max_event_bytes: int
 ) -> list[PreparedEvent]:
     """Validate a batch for one stream and normalise it, or raise InvalidEvent naming why."""
-    check_name("stream id", stream_id, MAX_STREAM_ID_LENGTH)
+    stream_json = _STREAM_JSON.get(stream_id) if type(stream_id) is str else None
+    if stream_json is None:
+        stream_json = _remembered(
+            _STREAM_JSON, check_name("stream id", stream_id, MAX_STREAM_ID_LENGTH)
+        )
     # A list (what the stores pass) skips the ABC check, which costs more than the rest of
     # this block for one event.
     if type(events) is not list and (
@@ -194,7 +210,6 @@ def prepare_events(
         raise InvalidEvent("events must be a sequence of NewEvent")
     if not events:
         raise InvalidEvent(f"append to {stream_id!r} needs at least one event")
-    stream_json = json_string(stream_id)
     if len(events) == 1:  # an append per saga step: the common case, without batch work
         (event,) = events
         if not isinstance(event, NewEvent):
@@ -240,10 +255,7 @@ def _prepare_one(
     type_json = _TYPE_JSON.get(event_type) if type(event_type) is str else None
     if type_json is None:
         event_type = check_name("type", event_type, MAX_TYPE_LENGTH, index=index)
-        type_json = json_string(event_type)
-        if len(_TYPE_JSON) >= _TYPES_KEPT:
-            _TYPE_JSON.clear()
-        _TYPE_JSON[event_type] = type_json
+        type_json = _remembered(_TYPE_JSON, event_type)
     schema_version = event.schema_version
     if type(schema_version) is not int or not 1 <= schema_version <= 2**31 - 1:
         _refuse_schema_version(index, event_type, schema_version)
@@ -282,6 +294,7 @@ def _prepare_one(
     )
     return PreparedEvent(
         event_id,
+        id_text,
         event_type,
         schema_version,
         data,

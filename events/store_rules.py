@@ -47,7 +47,9 @@ def new_events(
         raise InvalidEvent("events must be a sequence of NewEvent or registered models")
     converted: list[NewEvent] = []
     for event in events:
-        if isinstance(event, BaseModel):
+        if type(event) is NewEvent:  # before the model check: BaseModel's is an ABC's
+            converted.append(event)
+        elif isinstance(event, BaseModel):
             if registry is None:
                 raise UnregisteredEventModel(
                     f"{type(event).__name__} is a model but this store has no registry"
