@@ -20,9 +20,9 @@ import hashlib
 import json
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, cast
 
 from events.model import RecordedEvent
 
@@ -37,10 +37,9 @@ HASH_BODY_FIELDS: Final = (
 )
 """What an event's hash covers besides its predecessor, in canonical (sorted) key order."""
 
-# Built once, documented API only: json.dumps(**options) would build this per call. (The
-# private C encoder behind it, kept and called directly, saved ~1 us an event: not worth
-# a private API.) No cycle markers: a cycle, like nesting too deep for the encoder, ends
-# in RecursionError, which sorted_json turns into ValueError.
+# Built once: json.dumps(**options) would build this per call. No cycle markers: a cycle,
+# like nesting too deep for the encoder, ends in RecursionError, which sorted_json turns
+# into ValueError.
 _CANONICAL = json.JSONEncoder(
     sort_keys=True,
     separators=(",", ":"),
@@ -48,6 +47,34 @@ _CANONICAL = json.JSONEncoder(
     allow_nan=False,
     check_circular=False,
 )
+
+
+def _kept_c_encoder() -> Callable[[Any, int], list[str]] | None:
+    """The C encoder ``_CANONICAL.encode`` builds on every call, built once, or None.
+
+    ``json.encoder.c_make_encoder`` is undocumented, though its arguments have not changed
+    since Python 2.7; building it per call was ~0.7 us of the ~2 us a small event's data
+    costs to encode, and ~0.005 of the single-event append's ratio to a raw INSERT
+    (``scripts/bench_store.py``; issue 21's target is 0.8). So it is used only when it
+    builds and writes exactly what the documented encoder writes for a sample; otherwise
+    (another interpreter, another signature) sorted_json calls ``_CANONICAL.encode``.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    sample: dict[str, Any] = {"b": [1, -2.5, True, None, "é\u0000\"", {"y": {}, "x": []}], "a": "z"}
+    try:
+        encoder = make(None, _CANONICAL.default, json.encoder.encode_basestring, None,
+                       _CANONICAL.key_separator, _CANONICAL.item_separator, True, False, False)
+        written = "".join(encoder(sample, 0))
+    except (TypeError, ValueError):
+        return None
+    if written != _CANONICAL.encode(sample):
+        return None
+    return cast(Callable[[Any, int], list[str]], encoder)
+
+
+_C_CANONICAL: Final = _kept_c_encoder()
 
 
 def json_string(text: str) -> str:
@@ -61,6 +88,8 @@ def sorted_json(value: Any) -> str:
     TypeError for what JSON cannot hold, ValueError for NaN or infinities, a cycle, or
     nesting too deep to encode (never a RecursionError)."""
     try:
+        if _C_CANONICAL is not None:
+            return "".join(_C_CANONICAL(value, 0))
         return _CANONICAL.encode(value)
     except RecursionError:
         raise ValueError("nested too deeply (or circular)") from None

@@ -140,3 +140,23 @@ def test_chain_hash_depends_on_the_predecessor() -> None:
     body = json.dumps({"a": 1})
     assert chain_hash("0" * 64, body) != chain_hash("1" * 64, body)
     assert len(chain_hash("0" * 64, body)) == 64
+
+
+@given(values)
+def test_sorted_json_writes_what_the_documented_encoder_writes(value: object) -> None:
+    # sorted_json may call the C encoder it keeps; the text must be the documented one's
+    reference = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                           allow_nan=False)
+    assert sorted_json(value) == reference
+
+
+def test_sorted_json_refuses_what_json_cannot_hold_and_nesting_it_cannot_walk() -> None:
+    with pytest.raises(ValueError, match="NaN|Out of range"):
+        sorted_json({"x": float("nan")})
+    with pytest.raises(TypeError):
+        sorted_json({"x": object()})
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(ValueError, match="nested too deeply"):
+        sorted_json(deep)
