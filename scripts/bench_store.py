@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 from bench_databases import drop_database, new_database
@@ -81,14 +81,26 @@ RAW_HASH = "ab" * 32
 """What the baseline writes in each hash column: a hash's length, no hashing."""
 
 
+WARM_CALLS: Final = 128
+"""Untimed calls each op makes before it is timed (twice the appenders' 64 streams)."""
+
+
 def median_ms(samples: list[float]) -> float:
     """Median of seconds, in milliseconds."""
     return statistics.median(samples) * 1000
 
 
-def interleaved(ops: dict[str, Callable[[], object]], times: int) -> dict[str, float]:
+def interleaved(
+    ops: dict[str, Callable[[], object]], times: int, *, warm: int = WARM_CALLS
+) -> dict[str, float]:
     """Median latency (ms) per op, the ops taking turns call by call (in alternating order),
-    so that whatever the machine does meanwhile falls on every op alike."""
+    so that whatever the machine does meanwhile falls on every op alike. Each op first runs
+    ``warm`` untimed calls in the same turns: the steady state is measured, not the first
+    writes to each page after the fill's checkpoint, a store's stream creations or the
+    driver preparing its statements."""
+    for _ in range(warm):
+        for op in ops.values():
+            op()
     samples: dict[str, list[float]] = {name: [] for name in ops}
     order = list(ops.items())
     for turn in range(times):
