@@ -19,6 +19,10 @@ What the pool does stays done:
   pool (its ``max_lifetime`` expiry, reset and replacement run there), so a kept connection
   is checked at the pool's pace, however busy the store.
 * **Closing returns them all** before the pool closes.
+
+What differs: a store that falls quiet keeps its kept connections open (as many as its
+busiest moment borrowed at once, at most the pool's size), where the pool alone would close
+those above its minimum after ``max_idle``; they are checked again at its next returns.
 """
 
 from __future__ import annotations
