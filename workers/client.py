@@ -616,7 +616,9 @@ class SagaClient:
         if action not in OPERATOR_ACTIONS:
             raise InvalidRequest(
                 f"operator action {action!r} is not one of {list(OPERATOR_ACTIONS)}")
-        if step_id is not None and not self._load(saga_id).definition.has_step(step_id):
+        # Loaded once: the step is checked on it, and the commit starts from it.
+        loaded = self._load(saga_id)
+        if step_id is not None and not loaded.definition.has_step(step_id):
             raise InvalidRequest(f"saga {saga_id} has no step {step_id!r}")
         request = OperatorRequest(action=action, actor=self.actor,
                                   reason=reason, step_id=step_id, kind=kind,
@@ -636,13 +638,17 @@ class SagaClient:
             recorded.append(event)
             return [event]
 
-        view = self._record(saga_id, versions.bound_to_version(build, saga_id, expected_version))
+        view = self._record(saga_id, versions.bound_to_version(build, saga_id, expected_version),
+                            loaded=loaded)
         return Resolution(recorded=recorded[0] if recorded else None, saga=view)
 
-    def _record(self, saga_id: str, build: Build) -> SagaView:
+    def _record(self, saga_id: str, build: Build, *, loaded: LoadedSaga | None = None
+                ) -> SagaView:
         """Commit what ``build`` makes of this tenant's saga as this actor, publish what the
-        commit made due, and return the saga as it now stands."""
-        loaded = self._load(saga_id)
+        commit made due, and return the saga as it now stands (``loaded``: the saga as the
+        caller just loaded it; a commit that lost a race to it reloads)."""
+        if loaded is None:
+            loaded = self._load(saga_id)
         committed = self.orchestrator.record(saga_id, build, known=loaded, actor=self.actor)
         if committed is None:
             return self.status(saga_id)
