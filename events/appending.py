@@ -165,12 +165,13 @@ def run_append(
     return rows
 
 
-def _due_params(due: DueTime) -> dict[str, Any]:
-    """The append function's due-time parameters: whether to set it, and to what (NULL
-    clears; a new stream kept at no due time gets NULL)."""
+def _put_due(params: dict[str, Any], due: DueTime) -> bool:
+    """Put the due time to write into ``params`` (None clears it); whether there is one
+    (``KEEP_DUE``: none, and nothing is put)."""
     if isinstance(due, DueTimeChange):
-        return {"due_set": False, "due_at": None}
-    return {"due_set": True, "due_at": due}
+        return False
+    params["due_at"] = due
+    return True
 
 
 def _append(
@@ -215,8 +216,9 @@ def _append_function(
         "expected": expected,
         "events": f"[{elements}]",
         "notify": notify,
-        **_due_params(due),
+        "due_at": None,  # a new stream kept at no due time gets NULL
     }
+    params["due_set"] = _put_due(params, due)
     return _cursor(conn).execute(_FUNCTION, params).fetchall()
 
 
@@ -248,9 +250,7 @@ def _chained_insert(
         "version": expected + len(prepared),
         "last_hash": prev,
     }
-    due_set = not isinstance(due, DueTimeChange)
-    if due_set:
-        params["due_at"] = due
+    due_set = _put_due(params, due)
     elements = [
         f'{{{event.columns_json},"v":{version},"prev":"{prev}","hash":"{digest}"}}'
         for version, event, (prev, digest) in zip(
@@ -287,9 +287,7 @@ def _chained_one(
         "sv": event.schema_version, "tenant": event.tenant_id, "data": event.data_json,
         "meta": event.metadata_json,
     }
-    due_set = not isinstance(due, DueTimeChange)
-    if due_set:
-        params["due_at"] = due
+    due_set = _put_due(params, due)
     statement = _CHAINED[expected == 0, False, notify, due_set]
     stored = _cursor(conn).execute(statement, params).fetchone()
     return [] if stored is None else [(*stored, tip, digest)]

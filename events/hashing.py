@@ -178,19 +178,19 @@ def hash_body(
     return canonical_json({field: values[field] for field in HASH_BODY_FIELDS})
 
 
-# The same layout as one positional %-template over each field's JSON text (the fastest
-# str formatting here), with a NUL where the version goes: JSON text never holds a raw
-# NUL (the encoder escapes it), so the first one splits the body. itemgetter takes the
-# texts out of the mapping in HASH_BODY_FIELDS order, without naming a field again.
+# The same layout as two positional %-templates over each field's JSON text (the fastest
+# str formatting here), split where the version goes: the fields before it, and the fields
+# after it. itemgetter takes the texts out of the mapping in HASH_BODY_FIELDS order,
+# without naming a field again.
 _AROUND_VERSION: Final = tuple(field for field in HASH_BODY_FIELDS if field != "stream_version")
 _TEXTS_IN_ORDER: Final = operator.itemgetter(*_AROUND_VERSION)
-_BODY_TEMPLATE: Final = (
-    "{"
-    + ",".join(
-        f'"{field}":' + ("\0" if field == "stream_version" else "%s")
-        for field in HASH_BODY_FIELDS
-    )
-    + "}"
+_VERSION_AT: Final = HASH_BODY_FIELDS.index("stream_version")
+_BEFORE_TEMPLATE: Final = (
+    "{" + "".join(f'"{field}":%s,' for field in HASH_BODY_FIELDS[:_VERSION_AT])
+    + '"stream_version":'
+)
+_AFTER_TEMPLATE: Final = (
+    "".join(f',"{field}":%s' for field in HASH_BODY_FIELDS[_VERSION_AT + 1 :]) + "}"
 )
 
 
@@ -208,22 +208,9 @@ class BodyAroundVersion(NamedTuple):
 def body_around_version(texts: Mapping[str, str]) -> BodyAroundVersion:
     """The hash body split at the version, from the canonical JSON text of every other
     field of :data:`HASH_BODY_FIELDS` (the fast form of :func:`hash_body`, for appends)."""
-    before, _, after = (_BODY_TEMPLATE % _TEXTS_IN_ORDER(texts)).partition("\0")
-    return BodyAroundVersion(before, after)
-
-
-def body_around(  # noqa: PLR0913 - the fields
-    *, data: str, event_id: str, metadata: str, schema_version: str, stream_id: str,
-    type: str,  # noqa: A002
-) -> BodyAroundVersion:
-    """:func:`body_around_version` from each field's canonical JSON text as an argument
-    (an append's path: no mapping built per event, two texts written directly; the tests
-    hold it to :func:`hash_body`)."""
-    return BodyAroundVersion(
-        f'{{"data":{data},"event_id":{event_id},"metadata":{metadata},'
-        f'"schema_version":{schema_version},"stream_id":{stream_id},"stream_version":',
-        f',"type":{type}}}',
-    )
+    texts_in_order = _TEXTS_IN_ORDER(texts)
+    return BodyAroundVersion(_BEFORE_TEMPLATE % texts_in_order[:_VERSION_AT],
+                             _AFTER_TEMPLATE % texts_in_order[_VERSION_AT:])
 
 
 def chain_hash(prev_hash: str, body: str) -> str:

@@ -51,6 +51,10 @@ class ConnectionLender:
         self._returns = 0
         self._closed = False
 
+    def loan(self) -> Loan:
+        """A connection for a ``with`` block: borrowed on entry, given back on exit."""
+        return Loan(self)
+
     def borrow(self) -> psycopg.Connection[Any]:
         """A connection: a kept one (the last returned), else one from the pool (waiting
         up to the pool's timeout: ``PoolTimeout``)."""
@@ -84,3 +88,20 @@ class ConnectionLender:
             kept, self._kept = self._kept, []
         for conn in kept:
             self.pool.putconn(conn)
+
+
+class Loan:
+    """One loan of a :class:`ConnectionLender`'s connection, as a context manager (a class:
+    an append takes one, and a generator's setup costs several times a method call's)."""
+
+    __slots__ = ("conn", "lender")
+
+    def __init__(self, lender: ConnectionLender) -> None:
+        self.lender = lender
+
+    def __enter__(self) -> psycopg.Connection[Any]:
+        self.conn = self.lender.borrow()
+        return self.conn
+
+    def __exit__(self, *exc: object) -> None:
+        self.lender.give_back(self.conn)

@@ -10,7 +10,7 @@ from typing import Any, Final, NamedTuple, cast
 from events.errors import InvalidEvent
 from events.hashing import (
     BodyAroundVersion,
-    body_around,
+    body_around_version,
     canonical_json,
     contains_float,
     json_string,
@@ -284,13 +284,15 @@ def _prepare_one(
         f'"id":"{id_text}","type":{type_json},"sv":{schema_version},'
         f'"data":{data_json},"meta":{metadata_json},"tenant":{tenant_json}'
     )
-    body = body_around(
-        data=data_json,
-        event_id=f'"{id_text}"',
-        metadata=metadata_json,
-        schema_version=str(schema_version),
-        stream_id=stream_json,
-        type=type_json,
+    body = body_around_version(
+        {
+            "data": data_json,
+            "event_id": f'"{id_text}"',
+            "metadata": metadata_json,
+            "schema_version": str(schema_version),
+            "stream_id": stream_json,
+            "type": type_json,
+        }
     )
     return PreparedEvent(
         event_id,

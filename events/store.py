@@ -211,12 +211,8 @@ class EventStore:
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """Borrow a pooled (autocommit) connection for the caller's own queries."""
-        with translated_errors():
-            conn = self._lender.borrow()
-            try:
-                yield conn
-            finally:
-                self._lender.give_back(conn)
+        with translated_errors(), self._lender.loan() as conn:
+            yield conn
 
     @contextmanager
     def transaction(self, *, pipelined: bool = False) -> Iterator[UnitOfWork]:
@@ -271,13 +267,10 @@ class EventStore:
         if conn is not None:
             return self._append_on(conn, stream_id, prepared, expected_version, savepoint=True,
                                    due=due_at)
-        with translated_errors():
-            own = self._lender.borrow()  # as connection() lends it, without a generator
-            try:
-                return self._append_on(own, stream_id, prepared, expected_version,
-                                       savepoint=False, due=due_at)
-            finally:
-                self._lender.give_back(own)
+        # As connection() lends it, without the generator around the loan.
+        with translated_errors(), self._lender.loan() as own:
+            return self._append_on(own, stream_id, prepared, expected_version,
+                                   savepoint=False, due=due_at)
 
     def _append_on(
         self,
@@ -304,24 +297,11 @@ class EventStore:
             if original is None:
                 raise
             return original
-        if len(prepared) == 1:  # an append per saga step: no per-event loop to set up
-            (event,), ((version, position, xid, recorded_at, prev_hash, event_hash),) = (
-                prepared, rows)
-            recorded: tuple[RecordedEvent, ...] = (recorded_event_row(
-                stream_id, version, event.event_id, event.type, event.schema_version,
-                event.data, event.metadata, recorded_at, xid, position, event_hash, prev_hash,
-                event.tenant_id),)
-        else:
-            recorded = tuple(
-                recorded_event_row(
-                    stream_id, version, event.event_id, event.type, event.schema_version,
-                    event.data, event.metadata, recorded_at, xid, position, event_hash,
-                    prev_hash, event.tenant_id,
-                )
-                for event, (version, position, xid, recorded_at, prev_hash, event_hash) in zip(
-                    prepared, rows, strict=True
-                )
-            )
+        recorded = (
+            (_recorded(stream_id, prepared[0], rows[0]),) if len(prepared) == 1
+            else tuple(_recorded(stream_id, event, row)
+                       for event, row in zip(prepared, rows, strict=True))
+        )
         last = recorded[-1]
         if not savepoint:  # committed now (a caller's transaction may still roll back)
             self._remember(stream_id, last)
@@ -466,6 +446,16 @@ class EventStore:
         from events.subscription import Subscription
 
         return Subscription(self, name, log_from=log_from)
+
+
+def _recorded(stream_id: str, event: PreparedEvent, row: tuple[Any, ...]) -> RecordedEvent:
+    """An appended event as recorded: what was prepared, and its row of the append
+    (events.appending.Row)."""
+    version, position, xid, recorded_at, prev_hash, event_hash = row
+    return recorded_event_row(
+        stream_id, version, event.event_id, event.type, event.schema_version, event.data,
+        event.metadata, recorded_at, xid, position, event_hash, prev_hash, event.tenant_id,
+    )
 
 
 def _original_append_on(

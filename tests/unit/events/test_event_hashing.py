@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from events.hashing import (
     HASH_BODY_FIELDS,
-    body_around,
     body_around_version,
     canonical_json,
     chain_hash,
@@ -75,15 +74,6 @@ def test_the_body_appends_send_around_the_version_is_the_reference_body(
         metadata=metadata,
     )
     assert json.loads(spliced).keys() == set(HASH_BODY_FIELDS)
-    # and the append path's own form, each text an argument, writes the same two texts
-    assert body_around(
-        data=canonical_json(data),
-        event_id=json_string(event_id),
-        metadata=canonical_json(metadata),
-        schema_version=str(schema),
-        stream_id=json_string(stream_id),
-        type=json_string(event_type),
-    ) == around
 
 
 def test_a_body_missing_a_field_is_refused() -> None:
