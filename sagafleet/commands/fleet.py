@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from celery.signals import worker_shutting_down
+from celery.signals import worker_init, worker_shutting_down
 
 from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
@@ -69,8 +69,9 @@ def run_worker(args: argparse.Namespace, settings: Settings) -> int:
     # solo or threads: one process, so its own registry holds every task's metrics (a
     # prefork pool would need prometheus_client's multiprocess mode instead).
     pool = "solo" if args.concurrency == 1 else "threads"
-    interrupted = _InterruptWatch()
-    worker_shutting_down.connect(interrupted.note, weak=False)
+    watch = _WorkerWatch()
+    worker_init.connect(watch.note_worker, weak=False)
+    worker_shutting_down.connect(watch.note_shutdown, weak=False)
     endpoint = MetricsEndpoint(fleet.metrics.registry, port) if port else None
     try:
         fleet.celery.worker_main([
@@ -80,24 +81,45 @@ def run_worker(args: argparse.Namespace, settings: Settings) -> int:
             f"--hostname=sagafleet-{fleet.config.worker_id}",
         ])
     finally:
-        worker_shutting_down.disconnect(interrupted.note)
+        worker_init.disconnect(watch.note_worker)
+        worker_shutting_down.disconnect(watch.note_shutdown)
         if endpoint is not None:
             endpoint.close()
         fleet.close()
-    # Celery's warm shutdown answers Ctrl-C and SIGTERM alike; the exit status tells them apart.
-    return ExitCode.INTERRUPTED if interrupted.by_ctrl_c else ExitCode.OK
+    return watch.exit_code()
 
 
-class _InterruptWatch:
-    """Whether Celery's worker shut down because of SIGINT (Ctrl-C)."""
+class _WorkerWatch:
+    """How Celery's worker stopped: its exit status, and whether SIGINT (Ctrl-C) stopped it.
+
+    ``worker_main`` returns nothing: Celery's command ends in ``ctx.exit(worker.exitcode)``,
+    which click, run with ``standalone_mode=False``, turns into a return value that
+    ``Celery.start`` drops. A worker that stopped on an unrecoverable error (Celery logs it
+    as CRITICAL and sets exit status 1) would then exit 0, and a supervisor that restarts on
+    failure would leave it down. So the worker object is kept from ``worker_init`` and its
+    ``exitcode`` read once it has stopped.
+    """
 
     def __init__(self) -> None:
+        self.worker: Any = None
         self.by_ctrl_c = False
 
-    def note(self, sig: str | None = None, **_: Any) -> None:
+    def note_worker(self, sender: Any = None, **_: Any) -> None:
+        """``worker_init`` receiver: the worker being started."""
+        self.worker = sender
+
+    def note_shutdown(self, sig: str | None = None, **_: Any) -> None:
         """``worker_shutting_down`` receiver: remember a SIGINT."""
         if sig == "SIGINT":
             self.by_ctrl_c = True
+
+    def exit_code(self) -> ExitCode:
+        """``INTERRUPTED`` after Ctrl-C (Celery's warm shutdown answers Ctrl-C and SIGTERM
+        alike, and gives Ctrl-C status 1); else ``FAILURE`` for a worker that stopped with a
+        non-zero status (an unrecoverable error, a cold shutdown), ``OK`` otherwise."""
+        if self.by_ctrl_c:
+            return ExitCode.INTERRUPTED
+        return ExitCode.FAILURE if getattr(self.worker, "exitcode", None) else ExitCode.OK
 
 
 def run_sweeper(args: argparse.Namespace, settings: Settings) -> int:

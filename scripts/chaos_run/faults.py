@@ -88,12 +88,25 @@ class FleetProcesses:
         dead = [p for p in [*self.workers, self.sweeper]
                 if p is not None and p.poll() is not None and p.pid not in self.killed
                 and p.pid not in self.refused_start]
-        return [f"pid {p.pid} ({self.logs[p.pid].stem}) exited with {p.returncode}"
-                for p in dead]
+        return [f"pid {p.pid} ({self.logs[p.pid].stem}) exited with {p.returncode}; its log "
+                f"ends: {_last_words(self.logs[p.pid])}" for p in dead]
 
     def stop(self) -> None:
         """Warm shutdown, then SIGKILL what is left; resume anything stopped first."""
         stop_processes([p for p in [*self.workers, self.sweeper] if p is not None], grace_s=15)
+
+
+def _last_words(log: Path) -> str:
+    """What a dead process said last that explains it: its last CRITICAL or ERROR record (or
+    exception line of a traceback), else its last line; so the report names the cause."""
+    try:
+        lines = [line.strip() for line in log.read_text(errors="replace").splitlines()
+                 if line.strip()]
+    except OSError as exc:
+        return f"(unreadable: {exc})"
+    telling = [line for line in lines if "CRITICAL" in line or "ERROR" in line
+               or "Error:" in line or "Exception:" in line]
+    return (telling or lines or ["(empty)"])[-1][:300]
 
 
 def _was_up(log: Path) -> bool:

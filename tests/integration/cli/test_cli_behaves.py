@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from principal_support import issue_token
 
 from sagafleet import embedded, embedded_state
@@ -243,6 +244,29 @@ def test_ctrl_c_stops_a_worker_after_celerys_warm_shutdown_with_exit_130(
     # then Celery's warm shutdown ran and the status says Ctrl-C, not success
     assert "Warm shutdown" in out + err
     assert proc.returncode == ExitCode.INTERRUPTED, err[-2000:]
+
+
+def test_a_worker_that_stops_on_an_unrecoverable_error_exits_1_not_0(
+    fresh_database: str, short_home: Path, tmp_path: Path,
+) -> None:
+    # given a Redis of this test's own that refuses EVALSHA, which the worker's atomic take
+    # needs (a broker locked down by an ACL; its own server, so no other test sees the ACL)
+    broker = embedded.start_redis(short_home)
+    redis.Redis(unix_socket_path=str(broker.socket)).execute_command(
+        "ACL", "SETUSER", "default", "-evalsha")
+    from sagafleet.sandbox import install
+
+    migrate_all(fresh_database)
+    install(fresh_database)
+    env = bare_env(tmp_path, SAGAFLEET_DATABASE_URL=fresh_database,
+                   SAGAFLEET_BROKER_URL=broker.url,
+                   SAGAFLEET_TOOLS="sagafleet.sandbox:trip_tool_set")
+    # when a worker starts consuming from it
+    result = sagafleet("worker", env=env)
+    # then Celery stops it on the refusal, and its exit status says failure (Celery's
+    # worker_main drops the status; a supervisor restarting on failure would see success)
+    assert "Unrecoverable error" in result.stderr and "NoPermissionError" in result.stderr
+    assert result.returncode == ExitCode.FAILURE, result.stderr[-2000:]
 
 
 # -- the demo ----------------------------------------------------------------------------------
