@@ -64,9 +64,28 @@ def fresh_database(pg_server_url: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def broker_url(embedded_home: Path) -> str:
+def broker_url(embedded_home: Path, worker_id: str) -> str:
     """URL of a real Redis for Celery (kombu) tests."""
     configured = os.environ.get("SAGAFLEET_TEST_BROKER_URL")
     if configured:
-        return configured
+        return broker_database_of_worker(configured, worker_id)
     return embedded.start_redis(embedded_home).url
+
+
+def broker_database_of_worker(url: str, worker_id: str) -> str:
+    """The Redis database this test process uses on a configured broker.
+
+    Tests empty their broker's database before and after, so two test processes (xdist's
+    ``gw0``, ``gw1``, ...) must never share one: the configured database is the first
+    process's, and each next one takes the database below it (``/15``, ``/14``, ...). An
+    embedded broker needs none of this: each process starts its own.
+    """
+    if not worker_id.startswith("gw"):  # "master": the suite runs in this process alone
+        return url
+    index = int(worker_id.removeprefix("gw"))
+    head, _, database = url.rpartition("/")
+    if not database.isdigit() or int(database) < index:
+        raise pytest.UsageError(
+            f"SAGAFLEET_TEST_BROKER_URL must end in a database number of at least {index} "
+            f"(as redis://127.0.0.1:6379/15) for test process {worker_id}, or run with -n 0")
+    return f"{head}/{int(database) - index}"
