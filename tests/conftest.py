@@ -23,6 +23,20 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sagafleet import embedded
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (the suite's default) on a configured PostgreSQL is one process.
+
+    The event store's gap-safe reads stop below the server's snapshot horizon, and that
+    horizon is the whole cluster's: a transaction open in one test's database holds back
+    what every other database's readers see. Tests in parallel on one server would then
+    read nothing they just wrote, by design; each embedded test process has a server of its
+    own. (``-n N`` given explicitly is left as asked.)
+    """
+    if os.environ.get("SAGAFLEET_TEST_DATABASE_URL"):
+        return 0
+    return None
+
+
 @pytest.fixture(scope="session")
 def embedded_home() -> Iterator[Path]:
     """A short temporary SAGAFLEET_HOME for embedded servers (unix socket paths are short)."""
