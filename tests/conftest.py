@@ -22,19 +22,36 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from sagafleet import embedded
 
+SHARED_SERVER_SETTINGS = ("SAGAFLEET_TEST_DATABASE_URL", "SAGAFLEET_TEST_BROKER_URL")
+"""Settings that name a server every test process would share."""
+
+
+def _shared_servers() -> list[str]:
+    """The shared-server settings that are set."""
+    return [name for name in SHARED_SERVER_SETTINGS if os.environ.get(name)]
+
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """``-n auto`` (the suite's default) on a configured PostgreSQL is one process.
+    """``-n auto`` (the suite's default) on a configured server is one process.
 
-    The event store's gap-safe reads stop below the server's snapshot horizon, and that
-    horizon is the whole cluster's: a transaction open in one test's database holds back
-    what every other database's readers see. Tests in parallel on one server would then
-    read nothing they just wrote, by design; each embedded test process has a server of its
-    own. (``-n N`` given explicitly is left as asked.)
+    Each embedded test process has servers of its own; a configured one is shared, and two
+    test processes on it get in each other's way. The event store's gap-safe reads stop
+    below the snapshot horizon, which is the whole PostgreSQL cluster's: a transaction open
+    in one test's database hides another database's fresh events from its reads. And every
+    test empties its broker's Redis database before and after.
     """
-    if os.environ.get("SAGAFLEET_TEST_DATABASE_URL"):
-        return 0
-    return None
+    return 0 if _shared_servers() else None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse ``-n N`` (N > 1) asked for explicitly on a configured server (see above)."""
+    workers = getattr(config.option, "numprocesses", None)
+    if (not hasattr(config, "workerinput") and isinstance(workers, int) and workers > 1
+            and _shared_servers()):
+        raise pytest.UsageError(
+            f"{' and '.join(_shared_servers())} set: every test process would share that "
+            "server (a cluster-wide snapshot horizon, one Redis database emptied by every "
+            "test); run with -n 0, or -n auto, which runs one process on a configured server")
 
 
 @pytest.fixture(scope="session")
@@ -78,28 +95,9 @@ def fresh_database(pg_server_url: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def broker_url(embedded_home: Path, worker_id: str) -> str:
+def broker_url(embedded_home: Path) -> str:
     """URL of a real Redis for Celery (kombu) tests."""
     configured = os.environ.get("SAGAFLEET_TEST_BROKER_URL")
     if configured:
-        return broker_database_of_worker(configured, worker_id)
+        return configured
     return embedded.start_redis(embedded_home).url
-
-
-def broker_database_of_worker(url: str, worker_id: str) -> str:
-    """The Redis database this test process uses on a configured broker.
-
-    Tests empty their broker's database before and after, so two test processes (xdist's
-    ``gw0``, ``gw1``, ...) must never share one: the configured database is the first
-    process's, and each next one takes the database below it (``/15``, ``/14``, ...). An
-    embedded broker needs none of this: each process starts its own.
-    """
-    if not worker_id.startswith("gw"):  # "master": the suite runs in this process alone
-        return url
-    index = int(worker_id.removeprefix("gw"))
-    head, _, database = url.rpartition("/")
-    if not database.isdigit() or int(database) < index:
-        raise pytest.UsageError(
-            f"SAGAFLEET_TEST_BROKER_URL must end in a database number of at least {index} "
-            f"(as redis://127.0.0.1:6379/15) for test process {worker_id}, or run with -n 0")
-    return f"{head}/{int(database) - index}"
