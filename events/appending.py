@@ -27,7 +27,7 @@ from weakref import WeakKeyDictionary
 import psycopg
 from psycopg.pq import PipelineStatus, TransactionStatus
 
-from events.hashing import chain_hash, json_string
+from events.hashing import HASH_VERSION, chain_hash, json_string
 from events.model import GENESIS_HASH, KEEP_DUE, DueTime, DueTimeChange
 from events.prepare import PreparedEvent
 
@@ -50,7 +50,7 @@ WITH head AS ({head}
     RETURNING s.version, {wake}
 )
 INSERT INTO eventstore.events AS e (stream_id, stream_version, event_id, event_type,
-    schema_version, data, metadata, tenant_id, prev_hash, event_hash)
+    schema_version, data, metadata, tenant_id, recorded_at, hash_version, prev_hash, event_hash)
 SELECT %(stream)s, {rows}
 RETURNING e.stream_version, e.global_position, e.transaction_id::text::bigint,
           e.recorded_at
@@ -77,13 +77,16 @@ _MOVED_HEAD: Final = """
 # list joined to the head (same-run interleaved, 4 x 2000 appends). Still the one chained
 # insert: the same template, heads, columns and checks; only where its rows come from
 # differs.
-_BATCH_ROWS: Final = """x.v, x.id, x.type, x.sv, x.data, x.meta, x.tenant, x.prev, x.hash
+_BATCH_ROWS: Final = """x.v, x.id, x.type, x.sv, x.data, x.meta, x.tenant, x.at, x.hv, x.prev,
+       x.hash
   FROM head, jsonb_to_recordset(%(events)s::text::jsonb)
              AS x(v bigint, id uuid, type text, sv integer, data jsonb, meta jsonb,
-                  tenant text, prev text, hash text)"""
+                  tenant text, at timestamptz, hv smallint, prev text, hash text)"""
 
-_ONE_ROW: Final = """%(version)s::bigint, %(id)s::uuid, %(type)s::text, %(sv)s::integer,
-       %(data)s::text::jsonb, %(meta)s::text::jsonb, %(tenant)s::text, %(tip)s::text,
+# The hash version as a constant of the text (the same for every event appended now).
+_ONE_ROW: Final = f"""%(version)s::bigint, %(id)s::uuid, %(type)s::text, %(sv)s::integer,
+       %(data)s::text::jsonb, %(meta)s::text::jsonb, %(tenant)s::text,
+       %(at)s::text::timestamptz, {HASH_VERSION}::smallint, %(tip)s::text,
        %(last_hash)s::text
   FROM head"""
 
@@ -285,7 +288,7 @@ def _chained_one(
         # converted again to be sent.
         "last_hash": digest, "id": event.id_text, "type": event.type,
         "sv": event.schema_version, "tenant": event.tenant_id, "data": event.data_json,
-        "meta": event.metadata_json,
+        "meta": event.metadata_json, "at": event.recorded_at_text,
     }
     due_set = _put_due(params, due)
     statement = _CHAINED[expected == 0, False, notify, due_set]

@@ -30,8 +30,8 @@ from events.definitions import (
     conflict,
 )
 from events.errors import InvalidArgument
-from events.memory_store import Clock, MemoryEventStore, MemoryUnit, utc_now
-from events.model import KEEP_DUE, AppendResult, DueTime, ExpectedVersion
+from events.memory_store import MemoryEventStore, MemoryUnit
+from events.model import KEEP_DUE, AppendResult, Clock, DueTime, ExpectedVersion, utc_now
 from events.saga_log import Definitions, SagaLog, Secrets, Unit, unit_of
 from events.sagas import SagaCodec, SagaStreams, saga_registry
 from events.secret_inputs import (
