@@ -14,6 +14,7 @@ Every object is thread-safe (one lock each). Build them together::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -127,7 +128,7 @@ class MemorySnapshots:
     def __init__(self, store: MemoryEventStore) -> None:
         self.store = store
         self._lock = threading.Lock()
-        self._kept: dict[str, tuple[str, int, str, str]] = {}  # schema, version, hash, JSON
+        self._kept: dict[str, tuple[str, StoredSnapshot, str]] = {}  # schema, snapshot, JSON
 
     def read_from_snapshots(
         self, stream_ids: Sequence[str], schema: str
@@ -142,13 +143,28 @@ class MemorySnapshots:
             kept = self._kept.get(stream_id)
         if kept is None or kept[0] != schema:
             return SnapshotRead(None, self.store.read_stream(stream_id))
-        _, version, digest, text = kept
         first = self.store.read_stream(stream_id, to_version=1)
         if not first:
             return SnapshotRead(None, [])
-        after = self.store.read_stream(stream_id, after_version=max(version, 2) - 1)
-        return SnapshotRead(StoredSnapshot(stream_id, version, digest, json.loads(text)),
-                            [*first, *after])
+        snapshot = self._fresh(kept)
+        after = self.store.read_stream(stream_id, after_version=max(snapshot.version, 2) - 1)
+        return SnapshotRead(snapshot, [*first, *after])
+
+    @staticmethod
+    def _fresh(kept: tuple[str, StoredSnapshot, str]) -> StoredSnapshot:
+        """A kept snapshot with its own copy of the state, decoded from the JSON kept."""
+        _, snapshot, text = kept
+        return dataclasses.replace(snapshot, state=json.loads(text))
+
+    def read_snapshots(
+        self, stream_ids: Sequence[str], schema: str
+    ) -> dict[str, StoredSnapshot]:
+        """The snapshot of ``schema`` of each stream that has one, as kept."""
+        checked_stream_list(stream_ids)
+        with self._lock:
+            found = {s: self._kept.get(s) for s in stream_ids}
+        return {s: self._fresh(kept) for s, kept in found.items()
+                if kept is not None and kept[0] == schema}
 
     def save_snapshot(self, snapshot: StoredSnapshot, schema: str) -> None:
         """Keep ``snapshot`` unless the stream has a newer one of the same ``schema``
@@ -157,9 +173,10 @@ class MemorySnapshots:
         head = self.store.stream_version(snapshot.stream_id)
         with self._lock:
             kept = self._kept.get(snapshot.stream_id)
-            if kept is None or kept[0] != schema or not snapshot.version < kept[1] <= head:
+            if kept is None or kept[0] != schema or not snapshot.version < kept[1].version <= head:
+                # The state is kept as its JSON only: each reader decodes its own copy.
                 self._kept[snapshot.stream_id] = (
-                    schema, snapshot.version, snapshot.definition_hash, text)
+                    schema, dataclasses.replace(snapshot, state=None), text)
 
     def drop_snapshots(self) -> int:
         """Forget every snapshot; return how many there were."""

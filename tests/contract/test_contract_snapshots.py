@@ -2,7 +2,8 @@
 
 A load with snapshots gives the state a load of the whole history gives; a snapshot of
 another schema or definition, one that does not decode or is not at a version the stream
-has, is ignored (and replaced); every snapshot can be dropped.
+has, one whose seal does not hold (its state edited, or taken at another event than the one
+now at its version), is ignored (and replaced); every snapshot can be dropped.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 from contract_support import Ports, note, start
 
 from events.sagas import SagaNotFound, saga_stream
-from events.snapshots import StoredSnapshot
+from events.snapshots import StoredSnapshot, sealed_snapshot
 from saga_core.snapshots import DEFAULT_SNAPSHOT_EVERY, SCHEMA, encode_state
 
 MANY = DEFAULT_SNAPSHOT_EVERY + 8  # more events than a load folds before it writes a snapshot
@@ -42,13 +43,17 @@ def plant(ports: Ports, snapshot: StoredSnapshot, schema: str = SCHEMA) -> None:
 
 def marked(ports: Ports, saga_id: str = "s1", **changes: Any) -> StoredSnapshot:
     """A well-formed snapshot of the saga at its version whose state says ``mallory`` where
-    the log says ``ada``: a load that starts from it shows it."""
+    the log says ``ada``, sealed (``changes`` made first) with the hash of the event at its
+    version and of its state, as someone who recomputes the seal would: a load that starts
+    from it shows it."""
     loaded = ports.log.load_history(saga_id)
     assert loaded.started is not None
     state = dataclasses.replace(loaded.state, input={"traveller": "mallory"})
     fields = {"stream_id": saga_stream(saga_id), "version": loaded.version,
-              "definition_hash": loaded.started.definition_hash, "state": encode_state(state)}
-    return StoredSnapshot(**{**fields, **changes})
+              "definition_hash": loaded.started.definition_hash, "state": encode_state(state),
+              **changes}
+    at = {r.stream_version: r.event_hash for r in loaded.records}
+    return sealed_snapshot(**fields, event_hash=at.get(fields["version"], "0" * 64))
 
 
 def test_a_long_load_writes_a_snapshot_and_the_next_load_folds_from_it(ports: Ports) -> None:
@@ -94,6 +99,38 @@ def test_a_snapshot_that_does_not_check_out_is_ignored_and_replaced(
     assert loaded.state.input == {"traveller": "ada"}
     replaced = kept(ports)
     assert replaced is not None and replaced.state == encode_state(loaded.state)
+
+
+def _edited_input(snapshot: StoredSnapshot) -> StoredSnapshot:
+    """The snapshot with its stored state's input changed in place, its seal left as it was."""
+    fields = {**snapshot.state["state"], "input": {"traveller": "mallory"}}
+    return dataclasses.replace(snapshot, state={**snapshot.state, "state": fields})
+
+
+@pytest.mark.parametrize("broken", [
+    _edited_input,
+    lambda s: dataclasses.replace(s, event_hash="0" * 64),
+    lambda s: dataclasses.replace(s, state_hash="0" * 64),
+], ids=["state-edited-after-sealing", "taken-at-another-event", "seal-edited"])
+def test_a_snapshot_whose_seal_does_not_hold_is_refused_and_replaced(
+    ports: Ports, broken: Any
+) -> None:
+    # given a long saga and an honest sealed snapshot of it at its head
+    long_saga(ports)
+    history = ports.log.load_history("s1")
+    assert history.started is not None
+    head = history.records[-1]
+    honest = sealed_snapshot(saga_stream("s1"), history.version,
+                             history.started.definition_hash, encode_state(history.state),
+                             head.event_hash)
+    # when its stored state, its event or its seal is changed behind the log's back
+    plant(ports, broken(honest))
+    # then a load refuses it and folds the log
+    loaded = ports.log.load("s1")
+    assert loaded.state == history.state
+    assert loaded.state.input == {"traveller": "ada"}
+    # and keeps the honest sealed snapshot of what it folded instead
+    assert kept(ports) == honest
 
 
 def test_a_snapshot_of_another_schema_is_never_read(ports: Ports) -> None:
