@@ -1,6 +1,6 @@
 """Checking the log against its checkpoints (see :mod:`events.anchors`), naming what differs.
 
-Four checks, each finding names the checkpoint, stream and position it is about:
+Six checks, each finding names the checkpoint, stream and position it is about:
 
 1. The checkpoints form an unbroken chain (1, 2, 3, … each naming its predecessor's hash,
    each slice starting where the previous one ended), every stored hash matches the
@@ -9,14 +9,23 @@ Four checks, each finding names the checkpoint, stream and position it is about:
    a stream deleted whole, truncated, or rewritten with recomputed hashes fails here.
 3. Every slice holds exactly the events its checkpoint counted, stream by stream: an event
    inserted below a checkpoint (a forged stream) or removed from inside one fails here.
-4. How many events lie after the last checkpoint: not yet anchored, so not yet evidence.
+4. The checkpoint the high-water mark kept outside the database names
+   (:mod:`events.anchor_witness`) is still there with its hash: the newest checkpoints (or
+   all of them) deleted, or the chain replaced, fails here. So does ``expect``, a seq and
+   hash kept by hand (what ``sagafleet anchor`` printed).
+5. With a key configured, no final event older than ``max_age`` lies after the last
+   checkpoint: anchoring runs every few seconds, so such an event means the checkpoints
+   covering it were deleted, or nothing has anchored the log for that long.
+6. How many events lie after the last checkpoint: not yet anchored, so not yet evidence.
 
 What it proves together with each stream's hash chain (``verify_chain``): the chain ties
 every event's content to its stored hash, the checkpoints tie the stored hashes to what was
 there when they were taken. Without a key, someone who rewrites the log and recomputes every
-checkpoint after it goes unnoticed; the report says so. Deleting the newest checkpoints is
-noticed only by comparing with a copy kept elsewhere (``expect``: the seq and hash that
-``sagafleet anchor`` printed).
+checkpoint after it goes unnoticed; the report says so. Check 5 trusts the recording time,
+which a rewrite that recomputes every hash can move; check 4 does not depend on it.
+
+``stream_id`` narrows the stream checks (2, 3, 5, 6) to one stream (a saga's audit); the
+checkpoint chain and the high-water mark are checked whole, and say nothing of other streams.
 """
 
 from __future__ import annotations
@@ -24,15 +33,22 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from events._pg import translated_errors
+from events.anchor_witness import (
+    AnchorWitness,
+    HighWaterMark,
+    database_identity,
+    reached,
+    wal_position,
+)
 from events.anchors import AnchorHead, AnchorKey, Checkpoint, anchor_hash
 from events.model import GENESIS_HASH, Position
-from events.reading import START
+from events.reading import START, horizon_on
 
 if TYPE_CHECKING:
     from events.store import EventStore
@@ -51,7 +67,11 @@ class AnchorProblem(enum.StrEnum):
     STREAM_TRUNCATED = "stream_truncated"  # a named stream ends before the named version
     STREAM_REWRITTEN = "stream_rewritten"  # the event at a named version has another hash
     SLICE_MISMATCH = "slice_mismatch"  # a slice holds other events than were counted
-    EXPECTED_CHECKPOINT_ABSENT = "expected_checkpoint_absent"  # the witness is not there
+    EXPECTED_CHECKPOINT_ABSENT = "expected_checkpoint_absent"  # --expect-anchor not there
+    # The checkpoint the high-water mark names is absent or replaced: the newest deleted.
+    BELOW_HIGH_WATER_MARK = "checkpoints_below_high_water_mark"
+    # With a key: final events older than the allowed age that no checkpoint covers.
+    UNANCHORED_OLD_EVENTS = "unanchored_old_events"
 
 
 @dataclass(frozen=True)
@@ -80,6 +100,16 @@ class AnchorReport:
     events_anchored: int
     events_not_anchored: int
     findings: list[AnchorFinding] = field(default_factory=list)
+    high_water_mark: HighWaterMark | None = None
+    """The mark kept outside the database for this database (None: none kept, or no file)."""
+    high_water_mark_reached: bool = True
+    """False when this server's WAL does not reach the mark yet (a lagging standby): then
+    the mark was not checked."""
+    database: str = ""
+    """The database's identity (system identifier/oid) the witness keys its mark by."""
+    reached_mark: HighWaterMark | None = None
+    """The newest checkpoint seen, with a WAL position by which it was there: what a clean
+    check may record as the new high-water mark."""
 
     @property
     def ok(self) -> bool:
@@ -119,6 +149,7 @@ SELECT h.seq, h.stream_id, h.stream_version, e.event_hash, e.global_position,
   LEFT JOIN eventstore.events e
          ON e.stream_id = h.stream_id AND e.stream_version = h.stream_version
  WHERE e.event_hash IS DISTINCT FROM h.event_hash
+   AND (%(stream)s::text IS NULL OR h.stream_id = %(stream)s)
  ORDER BY h.stream_id, h.seq DESC
 """
 
@@ -131,9 +162,11 @@ WITH found AS (
       JOIN eventstore.events e
         ON (e.transaction_id, e.global_position) > (a.after_xid, a.after_position)
        AND (e.transaction_id, e.global_position) <= (a.upto_xid, a.upto_position)
+     WHERE (%(stream)s::text IS NULL OR e.stream_id = %(stream)s)
      GROUP BY a.seq, e.stream_id
 ), named AS (
     SELECT h.* FROM eventstore.anchor_heads h JOIN eventstore.anchors a ON a.seq = h.seq
+     WHERE (%(stream)s::text IS NULL OR h.stream_id = %(stream)s)
 )
 SELECT coalesce(f.seq, n.seq), coalesce(f.stream_id, n.stream_id), n.events,
        n.stream_version, f.events, f.version, f.first_position
@@ -144,7 +177,21 @@ SELECT coalesce(f.seq, n.seq), coalesce(f.stream_id, n.stream_id), n.events,
 
 _AFTER = """
 SELECT count(*) FROM eventstore.events
- WHERE (transaction_id, global_position) > (%s::text::xid8, %s)
+ WHERE (transaction_id, global_position) > (%(xid)s::text::xid8, %(position)s)
+   AND (%(stream)s::text IS NULL OR stream_id = %(stream)s)
+"""
+
+# Final events (at or below the horizon) after the last checkpoint recorded before the cutoff:
+# how many, the oldest time, and the first of them in cursor order.
+_UNANCHORED_OLD = """
+SELECT count(*), min(recorded_at),
+       (array_agg(stream_id ORDER BY transaction_id, global_position))[1],
+       (array_agg(global_position ORDER BY transaction_id, global_position))[1]
+  FROM eventstore.events
+ WHERE (transaction_id, global_position) > (%(xid)s::text::xid8, %(position)s)
+   AND (transaction_id, global_position) <= (%(upto_xid)s::text::xid8, %(upto_position)s)
+   AND recorded_at < %(cutoff)s
+   AND (%(stream)s::text IS NULL OR stream_id = %(stream)s)
 """
 
 
@@ -162,23 +209,51 @@ def load_checkpoints(conn: psycopg.Connection[Any]) -> list[Checkpoint]:
     ]
 
 
-def audit_anchors(
-    store: EventStore, key: AnchorKey | None, *, expect: tuple[int, str] | None = None
+@dataclass(frozen=True)
+class AnchorAge:
+    """How old a final event may get unanchored before it is a finding (with a key), as of
+    ``now`` (passed in, like every clock this check reads)."""
+
+    max_age: timedelta
+    now: datetime
+
+
+def audit_anchors(  # noqa: PLR0913 - what the check is asked to hold the log to, named
+    store: EventStore,
+    key: AnchorKey | None,
+    *,
+    expect: tuple[int, str] | None = None,
+    witness: AnchorWitness | None = None,
+    age: AnchorAge | None = None,
+    stream_id: str | None = None,
 ) -> AnchorReport:
     """Check the log against its checkpoints (read only). ``expect`` is a (seq, hash) kept
-    elsewhere: the checkpoint that must still be there, unchanged."""
+    elsewhere: the checkpoint that must still be there, unchanged; ``witness`` holds the
+    high-water mark, which must be too; ``age`` (with a key) how old a final event may get
+    unanchored; ``stream_id`` narrows the stream checks to that stream."""
     with translated_errors(context="checking the checkpoints"), store.connection() as conn:
         checkpoints = load_checkpoints(conn)
+        # Read after the checkpoints: the WAL reaches at least every one of them by now.
+        seen_at = wal_position(conn)
+        identity = database_identity(conn)
         findings = list(_chain_findings(checkpoints, key))
         if expect is not None:
             findings += _witness_findings(checkpoints, expect)
-        named = _head_findings(conn)
+        mark = witness.mark(identity) if witness is not None else None
+        mark_reached = mark is None or reached(conn, mark)
+        if mark is not None and mark_reached:
+            findings += _mark_findings(checkpoints, mark)
+        only = {"stream": stream_id}
+        named = _head_findings(conn, only)
         findings += named
         gone = {f.stream_id for f in named}
-        findings += [f for f in _slice_findings(conn) if f.stream_id not in gone]
+        findings += [f for f in _slice_findings(conn, only) if f.stream_id not in gone]
         last = checkpoints[-1] if checkpoints else None
         upto = last.upto if last else START
-        row = conn.execute(_AFTER, (str(upto.transaction_id), upto.global_position)).fetchone()
+        after = {"xid": str(upto.transaction_id), "position": upto.global_position, **only}
+        if key is not None and age is not None:
+            findings += _age_findings(conn, after, age, last)
+        row = conn.execute(_AFTER, after).fetchone()
     return AnchorReport(
         checkpoints=len(checkpoints),
         signed=sum(1 for c in checkpoints if c.signed),
@@ -191,7 +266,19 @@ def audit_anchors(
         events_anchored=sum(c.events for c in checkpoints),
         events_not_anchored=int(row[0]) if row else 0,
         findings=findings,
+        high_water_mark=mark,
+        high_water_mark_reached=mark_reached,
+        database=identity,
+        reached_mark=HighWaterMark(last.seq, last.anchor_hash, seen_at) if last else None,
     )
+
+
+def keep_high_water_mark(witness: AnchorWitness, report: AnchorReport) -> bool:
+    """Record the newest checkpoint of a clean report as the high-water mark (the verifier's
+    own record); whether the mark moved. A report with findings moves nothing."""
+    if not report.ok or report.reached_mark is None or not report.database:
+        return False
+    return witness.advance(report.database, report.reached_mark)
 
 
 def _chain_findings(
@@ -253,10 +340,50 @@ def _witness_findings(
                           " (the newest checkpoints were deleted or replaced)", checkpoint=seq)]
 
 
-def _head_findings(conn: psycopg.Connection[Any]) -> list[AnchorFinding]:
+def _mark_findings(checkpoints: list[Checkpoint], mark: HighWaterMark) -> list[AnchorFinding]:
+    found = next((c for c in checkpoints if c.seq == mark.seq), None)
+    if found is not None and found.anchor_hash == mark.anchor_hash:
+        return []
+    held = (f"{len(checkpoints)} checkpoint(s), the last {checkpoints[-1].seq}" if checkpoints
+            else "no checkpoint at all")
+    now = "absent" if found is None else f"there with another hash ({found.anchor_hash[:16]}…)"
+    return [AnchorFinding(
+        AnchorProblem.BELOW_HIGH_WATER_MARK,
+        f"the high-water mark kept outside the database says {mark} was taken; it is {now}"
+        f" and the log holds {held}: the newest checkpoints were deleted or the chain"
+        " replaced", checkpoint=mark.seq)]
+
+
+def _age_findings(
+    conn: psycopg.Connection[Any], after: dict[str, Any], age: AnchorAge,
+    last: Checkpoint | None,
+) -> list[AnchorFinding]:
+    horizon = horizon_on(conn)
+    if horizon is None:
+        return []
+    cutoff = age.now - age.max_age
+    row = conn.execute(_UNANCHORED_OLD, {
+        **after, "upto_xid": str(horizon.transaction_id),
+        "upto_position": horizon.global_position, "cutoff": cutoff}).fetchone()
+    if row is None or not row[0]:
+        return []
+    count, oldest, stream_id, position = row
+    since = f"after checkpoint {last.seq}" if last is not None else "and no checkpoint exists"
+    return [AnchorFinding(
+        AnchorProblem.UNANCHORED_OLD_EVENTS,
+        f"{count} final event(s) recorded before {cutoff.isoformat(timespec='seconds')}"
+        f" (the oldest at {oldest.isoformat(timespec='seconds')}) lie {since}: the"
+        f" checkpoints covering them were deleted, or nothing has anchored the log for"
+        f" {int(age.max_age.total_seconds())}s (the projector's anchoring, `sagafleet anchor`)",
+        checkpoint=last.seq if last is not None else None, stream_id=str(stream_id),
+        position=str(position))]
+
+
+def _head_findings(conn: psycopg.Connection[Any], only: dict[str, Any]) -> list[AnchorFinding]:
     findings: list[AnchorFinding] = []
     seen: set[str] = set()
-    for seq, stream_id, version, found_hash, position, now_at in conn.execute(_BROKEN_HEADS):
+    for seq, stream_id, version, found_hash, position, now_at in conn.execute(
+            _BROKEN_HEADS, only):
         if stream_id in seen:
             continue  # the newest checkpoint naming the stream says enough
         seen.add(stream_id)
@@ -274,9 +401,11 @@ def _head_findings(conn: psycopg.Connection[Any]) -> list[AnchorFinding]:
     return findings
 
 
-def _slice_findings(conn: psycopg.Connection[Any]) -> list[AnchorFinding]:
+def _slice_findings(
+    conn: psycopg.Connection[Any], only: dict[str, Any]
+) -> list[AnchorFinding]:
     findings = []
-    for seq, stream_id, counted, named, found, version, first in conn.execute(_SLICES):
+    for seq, stream_id, counted, named, found, version, first in conn.execute(_SLICES, only):
         if counted is None:
             text = (f"stream {stream_id!r} has {found} event(s) in checkpoint {seq}'s slice"
                     f" (up to version {version}) that the checkpoint does not name:"
