@@ -39,6 +39,15 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from events._pg import translated_errors
+from events.anchor_reading import (
+    broken_heads,
+    checkpoint_totals,
+    events_after,
+    load_checkpoints,
+    slice_mismatches,
+    stream_checkpoints,
+    unanchored_old,
+)
 from events.anchor_witness import (
     AnchorWitness,
     HighWaterMark,
@@ -46,8 +55,8 @@ from events.anchor_witness import (
     reached,
     wal_position,
 )
-from events.anchors import AnchorHead, AnchorKey, Checkpoint, anchor_hash
-from events.model import GENESIS_HASH, Position
+from events.anchors import AnchorKey, Checkpoint, anchor_hash
+from events.model import GENESIS_HASH
 from events.reading import START, horizon_on
 
 if TYPE_CHECKING:
@@ -130,85 +139,6 @@ class AnchorReport:
                 "not a deliberate recompute")
 
 
-_ANCHORS = """
-SELECT seq, prev_hash, after_xid::text::bigint, after_position, upto_xid::text::bigint,
-       upto_position, events, taken_at, anchor_hash, key_id, signature
-  FROM eventstore.anchors ORDER BY seq
-"""
-
-_HEADS = """
-SELECT seq, stream_id, stream_version, events, event_hash
-  FROM eventstore.anchor_heads ORDER BY seq, stream_id
-"""
-
-# Named heads the log no longer backs, with how far the stream goes now (NULL: no events).
-_BROKEN_HEADS = """
-SELECT h.seq, h.stream_id, h.stream_version, e.event_hash, e.global_position,
-       (SELECT max(x.stream_version) FROM eventstore.events x WHERE x.stream_id = h.stream_id)
-  FROM eventstore.anchor_heads h
-  LEFT JOIN eventstore.events e
-         ON e.stream_id = h.stream_id AND e.stream_version = h.stream_version
- WHERE e.event_hash IS DISTINCT FROM h.event_hash
-   AND (%(stream)s::text IS NULL OR h.stream_id = %(stream)s)
- ORDER BY h.stream_id, h.seq DESC
-"""
-
-# Each checkpoint's slice as the log holds it now, per stream, next to what was counted.
-_SLICES = """
-WITH found AS (
-    SELECT a.seq, e.stream_id, count(*) AS events, max(e.stream_version) AS version,
-           min(e.global_position) AS first_position
-      FROM eventstore.anchors a
-      JOIN eventstore.events e
-        ON (e.transaction_id, e.global_position) > (a.after_xid, a.after_position)
-       AND (e.transaction_id, e.global_position) <= (a.upto_xid, a.upto_position)
-     WHERE (%(stream)s::text IS NULL OR e.stream_id = %(stream)s)
-     GROUP BY a.seq, e.stream_id
-), named AS (
-    SELECT h.* FROM eventstore.anchor_heads h JOIN eventstore.anchors a ON a.seq = h.seq
-     WHERE (%(stream)s::text IS NULL OR h.stream_id = %(stream)s)
-)
-SELECT coalesce(f.seq, n.seq), coalesce(f.stream_id, n.stream_id), n.events,
-       n.stream_version, f.events, f.version, f.first_position
-  FROM found f FULL JOIN named n ON n.seq = f.seq AND n.stream_id = f.stream_id
- WHERE n.events IS DISTINCT FROM f.events OR n.stream_version IS DISTINCT FROM f.version
- ORDER BY 1, 2
-"""
-
-_AFTER = """
-SELECT count(*) FROM eventstore.events
- WHERE (transaction_id, global_position) > (%(xid)s::text::xid8, %(position)s)
-   AND (%(stream)s::text IS NULL OR stream_id = %(stream)s)
-"""
-
-# Final events (at or below the horizon) after the last checkpoint recorded before the cutoff:
-# how many, the oldest time, and the first of them in cursor order.
-_UNANCHORED_OLD = """
-SELECT count(*), min(recorded_at),
-       (array_agg(stream_id ORDER BY transaction_id, global_position))[1],
-       (array_agg(global_position ORDER BY transaction_id, global_position))[1]
-  FROM eventstore.events
- WHERE (transaction_id, global_position) > (%(xid)s::text::xid8, %(position)s)
-   AND (transaction_id, global_position) <= (%(upto_xid)s::text::xid8, %(upto_position)s)
-   AND recorded_at < %(cutoff)s
-   AND (%(stream)s::text IS NULL OR stream_id = %(stream)s)
-"""
-
-
-def load_checkpoints(conn: psycopg.Connection[Any]) -> list[Checkpoint]:
-    """Every stored checkpoint in seq order, with its heads (orphan heads are left out)."""
-    heads: dict[int, list[AnchorHead]] = {}
-    for seq, stream_id, version, events, event_hash in conn.execute(_HEADS):
-        heads.setdefault(int(seq), []).append(
-            AnchorHead(str(stream_id), int(version), int(events), str(event_hash)))
-    return [
-        Checkpoint(int(r[0]), str(r[1]), Position(int(r[2]), int(r[3])),
-                   Position(int(r[4]), int(r[5])), int(r[6]), r[7],
-                   tuple(heads.get(int(r[0]), ())), str(r[8]), r[9], r[10])
-        for r in conn.execute(_ANCHORS)
-    ]
-
-
 @dataclass(frozen=True)
 class AnchorAge:
     """How old a final event may get unanchored before it is a finding (with a key), as of
@@ -230,41 +160,52 @@ def audit_anchors(  # noqa: PLR0913 - what the check is asked to hold the log to
     """Check the log against its checkpoints (read only). ``expect`` is a (seq, hash) kept
     elsewhere: the checkpoint that must still be there, unchanged; ``witness`` holds the
     high-water mark, which must be too; ``age`` (with a key) how old a final event may get
-    unanchored; ``stream_id`` narrows the stream checks to that stream."""
+    unanchored; ``stream_id`` narrows the check to what bears on that stream."""
     with translated_errors(context="checking the checkpoints"), store.connection() as conn:
-        checkpoints = load_checkpoints(conn)
+        identity = database_identity(conn)
+        mark = witness.mark(identity) if witness is not None else None
+        totals = checkpoint_totals(conn)
+        if stream_id is None:
+            checkpoints = load_checkpoints(conn)
+            checked = None
+        else:
+            # The checkpoints bearing on the stream and the newest, each with its
+            # predecessor (its link); those that must be there (mark, expect) to compare.
+            checked = stream_checkpoints(conn, stream_id)
+            if totals.last_seq is not None:
+                checked.add(totals.last_seq)
+            wanted = checked | {seq - 1 for seq in checked if seq > 1}
+            wanted |= {m for m in (mark.seq if mark else None, expect[0] if expect else None)
+                       if m is not None}
+            checkpoints = load_checkpoints(conn, wanted)
         # Read after the checkpoints: the WAL reaches at least every one of them by now.
         seen_at = wal_position(conn)
-        identity = database_identity(conn)
-        findings = list(_chain_findings(checkpoints, key))
+        findings = list(_chain_findings(checkpoints, key, checked))
         if expect is not None:
             findings += _witness_findings(checkpoints, expect)
-        mark = witness.mark(identity) if witness is not None else None
         mark_reached = mark is None or reached(conn, mark)
         if mark is not None and mark_reached:
-            findings += _mark_findings(checkpoints, mark)
-        only = {"stream": stream_id}
-        named = _head_findings(conn, only)
+            findings += _mark_findings(checkpoints, mark, totals.checkpoints)
+        named = _head_findings(conn, stream_id)
         findings += named
         gone = {f.stream_id for f in named}
-        findings += [f for f in _slice_findings(conn, only) if f.stream_id not in gone]
-        last = checkpoints[-1] if checkpoints else None
+        findings += [f for f in _slice_findings(conn, stream_id) if f.stream_id not in gone]
+        last = checkpoints[-1] if checkpoints and checkpoints[-1].seq == totals.last_seq else None
         upto = last.upto if last else START
-        after = {"xid": str(upto.transaction_id), "position": upto.global_position, **only}
         if key is not None and age is not None:
-            findings += _age_findings(conn, after, age, last)
-        row = conn.execute(_AFTER, after).fetchone()
+            findings += _age_findings(conn, last, age, stream_id)
+        not_anchored = events_after(conn, upto, stream_id)
     return AnchorReport(
-        checkpoints=len(checkpoints),
-        signed=sum(1 for c in checkpoints if c.signed),
+        checkpoints=totals.checkpoints,
+        signed=totals.signed,
         signatures_checked=key is not None,
         key_id=key.key_id if key is not None else None,
         last_seq=last.seq if last else None,
         last_hash=last.anchor_hash if last else None,
         anchored_upto=str(last.upto) if last else None,
         last_taken_at=last.taken_at if last else None,
-        events_anchored=sum(c.events for c in checkpoints),
-        events_not_anchored=int(row[0]) if row else 0,
+        events_anchored=totals.events,
+        events_not_anchored=not_anchored,
         findings=findings,
         high_water_mark=mark,
         high_water_mark_reached=mark_reached,
@@ -282,22 +223,35 @@ def keep_high_water_mark(witness: AnchorWitness, report: AnchorReport) -> bool:
 
 
 def _chain_findings(
-    checkpoints: list[Checkpoint], key: AnchorKey | None
+    checkpoints: list[Checkpoint], key: AnchorKey | None, checked: set[int] | None
 ) -> Iterator[AnchorFinding]:
-    prev_hash, after, expected_seq = GENESIS_HASH, START, 1  # what checkpoint 1 continues
+    """Each checkpoint of ``checked`` (None: every one, all loaded) against its predecessor,
+    its own hash and its signature; ``checkpoints`` holds each one's predecessor if stored."""
+    by_seq = {c.seq: c for c in checkpoints}
     for c in checkpoints:
-        if c.seq != expected_seq:
-            missing = (f"checkpoint {expected_seq}" if c.seq == expected_seq + 1
-                       else f"checkpoints {expected_seq}..{c.seq - 1}")
+        if checked is not None and c.seq not in checked:
+            continue
+        before = by_seq.get(c.seq - 1)
+        if c.seq > 1 and before is None:
+            # When all are checked all are loaded, and the gap is known whole.
+            if checked is None:
+                lower = max((s for s in by_seq if s < c.seq), default=0) + 1
+            else:
+                lower = c.seq - 1
+            missing = (f"checkpoint {c.seq - 1}" if lower == c.seq - 1
+                       else f"checkpoints {lower}..{c.seq - 1}")
             yield AnchorFinding(AnchorProblem.CHECKPOINT_MISSING,
                                 f"{missing} missing (deleted): the chain jumps to {c.seq}",
-                                checkpoint=expected_seq)
-        elif c.prev_hash != prev_hash or c.after != after:
-            yield AnchorFinding(
-                AnchorProblem.CHECKPOINT_CHAIN_BROKEN,
-                f"checkpoint {c.seq} does not continue checkpoint {c.seq - 1}"
-                " (its predecessor's hash or slice end differs: one of them was replaced)",
-                checkpoint=c.seq, position=str(c.after))
+                                checkpoint=lower)
+        else:
+            prev_hash, after = (before.anchor_hash, before.upto) if before else (GENESIS_HASH,
+                                                                                 START)
+            if c.prev_hash != prev_hash or c.after != after:
+                yield AnchorFinding(
+                    AnchorProblem.CHECKPOINT_CHAIN_BROKEN,
+                    f"checkpoint {c.seq} does not continue checkpoint {c.seq - 1}"
+                    " (its predecessor's hash or slice end differs: one of them was replaced)",
+                    checkpoint=c.seq, position=str(c.after))
         recomputed = anchor_hash(seq=c.seq, prev_hash=c.prev_hash, after=c.after, upto=c.upto,
                                  events=c.events, taken_at=c.taken_at, heads=c.heads)
         if recomputed != c.anchor_hash:
@@ -306,7 +260,6 @@ def _chain_findings(
                                 " no longer matches its hash", checkpoint=c.seq)
         if key is not None:
             yield from _signature_findings(c, key)
-        prev_hash, after, expected_seq = c.anchor_hash, c.upto, c.seq + 1
 
 
 def _signature_findings(c: Checkpoint, key: AnchorKey) -> Iterator[AnchorFinding]:
@@ -340,12 +293,13 @@ def _witness_findings(
                           " (the newest checkpoints were deleted or replaced)", checkpoint=seq)]
 
 
-def _mark_findings(checkpoints: list[Checkpoint], mark: HighWaterMark) -> list[AnchorFinding]:
+def _mark_findings(
+    checkpoints: list[Checkpoint], mark: HighWaterMark, stored: int
+) -> list[AnchorFinding]:
     found = next((c for c in checkpoints if c.seq == mark.seq), None)
     if found is not None and found.anchor_hash == mark.anchor_hash:
         return []
-    held = (f"{len(checkpoints)} checkpoint(s), the last {checkpoints[-1].seq}" if checkpoints
-            else "no checkpoint at all")
+    held = f"{stored} checkpoint(s)" if stored else "no checkpoint at all"
     now = "absent" if found is None else f"there with another hash ({found.anchor_hash[:16]}…)"
     return [AnchorFinding(
         AnchorProblem.BELOW_HIGH_WATER_MARK,
@@ -355,35 +309,31 @@ def _mark_findings(checkpoints: list[Checkpoint], mark: HighWaterMark) -> list[A
 
 
 def _age_findings(
-    conn: psycopg.Connection[Any], after: dict[str, Any], age: AnchorAge,
-    last: Checkpoint | None,
+    conn: psycopg.Connection[Any], last: Checkpoint | None, age: AnchorAge,
+    stream_id: str | None,
 ) -> list[AnchorFinding]:
     horizon = horizon_on(conn)
     if horizon is None:
         return []
     cutoff = age.now - age.max_age
-    row = conn.execute(_UNANCHORED_OLD, {
-        **after, "upto_xid": str(horizon.transaction_id),
-        "upto_position": horizon.global_position, "cutoff": cutoff}).fetchone()
-    if row is None or not row[0]:
+    old = unanchored_old(conn, last.upto if last else START, horizon, cutoff, stream_id)
+    if not old.events or old.oldest is None:
         return []
-    count, oldest, stream_id, position = row
     since = f"after checkpoint {last.seq}" if last is not None else "and no checkpoint exists"
     return [AnchorFinding(
         AnchorProblem.UNANCHORED_OLD_EVENTS,
-        f"{count} final event(s) recorded before {cutoff.isoformat(timespec='seconds')}"
-        f" (the oldest at {oldest.isoformat(timespec='seconds')}) lie {since}: the"
+        f"{old.events} final event(s) recorded before {cutoff.isoformat(timespec='seconds')}"
+        f" (the oldest at {old.oldest.isoformat(timespec='seconds')}) lie {since}: the"
         f" checkpoints covering them were deleted, or nothing has anchored the log for"
         f" {int(age.max_age.total_seconds())}s (the projector's anchoring, `sagafleet anchor`)",
-        checkpoint=last.seq if last is not None else None, stream_id=str(stream_id),
-        position=str(position))]
+        checkpoint=last.seq if last is not None else None, stream_id=old.stream_id,
+        position=None if old.position is None else str(old.position))]
 
 
-def _head_findings(conn: psycopg.Connection[Any], only: dict[str, Any]) -> list[AnchorFinding]:
+def _head_findings(conn: psycopg.Connection[Any], only: str | None) -> list[AnchorFinding]:
     findings: list[AnchorFinding] = []
     seen: set[str] = set()
-    for seq, stream_id, version, found_hash, position, now_at in conn.execute(
-            _BROKEN_HEADS, only):
+    for seq, stream_id, version, found_hash, position, now_at in broken_heads(conn, only):
         if stream_id in seen:
             continue  # the newest checkpoint naming the stream says enough
         seen.add(stream_id)
@@ -401,11 +351,9 @@ def _head_findings(conn: psycopg.Connection[Any], only: dict[str, Any]) -> list[
     return findings
 
 
-def _slice_findings(
-    conn: psycopg.Connection[Any], only: dict[str, Any]
-) -> list[AnchorFinding]:
+def _slice_findings(conn: psycopg.Connection[Any], only: str | None) -> list[AnchorFinding]:
     findings = []
-    for seq, stream_id, counted, named, found, version, first in conn.execute(_SLICES, only):
+    for seq, stream_id, counted, named, found, version, first in slice_mismatches(conn, only):
         if counted is None:
             text = (f"stream {stream_id!r} has {found} event(s) in checkpoint {seq}'s slice"
                     f" (up to version {version}) that the checkpoint does not name:"

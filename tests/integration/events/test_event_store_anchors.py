@@ -18,7 +18,8 @@ import psycopg
 import pytest
 
 from events import GENESIS_HASH, EventStore, NewEvent, verify_chain
-from events.anchor_audit import AnchorProblem, AnchorReport, audit_anchors, load_checkpoints
+from events.anchor_audit import AnchorProblem, AnchorReport, audit_anchors
+from events.anchor_reading import load_checkpoints
 from events.anchors import AnchorKey, AnchorLoop, Checkpoint, anchor_hash, take_checkpoint
 from events.hashing import chain_hash, hash_body, recorded_event_hash
 
