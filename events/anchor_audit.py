@@ -46,6 +46,7 @@ from events.anchor_reading import (
     load_checkpoints,
     slice_mismatches,
     stream_checkpoints,
+    stream_totals,
     unanchored_old,
 )
 from events.anchor_witness import (
@@ -99,7 +100,9 @@ class AnchorReport:
     """What the anchor check found: the checkpoints, what they cover, every finding."""
 
     checkpoints: int
+    """How many checkpoints the log holds (for one stream's check: the newest seq)."""
     signed: int
+    """How many of them are signed (for one stream's: of those bearing on it)."""
     signatures_checked: bool
     key_id: str | None
     last_seq: int | None
@@ -107,6 +110,7 @@ class AnchorReport:
     anchored_upto: str | None
     last_taken_at: datetime | None
     events_anchored: int
+    """Events the checkpoints count (for one stream's check: of that stream)."""
     events_not_anchored: int
     findings: list[AnchorFinding] = field(default_factory=list)
     high_water_mark: HighWaterMark | None = None
@@ -164,16 +168,15 @@ def audit_anchors(  # noqa: PLR0913 - what the check is asked to hold the log to
     with translated_errors(context="checking the checkpoints"), store.connection() as conn:
         identity = database_identity(conn)
         mark = witness.mark(identity) if witness is not None else None
-        totals = checkpoint_totals(conn)
         if stream_id is None:
-            checkpoints = load_checkpoints(conn)
-            checked = None
+            totals = checkpoint_totals(conn)
+            checkpoints, checked = load_checkpoints(conn), None
+            newest = totals.last_seq
         else:
+            newest, stream_events = stream_totals(conn, stream_id)
             # The checkpoints bearing on the stream and the newest, each with its
             # predecessor (its link); those that must be there (mark, expect) to compare.
-            checked = stream_checkpoints(conn, stream_id)
-            if totals.last_seq is not None:
-                checked.add(totals.last_seq)
+            checked = stream_checkpoints(conn, stream_id) | ({newest} if newest else set())
             wanted = checked | {seq - 1 for seq in checked if seq > 1}
             wanted |= {m for m in (mark.seq if mark else None, expect[0] if expect else None)
                        if m is not None}
@@ -185,26 +188,31 @@ def audit_anchors(  # noqa: PLR0913 - what the check is asked to hold the log to
             findings += _witness_findings(checkpoints, expect)
         mark_reached = mark is None or reached(conn, mark)
         if mark is not None and mark_reached:
-            findings += _mark_findings(checkpoints, mark, totals.checkpoints)
+            findings += _mark_findings(checkpoints, mark, newest)
         named = _head_findings(conn, stream_id)
         findings += named
         gone = {f.stream_id for f in named}
         findings += [f for f in _slice_findings(conn, stream_id) if f.stream_id not in gone]
-        last = checkpoints[-1] if checkpoints and checkpoints[-1].seq == totals.last_seq else None
-        upto = last.upto if last else START
+        last = next((c for c in reversed(checkpoints) if c.seq == newest), None)
         if key is not None and age is not None:
             findings += _age_findings(conn, last, age, stream_id)
-        not_anchored = events_after(conn, upto, stream_id)
+        not_anchored = events_after(conn, last.upto if last else START, stream_id)
+    if checked is None:
+        counted, signed, anchored = totals.checkpoints, totals.signed, totals.events
+    else:
+        counted = newest or 0
+        signed = sum(1 for c in checkpoints if c.seq in checked and c.signed)
+        anchored = stream_events - not_anchored
     return AnchorReport(
-        checkpoints=totals.checkpoints,
-        signed=totals.signed,
+        checkpoints=counted,
+        signed=signed,
         signatures_checked=key is not None,
         key_id=key.key_id if key is not None else None,
         last_seq=last.seq if last else None,
         last_hash=last.anchor_hash if last else None,
         anchored_upto=str(last.upto) if last else None,
         last_taken_at=last.taken_at if last else None,
-        events_anchored=totals.events,
+        events_anchored=anchored,
         events_not_anchored=not_anchored,
         findings=findings,
         high_water_mark=mark,
@@ -294,12 +302,12 @@ def _witness_findings(
 
 
 def _mark_findings(
-    checkpoints: list[Checkpoint], mark: HighWaterMark, stored: int
+    checkpoints: list[Checkpoint], mark: HighWaterMark, newest: int | None
 ) -> list[AnchorFinding]:
     found = next((c for c in checkpoints if c.seq == mark.seq), None)
     if found is not None and found.anchor_hash == mark.anchor_hash:
         return []
-    held = f"{stored} checkpoint(s)" if stored else "no checkpoint at all"
+    held = f"checkpoints up to {newest}" if newest else "no checkpoint at all"
     now = "absent" if found is None else f"there with another hash ({found.anchor_hash[:16]}…)"
     return [AnchorFinding(
         AnchorProblem.BELOW_HIGH_WATER_MARK,

@@ -37,6 +37,13 @@ _TOTALS = """
 SELECT count(*), count(signature), coalesce(sum(events), 0), max(seq) FROM eventstore.anchors
 """
 
+# One stream's share, without reading every checkpoint: the newest seq (the primary key's
+# last entry) and the stream's events.
+_STREAM_TOTALS = """
+SELECT (SELECT max(seq) FROM eventstore.anchors),
+       (SELECT count(*) FROM eventstore.events WHERE stream_id = %(stream)s)
+"""
+
 # The checkpoint whose slice ends at or after an event: the one holding it, when the chain is
 # whole (slices are contiguous); when the one before was deleted, the one after the gap.
 _COVERING = """
@@ -182,6 +189,14 @@ def checkpoint_totals(conn: psycopg.Connection[Any]) -> CheckpointTotals:
         return CheckpointTotals(0, 0, 0, None)
     return CheckpointTotals(int(row[0]), int(row[1]), int(row[2]),
                             None if row[3] is None else int(row[3]))
+
+
+def stream_totals(conn: psycopg.Connection[Any], stream_id: str) -> tuple[int | None, int]:
+    """The newest checkpoint's seq (None: none) and how many events one stream holds."""
+    row = conn.execute(_STREAM_TOTALS, {"stream": stream_id}).fetchone()
+    if row is None:
+        return None, 0
+    return (None if row[0] is None else int(row[0])), int(row[1])
 
 
 def stream_checkpoints(conn: psycopg.Connection[Any], stream_id: str) -> set[int]:
