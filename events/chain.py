@@ -51,21 +51,27 @@ def verify_chain(source: EventStore | Sequence[RecordedEvent], stream_id: str) -
     else:
         events = source.read_stream(stream_id)
     report = _verify(stream_id, events)
-    if report.ok and not isinstance(source, Sequence):
-        head = source.stream_head(stream_id)
-        if head is not None and head != (len(events), report.head_hash):
-            return ChainReport(
-                stream_id,
-                len(events),
-                report.head_hash,
-                ChainBreak(
-                    head[0],
-                    "?",
-                    f"stream head says version {head[0]} hash {head[1][:12]}…, "
-                    f"the events end at {len(events)} hash {report.head_hash[:12]}…",
-                ),
-            )
-    return report
+    if isinstance(source, Sequence):
+        return report
+    return with_head(report, source.stream_head(stream_id))
+
+
+def with_head(report: ChainReport, head: tuple[int, str] | None) -> ChainReport:
+    """``report`` with the stream's head row (version, last hash; None: no row) checked
+    against the events: the head is what appends continue from and expect versions of."""
+    if not report.ok or head is None or head == (report.events_checked, report.head_hash):
+        return report
+    return ChainReport(
+        report.stream_id,
+        report.events_checked,
+        report.head_hash,
+        ChainBreak(
+            head[0],
+            "?",
+            f"stream head says version {head[0]} hash {head[1][:12]}…, "
+            f"the events end at {report.events_checked} hash {report.head_hash[:12]}…",
+        ),
+    )
 
 
 def event_problem(event: RecordedEvent, expected_version: int, previous: str) -> str | None:
