@@ -148,8 +148,15 @@ def register(sub: Any) -> None:
     _reader(alerts)
     alerts.set_defaults(handler=run_alerts)
 
-    audit_p = sub.add_parser("audit", help="a saga's timeline from the log, hash chain checked",
-                             epilog=EXAMPLES, formatter_class=fmt)
+    audit_p = sub.add_parser(
+        "audit", help="a saga's timeline from the log, checked as verify checks it",
+        description="A saga's timeline and state from its log, with the checks verify makes"
+                    " of it: its hash chain and head, its snapshot re-folded, and the"
+                    " checkpoints that bear on it (the anchor key, the high-water mark and"
+                    " SAGAFLEET_ANCHOR_MAX_AGE_SECONDS as verify uses them). Exit 9"
+                    " (log-tampered) when the checkpoints say the log was changed, 7"
+                    " (verify-failed) for a broken chain or a snapshot that is not its fold.",
+        epilog=EXAMPLES, formatter_class=fmt)
     audit_p.add_argument("saga_id")
     audit_p.add_argument(
         "--at", default=None, help="fold only up to this global position (N or XID:N)"
