@@ -24,8 +24,10 @@ there when they were taken. Without a key, someone who rewrites the log and reco
 checkpoint after it goes unnoticed; the report says so. Check 5 trusts the recording time,
 which a rewrite that recomputes every hash can move; check 4 does not depend on it.
 
-``stream_id`` narrows the stream checks (2, 3, 5, 6) to one stream (a saga's audit); the
-checkpoint chain and the high-water mark are checked whole, and say nothing of other streams.
+``stream_id`` narrows every check to what bears on one stream (a saga's audit): checks 2, 3,
+5 and 6 to its events; check 1 to the checkpoints whose slices hold its events or that name
+it, and the newest, each against its predecessor; check 4 as it is. Its findings say nothing
+of other streams (a tenant's reader sees them), and its cost follows the stream.
 """
 
 from __future__ import annotations
