@@ -31,12 +31,15 @@ from events.hashing import HASH_VERSION, chain_hash, json_string
 from events.model import GENESIS_HASH, KEEP_DUE, DueTime, DueTimeChange
 from events.prepare import PreparedEvent
 
-_FUNCTION: Final = b"""
+# The recording time and hash version once per append, for every event of it (events
+# migration 0011); the hash version as a constant of the text.
+_FUNCTION: Final = f"""
 SELECT stream_version, global_position, transaction_id::bigint, recorded_at, prev_hash,
        event_hash
   FROM eventstore.append_events(%(stream)s, %(expected)s, %(events)s::text::jsonb,
-                                %(notify)s, %(due_set)s, %(due_at)s::timestamptz)
-"""
+                                %(notify)s, %(due_set)s, %(due_at)s::timestamptz,
+                                %(at)s::text::timestamptz, {HASH_VERSION}::smallint)
+""".encode()  # noqa: S608 - HASH_VERSION is a constant int
 
 # The caller computed every event's version and hash, so the server only checks where the
 # chain starts and stores it, behind one of two heads (the statement's first write): a
@@ -77,13 +80,14 @@ _MOVED_HEAD: Final = """
 # list joined to the head (same-run interleaved, 4 x 2000 appends). Still the one chained
 # insert: the same template, heads, columns and checks; only where its rows come from
 # differs.
-_BATCH_ROWS: Final = """x.v, x.id, x.type, x.sv, x.data, x.meta, x.tenant, x.at, x.hv, x.prev,
-       x.hash
+# The recording time is one parameter per append, the hash version a constant of the text:
+# the same for every event of the append.
+_BATCH_ROWS: Final = f"""x.v, x.id, x.type, x.sv, x.data, x.meta, x.tenant,
+       %(at)s::text::timestamptz, {HASH_VERSION}::smallint, x.prev, x.hash
   FROM head, jsonb_to_recordset(%(events)s::text::jsonb)
              AS x(v bigint, id uuid, type text, sv integer, data jsonb, meta jsonb,
-                  tenant text, at timestamptz, hv smallint, prev text, hash text)"""
+                  tenant text, prev text, hash text)"""
 
-# The hash version as a constant of the text (the same for every event appended now).
 _ONE_ROW: Final = f"""%(version)s::bigint, %(id)s::uuid, %(type)s::text, %(sv)s::integer,
        %(data)s::text::jsonb, %(meta)s::text::jsonb, %(tenant)s::text,
        %(at)s::text::timestamptz, {HASH_VERSION}::smallint, %(tip)s::text,
@@ -220,6 +224,7 @@ def _append_function(
         "events": f"[{elements}]",
         "notify": notify,
         "due_at": None,  # a new stream kept at no due time gets NULL
+        "at": prepared[0].recorded_at_text,
     }
     params["due_set"] = _put_due(params, due)
     return _cursor(conn).execute(_FUNCTION, params).fetchall()
@@ -252,6 +257,7 @@ def _chained_insert(
         "tip": tip,
         "version": expected + len(prepared),
         "last_hash": prev,
+        "at": prepared[0].recorded_at_text,
     }
     due_set = _put_due(params, due)
     elements = [

@@ -93,6 +93,15 @@ def event_problem(event: RecordedEvent, expected_version: int, previous: str) ->
     return None
 
 
+def content_verifies(event: RecordedEvent) -> bool:
+    """Whether one event, on its own, matches its stored hash and its tenant column its
+    metadata (its link to its predecessor is the chain's check): what a read that crosses
+    streams (a trace) asks before it shows an event to a tenant."""
+    return (event.hash_version in HASH_BODY_LAYOUTS
+            and event.tenant_id == metadata_tenant(event.metadata)
+            and recorded_event_hash(event) == event.event_hash)
+
+
 def _verify(stream_id: str, events: list[RecordedEvent]) -> ChainReport:
     previous = GENESIS_HASH
     for expected_version, event in enumerate(events, start=1):

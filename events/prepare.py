@@ -297,13 +297,11 @@ def _prepare_one(
     tenant_id = metadata_tenant(metadata)
     id_text = str(event_id)
     tenant_json = "null" if tenant_id is None else json_string(tenant_id)
-    # The recording time's text is digits and punctuation: a JSON string as it stands.
-    at_json = f'"{recording.text}"'
-    # The stored columns as the members of a JSON object; both append statements send them.
+    # The stored columns as the members of a JSON object; both append statements send them
+    # (and the recording time and hash version once per append, as parameters).
     columns_json = (
         f'"id":"{id_text}","type":{type_json},"sv":{schema_version},'
-        f'"data":{data_json},"meta":{metadata_json},"tenant":{tenant_json},'
-        f'"at":{at_json},"hv":{HASH_VERSION}'
+        f'"data":{data_json},"meta":{metadata_json},"tenant":{tenant_json}'
     )
     body = body_around_version(
         {
@@ -311,7 +309,8 @@ def _prepare_one(
             "event_id": f'"{id_text}"',
             "hash_version": str(HASH_VERSION),
             "metadata": metadata_json,
-            "recorded_at": at_json,
+            # The recording time's text is digits and punctuation: a JSON string as it stands.
+            "recorded_at": f'"{recording.text}"',
             "schema_version": str(schema_version),
             "stream_id": stream_json,
             "tenant_id": tenant_json,

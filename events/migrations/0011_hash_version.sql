@@ -11,18 +11,21 @@
 -- (verification refuses a version no layout defines).
 ALTER TABLE eventstore.events ADD COLUMN hash_version smallint NOT NULL DEFAULT 1;
 
--- The function as in 0009, storing each element's recording time ("at") and hash version
--- ("hv") as the client hashed them; an element without them (an older client) gets now()
--- and layout 1, as before.
+-- The function as in 0009, with two optional arguments more: the recording time the client
+-- hashed (p_recorded_at) and the hash version (p_hash_version), once per append, stored on
+-- every event of it. A caller that gives neither (an older client) stores now() and
+-- layout 1, as before.
 DROP FUNCTION eventstore.append_events(text, bigint, jsonb, boolean, boolean, timestamptz);
 
 CREATE FUNCTION eventstore.append_events(
-    p_stream_id text,
-    p_expected  bigint,
-    p_events    jsonb,
-    p_notify    boolean,
-    p_due_set   boolean DEFAULT false,
-    p_due_at    timestamptz DEFAULT NULL
+    p_stream_id     text,
+    p_expected      bigint,
+    p_events        jsonb,
+    p_notify        boolean,
+    p_due_set       boolean DEFAULT false,
+    p_due_at        timestamptz DEFAULT NULL,
+    p_recorded_at   timestamptz DEFAULT NULL,
+    p_hash_version  smallint DEFAULT 1
 ) RETURNS TABLE (
     stream_version  bigint,
     global_position bigint,
@@ -87,11 +90,11 @@ BEGIN
         schema_version, data, metadata, tenant_id, recorded_at, hash_version, prev_hash,
         event_hash)
     SELECT p_stream_id, v_version + x.ord, x.id, x.type, x.sv, x.data, x.meta, x.tenant,
-           coalesce(x.at, now()), coalesce(x.hv, 1), v_hashes[x.ord], v_hashes[x.ord + 1]
+           coalesce(p_recorded_at, now()), p_hash_version, v_hashes[x.ord],
+           v_hashes[x.ord + 1]
       FROM ROWS FROM (jsonb_to_recordset(p_events)
-                      AS (id uuid, type text, sv integer, data jsonb, meta jsonb, tenant text,
-                          at timestamptz, hv smallint))
-           WITH ORDINALITY AS x(id, type, sv, data, meta, tenant, at, hv, ord)
+                      AS (id uuid, type text, sv integer, data jsonb, meta jsonb, tenant text))
+           WITH ORDINALITY AS x(id, type, sv, data, meta, tenant, ord)
     RETURNING e.stream_version, e.global_position, e.transaction_id::text, e.recorded_at,
               e.prev_hash, e.event_hash;
 END

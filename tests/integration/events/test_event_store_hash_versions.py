@@ -90,3 +90,26 @@ def test_a_log_written_before_hash_versions_verifies_and_grows_after_the_upgrade
         # and the snapshot without a seal is gone (loads write sealed ones as they fold)
         with store.connection() as conn:
             assert conn.execute("SELECT count(*) FROM eventstore.snapshots").fetchone() == (0,)
+
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def test_a_trace_read_shows_no_event_whose_tenant_was_edited(store: EventStore) -> None:
+    # given two events of tenant acme's saga recorded under a lineage trace
+    metadata = {"tenant": "acme", "saga_trace_id": TRACE}
+    store.append("saga-1", [NewEvent("Noted", {"n": n}, metadata=metadata) for n in (1, 2)])
+    assert [e.stream_version for e in store.events_of_trace("acme", TRACE)] == [1, 2]
+    # when one's tenant column is edited to another tenant's, and the other's column and
+    # (hashed) metadata both
+    with store.connection() as conn:
+        conn.execute("UPDATE eventstore.events SET tenant_id = 'beta'"
+                     " WHERE stream_id = 'saga-1' AND stream_version = 1")
+        conn.execute("UPDATE eventstore.events SET tenant_id = 'beta', metadata = metadata"
+                     " || '{\"tenant\": \"beta\"}' WHERE stream_id = 'saga-1'"
+                     " AND stream_version = 2")
+    # then the other tenant's trace read shows neither (the column alone is not the tenant,
+    # and an event that does not match its hash is not shown), and acme's no longer either
+    assert store.events_of_trace("beta", TRACE) == []
+    assert store.events_of_trace("acme", TRACE) == []
+    assert not verify_chain(store, "saga-1").ok
