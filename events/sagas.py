@@ -35,7 +35,6 @@ from events.snapshots import (
     SnapshotRead,
     Snapshots,
     StoredSnapshot,
-    sealed_snapshot,
     snapshot_problem,
 )
 from events.store import EventStore, UnitOfWork
@@ -213,15 +212,15 @@ class SagaCodec:
         return LoadedSaga(saga_id, state.definition, state, started, head)
 
     def snapshot_of(self, loaded: LoadedSaga, head: RecordedEvent) -> StoredSnapshot | None:
-        """A sealed snapshot of a loaded saga, whose last folded event is ``head``; None
+        """A snapshot of a loaded saga taken at ``head``, its last folded event; None
         for a state whose definition a reader could not find by hash (a plan revision's,
         carried by its PlanRevised event alone)."""
         started = loaded.started
         if started is None or loaded.definition.content_hash() != started.definition_hash:
             return None
-        return sealed_snapshot(saga_stream(loaded.saga_id), loaded.version,
-                               started.definition_hash, encode_state(loaded.state),
-                               head.event_hash)
+        return StoredSnapshot(saga_stream(loaded.saga_id), loaded.version,
+                              started.definition_hash, encode_state(loaded.state),
+                              head.event_hash)
 
     @staticmethod
     def _started(saga_id: str, first: SagaEvent, tenant: str | None) -> SagaStarted:

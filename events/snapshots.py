@@ -2,8 +2,10 @@
 
 A snapshot holds a saga's state folded up to a stream version (``saga_core.snapshots``
 encodes it), the schema fingerprint of the code that wrote it, the hash of the definition
-the state runs, and its **seal**: the hash of the event it folds up to and the hash of its
-state (:func:`state_hash`). A load reads, in one query, the stream's first event, the
+the state runs, and its **seal**: the hash of the event it folds up to, and the hash of its
+state as the store keeps it (the exact text: PostgreSQL hashes its jsonb text when it
+stores the row, and a read hashes the text it gets back before decoding it, so no canonical
+form is computed on either side). A load reads, in one query, the stream's first event, the
 snapshot of this schema (if any) and the events from the snapshot's version on; it folds
 only those after it. A snapshot that does not check out (:func:`snapshot_problem`: no event
 at its version, another event there than it was taken at, a state that does not match its
@@ -25,6 +27,7 @@ on, or for, an append.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -34,7 +37,6 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from events._pg import EVENT_COLUMNS, stored_event_row
-from events.hashing import canonical_json, contains_float, sorted_json
 from events.model import RecordedEvent
 from events.reading import checked_stream_id
 from events.store_rules import checked_stream_list
@@ -43,32 +45,27 @@ from events.store_rules import checked_stream_list
 @dataclass(frozen=True)
 class StoredSnapshot:
     """A saga stream's state as a JSON document at ``version``, for a definition by hash,
-    sealed with the hash of the event at ``version`` and the hash of the state."""
+    taken at the event whose hash is ``event_hash`` (the one at ``version``).
+
+    ``state_intact``, on a snapshot read back: whether the stored state still matches the
+    hash its store sealed it with when it was written (on a snapshot to write: True)."""
 
     stream_id: str
     version: int
     definition_hash: str
     state: Any
     event_hash: str
-    state_hash: str
+    state_intact: bool = True
 
 
-def state_hash(state: Any) -> str:
-    """sha256 hex of a snapshot state's canonical JSON: the same for the document written
-    and for the one read back from jsonb."""
-    # Without floats the plain sorted text is canonical already (and much faster to write
-    # than the walk that canonicalises numbers).
-    text = canonical_json(state) if contains_float(state) else sorted_json(state)
+def text_hash(text: str) -> str:
+    """sha256 hex of a state's stored text (what ``eventstore.snapshots.state_hash`` holds:
+    the server computes the same of its jsonb text, ``sha256(convert_to(state::text,
+    'UTF8'))``)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def sealed_snapshot(
-    stream_id: str, version: int, definition_hash: str, state: Any, event_hash: str
-) -> StoredSnapshot:
-    """A snapshot of ``state`` taken at the event whose hash is ``event_hash`` (the one at
-    ``version``), sealed with that hash and the state's."""
-    return StoredSnapshot(stream_id, version, definition_hash, state, event_hash,
-                          state_hash(state))
+_decode_state_text = json.JSONDecoder().decode
 
 
 def snapshot_problem(snapshot: StoredSnapshot, at_version: RecordedEvent | None) -> str | None:
@@ -79,7 +76,7 @@ def snapshot_problem(snapshot: StoredSnapshot, at_version: RecordedEvent | None)
     if at_version.event_hash != snapshot.event_hash:
         return (f"it was taken at another event than the one now at version"
                 f" {snapshot.version} (the log or the snapshot was changed)")
-    if state_hash(snapshot.state) != snapshot.state_hash:
+    if not snapshot.state_intact:
         return "its state does not match its hash (edited after it was taken)"
     return None
 
@@ -132,7 +129,8 @@ class Snapshots(Protocol):
 _READ_FROM_SNAPSHOTS = """
 WITH wanted AS (
   SELECT w.id AS s_stream, s.version AS s_version, s.definition_hash AS s_hash,
-         s.event_hash AS s_event_hash, s.state_hash AS s_state_hash, s.state AS s_state
+         s.event_hash AS s_event_hash, s.state_hash AS s_state_hash,
+         s.state::text AS s_state
     FROM {streams}
     LEFT JOIN eventstore.snapshots s ON s.stream_id = w.id AND s.schema = %(schema)s)
 SELECT {columns}, s_version, s_hash, s_event_hash, s_state_hash,
@@ -154,13 +152,15 @@ _READ_ONE = _READ_FROM_SNAPSHOTS.format(
 _READ_MANY = _READ_FROM_SNAPSHOTS.format(
     streams="unnest(%(streams)s::text[]) AS w(id)", columns=EVENT_COLUMNS)
 
+# The state's hash is the server's, of the text it keeps (the document as jsonb prints it).
 _SAVE = """
 INSERT INTO eventstore.snapshots AS s
        (stream_id, version, schema, definition_hash, state, event_hash, state_hash, taken_at)
-SELECT %s, %s, %s, %s, %s, %s, %s, now()
+SELECT %s, %s, %s, %s, doc.state, %s,
+       encode(sha256(convert_to(doc.state::text, 'UTF8')), 'hex'), now()
   -- No wait for the WAL flush, for this statement's own transaction alone: a crash can
   -- lose only the last snapshots written, which costs a longer fold, never a fact.
-  FROM set_config('synchronous_commit', 'off', true)
+  FROM (SELECT %s::jsonb AS state) AS doc, set_config('synchronous_commit', 'off', true)
 ON CONFLICT (stream_id) DO UPDATE
    SET version = excluded.version, schema = excluded.schema,
        definition_hash = excluded.definition_hash, state = excluded.state,
@@ -173,7 +173,7 @@ ON CONFLICT (stream_id) DO UPDATE
 _DROP = "DELETE FROM eventstore.snapshots"
 
 _STORED = """
-SELECT stream_id, version, definition_hash, state, event_hash, state_hash
+SELECT stream_id, version, definition_hash, state::text, event_hash, state_hash
   FROM eventstore.snapshots WHERE stream_id = ANY(%s) AND schema = %s
 """
 
@@ -211,11 +211,10 @@ class PostgresSnapshots:
                 cur.execute(_READ_MANY, {"streams": wanted, "schema": schema})
             for row in cur:
                 event = stored_event_row(row[:-5])
-                version, definition_hash, event_hash, sealed_state, state = row[-5:]
-                if state is not None:
-                    snapshots[event.stream_id] = StoredSnapshot(
-                        event.stream_id, version, definition_hash, state, event_hash,
-                        sealed_state)
+                version, definition_hash, event_hash, sealed, text = row[-5:]
+                if text is not None:
+                    snapshots[event.stream_id] = _snapshot(
+                        event.stream_id, version, definition_hash, text, event_hash, sealed)
                 records[event.stream_id].append(event)
         for stream_id, read in records.items():
             if read:
@@ -227,8 +226,8 @@ class PostgresSnapshots:
         stream, stays), in one round trip that waits for no disk flush (see _SAVE)."""
         with self.store.connection() as conn:
             conn.execute(_SAVE, (snapshot.stream_id, snapshot.version, schema,
-                                 snapshot.definition_hash, Jsonb(snapshot.state),
-                                 snapshot.event_hash, snapshot.state_hash))
+                                 snapshot.definition_hash, snapshot.event_hash,
+                                 Jsonb(snapshot.state)))
 
     def read_snapshots(
         self, stream_ids: Sequence[str], schema: str
@@ -237,10 +236,20 @@ class PostgresSnapshots:
         wanted = [checked_stream_id(s) for s in checked_stream_list(stream_ids)]
         with self.store.connection() as conn:
             rows = conn.execute(_STORED, (wanted, schema)).fetchall()
-        return {str(r[0]): StoredSnapshot(str(r[0]), int(r[1]), str(r[2]), r[3], str(r[4]),
-                                          str(r[5])) for r in rows}
+        return {str(r[0]): _snapshot(str(r[0]), int(r[1]), str(r[2]), r[3], str(r[4]), r[5])
+                for r in rows}
 
     def drop_snapshots(self) -> int:
         """Delete every snapshot; return how many there were."""
         with self.store.connection() as conn:
             return conn.execute(_DROP).rowcount
+
+
+def _snapshot(  # noqa: PLR0913, PLR0917 - a stored row's columns, in order
+    stream_id: str, version: int, definition_hash: str, text: str, event_hash: str,
+    sealed: str,
+) -> StoredSnapshot:
+    """A stored row as a snapshot: its state's text checked against the hash the server
+    sealed it with, then decoded (the text is hashed as it came, before any parsing)."""
+    return StoredSnapshot(stream_id, version, definition_hash, _decode_state_text(text),
+                          event_hash, text_hash(text) == sealed)
