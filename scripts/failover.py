@@ -15,8 +15,10 @@ URL. Over the first 70% of the run it starts N trip sagas, a share through signe
 ``sagafleet.commands.start_saga`` messages an agent publishes through Sentinel (plus cancels
 and plans), the rest through the client API.
 
-At 30% of the run it freezes and SIGKILLs every process of the PostgreSQL primary and, after
-``--detect-s`` seconds, promotes the standby; at 60% it SIGKILLs the Redis master and waits
+At 30% of the run the standby falls behind (the primary's WAL sender paused for
+``--lag-s`` seconds, as over a congested link), then every process of the PostgreSQL
+primary is frozen and SIGKILLed and, after ``--detect-s`` seconds, the standby is
+promoted; at 60% it SIGKILLs the Redis master and waits
 for the Sentinels to promote the replica. Nothing is restarted: every process of the fleet
 must carry on against the new servers. Callers follow the README's protocol for an
 asynchronous standby: the direct client starts again, by key, each acknowledged start the
@@ -77,6 +79,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="share of provider calls meeting an injected fault")
     parser.add_argument("--detect-s", type=float, default=1.0,
                         help="seconds between the primary's death and the promotion")
+    parser.add_argument("--lag-s", type=float, default=1.0,
+                        help="seconds the primary's WAL sender is paused right before the "
+                             "primary dies (a standby behind: what asynchronous replication "
+                             "then loses)")
     parser.add_argument("--settle-timeout", type=float, default=300.0)
     parser.add_argument("--review-every", type=float, default=0.5,
                         help="seconds between the operator's looks at pending approvals")
@@ -85,8 +91,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "are stopped either way")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args(argv)
-    if args.sagas < 1 or args.workers < 1 or args.duration <= 0 or args.detect_s < 0:
-        parser.error("--sagas and --workers must be >= 1, --duration > 0, --detect-s >= 0")
+    if args.sagas < 1 or args.workers < 1 or args.duration <= 0 or min(args.detect_s,
+                                                                         args.lag_s) < 0:
+        parser.error("--sagas and --workers must be >= 1, --duration > 0, --detect-s and "
+                     "--lag-s >= 0")
     if not 0 <= args.agent_share <= 1 or not 0 <= args.fault_rate <= 1:
         parser.error("--agent-share and --fault-rate must be between 0 and 1")
     return args

@@ -29,8 +29,6 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from psycopg import sql
-
 from chaos_run import observe
 from chaos_run.agent import AGENT_ACTOR, AGENT_TENANT, AgentPlan, AgentSender
 from chaos_run.broker import BrokerSnapshot, snapshot
@@ -44,6 +42,8 @@ from chaos_run.run import (
     tenant_approver,
 )
 from chaos_run.verdicts import judge_commands, judge_sagas
+from psycopg import sql
+
 from failover_run.servers import SENTINEL_MASTER, Servers
 from failover_run.witness import Witness
 from saga_core.authority import ADMIN_ROLE, AGENT_ROLE, APPROVER_ROLE, PrincipalKind
@@ -237,6 +237,11 @@ class FailoverRun(ChaosRun):
         detection delay the standby is promoted."""
         assert self.witness is not None
         record: dict[str, Any] = {"server": "postgresql", "at_s": self.elapsed()}
+        # The standby falls behind first, as over a congested link: what the primary
+        # acknowledges meanwhile reaches the standby only if the primary waits for it.
+        senders = servers.postgres.pause_replication()
+        record["wal_senders_paused"] = len(senders)
+        time.sleep(self.args.lag_s)
         self.witness.last_look()
         record["killed_at"] = datetime.now(UTC)
         record["killed_processes"] = servers.postgres.kill_primary()
@@ -338,6 +343,7 @@ class FailoverRun(ChaosRun):
                 "sagas": self.args.sagas, "workers": self.args.workers,
                 "duration_s": self.args.duration, "fault_rate": self.args.fault_rate,
                 "agent_share": self.args.agent_share, "detect_s": self.args.detect_s,
+                "lag_s": self.args.lag_s,
                 "settle_timeout_s": self.args.settle_timeout, "lease_s": LEASE_S,
                 "visibility_timeout_s": VISIBILITY_TIMEOUT_S,
             },

@@ -172,6 +172,14 @@ def _children(parent: int) -> list[int]:
     return found
 
 
+def _title(pid: int) -> str:
+    """A process's title (its command line, as PostgreSQL rewrites it)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
 def _alive(pid: int) -> bool:
     """Whether ``pid`` is a live process (a zombie counts as gone)."""
     try:
@@ -235,6 +243,18 @@ class PostgresPair:
             row = conn.execute("SELECT count(*) FROM pg_stat_replication"
                                " WHERE sync_state = 'sync'").fetchone()
         return bool(row and row[0])
+
+    def pause_replication(self) -> list[int]:
+        """Stop the primary's WAL senders (SIGSTOP): the standby falls behind, as over a
+        congested link, until the primary dies. With
+        synchronous replication the primary's commits wait meanwhile; with asynchronous
+        replication they go on, acknowledged. (Stopping the standby's receiver instead
+        would lose nothing: what the sender wrote waits in the socket's buffers.)"""
+        senders = [pid for pid in self.primary.processes()[1:]
+                   if _title(pid).startswith("postgres: walsender")]
+        for pid in senders:
+            os.kill(pid, signal.SIGSTOP)
+        return senders
 
     def kill_primary(self) -> int:
         """SIGKILL every process of the primary (see :meth:`PostgresNode.kill`)."""
