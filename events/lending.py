@@ -28,10 +28,9 @@ those above its minimum after ``max_idle``; they are checked again at its next r
 server died, restarted, or failed over) the others almost surely are too: the kept ones go
 back to the pool and the pool checks every idle connection at once (``ConnectionPool.check``,
 one round trip each, only then), so one failed statement clears them all instead of each
-kept connection failing one more caller. A writing store's connection to a server that
-refused a write as read-only (a demoted or fenced primary) is closed before it goes back
-(:meth:`ConnectionLender.drop`), so the pool replaces it with a connection to whichever
-server accepts writes now.
+kept connection failing one more caller. A writing store whose server refused a write as
+read-only (a demoted or fenced primary) drops every connection (:meth:`ConnectionLender.drop`:
+the pool replaces them all), so the next ones reach whichever server accepts writes now.
 """
 
 from __future__ import annotations
@@ -103,10 +102,17 @@ class ConnectionLender:
 
     def drop(self, conn: psycopg.Connection[Any]) -> None:
         """Return a borrowed connection that must not serve again (its server refuses what
-        this store must do there): closed, so the pool replaces it; the others are checked."""
+        this store must do there), and with it every other one to that server: the pool
+        replaces them all (``drain``: the idle ones now, those lent out as they return)."""
         conn.close()
-        self.pool.putconn(conn)
-        self._check_all()
+        with self._lock:
+            kept, self._kept = self._kept, []
+        for held in [*kept, conn]:
+            self.pool.putconn(held)
+        try:
+            self.pool.drain()
+        except PoolClosed:
+            pass  # closing meanwhile: nothing left to replace
 
     def _check_all(self) -> None:
         """Hand the kept connections back and have the pool test every idle one, discarding
