@@ -68,59 +68,40 @@ def _hold_connections(store: EventStore, count: int) -> None:
         loan.__exit__(None, None, None)
 
 
-def _append_when_back(store: EventStore, stream: str, data: dict[str, int]) -> None:
-    """Append, past the one failure a connection lost in the failover may still cost."""
-    for _ in range(3):
-        try:
-            store.append(stream, [NewEvent("E", data)])
-            return
-        except StoreUnavailable:
-            continue
-    raise AssertionError("the store never reached the promoted standby")
-
-
 def _fail_over(pair: PostgresPair) -> None:
     pair.kill_primary()
     pair.promote_standby()
 
 
-def test_a_store_drops_its_connections_to_a_dead_primary_and_writes_to_the_promoted_standby(
+def test_the_store_its_subscription_and_a_read_only_store_carry_on_on_the_promoted_standby(
     pair: PostgresPair, store: EventStore
 ) -> None:
-    # given a store holding several connections to the primary, and its events
-    store.append("before", [NewEvent("E", {"n": 1})])
-    _hold_connections(store, 4)
-    # when the primary dies and the standby is promoted
-    _fail_over(pair)
-    # then the first write meets the lost connection and says the store is unavailable...
-    with pytest.raises(StoreUnavailable):
-        store.append("after", [NewEvent("E", {"n": 2})])
-    # ...and that one failure cleared every connection to the dead server: the next write
-    # goes to the new primary at once, no restart
-    store.append("after", [NewEvent("E", {"n": 2})])
-    assert [e.data for e in store.read_stream("after")] == [{"n": 2}]
-    assert [e.data for e in store.read_stream("before")] == [{"n": 1}]
-    with store.connection() as conn:
-        row = conn.execute("SELECT inet_server_port(), pg_is_in_recovery()").fetchone()
-    assert row == (pair.primary.port, False)
-
-
-def test_a_subscription_listens_and_takes_its_lock_again_on_the_new_primary(
-    pair: PostgresPair, store: EventStore
-) -> None:
-    # given a subscription that holds its lock and has read what there is
+    # given a store holding several connections to the primary, a subscription that holds
+    # its lock and has read what there is, and a read command's store on the same URL
     store.append("s", [NewEvent("E", {"n": 1})])
-    with store.subscription("follower") as follower:
+    _hold_connections(store, 4)
+    with store.subscription("follower") as follower, ReadOnlyEventStore.open(
+            pair.url("postgres"), source="the primary opened read-only", timeout=5.0) as reads:
         with follower.next_batch() as batch:
             assert [e.data for e in batch.events] == [{"n": 1}]
         assert follower.is_owner and follower.session == 1
+        # (its own read-only session does not make libpq's read-write refuse every server)
+        assert [e.type for e in reads.read_stream("s")] == ["E"]
         # when the primary dies and the standby is promoted
         _fail_over(pair)
-        # then waiting on the lost connection says so, and the next batch is read on a new
-        # session that took the lock again and listens again
+        # then the store's first write meets a lost connection and says it is unavailable...
+        with pytest.raises(StoreUnavailable):
+            store.append("s", [NewEvent("E", {"n": 2})])
+        # ...and that one failure cleared every connection to the dead server: the next
+        # write goes to the new primary at once, no restart
+        store.append("s", [NewEvent("E", {"n": 2})])
+        with store.connection() as conn:
+            row = conn.execute("SELECT inet_server_port(), pg_is_in_recovery()").fetchone()
+        assert row == (pair.primary.port, False)
+        # and the subscription: waiting on its lost connection says so, and the next batch
+        # is read on a new session that took the lock again and listens again
         with pytest.raises(StoreUnavailable):
             follower.wait(0.1)
-        _append_when_back(store, "s", {"n": 2})
         with follower.next_batch() as batch:
             assert [e.data for e in batch.events] == [{"n": 2}]
         assert follower.is_owner and follower.session == 2
@@ -130,6 +111,8 @@ def test_a_subscription_listens_and_takes_its_lock_again_on_the_new_primary(
         assert held == (1,)
         store.append("s", [NewEvent("E", {"n": 3})])
         assert follower.wait(30.0)  # a NOTIFY from the new primary wakes it
+        # and the read-only store reads the promoted standby
+        assert _read_when_back(reads, "s") == ["E", "E", "E"]
 
 
 def test_the_console_live_feed_announces_again_after_a_failover(
@@ -193,20 +176,6 @@ def _wait_done(future: object, seconds: float) -> bool:
     return True
 
 
-def test_a_read_only_store_on_the_same_url_reads_whichever_server_is_primary(
-    pair: PostgresPair, store: EventStore
-) -> None:
-    # given a read command's store on the fleet's URL (read-write, several hosts)
-    store.append("r", [NewEvent("E", {})])
-    with ReadOnlyEventStore.open(pair.url("postgres"), source="the primary opened read-only",
-                                 timeout=5.0) as reads:
-        # then it reads the primary (its own read-only session does not make libpq refuse
-        # every server), and after a failover the promoted standby
-        assert [e.type for e in reads.read_stream("r")] == ["E"]
-        _fail_over(pair)
-        assert _read_when_back(reads, "r") == ["E"]
-
-
 def _read_when_back(reads: ReadOnlyEventStore, stream: str) -> list[str]:
     """The stream's event types once the read-only store reaches a server again."""
     for _ in range(3):
@@ -217,15 +186,31 @@ def _read_when_back(reads: ReadOnlyEventStore, stream: str) -> list[str]:
     raise AssertionError("the read-only store never reached the promoted standby")
 
 
-def test_a_fenced_primary_is_a_failover_not_a_misconfiguration(pair: PostgresPair) -> None:
-    # given a writing store on the primary alone (read-write asked of it)
-    with EventStore.connect(pair.primary.url() + "&target_session_attrs=read-write",
+@pytest.fixture
+def primary() -> Iterator[PostgresNode]:
+    """One PostgreSQL server (a primary with no standby), stopped afterwards."""
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        pytest.skip("no PostgreSQL server binaries: apt install postgresql")
+    with tempfile.TemporaryDirectory(prefix="sf-fence-") as root:
+        node = PostgresNode(Control(bin_dir, Path(root) / "a", run_as_user()), free_port())
+        try:
+            node.initdb()
+            node.start()
+            yield node
+        finally:
+            node.stop()
+
+
+def test_a_fenced_primary_is_a_failover_not_a_misconfiguration(primary: PostgresNode) -> None:
+    # given a writing store on the primary (read-write asked of it)
+    with EventStore.connect(primary.url() + "&target_session_attrs=read-write",
                             pool_size=4, timeout=2.0) as store:
         store.migrate()
         store.append("f", [NewEvent("E", {})])
         _hold_connections(store, 3)
         # when a failover tool fences it (read-only for every session, as before a demotion)
-        with psycopg.connect(pair.primary.url(), autocommit=True) as admin:
+        with psycopg.connect(primary.url(), autocommit=True) as admin:
             admin.execute("ALTER SYSTEM SET default_transaction_read_only = on")
             admin.execute("SELECT pg_reload_conf()")
         try:
@@ -246,7 +231,7 @@ def test_a_fenced_primary_is_a_failover_not_a_misconfiguration(pair: PostgresPai
             with pytest.raises(StoreUnavailable, match="no database connection available"):
                 store.append("f", [NewEvent("E", {})])
         finally:
-            with psycopg.connect(pair.primary.url(), autocommit=True) as admin:
+            with psycopg.connect(primary.url(), autocommit=True) as admin:
                 admin.execute("ALTER SYSTEM RESET default_transaction_read_only")
                 admin.execute("SELECT pg_reload_conf()")
         # and once a writable primary answers, writes go on (the pool reconnects at its
