@@ -41,6 +41,10 @@ def render(report: dict[str, Any]) -> str:
         "sagafleet verify:                 " + (
             "clean" if report["verify"]["clean"]
             else f"NOT CLEAN ({report['verify']['differences']} differences)"),
+        f"written to the fleet's database:  {report['log']['events']} events "
+        f"({report['log']['events_per_saga']} a saga), {report['log']['wal_bytes']} bytes of "
+        f"WAL ({report['log']['wal_bytes_per_saga']} a saga)" if report.get("log") else
+        "written to the fleet's database:  (not read)",
         "durations: " + ", ".join(f"{k} {v}s" for k, v in report["durations_s"].items()),
     ]
     if report["violations"]:

@@ -21,7 +21,6 @@ import argparse
 import os
 import secrets
 import time
-import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -87,6 +86,7 @@ class FailoverRun(ChaosRun):
         self.direct_keys: dict[str, str] = {}  # idempotency key -> saga id acknowledged
         self.restarted_directly: list[str] = []
         self.witness: Witness | None = None
+        self.wal_at_start = "0/0"
 
     # -- setup ---------------------------------------------------------------------------
 
@@ -97,6 +97,7 @@ class FailoverRun(ChaosRun):
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
         self.database = servers.postgres.url(DATABASE)
         migrate_all(self.database)
+        self.wal_at_start = _wal_position(self.database)
         self.ledgers = servers.ledgers.url()
         sandbox.install(self.ledgers)
         self.broker_url = servers.redis.url
@@ -291,6 +292,19 @@ class FailoverRun(ChaosRun):
         found = _retrying(first)
         return None if found is None else round((found - record["killed_at"]).total_seconds(), 2)
 
+    def log_volume(self, sagas: int) -> dict[str, Any]:
+        """What the run wrote to the fleet's database: events, and WAL (every table of the
+        fleet: log, read models, checkpoints, anchors), in all and per saga."""
+        with psycopg.connect(self.database, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT (SELECT count(*) FROM eventstore.events),"
+                " pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)::bigint",
+                (self.wal_at_start,)).fetchone()
+        events, wal = (int(row[0]), int(row[1])) if row else (0, 0)
+        per = max(sagas, 1)
+        return {"events": events, "events_per_saga": round(events / per, 1),
+                "wal_bytes": wal, "wal_bytes_per_saga": round(wal / per)}
+
     def check_failover(self, trip: Any, agent: AgentSender, procs: FleetProcesses,
                        casualties: list[str], quiet: bool, direct: list[str]) -> dict[str, Any]:
         """Every check of the run; violations make the exit code non-zero."""
@@ -365,6 +379,7 @@ class FailoverRun(ChaosRun):
                 "missing_by_type": self.witness.by_type(lost),
                 "witness_polls": self.witness.polls,
             },
+            "log": _retrying(lambda: self.log_volume(sagas.started)),
             "direct_starts": {"acknowledged": len(self.direct_keys),
                               "missing_after_failover_started_again":
                                   len(self.restarted_directly)},
@@ -395,6 +410,8 @@ class FailoverRun(ChaosRun):
         }
 
 
-def run_id() -> str:
-    """A short id for the run's directory names."""
-    return uuid.uuid4().hex[:8]
+def _wal_position(url: str) -> str:
+    """The server's current WAL position (it keeps counting across a promotion)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    return str(row[0]) if row else "0/0"
