@@ -13,7 +13,8 @@ It answers ``None`` when:
   nested list, an empty list or string, more than :data:`MAX_RECIPIENT_TEXTS` strings or a
   string longer than :data:`MAX_RECIPIENT_CHARS`);
 * a string holds a control or invisible formatting character (NUL, CR, LF, tab, zero-width
-  or bidi controls: a header splitter or a spoof), or an RFC 2047 encoded word (``=?``);
+  or bidi controls: a header splitter or a spoof), an RFC 2047 encoded word (``=?``), or
+  an empty list element (a leading or trailing comma);
 * ``email.headerregistry`` reports any defect or fails, or a group (``team: a@x;``), a
   route (``<@relay:a@x>``) or leftover text is present; and ``email.utils.getaddresses``
   (``strict=True`` where this Python has it, CVE-2023-27043) does not find exactly the same
@@ -110,8 +111,9 @@ def _parse_text(text: Any) -> list[Recipient] | None:
     """The addresses of one string (an RFC 5322 address list), or None."""
     if not isinstance(text, str) or not text.strip() or len(text) > MAX_RECIPIENT_CHARS:
         return None
-    if _has_hidden(text) or "=?" in text:
-        return None
+    if _has_hidden(text) or "=?" in text or text.strip().startswith(",") or text.strip(
+            ).endswith(","):
+        return None  # an empty list element: Pythons differ on it (strict getaddresses)
     try:
         header = _REGISTRY("to", text)
         groups = header.groups  # type: ignore[attr-defined]
