@@ -231,8 +231,13 @@ class Orchestrator:
                     appended = self._append(loaded, state, recorded, now, actor=actor, unit=own)
             after = loaded.extended(recorded, appended, state)  # folded above
         # A committer that claims ahead took every due step it could: the rest it left
-        # (a call reserved by its own claim, a grant that no longer holds) each need a message.
-        woken = [command for command, _ in due] if claim is not None else wake_ups(due)
+        # (a call reserved by its own claim, a grant that no longer holds) each need a
+        # message. Otherwise a step claimed only by its own claim (it reserves in a tenant
+        # window) is woken like a lookup: whoever claims its siblings leaves it.
+        alone = {c for c, is_step in due if is_step and windowed(state.definition)
+                 and window_call(state, c.step_id, c.kind, now) is not None}
+        woken = ([command for command, _ in due] if claim is not None
+                 else wake_ups((c, is_step and c not in alone) for c, is_step in due))
         return Committed(loaded.saga_id, tuple(recorded), after,
                          tuple(command for command, _ in due), tuple(claimed), tuple(woken))
 
