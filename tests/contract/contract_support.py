@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from events.model import NO_STREAM, AppendResult
-from events.saga_log import GateWindows, Definitions, SagaLog, Secrets
+from events.saga_log import Definitions, GateWindows, SagaLog, Secrets
 from saga_core import SagaDefinition
 from saga_core.contracts import SagaStatus
 from saga_core.events import CancelRequested, SagaFinished, SagaStarted

@@ -22,13 +22,11 @@ F = StepKind.FORWARD
 
 def _catalogue(**gate: Any) -> ToolCatalogue:
     """The trip catalogue whose capture gate (above 100000 a person) adds ``gate``."""
-    tools = []
-    for tool in trip_tool_catalogue().tools:
-        if tool.name == "payments.capture" and tool.gate is not None:
-            tool = tool.model_copy(update={"gate": tool.gate.model_validate(
-                {**tool.gate.model_dump(), **gate})})
-        tools.append(tool)
-    return ToolCatalogue(tools=tools)
+    return ToolCatalogue(tools=[
+        tool.model_copy(update={"gate": tool.gate.model_validate(
+            {**tool.gate.model_dump(), **gate})})
+        if tool.name == "payments.capture" and tool.gate is not None else tool
+        for tool in trip_tool_catalogue().tools])
 
 
 def _captures(count: int, amount: int, prefix: str = "capture") -> AgentPlan:
