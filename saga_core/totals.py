@@ -18,7 +18,7 @@ and an unknown total needs a person.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -245,3 +245,27 @@ def windowed(definition: SagaDefinition) -> bool:
     commits skip the window entirely)."""
     return any(t.gate is not None and t.gate.tenant_window is not None
                for t in definition.tools)
+
+
+def running_totals_text(gate: Mapping[str, Any]) -> list[str]:
+    """The running totals of an approval request's gate evidence (``details.gate``), one
+    line each, as the console queue and the command line show them."""
+    lines = []
+    saga = gate.get("saga_total")
+    if isinstance(saga, Mapping):
+        with_call = saga.get("with_this_call")
+        after = f", {with_call:g} with this call" if isinstance(with_call, int | float) else ""
+        unjudged = saga.get("unjudged_calls") or []
+        doubt = f"; not summable: {', '.join(map(str, unjudged))}" if unjudged else ""
+        lines.append(f"saga total: {saga.get('before')} in {saga.get('counted_calls')} "
+                     f"earlier call(s){after} (limit {saga.get('limit')}){doubt}")
+    window = gate.get("tenant_window")
+    if isinstance(window, Mapping) and "before" in window:
+        lines.append(f"tenant window {window.get('window')} over {window.get('period')}: "
+                     f"{window.get('before')} in {window.get('counted_calls')} call(s), "
+                     f"{window.get('with_this_call')} with this call "
+                     f"(limit {window.get('limit')})")
+    elif isinstance(window, Mapping):
+        lines.append(f"tenant window: limit {window.get('limit')} per "
+                     f"{window.get('period_s')} s, judged when the call is claimed")
+    return lines
