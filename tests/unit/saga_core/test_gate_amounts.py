@@ -12,6 +12,8 @@ from pydantic import ValidationError
 
 from saga_core import trip_tool_catalogue
 from saga_core.catalogue import ToolSpec
+from saga_core.conditions import ReceiptCondition
+from saga_core.contracts import Receipt
 from saga_core.gate_policy import GatePolicy
 from saga_core.gates import MAX_JUDGED_AMOUNT, AmountLimit, RiskGate, judged_amount
 
@@ -120,3 +122,17 @@ def test_gates_without_the_new_fields_dump_as_before() -> None:
         assert "saga_total" not in dumped and "tenant_window" not in dumped
         if tool.gate.above is not None:
             assert set(dumped["above"]) == {"arg", "limit"}
+
+
+# -- receipt conditions (postconditions) read scalars only ----------------------------------------
+
+
+@pytest.mark.parametrize("op", ["ne", "not_in"])
+def test_a_negative_receipt_condition_does_not_hold_for_a_nested_value(op: str) -> None:
+    # given "outcome is not failed", and a receipt whose outcome is an object holding "failed"
+    condition = ReceiptCondition(field="outcome", op=op,
+                                 value="failed" if op == "ne" else ["failed"])
+    nested = Receipt(resource_id="r", fields={"outcome": {"state": "failed"}})
+    # then it does not hold (it used to: an object differs from the string "failed")
+    assert not condition.holds(nested)
+    assert condition.holds(Receipt(resource_id="r", fields={"outcome": "ok"}))
