@@ -35,6 +35,7 @@ is counted, and everything else must still be 0.
 exit codes:
   0  no violation
   2  bad arguments (usage)
+  130  interrupted (Ctrl-C, SIGTERM, SIGHUP): every server and process it started is stopped
   8  invariant-violated: at least one violation (listed under "violations"; the logs of
      the run's processes are kept, their directory printed on stderr)
 """
@@ -116,8 +117,14 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = home / "logs"
     log_dir.mkdir()
     run = FailoverRun(args, home, log_dir)
-    with Servers(home / "servers", args.replication) as servers:
-        report = run.run_on(servers)
+    try:
+        with Servers(home / "servers", args.replication) as servers:
+            report = run.run_on(servers)
+    except KeyboardInterrupt:
+        # Unwound through every finally: the fleet's processes and the servers are stopped.
+        print(f"interrupted; every server and process stopped (logs in {log_dir})",
+              file=sys.stderr)
+        return ExitCode.INTERRUPTED
     print(json.dumps(report, indent=2, default=str) if args.json else render(report))
     if report["violations"]:
         print(f"\nlogs kept in {log_dir}", file=sys.stderr)
