@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -56,7 +56,8 @@ class Settings(BaseSettings):
     # URLs carry passwords: secrets, masked by `sagafleet db url` unless --show-password.
     database_url: SecretStr | None = Field(default=None, description=(
         "PostgreSQL DSN of the event store and of the sandbox ledgers where the sandbox is "
-        "installed (unset: the embedded server)"))
+        "installed (unset: the embedded server); several hosts with "
+        "target_session_attrs=read-write follow a failover"))
     # Reads that may lag go to a hot standby (sagafleet.runtime picks per role); appends,
     # claims, checkpoints and the sweeper stay on database_url.
     read_database_url: SecretStr | None = Field(default=None, description=(
@@ -64,8 +65,19 @@ class Settings(BaseSettings):
         "audits, verify, the console and read commands read, from it; every write goes to "
         "the database (unset: everything on the database)"))
     broker_url: SecretStr | None = Field(default=None, description=(
-        "Celery broker URL: redis://…, rediss://…, redis+socket://… (unset: the embedded "
-        "Redis)"))
+        "Celery broker URL: redis://…, rediss://…, redis+socket://…, or Redis Sentinel's "
+        "sentinel://host:port;sentinel://host:port (unset: the embedded Redis)"))
+    # kombu's master_name transport option: a Sentinel URL names Sentinels, not the master.
+    broker_sentinel_master: str | None = Field(
+        default=None, min_length=1, max_length=256, pattern=r"^[^\s]+$", description=(
+            "the name Redis Sentinel monitors the broker's master under (sentinel monitor "
+            "NAME …): required with a sentinel:// broker URL, refused with any other"))
+    # The simulated providers are outside systems: their ledgers may live on a server of
+    # their own, so that they outlive a failover of the fleet's database (scripts/failover.py).
+    sandbox_database_url: SecretStr | None = Field(default=None, description=(
+        "PostgreSQL DSN of the sandbox providers' ledgers, where they live apart from the "
+        "event store (unset: the database)"),
+    )
     sentry_dsn: SecretStr | None = Field(default=None, description=(
         "errors and traces to Sentry, tagged with saga, step and tool (needs the sentry extra: "
         "pip install 'sagafleet[sentry]'; unset: sentry-sdk is never initialised)"))
@@ -157,6 +169,23 @@ class Settings(BaseSettings):
     console_session_max_seconds: float = Field(default=43_200.0, ge=60, le=30 * 86_400,
                                                description=(
         "the longest a console session lives after sign-in, active or not"))
+
+    @model_validator(mode="after")
+    def _sentinel_master_with_sentinel_url(self) -> Settings:
+        """A Sentinel broker URL names Sentinels, so it needs the master's name; the name
+        means nothing for any other URL (never set silently in vain). Names no value."""
+        url = reveal(self.broker_url)
+        sentinel = url is not None and url.startswith("sentinel://")
+        if sentinel and self.broker_sentinel_master is None:
+            raise ConfigurationError(
+                f"{env_name('broker_url')} is a sentinel:// URL: set "
+                f"{env_name('broker_sentinel_master')} to the name its Sentinels monitor the "
+                "master under (sentinel monitor NAME …)")
+        if not sentinel and self.broker_sentinel_master is not None:
+            raise ConfigurationError(
+                f"{env_name('broker_sentinel_master')} is set but {env_name('broker_url')} "
+                "is not a sentinel:// URL; unset it, or give the Sentinels' URL")
+        return self
 
     @classmethod
     def settings_customise_sources(
