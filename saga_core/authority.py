@@ -54,7 +54,7 @@ ROLE_ACTIONS: Mapping[str, frozenset[Action]] = MappingProxyType({
 """What each built-in role allows (allow-only: an action no role grants is refused). Other
 role names are free for gates to name (``payments_approver``); they grant reading."""
 
-ROLE_NAME = re.compile(r"^[a-z][a-z0-9_.\-]{0,63}$")
+ROLE_NAME = re.compile(r"^[a-z][a-z0-9_.\-]{0,63}\Z")  # \Z: $ would let a final newline in
 """A role's name: lower case, as gates and ``sagafleet principals add --role`` spell it."""
 
 
@@ -115,6 +115,8 @@ def check_permitted(principal: Principal, action: Action, what: str = "") -> Non
 
 
 def role_problems(roles: Iterable[str]) -> list[str]:
-    """Why each of ``roles`` is not a valid role name (empty when all are)."""
-    return [f"role {role!r} must match {ROLE_NAME.pattern}" for role in roles
+    """Why each of ``roles`` is not a valid role name (empty when all are); a role is named by
+    its place in the list, never quoted (a validation error does not echo what it refuses)."""
+    return [f"role {place} must match {ROLE_NAME.pattern}"
+            for place, role in enumerate(roles, start=1)
             if not isinstance(role, str) or not ROLE_NAME.match(role)]

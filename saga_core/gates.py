@@ -103,7 +103,7 @@ class RiskGate(BaseModel):
             raise ValueError("a risk gate needs a condition: always, above or "
                              "external_recipient")
         if not ROLE_NAME.match(self.role):
-            raise ValueError(f"gate role {self.role!r} must match {ROLE_NAME.pattern}")
+            raise ValueError(f"a gate role must match {ROLE_NAME.pattern}")
         return self
 
     def applies(self, args: dict[str, Any]) -> bool:

@@ -211,7 +211,7 @@ def _version(form: Form) -> int:
 def _kind(form: Form) -> StepKind:
     raw = form.text("kind", "forward")
     if raw not in StepKind._value2member_map_:
-        raise InvalidRequest(f"kind must be one of {[k.value for k in StepKind]}, not {raw!r}")
+        raise InvalidRequest(f"kind must be one of {[k.value for k in StepKind]}")
     return StepKind(raw)
 
 
@@ -222,9 +222,9 @@ def _up_to(form: Form) -> float | None:
     try:
         value = float(raw)
     except ValueError:
-        raise InvalidRequest(f"up to must be a number, not {raw!r}") from None
+        raise InvalidRequest("up to must be a number") from None
     if not math.isfinite(value) or value <= 0:
-        raise InvalidRequest(f"up to must be a positive number, not {raw!r}")
+        raise InvalidRequest("up to must be a positive number")
     return value
 
 
@@ -244,7 +244,7 @@ def _deny(client: SagaClient, form: Form) -> str:
 def _resolve(client: SagaClient, form: Form) -> str:
     action = _required(form, "action")
     if action not in OPERATOR_ACTIONS:
-        raise InvalidRequest(f"operator action {action!r} is not one of {list(OPERATOR_ACTIONS)}")
+        raise InvalidRequest(f"an operator action is one of {list(OPERATOR_ACTIONS)}")
     checked = form.text("checked")
     resolution = client.resolve(_required(form, "saga_id"), action,
                                 step_id=form.text("step") or None, kind=_kind(form),

@@ -7,7 +7,10 @@ navigation), so a page is added by adding a module, without touching this one.
 
 Errors a page raises become pages too: a :class:`~saga_core.errors.SagaError` is answered
 with the status of its kind (403 not permitted, 404 not found, 409 conflict, ...) and its
-message, escaped, in the frame.
+message, escaped, in the frame; a 401 or 403 is a line of the security log.
+
+Outermost runs :class:`~sagafleet.security_log.RequestLog` (the security log, and the access
+log when it is on), then the security headers, then the gate.
 """
 
 from __future__ import annotations
@@ -36,11 +39,14 @@ from sagafleet.console.gate import FRAGMENT_HEADER, VIEWER_KEY, Gate
 from sagafleet.console.headers import SecurityHeaders, security_headers
 from sagafleet.console.layout import NavLink, sign_in_frame
 from sagafleet.console.markup import html
+from sagafleet.security_log import RequestLog, note_refusal
 
 __all__ = ["HOME", "create_app", "page_modules"]
 
 HOME: Final = "/queue"
 """Where ``/`` and a fresh sign-in lead."""
+_REFUSALS: Final = {401: "unauthenticated", 403: "forbidden"}
+"""The security log's event of an error page, by its status."""
 
 
 
@@ -78,7 +84,8 @@ def create_app(console: Console, *, modules: Iterable[ModuleType] | None = None)
 
     return Starlette(
         routes=routes,
-        middleware=[Middleware(SecurityHeaders), Middleware(Gate, sessions=console.sessions)],
+        middleware=[Middleware(RequestLog), Middleware(SecurityHeaders),
+                    Middleware(Gate, sessions=console.sessions)],
         # Exception: Starlette's outermost middleware answers a crash, outside SecurityHeaders.
         exception_handlers={SagaError: _error_page(console), Exception: _internal_error},
         lifespan=lifespan,
@@ -92,7 +99,8 @@ def _home(request: Request) -> Response:
 def _internal_error(request: Request, exc: Exception) -> Response:
     """A crash's answer: no detail, and the headers every console response carries (the
     traceback still reaches the server's log: Starlette re-raises after answering)."""
-    headers = {name.decode(): value.decode() for name, value in security_headers(static=False)}
+    headers = {name.decode(): value.decode() for name, value in
+               security_headers(static=False, https=request.url.scheme == "https")}
     return PlainTextResponse("internal error", status_code=500, headers=headers)
 
 
@@ -101,6 +109,8 @@ def _error_page(console: Console) -> Callable[[Request, Exception], Any]:
         if not isinstance(exc, SagaError):  # registered for SagaError only
             return PlainTextResponse("internal error", status_code=500)
         status = status_of(exc)
+        if status in _REFUSALS:
+            note_refusal(request.scope, _REFUSALS[status], str(exc))
         body = html('<section class="problem"><h1>{}</h1><p class="notice error" '
                     'role="alert">{}</p>{}</section>', _title(status), str(exc),
                     html('<p class="hint">{}</p>', exc.hint) if exc.hint else "")

@@ -1,9 +1,9 @@
 """The console's one explicit object: what every page is given (no globals).
 
 A :class:`Console` holds the fleet (principal directory, the actions' client), the read side
-(projections), the session store, the live hub and the navigation; :func:`sagafleet.console.
-app.create_app` builds the web app around it, and passes it to every page module's
-``routes(console)``.
+(projections), the session store, the sign-in throttle, the live hub and the navigation;
+:func:`sagafleet.console.app.create_app` builds the web app around it, and passes it to every
+page module's ``routes(console)``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from sagafleet.console.layout import NavLink, fragment_response, page_response
 from sagafleet.console.live import LiveHub
 from sagafleet.console.markup import Markup
 from sagafleet.console.sessions import SessionStore, Viewer
+from sagafleet.console.throttle import SignInThrottle
 from workers.client import SagaClient
 from workers.fleet import Fleet
 
@@ -57,6 +58,8 @@ class Console:
     recorded (read-your-writes: the page an action redirects to)."""
     sessions: SessionStore
     live: LiveHub
+    throttle: SignInThrottle
+    """Slows sign-ins of an address or token prefix that failed too often."""
     nav: list[NavLink] = field(default_factory=list)
     """Filled by ``create_app`` from the page modules' ``NAV``."""
     alert_thresholds: AlertThresholds = field(default_factory=AlertThresholds)
