@@ -33,7 +33,7 @@ from saga_core.contracts import StepKind
 from saga_core.errors import ErrorKind, SagaError, SagaMoved
 from saga_core.limits import REASON_CHARS
 from saga_core.resolution import OPERATOR_ACTIONS
-from sagafleet.console.core import Console, status_of
+from sagafleet.console.core import Console, note_error, status_of
 from sagafleet.console.gate import Form, form_of, viewer_of
 from sagafleet.console.markup import Markup, csrf_field, html, join
 from sagafleet.console.sessions import Viewer
@@ -291,6 +291,7 @@ def _refused(console: Console, request: Request, form: Form, return_to: str,
     """Nothing was recorded: say why, and show the saga as the log has it now."""
     viewer = viewer_of(request)
     status = status_of(exc)
+    note_error(request, exc)
     title = "Changed meanwhile" if isinstance(exc, SagaMoved) else "Not recorded"
     current = Markup("")
     saga_id = form.text("saga_id")

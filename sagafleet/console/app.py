@@ -34,19 +34,17 @@ from starlette.staticfiles import StaticFiles
 from saga_core.errors import SagaError
 from sagafleet.console import actions, signin, stream
 from sagafleet.console import pages as pages_package
-from sagafleet.console.core import Console, status_of
+from sagafleet.console.core import Console, note_error, status_of
 from sagafleet.console.gate import FRAGMENT_HEADER, VIEWER_KEY, Gate
 from sagafleet.console.headers import SecurityHeaders, security_headers
 from sagafleet.console.layout import NavLink, sign_in_frame
 from sagafleet.console.markup import html
-from sagafleet.security_log import RequestLog, note_refusal
+from sagafleet.security_log import RequestLog
 
 __all__ = ["HOME", "create_app", "page_modules"]
 
 HOME: Final = "/queue"
 """Where ``/`` and a fresh sign-in lead."""
-_REFUSALS: Final = {401: "unauthenticated", 403: "forbidden"}
-"""The security log's event of an error page, by its status."""
 
 
 
@@ -109,8 +107,7 @@ def _error_page(console: Console) -> Callable[[Request, Exception], Any]:
         if not isinstance(exc, SagaError):  # registered for SagaError only
             return PlainTextResponse("internal error", status_code=500)
         status = status_of(exc)
-        if status in _REFUSALS:
-            note_refusal(request.scope, _REFUSALS[status], str(exc))
+        note_error(request, exc)
         body = html('<section class="problem"><h1>{}</h1><p class="notice error" '
                     'role="alert">{}</p>{}</section>', _title(status), str(exc),
                     html('<p class="hint">{}</p>', exc.hint) if exc.hint else "")

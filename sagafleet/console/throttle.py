@@ -67,12 +67,14 @@ class ThrottlePolicy:
                              "and a maximum delay >= 0")
 
     def delay_s(self, failures: int) -> float:
-        """How long the next attempt of a key with ``failures`` in the window waits."""
-        excess = failures - self.free_failures
-        if excess <= 0:
+        """How long the next attempt of a key with ``failures`` in the window waits: nothing
+        while it has fewer than ``free_failures``, then 0.5 s, doubling with each failure
+        more, at most ``max_delay_s``."""
+        if failures < self.free_failures:
             return 0.0
+        beyond = failures - self.free_failures
         # The exponent is bounded: a float power of two overflows past 2 ** 1023.
-        return min(self.max_delay_s, FIRST_DELAY_S * 2.0 ** min(excess - 1, 64))
+        return min(self.max_delay_s, FIRST_DELAY_S * 2.0 ** min(beyond, 64))
 
 
 @dataclass(frozen=True)
