@@ -84,7 +84,7 @@ def check_tenant(tenant: object) -> str:
     return tenant
 
 
-def check_name(name: object) -> str:
+def check_definition_name(name: object) -> str:
     """``name`` if a definition could have it; InvalidArgument (invalid input) otherwise: a
     name with a NUL, say, is the caller's mistake on every path, never a database error."""
     problem = definition_name_problem(name)
@@ -212,7 +212,7 @@ class DefinitionStore:
         transaction that uses it, as another process may have registered a newer one.
         """
         check_tenant(tenant)
-        check_name(name)
+        check_definition_name(name)
         if version is None and cached_latest and (tenant, name) in self._latest:
             return self.by_hash(self._latest[(tenant, name)])
         params = {"name": name, "version": version, "tenant": tenant}

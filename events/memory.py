@@ -26,7 +26,7 @@ from events.definitions import (
     DefinitionNotFound,
     DefinitionRecord,
     SharedDefinitionName,
-    check_name,
+    check_definition_name,
     check_tenant,
     conflict,
 )
@@ -246,7 +246,7 @@ class MemoryDefinitions:
         """The definition ``name`` at ``version`` (the highest version when omitted) as
         ``tenant`` sees it; ``cached_latest`` changes nothing here: the latest is known."""
         check_tenant(tenant)
-        check_name(name)
+        check_definition_name(name)
         with self._lock:
             visible = self._visible(tenant, name)
             if version is None:

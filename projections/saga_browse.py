@@ -28,7 +28,7 @@ from typing import Any
 from psycopg import sql
 from psycopg.rows import class_row
 
-from events.definitions import check_name, check_tenant
+from events.definitions import check_definition_name, check_tenant
 from events.errors import InvalidArgument
 from projections.alerts import AlertThresholds
 from projections.context import ProjectionContext
@@ -71,7 +71,7 @@ class SagaFilter:
             raise InvalidArgument(f"a search names at most {MAX_SEARCH_IDS} saga ids")
         # A value no saga can have (a NUL, say) is invalid input, not a database error.
         if self.definition is not None:
-            check_name(self.definition)
+            check_definition_name(self.definition)
         if self.saga_ids is not None and any(text_problem(i) for i in self.saga_ids):
             raise InvalidArgument("a search is plain text: no NUL or lone surrogate")
 

@@ -32,6 +32,7 @@ from pydantic_settings import (
 )
 
 from saga_core.errors import ErrorKind, SagaError
+from saga_core.field_errors import field_errors
 from saga_core.snapshots import DEFAULT_SNAPSHOT_EVERY
 
 PREFIX: Final = "SAGAFLEET_"
@@ -391,7 +392,7 @@ def _read_secret(path: Path, variable: str) -> str:
 def _explain(exc: ValidationError) -> str:
     """Every bad variable and why, one clause each (never the value: it may be a secret)."""
     clauses = []
-    for error in exc.errors(include_input=False, include_url=False):
-        field = str(error["loc"][0]) if error["loc"] else "?"
-        clauses.append(f"{env_name(field)} is invalid: {error['msg']}")
+    for error in field_errors(exc):
+        field = error.path.split(".")[0] or "?"
+        clauses.append(f"{env_name(field)} is invalid: {error.message}")
     return "; ".join(clauses)
