@@ -115,8 +115,6 @@ def check_permitted(principal: Principal, action: Action, what: str = "") -> Non
 
 
 def role_problems(roles: Iterable[str]) -> list[str]:
-    """Why each of ``roles`` is not a valid role name (empty when all are); a role is named by
-    its place in the list, never quoted (a validation error does not echo what it refuses)."""
-    return [f"role {place} must match {ROLE_NAME.pattern}"
-            for place, role in enumerate(roles, start=1)
+    """Why each of ``roles`` is not a valid role name (empty when all are)."""
+    return [f"role {role!r} must match {ROLE_NAME.pattern}" for role in roles
             if not isinstance(role, str) or not ROLE_NAME.match(role)]

@@ -261,7 +261,7 @@ def name_problems(what: str, value: object) -> list[str]:
     if len(value) > NAME_CHARS.value:
         return [f"{what} is {len(value)} characters; at most {NAME_CHARS.value} (name_chars)"]
     if not PRINCIPAL_NAME.match(value):
-        return [f"{what} must match {PRINCIPAL_NAME.pattern}"]
+        return [f"{what} {value!r} must match {PRINCIPAL_NAME.pattern}"]
     return []
 
 
