@@ -158,3 +158,16 @@ def test_refused_and_forbidden_requests_are_logged_without_the_token(fleet, serv
     assert {line["principal"] for line in access if line["status"] == 200} == {"ada"}
     text = output.read_text()
     assert wrong not in text and auditor not in text
+
+
+def test_plain_http_other_machines_can_reach_is_warned_about_at_start(processes, tmp_path):
+    # when the gateway listens on every interface, and another on the loopback only
+    port, local = free_port(), free_port()
+    wait_listening(port, processes.start("mcp", "--http", f"0.0.0.0:{port}"))
+    wait_listening(local, processes.start("mcp", "--http", f"127.0.0.1:{local}"))
+    # then the first says at start that bearer tokens would cross the network in clear
+    everywhere = (tmp_path / "mcp-0.log").read_text()
+    assert f"WARNING: serving plain http on 0.0.0.0:{port}" in everywhere
+    assert "bearer tokens" in everywhere
+    # and the loopback one says nothing of the kind
+    assert "plain http" not in (tmp_path / "mcp-1.log").read_text()
