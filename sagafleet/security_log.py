@@ -1,19 +1,19 @@
 """The security log and the access log of the console and the gateway: one JSON object a line.
 
 **Security log** (logger :data:`SECURITY_LOGGER`, level WARNING): one line per refusal at the
-edge: a refused or throttled sign-in, a CSRF refusal, every 401 and 403, a live stream or a
-request over its cap, a caller that tried to choose its tenant or actor. Each line's message
+edge: a refused, throttled or slowed sign-in, a CSRF refusal, every 401 and 403, a live
+stream over its bound, a caller that tried to choose its tenant or actor. Each line's message
 is a JSON object (:class:`SecurityEvent`): ``event``, ``reason``, and where known ``status``,
 ``method``, ``path``, ``client`` (the address the server heard, a trusted proxy's
-``X-Forwarded-For`` when uvicorn is told to believe it), ``tenant``, ``principal`` and
-``tool``. Never a token, a session id, a cookie, a query string or a form field: a line may
-be shipped to people who must not be able to sign in with it.
+``X-Forwarded-For`` when uvicorn is told to believe it), ``tenant``, ``principal``, ``tool``
+and ``delay_s``. Never a token, a session id, a cookie, a query string or a form field: a
+line may be shipped to people who must not be able to sign in with it.
 
 **Access log** (logger :data:`ACCESS_LOGGER`, level INFO): one line per HTTP request
-(method, path without its query, status, milliseconds, client, tenant, principal) when that
-logger is enabled for INFO; ``SAGAFLEET_ACCESS_LOG=true`` enables it in ``sagafleet console``
-and ``sagafleet mcp --http`` (:func:`configure_access_log`). Off, a request costs one level
-check.
+(method, path without its query, status, milliseconds to the answer's start, client, tenant,
+principal) when that logger is enabled for INFO; ``SAGAFLEET_ACCESS_LOG=true`` enables it in
+``sagafleet console`` and ``sagafleet mcp --http`` (:func:`configure_access_log`). Off, a
+request costs one level check (``scripts/bench_request_log.py``: a few microseconds in all).
 
 :class:`RequestLog` is the ASGI middleware that writes both, outermost, so it sees the status
 the client got. Whoever refuses a request says why with :func:`note_refusal` (the event and a
@@ -31,9 +31,11 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from saga_core.authority import Principal
+from saga_core.errors import ErrorKind
 
 __all__ = [
     "ACCESS_LOGGER",
+    "EVENT_OF_KIND",
     "PRINCIPAL_SCOPE_KEY",
     "SECURITY_LOGGER",
     "RequestLog",
@@ -58,6 +60,9 @@ REFUSAL_SCOPE_KEY: Final = "sagafleet.refusal"
 """Where a refusal's event and reason wait for :class:`RequestLog`."""
 EVENT_OF_STATUS: Final = {401: "unauthenticated", 403: "forbidden", 429: "throttled"}
 """The event of a refusal nobody explained, by its status (each of these is always logged)."""
+EVENT_OF_KIND: Final = {ErrorKind.UNAUTHENTICATED: "unauthenticated",
+                        ErrorKind.FORBIDDEN: "forbidden"}
+"""The event of an error that is a refusal (a page's 401 or 403, a tool's error), by kind."""
 TEXT_CHARS: Final = 300
 """The longest reason or path a line carries (a caller chooses the path: it is cut, never
 trusted to be short)."""

@@ -23,7 +23,7 @@ from sagafleet.console.live import LiveHub
 from sagafleet.console.markup import Markup
 from sagafleet.console.sessions import SessionStore, Viewer
 from sagafleet.console.throttle import SignInThrottle
-from sagafleet.security_log import note_refusal
+from sagafleet.security_log import EVENT_OF_KIND, note_refusal
 from workers.client import SagaClient
 from workers.fleet import Fleet
 
@@ -40,11 +40,6 @@ STATUS_OF_KIND: Final = {
 """The HTTP status of each error kind (others: 500)."""
 
 
-REFUSAL_EVENTS: Final = {ErrorKind.UNAUTHENTICATED: "unauthenticated",
-                          ErrorKind.FORBIDDEN: "forbidden"}
-"""The security log's event of a page that answers an error of these kinds (401, 403)."""
-
-
 def status_of(error: SagaError) -> int:
     """The HTTP status a page answers ``error`` with."""
     return STATUS_OF_KIND.get(error.kind, 500)
@@ -53,7 +48,7 @@ def status_of(error: SagaError) -> int:
 def note_error(request: Request, error: SagaError) -> None:
     """Tell the security log why a page refuses the request, when ``error`` is a refusal (a
     401 or 403): its message names the principal and what it lacks, never a credential."""
-    event = REFUSAL_EVENTS.get(error.kind)
+    event = EVENT_OF_KIND.get(error.kind)
     if event is not None:
         note_refusal(request.scope, event, str(error))
 

@@ -151,11 +151,6 @@ class LiveHub:
         """How many event streams are open now."""
         return len(self._queues)
 
-    def held_by(self, owner: StreamOwner) -> dict[str, int]:
-        """How many streams ``owner``'s session, principal and tenant hold now."""
-        with self._lock:
-            return {bound: self._held[(bound, key)] for bound, key in owner.keys()}
-
     def check_room(self, owner: StreamOwner) -> None:
         """Refuse a stream over a bound, asked before it starts: ``StreamQuotaExceeded`` for
         ``owner``'s session, principal or tenant, else ``TooManySubscribers`` for the

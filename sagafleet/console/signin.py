@@ -111,7 +111,8 @@ def routes(console: Console) -> list[BaseRoute]:
         if verdict.refused:
             note_refusal(request.scope, "signin_throttled", _throttled(verdict))
             response = _refused(request, next_path, "Too many failed sign-ins from this "
-                                f"address: try again in {verdict.retry_after_s} s.", 429)
+                                "address or with this token: try again in "
+                                f"{verdict.retry_after_s} s.", 429)
             response.headers["retry-after"] = str(verdict.retry_after_s)
             return response
         if verdict.delay_s > 0:

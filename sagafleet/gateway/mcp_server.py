@@ -28,13 +28,13 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from saga_core.authority import Principal
-from saga_core.errors import ErrorKind, SagaError
+from saga_core.errors import SagaError
 from saga_core.lineage import lineage_json_schema
 from saga_core.plans import PlannedAction
 from sagafleet.gateway.binding import Caller, choosing_arguments
 from sagafleet.gateway.errors import ArgumentsRejected, BindingRefused, problems_of, tool_error
 from sagafleet.gateway.service import GatewayService
-from sagafleet.security_log import SecurityEvent, client_address, record
+from sagafleet.security_log import EVENT_OF_KIND, SecurityEvent, client_address, record
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +76,8 @@ class _Tools:
             who = self.caller.principal(_request(ctx))
             return _reply(operation(who))
         except SagaError as exc:
-            if exc.kind in _LOGGED_KINDS:
-                _record(_LOGGED_KINDS[exc.kind], str(exc), tool, who, _request(ctx))
+            if exc.kind in EVENT_OF_KIND:  # a refusal: a line of the security log
+                _record(EVENT_OF_KIND[exc.kind], str(exc), tool, who, _request(ctx))
             return _reply(tool_error(exc), error=True)
         except Exception as exc:
             # Never a traceback to the agent; the server log keeps it.
@@ -179,10 +179,6 @@ class _Tools:
         pivot)."""
         return self._call(ctx, "cancel_saga",
                           lambda who: self.service.cancel_saga(who, saga_id, reason))
-
-
-_LOGGED_KINDS = {ErrorKind.FORBIDDEN: "forbidden", ErrorKind.UNAUTHENTICATED: "unauthenticated"}
-"""Tool errors that are refusals, each a line of the security log, by the event it is."""
 
 
 class GatewayServer(MCPServer):
