@@ -32,6 +32,7 @@ from pydantic_settings import (
 )
 
 from saga_core.errors import ErrorKind, SagaError
+from saga_core.field_errors import field_errors
 from saga_core.snapshots import DEFAULT_SNAPSHOT_EVERY
 
 PREFIX: Final = "SAGAFLEET_"
@@ -169,6 +170,33 @@ class Settings(BaseSettings):
     console_session_max_seconds: float = Field(default=43_200.0, ge=60, le=30 * 86_400,
                                                description=(
         "the longest a console session lives after sign-in, active or not"))
+    # Live streams (sagafleet.console.live): each holds a connection of the console's HTTP
+    # server, so one session must not take them all; a refused page retries with backoff.
+    console_live_streams: int = Field(default=200, ge=1, le=100_000, description=(
+        "open live-update streams per console process (one more: 503, the page retries)"))
+    console_live_streams_per_tenant: int = Field(default=100, ge=1, le=100_000, description=(
+        "open live-update streams of one tenant's sessions per console process (one more: "
+        "429, the page retries)"))
+    console_live_streams_per_principal: int = Field(default=20, ge=1, le=100_000,
+                                                    description=(
+        "open live-update streams of one principal per console process"))
+    console_live_streams_per_session: int = Field(default=6, ge=1, le=100_000, description=(
+        "open live-update streams of one sign-in session (its tabs) per console process"))
+    # Sign-in throttle (sagafleet.console.throttle): counts shared in the database by every
+    # console process; slowed attempts, not lockouts.
+    console_signin_free_failures: int = Field(default=10, ge=0, le=100_000, description=(
+        "failed console sign-ins a client address, or a token prefix, has in a window before "
+        "its next attempts are slowed"))
+    console_signin_window_seconds: float = Field(default=900.0, ge=1, le=86_400, description=(
+        "the window failed console sign-ins are counted in"))
+    console_signin_max_delay_seconds: float = Field(default=10.0, ge=0, le=300, description=(
+        "the longest a slowed console sign-in waits (the waits double from 0.5 s up to it)"))
+    # One JSON line per HTTP request on the sagafleet.access logger (console, mcp --http);
+    # the security log (sagafleet.security) is always on.
+    access_log: bool = Field(default=False, description=(
+        "log one JSON line per HTTP request of the console and of `sagafleet mcp --http` "
+        "(logger sagafleet.access: method, path without its query, status, client, "
+        "principal); refusals are always in the security log (logger sagafleet.security)"))
 
     @model_validator(mode="after")
     def _sentinel_master_with_sentinel_url(self) -> Settings:
@@ -393,7 +421,7 @@ def _read_secret(path: Path, variable: str) -> str:
 def _explain(exc: ValidationError) -> str:
     """Every bad variable and why, one clause each (never the value: it may be a secret)."""
     clauses = []
-    for error in exc.errors(include_input=False, include_url=False):
-        field = str(error["loc"][0]) if error["loc"] else "?"
-        clauses.append(f"{env_name(field)} is invalid: {error['msg']}")
+    for error in field_errors(exc):
+        field = error.path.split(".")[0] or "?"
+        clauses.append(f"{env_name(field)} is invalid: {error.message}")
     return "; ".join(clauses)
