@@ -26,6 +26,7 @@ from workers.celery_app import BrokerSettings, create_celery_app
 from workers.client import SagaClient
 from workers.dead_letters import DeadLetters
 from workers.executor import StepExecutor
+from workers.gate_windows import PostgresGateWindows
 from workers.metrics import WorkerMetrics
 from workers.orchestrator import Clock, Orchestrator, utc_now
 from workers.principals import PrincipalDirectory
@@ -51,6 +52,9 @@ class FleetConfig:
 
     database_url: str
     broker_url: str
+    # With a sentinel://…;sentinel://… broker URL: the name its Sentinels monitor the master
+    # under (celery_app.BrokerSettings.sentinel_master).
+    broker_sentinel_master: str | None = None
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     lease_s: float = 30.0
     queue_wait_s: float = 10.0
@@ -73,7 +77,8 @@ class FleetConfig:
     def broker_settings(self) -> BrokerSettings:
         """The Celery app's settings for this fleet."""
         return BrokerSettings.for_visibility_timeout(
-            self.broker_url, self.visibility_timeout_s, remote_control=self.remote_control)
+            self.broker_url, self.visibility_timeout_s, remote_control=self.remote_control,
+            sentinel_master=self.broker_sentinel_master)
 
 
 class Fleet:
@@ -131,6 +136,11 @@ class Fleet:
         return SecretVault(self.store)
 
     @cached_property
+    def gate_windows(self) -> PostgresGateWindows:
+        """Tenant windows of gated amounts, reserved in the claims' transactions."""
+        return PostgresGateWindows(self.store)
+
+    @cached_property
     def principals(self) -> PrincipalDirectory:
         """The people and agents of every tenant, their tokens and signing keys."""
         return PostgresPrincipals(self.store, self.clock)
@@ -168,7 +178,7 @@ class Fleet:
         """Where every saga event is written (decide, claim, append once)."""
         return Orchestrator(self.repo, self.clock,
                             queue_wait=timedelta(seconds=self.config.queue_wait_s),
-                            on_race_lost=self.metrics.race_lost)
+                            on_race_lost=self.metrics.race_lost, windows=self.gate_windows)
 
     @cached_property
     def executor(self) -> StepExecutor:
