@@ -45,6 +45,11 @@ _IDENTITY = """
 SELECT (SELECT system_identifier FROM pg_control_system())::text || '/'
        || (SELECT oid FROM pg_database WHERE datname = current_database())::text
 """
+# Where pg_control_system() is not granted (some managed services): the database's oid
+# alone, still beyond a table write's reach.
+_DATABASE_ONLY = """
+SELECT 'cluster?/' || (SELECT oid FROM pg_database WHERE datname = current_database())::text
+"""
 
 # How far this server's WAL goes: written (a primary) or replayed (a hot standby).
 _WAL_AT = """
@@ -85,8 +90,12 @@ class HighWaterMark:
 
 
 def database_identity(conn: psycopg.Connection[Any]) -> str:
-    """``system identifier/database oid``: which database a mark is about."""
-    row = conn.execute(_IDENTITY).fetchone()
+    """``system identifier/database oid``: which database a mark is about. On an autocommit
+    connection (a refused statement ends no transaction of the caller's)."""
+    try:
+        row = conn.execute(_IDENTITY).fetchone()
+    except psycopg.errors.InsufficientPrivilege:
+        row = conn.execute(_DATABASE_ONLY).fetchone()
     return str(row[0]) if row else ""
 
 

@@ -184,11 +184,11 @@ def take_checkpoint(
     longer holds the marked checkpoint is refused (CheckpointChainLowered), nothing taken.
     Safe to call from several processes at once (they take turns on an advisory lock)."""
     identity = mark = None
+    if witness is not None:
+        with store.connection() as conn:
+            identity = database_identity(conn)
+        mark = witness.mark(identity)
     with store.transaction() as unit:
-        if witness is not None:
-            with translated_errors(context="reading the database's identity"):
-                identity = database_identity(unit.connection)
-            mark = witness.mark(identity)
         taken = _take_on(unit.connection, key, mark)
     if taken is not None and witness is not None and identity is not None:
         # A WAL position read after the commit: the checkpoint is in the log by then.

@@ -281,3 +281,27 @@ def _wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.02)
+
+
+def test_a_database_without_pg_control_system_is_still_named_by_its_oid(fresh_database):
+    # given a login role for which pg_control_system() is not granted (some managed services)
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from events.anchor_witness import database_identity
+
+    role = f"r_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(fresh_database, autocommit=True) as admin:
+        full = database_identity(admin)
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute("REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC")
+        try:
+            params = {**conninfo_to_dict(fresh_database), "user": role}
+            params.pop("password", None)
+            with psycopg.connect(make_conninfo("", **params), autocommit=True) as conn:
+                # then the identity falls back to the database's oid, and the session goes on
+                named = database_identity(conn)
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+        finally:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")
+    assert named == "cluster?/" + full.split("/")[1]
