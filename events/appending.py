@@ -12,7 +12,9 @@
                                                                      -- one statement
 
 Both hash the same body (events.hashing.body_around_version): the chained insert here,
-the function by splicing each version into the text the client sends. Either path moves
+the function by splicing each version into the text the client sends. The body holds the
+append's recording time, which the client read once (events.prepare) and both statements
+store as it is, with the hash version, once per append (events migration 0011). Either path moves
 the stream-head row in its first write, which assigns the transaction id, and sets the
 head's due time there when the caller gives one (events migration 0009). The chained
 insert reads a batch's rows from one JSON document, a single event's row from scalars.
