@@ -17,7 +17,7 @@ and dead-lettered with every secret value withheld (:func:`withhold_secrets`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -168,6 +168,20 @@ class SecretVault:
             return
         with self._store.connection() as own:
             own.execute("DELETE FROM fleet.secrets WHERE saga_id = %s", (saga_id,))
+
+    def kept(self, saga_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The values kept for each of ``saga_ids``, by saga id and field (none: absent)."""
+        if not saga_ids:
+            return {}
+        with self._store.connection() as conn:
+            rows = conn.execute(
+                "SELECT saga_id, name, value FROM fleet.secrets WHERE saga_id = ANY(%s)",
+                (list(saga_ids),),
+            ).fetchall()
+        kept: dict[str, dict[str, Any]] = {}
+        for saga_id, name, value in rows:
+            kept.setdefault(saga_id, {})[name] = value
+        return kept
 
     def deposit(self, tenant: str, value: Any, expires_at: datetime) -> str:
         """Hold ``value`` for ``tenant`` until ``expires_at`` under a new ref (its digest
