@@ -67,29 +67,29 @@ class SecretGuard:
     def __init__(self, secrets: Secrets, metrics: WorkerMetrics) -> None:
         self.secrets = secrets
         self.metrics = metrics
-        self._cache: OrderedDict[str, SecretNeedles] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str], SecretNeedles] = OrderedDict()
         self._lock = threading.Lock()
 
     # -- what to look for -----------------------------------------------------------------
 
     def needles(self, loaded: LoadedSaga) -> SecretNeedles:
-        """Everything ``loaded`` keeps secret: its vault values (asked once per process),
-        and any the log's input or the definition holds in clear."""
-        found = in_clear(loaded)
-        if not secret_fields(loaded.definition):
-            return found
+        """Everything ``loaded`` keeps secret: its vault values (asked once per process and
+        definition), and any the log's input or the definition holds in clear."""
+        key = (loaded.saga_id, loaded.definition.content_hash())
         with self._lock:
-            cached = self._cache.get(loaded.saga_id)
+            cached = self._cache.get(key)
             if cached is not None:
-                self._cache.move_to_end(loaded.saga_id)
-                return cached | found
-        kept = SecretNeedles.of(self.secrets.kept([loaded.saga_id]).get(loaded.saga_id, {})
-                                .values())
+                self._cache.move_to_end(key)
+                return cached
+        found = in_clear(loaded)
+        if secret_fields(loaded.definition):
+            kept = self.secrets.kept([loaded.saga_id]).get(loaded.saga_id, {})
+            found = SecretNeedles.of(kept.values()) | found
         with self._lock:
-            self._cache[loaded.saga_id] = kept
+            self._cache[key] = found
             while len(self._cache) > CACHED_SAGAS:
                 self._cache.popitem(last=False)
-        return kept | found
+        return found
 
     @staticmethod
     def of_values(definition: SagaDefinition, values: Mapping[str, Any]) -> SecretNeedles:
