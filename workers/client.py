@@ -500,12 +500,17 @@ class SagaClient:
     def _dry_run(self, spec: SagaDefinition, input: dict[str, Any], key: str | None,
                  reason: str) -> DryRun:
         refs, given = self._checked_input(spec, input)
-        public, _ = split_secrets(spec, {**given, **dict.fromkeys(refs)})
+        public, secrets = split_secrets(spec, {**given, **dict.fromkeys(refs)})
         saga_id = self._id_for_key(key) if key else str(uuid.uuid4())
         started = start_event(spec, saga_id=saga_id, tenant=self.tenant, public_input=public,
                               key=key, actor=self.actor, reason=reason,
                               now=self.orchestrator.clock())
-        return plan_start(spec, started, saga_id_final=key is not None)
+        planned = plan_start(spec, started, saga_id_final=key is not None)
+        # What the start would record, as it would record it: a secret value given again
+        # in an ordinary field or the reason shows as the marker the log would hold.
+        shown = planned.model_dump(mode="json")
+        clean = self.guard.document(shown, self.guard.of_values(spec, secrets), "answer")
+        return planned if clean is shown else DryRun.model_validate(clean)
 
     def find(self, key: str) -> SagaView | None:
         """The saga this tenant started with idempotency ``key``, or None."""

@@ -31,7 +31,7 @@ from saga_core.errors import PlanRejected, Problem
 from saga_core.limits import AGENT_REASON_CHARS, KEY_CHARS
 from saga_core.lineage import FIELDS as LINEAGE_FIELDS
 from saga_core.lineage import lineage_problem
-from saga_core.plans import AgentPlan, check_plan_document, validate_plan
+from saga_core.plans import AgentPlan, check_plan_document
 from saga_core.secret_scrub import NO_NEEDLES, SecretNeedles
 from sagafleet.gateway.describe import describe_definition, outlook, step_semantics
 from sagafleet.gateway.errors import ArgumentsRejected, problems_of
@@ -180,10 +180,9 @@ class GatewayService:
             raise PlanRejected(_plan_shape_problems(exc)) from None
         if dry_run:
             planned = client.dry_run_plan(plan, input or {})
-            given = self._given(validate_plan(plan, self.fleet.catalogue), input)
             return self._shown({"dry_run": True, **planned.model_dump(mode="json"),
                                 "next": "call propose_plan again without dry_run to register "
-                                        "it"}, given)
+                                        "it"})
         if revises is not None:
             view = client.revise_plan(revises, plan, reason=reason)
             loaded = self.fleet.repo.load(revises, tenant=who.tenant)

@@ -171,3 +171,14 @@ def _capturing(records: list[str]) -> logging.Handler:
     handler.addFilter(StepContextFilter())
     logging.getLogger().addHandler(handler)
     return handler
+
+
+def test_a_dry_run_shows_the_marker_the_start_would_record() -> None:
+    fleet = _fleet()
+    # when a dry run is given the token in its secret field and again in the hotel id
+    planned = fleet.client(tenant="t").dry_run(
+        "trip", {**TRIP_INPUT, "card_token": CANARY, "hotel_id": CANARY}, key="k")
+    # then it shows what the start would record: the placeholder and the marker
+    shown = repr(planned)
+    assert CANARY not in shown and SCRUBBED in shown
+    assert fleet.secret_guard.scrubbed("answer") >= 1
