@@ -385,7 +385,13 @@ class StepExecutor:
         if run.not_before is not None and now < run.not_before:
             return StepOutcome(command, "dropped", f"lookup not due before {run.not_before}")
         tool_name, version = loaded.definition.tool_for(command.step_id, command.kind)
-        with step_scope(command.saga_id, command.step_id, command.kind.value, tool_name), \
+        # A provider may have kept the arguments it was called with, and log or answer with
+        # them: its log lines and its answer are looked through for the saga's values.
+        needles = self.guard.needles(loaded)
+        with step_log_context(command.saga_id, command.step_id, command.kind.value,
+                              command.attempt,
+                              secrets=self.guard.watch(needles) if needles else None), \
+                step_scope(command.saga_id, command.step_id, command.kind.value, tool_name), \
                 operation_span("saga.reconcile", saga_id=command.saga_id,
                                step_id=command.step_id, kind=command.kind.value,
                                tool=tool_name, attempt=command.attempt) as span:
@@ -405,8 +411,6 @@ class StepExecutor:
             receipt=found if isinstance(found, Receipt) else None,
             detail="" if isinstance(found, Receipt) else found.reason,
         )
-        # A provider may have kept the arguments it was called with and answer with them.
-        needles = self.guard.needles(loaded)
         if not isinstance(found, Receipt):
             result = result.model_copy(update={"detail": self.guard.text(
                 result.detail, needles, "lookup")})
