@@ -70,14 +70,25 @@ class StepContextFilter(logging.Filter):
 
 
 def _scrub_record(record: logging.LogRecord, watch: SecretWatch) -> None:
-    """Replace the watched secret values in a record's message and exception text (formatted
-    here, once: a handler then writes the text it finds on the record)."""
+    """Replace the watched secret values in a record's message, exception text (formatted
+    here, once: a handler then writes the text it finds on the record) and ``extra=``
+    fields (which the JSON lines carry)."""
     message = record.getMessage()
     clean = watch.text(message, "log")
     if clean != message:
         record.msg, record.args = clean, ()
     if record.exc_info and not record.exc_text:
         record.exc_text = watch.text(_EXCEPTIONS.formatException(record.exc_info), "log")
+    for name, value in list(vars(record).items()):
+        if name not in _STANDARD and isinstance(value, str | dict | list):
+            setattr(record, name, watch.document(value, "log"))
+
+
+def scrubbed_for_step(value: Any) -> Any:
+    """``value`` (a JSON-like report: an error tracker's event or breadcrumb) with the
+    secret values of the tool call running in this context replaced (as it is otherwise)."""
+    watch = _secrets.get()
+    return value if watch is None else watch.document(value, "log")
 
 
 _EXCEPTIONS = logging.Formatter()

@@ -159,6 +159,10 @@ class SecretWatch:
         """``text`` with the watched values replaced (counted at ``place``)."""
         return self.guard.text(text, self.needles, place)
 
+    def document(self, value: Any, place: str) -> Any:
+        """A JSON-like ``value`` with the watched values replaced (counted at ``place``)."""
+        return self.guard.document(value, self.needles, place)
+
 
 def in_clear(loaded: LoadedSaga) -> SecretNeedles:
     """Secret values a saga's log or definition holds in clear: a secret field's value in
