@@ -38,6 +38,7 @@ from typing import Literal
 
 from events.saga_log import Secrets
 from events.sagas import LoadedSaga, SagaNotFound
+from events.secret_inputs import reveal_with
 from saga_core import (
     KeyReuse,
     ResolvedCommand,
@@ -269,7 +270,9 @@ class StepExecutor:
         # it); the precondition goes along so the provider can refuse a changed target.
         args = {"saga_id": command.saga_id, **resolved.args, **resolved.precondition}
         try:
-            args, revealed = self.secrets.reveal(command.saga_id, args)
+            # From the guard's read of the vault: the same values, one query per saga.
+            args, _ = reveal_with(command.saga_id, args,
+                                         lambda names: self.guard.kept(loaded))
         except SecretUnavailable as exc:
             return StepFailed(
                 at=self.orchestrator.clock(), step_id=command.step_id, kind=command.kind,
@@ -277,7 +280,7 @@ class StepExecutor:
                 error_class=ErrorClass.PERMANENT, message=str(exc))
         # What the tool may echo (into its receipt, its error, its log lines): the values it
         # was given, and every other the saga keeps (a literal may carry one too).
-        needles = self.guard.needles(loaded) | SecretNeedles.of(revealed.values())
+        needles = self.guard.needles(loaded)
         kind = command.kind.value
         with step_log_context(command.saga_id, command.step_id, kind, command.attempt,
                               secrets=self.guard.watch(needles) if needles else None), \

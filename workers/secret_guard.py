@@ -19,8 +19,9 @@ The values of a saga come from the vault (``Secrets.kept``) while it is live, pl
 older log or definition holds in clear (a saga started before secret fields were kept apart,
 a definition registered before ``secret_literal`` was refused). The vault is asked once per
 saga per process: a saga's values never change once it started (the first write wins), so
-the needles are kept for the most recent :data:`CACHED_SAGAS` sagas — in this process's
-memory only, where the worker holds the values anyway while it calls the tool.
+they are kept for the most recent :data:`CACHED_SAGAS` sagas — in this process's memory
+only, where the worker holds the values anyway while it calls the tool — and the executor
+reveals a tool call's secret arguments from the same read (no second query per saga).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class SecretGuard:
     def __init__(self, secrets: Secrets, metrics: WorkerMetrics) -> None:
         self.secrets = secrets
         self.metrics = metrics
-        self._cache: OrderedDict[tuple[str, str], SecretNeedles] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str], _Known] = OrderedDict()
         self._lock = threading.Lock()
 
     # -- what to look for -----------------------------------------------------------------
@@ -75,21 +76,29 @@ class SecretGuard:
     def needles(self, loaded: LoadedSaga) -> SecretNeedles:
         """Everything ``loaded`` keeps secret: its vault values (asked once per process and
         definition), and any the log's input or the definition holds in clear."""
+        return self._known(loaded).needles
+
+    def kept(self, loaded: LoadedSaga) -> dict[str, Any]:
+        """The values the vault keeps for ``loaded`` (from the same once-per-process read:
+        what the executor reveals into a tool call's arguments)."""
+        return dict(self._known(loaded).values)
+
+    def _known(self, loaded: LoadedSaga) -> _Known:
         key = (loaded.saga_id, loaded.definition.content_hash())
         with self._lock:
             cached = self._cache.get(key)
             if cached is not None:
                 self._cache.move_to_end(key)
                 return cached
-        found = in_clear(loaded)
+        values: dict[str, Any] = {}
         if secret_fields(loaded.definition):
-            kept = self.secrets.kept([loaded.saga_id]).get(loaded.saga_id, {})
-            found = SecretNeedles.of(kept.values()) | found
+            values = self.secrets.kept([loaded.saga_id]).get(loaded.saga_id, {})
+        known = _Known(values, SecretNeedles.of(values.values()) | in_clear(loaded))
         with self._lock:
-            self._cache[key] = found
+            self._cache[key] = known
             while len(self._cache) > CACHED_SAGAS:
                 self._cache.popitem(last=False)
-        return found
+        return known
 
     @staticmethod
     def of_values(definition: SagaDefinition, values: Mapping[str, Any]) -> SecretNeedles:
@@ -145,6 +154,14 @@ class SecretGuard:
         value = self.metrics.registry.get_sample_value("sagafleet_secret_scrubs_total",
                                                        {"place": place})
         return int(value or 0)
+
+
+@dataclass(frozen=True)
+class _Known:
+    """What a process knows of one saga's secrets: the vault's values and their needles."""
+
+    values: Mapping[str, Any]
+    needles: SecretNeedles
 
 
 @dataclass(frozen=True)
