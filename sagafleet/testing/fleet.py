@@ -23,7 +23,7 @@ from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from events.memory import MemoryDefinitions, MemorySagaLog, MemorySecrets
+from events.memory import MemoryDefinitions, MemoryGateWindows, MemorySagaLog, MemorySecrets
 from events.model import Position, RecordedEvent
 from events.sagas import LoadedSaga, saga_id_of, saga_stream
 from saga_core import SagaDefinition
@@ -116,7 +116,9 @@ class TestFleet:
         self.definitions = MemoryDefinitions(clock=self.clock)
         self.log = MemorySagaLog(self.definitions, clock=self.clock)
         self.publisher = RecordingPublisher()
-        self.orchestrator = Orchestrator(self.log, self.clock, queue_wait=QUEUE_WAIT)
+        self.gate_windows = MemoryGateWindows()
+        self.orchestrator = Orchestrator(self.log, self.clock, queue_wait=QUEUE_WAIT,
+                                         windows=self.gate_windows)
         self.metrics = WorkerMetrics()
         # Secret values are looked for by value where they must not be, as on a real fleet.
         self.secret_guard = SecretGuard(self.secrets, self.metrics)
