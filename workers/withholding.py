@@ -80,7 +80,8 @@ def withhold_secrets(
     elif kwargs is not None:
         letter.hidden.append(kwargs)
         kwargs = WITHHELD
-    kept["kwargs"] = kwargs
+    if "kwargs" in kept:
+        kept["kwargs"] = kwargs
     needles = SecretNeedles.of(letter.hidden)
     in_body = scrub_document(kept, needles)
     in_reason = scrub_text(reason, needles)

@@ -71,6 +71,11 @@ def test_positional_arguments_of_a_command_are_withheld_whole() -> None:
     assert reason == "saga commands take keyword arguments only"
 
 
+def test_an_oversized_command_keeps_only_what_the_limit_said() -> None:
+    body = {"$oversized": "command_message_bytes exceeded"}
+    assert withhold(START, body, "too big") == (body, "too big")
+
+
 def test_a_step_command_is_kept_as_it_is() -> None:
     body = {"args": ["saga", "step", "forward", "x"], "kwargs": {}}
     assert withhold(STEP_TASK, body, "bad attempt") == (body,
