@@ -11,6 +11,7 @@ import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -92,8 +93,10 @@ def test_nobody_but_the_fleet_role_reads_the_fleets_metrics(ctx, endpoint):
 def test_the_fleets_metrics_keep_each_tenants_series_apart(ctx, repo: PostgresSagaLog, endpoint):
     # given two tenants that each ran a saga of a definition named "trip", and a dead letter
     # of acme, one of globex (a replay) and one of no proven tenant
-    TripScript(tenant="acme").completed().write(repo)
-    TripScript(tenant="globex").compensated().write(repo)
+    for tenant, ending in (("acme", TripScript.completed), ("globex", TripScript.compensated)):
+        script = TripScript(tenant=tenant)
+        script.t = datetime.now(UTC) - timedelta(minutes=5)  # inside the scrape's window
+        ending(script).write(repo)
     project_all(ctx)
     letters = DeadLetters(ctx.store)
     for n, (tenant, refusal) in enumerate((("acme", None), ("globex", "replayed"),
