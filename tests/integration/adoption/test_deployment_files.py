@@ -116,9 +116,13 @@ PROMTOOL = shutil.which("promtool")
                     reason="promtool not installed (Debian: apt install prometheus)")
 def test_promtool_accepts_the_config_and_the_rules_fire_as_their_tests_expect(tmp_path) -> None:
     assert PROMTOOL is not None
-    # given the config as compose mounts it (the rules next to it)
+    # given the config as compose mounts it (the rules next to it, and the token the
+    # metrics-token service saves)
+    token = tmp_path / "prometheus.token"
+    token.write_text("sft_" + "x" * 43 + "\n")
     config = (MONITORING / "prometheus.yml").read_text().replace(
-        "/etc/prometheus/sagafleet-alerts.yaml", str(MONITORING / "sagafleet-alerts.yaml"))
+        "/etc/prometheus/sagafleet-alerts.yaml", str(MONITORING / "sagafleet-alerts.yaml")
+    ).replace("/etc/prometheus/sagafleet/prometheus.token", str(token))
     (tmp_path / "prometheus.yml").write_text(config)
     # then promtool accepts it, and every alert fires (and stays quiet) as its test says
     for args in (["check", "config", str(tmp_path / "prometheus.yml")],
