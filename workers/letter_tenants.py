@@ -10,7 +10,8 @@ so its tenant must be *proven*, never taken from what the sender wrote:
 * a step message (internal, unsigned: ``[saga_id, step_id, kind, attempt]``) that names an
   existing saga belongs to that saga's tenant, as its stream's first event records it;
 * anything else — an unsigned command, a forged signature, an unknown or revoked key, a
-  message naming a tenant of its own, a step message naming no saga — has no proven tenant
+  message naming a tenant of its own, one over the command size limit (its signature is never
+  checked), a step message naming no saga — has no proven tenant
   (None): only the ``fleet_operator`` role sees it. What an unsigned envelope *says* (a saga
   id, a tenant) is never read: anyone could have written it into another tenant's list.
 
@@ -26,6 +27,7 @@ from typing import Any
 from events import EventStore
 from events.sagas import saga_stream
 from saga_core.errors import SagaError
+from saga_core.limits import check_command_message
 from workers.celery_app import STEP_TASK
 from workers.signed_commands import SigningKeys, signer_of
 
@@ -40,8 +42,9 @@ def letter_tenant(task: str, args: Any, kwargs: Any, *, keys: SigningKeys,
     if not isinstance(kwargs, dict):
         return None
     try:
+        check_command_message(args, kwargs)  # bounded before any signature is checked
         return signer_of(kwargs, keys).tenant
-    except SagaError:  # refused: unsigned, malformed, unknown key, bad signature
+    except SagaError:  # over the size limit; refused: unsigned, malformed, unknown key, forged
         return None
     except Exception as exc:  # noqa: BLE001 - the letter must still be written
         log.warning("the tenant of a %s dead letter could not be told: %s", task, exc)
