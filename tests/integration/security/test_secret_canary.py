@@ -114,7 +114,7 @@ def test_the_canary_secret_is_nowhere_it_must_not_be_on_every_path(
         run.wait_until_settled(live=False)
         _wait_for("the vault to empty", lambda: _vault_rows(database) == (0, 0))
         _wait_for("the projector to catch up", lambda: _projected(fleet))
-        worker_scrubs = _scrubs(metrics_port)
+        worker_scrubs = _scrubs(metrics_port, fleet)
     finally:
         stop_processes(procs)
     # then, with every process stopped and its log flushed, the token is nowhere at all
@@ -369,9 +369,13 @@ async def _mcp_calls(url: str, token: str) -> dict[str, dict[str, Any]]:
     return answers
 
 
-def _scrubs(port: int) -> dict[str, int]:
-    """What the worker's guard replaced, by place (its Prometheus endpoint)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:  # noqa: S310
+def _scrubs(port: int, fleet: Any) -> dict[str, int]:
+    """What the worker's guard replaced, by place (its Prometheus endpoint, scraped with a
+    fleet operator's token as Prometheus does)."""
+    token = token_for(fleet, "prometheus", ("fleet_operator",), tenant="fleet")
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                     headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310
         text = answer.read().decode()
     return {sample.labels["place"]: int(sample.value)
             for family in text_string_to_metric_families(text)
