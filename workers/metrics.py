@@ -83,6 +83,13 @@ class WorkerMetrics:
             "Messages this worker kept as dead letters (they can never succeed), by task.",
             ["task"], registry=r)
 
+        self.secret_scrubs = Counter(
+            "sagafleet_secret_scrubs",
+            "Occurrences of a saga's secret value found where it must not be and replaced "
+            "before they were written or shown, by place (workers.secret_guard.SCRUB_PLACES): "
+            "anything above zero is a leak that was stopped — find its source.",
+            ["place"], registry=r)
+
     def step_called(self, tool: str, kind: str, outcome: str, seconds: float) -> None:
         """A tool call ended with ``outcome`` (one of :data:`STEP_OUTCOMES`)."""
         self.step_duration.labels(tool, kind, outcome).observe(seconds)
@@ -108,6 +115,10 @@ class WorkerMetrics:
     def reconciled(self, tool: str, kind: str, result: str) -> None:
         """A lookup by key answered ``result`` (found, absent, unknown)."""
         self.reconciliations.labels(tool, kind, result).inc()
+
+    def secret_scrubbed(self, place: str, count: int) -> None:
+        """``count`` occurrences of a secret value were replaced at ``place``."""
+        self.secret_scrubs.labels(place).inc(count)
 
     def dead_lettered(self, task: str) -> None:
         """A message of ``task`` was kept as a dead letter."""

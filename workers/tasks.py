@@ -78,8 +78,8 @@ from workers.command_failures import CommandFailure, judge_failure, retry_delay_
 from workers.dead_letters import DeadLetter, dead_letter_body
 from workers.letter_tenants import letter_tenant
 from workers.messages import MalformedMessage, StepCommand
-from workers.secrets import withhold_secrets
 from workers.signed_commands import VerifiedCommand, verify_signed_command
+from workers.withholding import withhold_secrets
 
 if TYPE_CHECKING:
     from workers.client import SagaClient
@@ -263,9 +263,11 @@ def _keep_dead_letter(fleet: Fleet, message: CommandMessage,
     retried (nothing was kept, so the broker must keep the message)."""
     name, task_id = message.task, message.task_id
     # Secret input fields (values and refs) never reach the dead letter or the log line.
-    body, reason = withhold_secrets(fleet.definitions, name,
-                                    dead_letter_body(name, message.args, message.kwargs),
-                                    failure.reason, _signer_tenant(fleet, message.kwargs))
+    body, reason, scrubbed = withhold_secrets(
+        fleet.definitions, fleet.catalogue, name,
+        dead_letter_body(name, message.args, message.kwargs), failure.reason,
+        signer_tenant=_signer_tenant(fleet, message.kwargs))
+    fleet.secret_guard.count("dead_letter", scrubbed)
     failure = CommandFailure(retry=False, kind=failure.kind, reason=reason,
                              refusal=failure.refusal)
     try:
