@@ -143,12 +143,14 @@ class BrokerSettings:
         return max(0.5, min(10.0, self.visibility_timeout_s / 4))
 
 
-def broker_redis(broker_url: str) -> redis.Redis:
+def broker_redis(broker_url: str, **options: Any) -> redis.Redis:
     """A plain Redis client on a broker URL, including kombu's ``redis+socket://`` form
-    (for inspection, flushing in tests, and counters in benchmarks)."""
+    (for inspection, flushing in tests, counters in benchmarks, and the step publisher);
+    ``options``: more ``redis.Redis`` arguments (timeouts, retries)."""
     if broker_url.startswith("redis+socket://"):
-        return redis.Redis(unix_socket_path=broker_url.removeprefix("redis+socket://"))
-    return redis.Redis.from_url(broker_url)
+        return redis.Redis(unix_socket_path=broker_url.removeprefix("redis+socket://"),
+                           **options)
+    return redis.Redis.from_url(broker_url, **options)
 
 
 def create_celery_app(settings: BrokerSettings, *, name: str = "sagafleet") -> Celery:

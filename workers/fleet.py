@@ -31,7 +31,7 @@ from workers.metrics import WorkerMetrics
 from workers.orchestrator import Clock, Orchestrator, utc_now
 from workers.principals import PrincipalDirectory
 from workers.principals_pg import PostgresPrincipals
-from workers.publisher import CeleryPublisher
+from workers.publisher import RedisStepPublisher
 from workers.secrets import SecretVault
 from workers.signed_commands import CommandNonces
 from workers.tools import ToolRegistry, ToolSet
@@ -165,9 +165,9 @@ class Fleet:
         return CommandNonces(self.store)
 
     @cached_property
-    def publisher(self) -> CeleryPublisher:
-        """Publishes step commands after commits."""
-        return CeleryPublisher(self.celery)
+    def publisher(self) -> RedisStepPublisher:
+        """Publishes step commands after commits (one Redis round trip a publish)."""
+        return RedisStepPublisher(self.celery)
 
     @cached_property
     def orchestrator(self) -> Orchestrator:
