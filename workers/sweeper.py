@@ -96,6 +96,7 @@ class SagaSweep:
     """What sweeping one saga found due, and what it recorded for it."""
 
     loaded: LoadedSaga  # the saga as it was swept
+    at: datetime  # the clock the sweep asked due_work at
     due: tuple[DueWork, ...]
     republish: tuple[StepCommand, ...]  # overdue schedules and lookups, to enqueue again
     committed: Committed | None  # decide's answer to the rest (None: nothing needed it)
@@ -121,7 +122,8 @@ def sweep_saga(orchestrator: Orchestrator, loaded: LoadedSaga, queue_wait: timed
 
     Raises SagaError (RaceLost among them) when the decision cannot be recorded.
     """
-    due = due_work(loaded.state, orchestrator.clock(), queue_wait)
+    at = orchestrator.clock()
+    due = due_work(loaded.state, at, queue_wait)
     republish = tuple(
         StepCommand(saga_id=loaded.saga_id, step_id=item.step_id, kind=item.kind,
                     attempt=item.attempt)
@@ -130,7 +132,7 @@ def sweep_saga(orchestrator: Orchestrator, loaded: LoadedSaga, queue_wait: timed
     )
     needs_decision = len(republish) < len(due)
     committed = orchestrator.advance(loaded.saga_id, known=loaded) if needs_decision else None
-    return SagaSweep(loaded, tuple(due), republish, committed)
+    return SagaSweep(loaded, at, tuple(due), republish, committed)
 
 
 def retimed(
@@ -143,14 +145,15 @@ def retimed(
     wait, capped); whatever else the saga holds is due at ``next_due`` without those
     items. None: nothing will be due until a new event.
 
-    What is still due is what the sweep found when it committed nothing (the same state at
-    the same ``now``: ``due_work`` is pure, and asks decide, so it is not asked twice);
-    :func:`retimed_afresh` asks again every time, the plain path this one must equal.
+    What is still due is what the sweep found when it committed nothing and ``now`` is the
+    sweep's own clock (the same state at the same instant: ``due_work`` is pure, and asks
+    decide, so it is not asked twice); :func:`retimed_afresh` asks again every time, the
+    plain path this one must equal.
     """
     saga = swept.latest
     if not swept.due:
         due_now: Sequence[DueWork] = []  # nothing was due: nothing still is
-    elif swept.committed is None:
+    elif swept.committed is None and swept.at == now:
         due_now = swept.due
     else:
         due_now = due_work(saga.state, now, queue_wait)
@@ -388,7 +391,8 @@ class Sweeper:
             woken.extend(swept.made_due)
             republish.extend(swept.republish)
             redelivered.extend(swept.due)
-            deferrals.append(retimed(swept, now, self.queue_wait, self.republish_max))
+            # Re-timed at the instant it was swept (a chunk's sagas are swept one by one).
+            deferrals.append(retimed(swept, swept.at, self.queue_wait, self.republish_max))
         # The chunk's messages go in two batches (one Redis round trip each), after its
         # commits; a message that fails to go is left to the saga's next due time.
         self.fleet.publisher.publish(woken)
