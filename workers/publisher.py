@@ -140,22 +140,27 @@ class RedisStepPublisher:
         if before_task_publish.receivers or after_task_publish.receivers:
             return self._plain.publish(commands)  # someone watches Celery's publishes
         try:
-            messages = [self.message(command) for command in commands]
+            first = self.message(commands[0])
+            messages = [first, *(self.message(command, like=first) for command in commands[1:])]
             # kombu pushes with LPUSH and takes from the other end: the first published is
             # the first taken, as for the plain path's one LPUSH a message.
-            self._redis.lpush(QUEUE_STEPS, *messages)
+            self._redis.lpush(QUEUE_STEPS, *(message.text for message in messages))
         except (redis.RedisError, OSError) as exc:
             for command in commands:
                 self._plain.note_failure(command, exc)
             return 0
         return len(commands)
 
-    def message(self, command: StepCommand) -> str:
+    def message(self, command: StepCommand, *, like: _Message | None = None) -> _Message:
         """One command as kombu's Redis transport stores a message Celery sent to the steps
-        queue (what ``send_task`` through a producer writes, for a new task id)."""
-        app = self._app
+        queue (what ``send_task`` through a producer writes, for a new task id). ``like``: a
+        message of the same publish, whose headers and properties this one shares but for
+        what is its own (ids, arguments), instead of asking Celery again."""
         args = command.as_args()
         task_id = str(uuid.uuid4())
+        if like is not None:
+            return like.for_task(task_id, args)
+        app = self._app
         # As send_task: a message sent from inside a task is its child (root and parent ids).
         parent = app.current_worker_task
         request = parent.request if parent else None
@@ -168,6 +173,27 @@ class RedisStepPublisher:
             argsrepr=headers["argsrepr"], kwargsrepr=headers["kwargsrepr"],
             delivery_mode=_PERSISTENT, delivery_info={"exchange": "", "routing_key": QUEUE_STEPS},
             priority=0, body_encoding="base64", delivery_tag=str(uuid.uuid4()))
-        return json.dumps({
+        return _Message(task_id, headers, properties, body)
+
+
+class _Message:
+    """A step message as Celery built it, and its text as kombu's Redis transport stores it."""
+
+    def __init__(self, task_id: str, headers: dict[str, Any], properties: dict[str, Any],
+                 body: Sequence[Any]) -> None:
+        self.task_id, self.headers, self.properties, self.body = (
+            task_id, headers, properties, body)
+        self.text = json.dumps({
             "body": base64.b64encode(json.dumps(body).encode()).decode(),
             **_CONTENT, "headers": headers, "properties": properties})
+
+    def for_task(self, task_id: str, args: list[Any]) -> _Message:
+        """This message for another task of the same publish: what Celery derives from the
+        task id and the arguments is this one's own, the rest is shared."""
+        argsrepr = repr(args)
+        own_root = self.headers["root_id"] == self.task_id  # a root task: root_id is its id
+        headers = {**self.headers, "id": task_id, "argsrepr": argsrepr,
+                   "root_id": task_id if own_root else self.headers["root_id"]}
+        properties = {**self.properties, "correlation_id": task_id, "argsrepr": argsrepr,
+                      "delivery_tag": str(uuid.uuid4())}
+        return _Message(task_id, headers, properties, (args, *self.body[1:]))
