@@ -251,7 +251,10 @@ class Sweeper:
         with self.fleet.store.connection() as lock_conn:
             got = lock_conn.execute("SELECT pg_try_advisory_lock(%s)", (SWEEP_LOCK,)).fetchone()
             if not got or not got[0]:
-                return report  # another sweeper is at work
+                # Another sweeper is at work: what came due meanwhile is its to sweep, and
+                # this copy's next pass has no "since the last pass" of its own.
+                self._swept_until = None
+                return report
             try:
                 report.tracked = self.track()
                 # A deposited secret no start used in time is forgotten, as a finished
@@ -283,7 +286,7 @@ class Sweeper:
         sagas longest due first) until ``deadline``."""
         now = self.fleet.orchestrator.clock()
         seen: set[str] = set()
-        if self._swept_until is not None:
+        if self._swept_until is not None:  # whole: what came due in one interval
             self._sweep_due_between(report, now, seen, since=self._swept_until, deadline=None)
         if self._full is not None or self._full_pass_due():
             full = self._full or _FullPass(self._active_ids(), time.monotonic())
