@@ -21,6 +21,7 @@ which steps ran); its ratio shows how much of the fleet's cost is durability.
     python scripts/bench_fleet.py --memory 10000       # worker RSS over 10,000 sagas
     python scripts/bench_fleet.py --providers memory   # the fleet's own overhead
     python scripts/bench_fleet.py --concurrency 4      # a threads pool of 4 per process
+    python scripts/bench_fleet.py --workers 4 --clients 4   # four threads start the sagas
 
 ``--providers sandbox`` (the default) runs the trip against the sandbox providers, whose
 ledgers are PostgreSQL transactions on the same server and cores as the fleet.
@@ -38,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
@@ -150,12 +152,15 @@ CLIENT_START = "client.start"
 """The key of the CPU seconds the client's starts took, within its role ``client``."""
 
 
-def fleet_run(
+def fleet_run(  # noqa: PLR0913 - the run's settings, passed along
     database: str, broker: str, workers: int, sagas: int, env: dict[str, str], logs: Path,
     *, sample_rss: bool = False, providers: str = "sandbox", concurrency: int = 1,
+    clients: int = 1,
 ) -> tuple[float, list[tuple[int, int]], dict[str, float]]:
     """Trip sagas per second with ``workers`` fleet workers; optional RSS samples; the CPU
-    seconds by role meanwhile (and, as :data:`CLIENT_START`, of the client's starts)."""
+    seconds by role meanwhile (and, as :data:`CLIENT_START`, of the client's starts).
+    ``clients``: threads starting the sagas (each start waits for its commit: one thread
+    starts at most what one connection commits per second)."""
     broker_redis(broker).flushdb()
     child = {**env, "SAGAFLEET_DATABASE_URL": database, "SAGAFLEET_BROKER_URL": broker,
              "SAGAFLEET_TOOLS": sandbox.TOOL_SET}
@@ -187,7 +192,11 @@ def fleet_run(
             starting = time.process_time()
             step = max(1, sagas // 10)
             next_sample = 0
-            for index in range(sagas):
+            if clients > 1:
+                with ThreadPoolExecutor(clients) as starters:
+                    list(starters.map(lambda index: client.start(
+                        "trip", TRIP, key=f"bench-{started}-{index}"), range(sagas)))
+            for index in range(sagas if clients == 1 else 0):
                 client.start("trip", TRIP, key=f"bench-{started}-{index}")
                 if sample_rss and index % step == 0:
                     # Sample while enqueueing too: workers run sagas from the first start on.
@@ -241,6 +250,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=1,
                         help="tasks each worker process runs at once (threads pool if > 1),"
                              " the same for the baseline's workers")
+    parser.add_argument("--clients", type=int, default=1,
+                        help="threads of this process starting the fleet's sagas (each start"
+                             " commits; the baseline's chains are enqueued by one thread)")
     parser.add_argument("--memory", type=int, default=0,
                         help="also run this many sagas on one worker and sample its RSS")
     args = parser.parse_args()
@@ -259,7 +271,8 @@ def main() -> None:
 
     try:
         print(f"broker {broker}; {args.sagas} sagas / chains per run; median of {args.runs};"
-              f" {args.providers} providers; concurrency {args.concurrency} per process")
+              f" {args.providers} providers; concurrency {args.concurrency} per process;"
+              f" {args.clients} starting thread(s)")
         print(f"{'workers':>7} {'baseline chains/s':>18} {'fleet sagas/s':>14} {'ratio':>6}"
               f" {'durable chains/s':>17} {'ratio':>6}")
         for workers in args.workers:
@@ -280,7 +293,8 @@ def main() -> None:
                 if args.concurrency > 1:
                     solo.append(baseline(broker, workers, args.sagas, env, logs)[0])
                 rate, _, used = fleet_run(database, broker, workers, args.sagas, env, logs,
-                                          providers=args.providers, concurrency=args.concurrency)
+                                          providers=args.providers, concurrency=args.concurrency,
+                                          clients=args.clients)
                 ours.append(rate)
                 cpu["fleet"].append(used)
             b, f = max(statistics.median(base), statistics.median(solo or base)), \
