@@ -72,6 +72,8 @@ PHASES: tuple[tuple[str | None, str, frozenset[str] | None], ...] = (
                                            "load_history"})),
     ("fold", "saga_core/state.py", None),
     ("fold", "events/sagas.py", frozenset({"extended"})),
+    # What is due (due_work) is decide's question; a claim's and a call's checks are gates.
+    ("decide", "saga_core/claims.py", frozenset({"due_work", "_claimable", "due_at"})),
     ("authority and gate checks", "saga_core/gate_policy.py", None),
     ("authority and gate checks", "saga_core/gates.py", None),
     ("authority and gate checks", "saga_core/recipients.py", None),
