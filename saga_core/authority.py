@@ -54,7 +54,7 @@ ROLE_ACTIONS: Mapping[str, frozenset[Action]] = MappingProxyType({
 """What each built-in role allows (allow-only: an action no role grants is refused). Other
 role names are free for gates to name (``payments_approver``); they grant reading."""
 
-ROLE_NAME = re.compile(r"^[a-z][a-z0-9_.\-]{0,63}$")
+ROLE_NAME = re.compile(r"^[a-z][a-z0-9_.\-]{0,63}\Z")  # \Z: $ would let a final newline in
 """A role's name: lower case, as gates and ``sagafleet principals add --role`` spell it."""
 
 

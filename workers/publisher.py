@@ -121,7 +121,7 @@ class RedisStepPublisher:
         # Celery's publish retry policy, as redis-py's: a refused connection is tried again
         # after 0.1, 0.2, 0.4 s, then the publish fails (the sweeper re-enqueues).
         self._redis = broker_redis(
-            app.conf.broker_url,
+            app.conf.broker_url, settings.get("master_name"),
             socket_timeout=settings.get("socket_timeout"),
             socket_connect_timeout=settings.get("socket_connect_timeout"),
             retry=Retry(ExponentialBackoff(cap=1.0, base=0.1), 3),

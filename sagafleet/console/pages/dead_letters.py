@@ -56,7 +56,7 @@ def _may_resolve(viewer: Viewer) -> bool:
 def _letter_id(request: Request) -> int:
     raw = request.path_params["letter_id"]
     if not raw.isdigit() or len(raw) > 18:
-        raise BadLetterId(f"no dead letter {raw!r}: an id is a positive integer")
+        raise BadLetterId("a dead letter's id is a positive integer")
     return int(raw)
 
 
