@@ -17,6 +17,7 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -112,10 +113,12 @@ SELECT stream_id, version, due_at FROM eventstore.streams
  ORDER BY due_at LIMIT %s
 """
 
+# One JSON document, not three arrays: psycopg dumps arrays element by element, which cost
+# a sweeper's chunk more client CPU than the server's update.
 _DEFER_DUE: Final = """
-UPDATE eventstore.streams s SET due_at = d.due_at
-  FROM unnest(%s::text[], %s::bigint[], %s::timestamptz[]) AS d(stream_id, version, due_at)
- WHERE s.stream_id = d.stream_id AND s.version = d.version
+UPDATE eventstore.streams s SET due_at = (d ->> 2)::timestamptz
+  FROM jsonb_array_elements(%s::jsonb) AS d
+ WHERE s.stream_id = d ->> 0 AND s.version = (d ->> 1)::bigint
 """
 
 
@@ -414,8 +417,9 @@ class EventStore:
         with self.connection() as conn:
             cursor = conn.execute(
                 _DEFER_DUE,
-                ([i.stream_id for i in items], [i.version for i in items],
-                 [i.due_at for i in items]),
+                (json.dumps([[i.stream_id, i.version,
+                              None if i.due_at is None else i.due_at.isoformat()]
+                             for i in items]),),
             )
             return cursor.rowcount
 
