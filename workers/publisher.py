@@ -118,8 +118,9 @@ class RedisStepPublisher:
         self._app = app
         self._plain = CeleryPublisher(app)
         settings = app.conf.broker_transport_options or {}
-        # Celery's publish retry policy, as redis-py's: a refused connection is tried again
-        # after 0.1, 0.2, 0.4 s, then the publish fails (the sweeper re-enqueues).
+        # Celery's publish retry policy, as redis-py's: a refused or broken connection is
+        # tried three more times after growing waits (at most 1 s), then the publish fails
+        # (the sweeper re-enqueues). A duplicate a retry may make is harmless (claims).
         self._redis = broker_redis(
             app.conf.broker_url, settings.get("master_name"),
             socket_timeout=settings.get("socket_timeout"),
