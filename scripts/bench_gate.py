@@ -58,14 +58,16 @@ from sagafleet import embedded  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 ROLES = ("workers", "postgres", "redis", "client")
 
-#: ratio: (target, floor). Every ratio is "higher is better"; the floors are far below the
-#: targets (about half of what this project's two-core machine measures, see the README).
+#: ratio: (target, floor). Every ratio is "higher is better"; each floor sits below the
+#: lowest of 12 runs on this project's shared two-core machine (noise never fails the gate)
+#: and about 40% under their median (a slip of that size does); the throughput ratio, the
+#: noisiest (0.49 to 1.02 for one commit there), guards against halving only.
 RATIOS: Mapping[str, tuple[float, float]] = {
-    "fleet_vs_durable": (0.8, 0.35),
-    "durable_cpu_over_fleet_cpu": (round(1 / 1.5, 3), 0.3),
-    "durable_task_cpu_over_start_cpu": (1.8, 0.35),
-    "store_batch100_vs_raw": (0.9, 0.55),
-    "store_read_all_vs_raw": (0.9, 0.5),
+    "fleet_vs_durable": (0.8, 0.4),
+    "durable_cpu_over_fleet_cpu": (round(1 / 1.5, 3), 0.45),
+    "durable_task_cpu_over_start_cpu": (1.8, 0.5),
+    "store_batch100_vs_raw": (0.9, 0.65),
+    "store_read_all_vs_raw": (0.9, 0.8),
 }
 
 
