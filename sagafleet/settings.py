@@ -97,7 +97,8 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field(default="text", description=(
         "log lines as text, or as JSON objects with saga and step ids (json)"))
     worker_metrics_port: int = Field(default=0, ge=0, le=65_535, description=(
-        "port of a worker's Prometheus /metrics (0: not served; --metrics-port wins)"))
+        "port of a worker's Prometheus /metrics, served to a fleet_operator's bearer token"
+        " only (0: not served; --metrics-port wins)"))
     metrics_window_seconds: float = Field(default=900.0, gt=0, le=7 * 86_400, description=(
         "the window the exporter's rates and latencies are computed over; also how long a "
         "step run without its approval keeps the executed_before_approval alert firing "
