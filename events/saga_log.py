@@ -139,8 +139,9 @@ class SagaLog(Protocol):
         the saga's next due time (None: none; by default it stays as it was)."""
         ...
 
-    def due(self, now: datetime, limit: int) -> list[DueSaga]:
-        """The sagas due by ``now``, the longest due first (at most ``limit``)."""
+    def due(self, now: datetime, limit: int, *, since: datetime | None = None) -> list[DueSaga]:
+        """The sagas due by ``now`` (and, with ``since``, after it), the longest due first
+        (at most ``limit``)."""
         ...
 
     def defer(self, items: Sequence[DueSaga]) -> int:

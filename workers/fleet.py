@@ -31,7 +31,7 @@ from workers.metrics import WorkerMetrics
 from workers.orchestrator import Clock, Orchestrator, utc_now
 from workers.principals import PrincipalDirectory
 from workers.principals_pg import PostgresPrincipals
-from workers.publisher import CeleryPublisher
+from workers.publisher import RedisStepPublisher
 from workers.secret_guard import SecretGuard
 from workers.secrets import SecretVault
 from workers.signed_commands import CommandNonces
@@ -170,9 +170,9 @@ class Fleet:
         return CommandNonces(self.store)
 
     @cached_property
-    def publisher(self) -> CeleryPublisher:
-        """Publishes step commands after commits."""
-        return CeleryPublisher(self.celery)
+    def publisher(self) -> RedisStepPublisher:
+        """Publishes step commands after commits (one Redis round trip a publish)."""
+        return RedisStepPublisher(self.celery)
 
     @cached_property
     def orchestrator(self) -> Orchestrator:
