@@ -71,6 +71,9 @@ class RunStatus(StrEnum):
 
     PENDING = "pending"
     AWAITING_APPROVAL = "awaiting_approval"
+    # A person denied the request: the run is answered, never waiting (decide compensates
+    # before the pivot, else a person resolves it).
+    DENIED = "denied"
     SCHEDULED = "scheduled"
     STARTED = "started"
     SUCCEEDED = "succeeded"
@@ -112,6 +115,9 @@ class ApprovalState:
     four_eyes: bool | None = None
     # The largest amount the grant covers (None: the action it is bound to by hash).
     up_to: float | None = None
+    # The saga version the answer (grant or denial) was recorded at: what a person whose
+    # page showed an earlier version is told happened meanwhile.
+    answered_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -189,6 +195,8 @@ class SagaState:
     input: Mapping[str, Any] = field(default_factory=dict)
     input_hash: str = ""
     started: bool = False
+    # The way the saga went: forward, or compensating since CompensationStarted (kept once
+    # it finished, as the way it ended; screens show ``live_phase``).
     phase: Literal["forward", "compensating"] = "forward"
     escalation: Escalation | None = None
     finished: SagaStatus | None = None
@@ -226,6 +234,11 @@ class SagaState:
         if self.phase == "compensating":
             return SagaStatus.COMPENSATING
         return SagaStatus.RUNNING
+
+    @property
+    def live_phase(self) -> Literal["forward", "compensating"] | None:
+        """The phase the saga runs in now; None once it finished (no phase is live then)."""
+        return None if self.finished is not None else self.phase
 
     @property
     def pivot_passed(self) -> bool:
@@ -464,7 +477,7 @@ def _step(state: SagaState, event: StepEvent) -> SagaState:
                 approval_requests=run.approval_requests + 1,
             )
         case ApprovalGranted() | ApprovalDenied():
-            new = replace(_answer(run, event), changed_at=at)
+            new = replace(_answer(run, event, state.version + 1), changed_at=at)
         case _:
             raise EventRejected(f"unhandled step event {event.event_type}")
     if isinstance(event, StepStarted):
@@ -488,7 +501,8 @@ def _has_postcondition(state: SagaState, event: StepSucceeded) -> bool:
     return spec is not None and spec.postcondition is not None
 
 
-def _answer(run: StepRun, event: ApprovalGranted | ApprovalDenied) -> StepRun:
+def _answer(run: StepRun, event: ApprovalGranted | ApprovalDenied, version: int) -> StepRun:
+    """The run with a person's answer (recorded at ``version``) to its open request."""
     approval = run.approval
     if approval is None or approval.action_hash != event.action_hash:
         # check_approval keeps such answers out of the log; if one arrives anyway it cannot
@@ -497,13 +511,17 @@ def _answer(run: StepRun, event: ApprovalGranted | ApprovalDenied) -> StepRun:
     if isinstance(event, ApprovalGranted):
         answered = replace(
             approval, status="granted", approver=event.approver,
-            grant_expires_at=event.expires_at, up_to=event.up_to,
+            grant_expires_at=event.expires_at, up_to=event.up_to, answered_version=version,
         )
-    else:
-        answered = replace(
-            approval, status="denied", approver=event.approver, denial_reason=event.reason
-        )
-    return replace(run, approval=answered)
+        return replace(run, approval=answered)
+    answered = replace(
+        approval, status="denied", approver=event.approver, denial_reason=event.reason,
+        answered_version=version,
+    )
+    # A denied request waits for nobody: the run says so (a run not waiting on its request,
+    # which check_denial refuses, keeps its status).
+    status = RunStatus.DENIED if run.status is RunStatus.AWAITING_APPROVAL else run.status
+    return replace(run, approval=answered, status=status)
 
 
 def _operator(state: SagaState, event: OperatorAction) -> SagaState:
@@ -601,7 +619,7 @@ def _saga(state: SagaState, event: SagaEvent) -> SagaState:
     raise EventRejected(f"unknown saga event {type(event).__name__}")
 
 
-FOLD_VERSION = 1
+FOLD_VERSION = 2
 """The meaning of :func:`evolve`. Bump it whenever a change makes evolve fold some history
 into a different state (a new rule, a fixed bug), even with every dataclass unchanged:
 saved snapshots (saga_core.snapshots) carry it in their schema fingerprint, so the ones the
