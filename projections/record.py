@@ -4,7 +4,7 @@
 the read models need beyond it, counted from the events themselves: attempts, successes
 and distinct receipts per operation key (duplicate effects), ambiguous outcomes,
 reconciliation results, latencies, the evidence of the latest escalation and approval
-requests, and the last error with the operation it was about (:func:`error_recovered`).
+requests, and the last error with the operation it was about (:func:`last_error_recovered`).
 The runner and ``verify`` use the same functions, so "the read model equals a fresh fold of
 the log" is checked against exactly one definition of the fold.
 """
@@ -40,7 +40,7 @@ from saga_core.events import (
     StepSucceeded,
 )
 from saga_core.keys import canonical_json
-from saga_core.state import RunStatus, SagaState, replace
+from saga_core.state import SagaState, error_recovered, replace
 
 RunKey = tuple[str, StepKind]
 
@@ -247,14 +247,12 @@ def fold_event(
     return evolve_record(record, event, recorded.stream_version)
 
 
-def error_recovered(record: SagaRecord) -> bool:
+def last_error_recovered(record: SagaRecord) -> bool:
     """Whether the last error was recovered from: the operation it was about has since
-    succeeded by itself (a retry, or a lookup that found the effect). An operation an
-    operator declared done, skipped or compensated around is not recovered: its error
-    stays an error."""
+    succeeded by itself (saga_core.state.error_recovered)."""
     if record.last_error_run is None:
         return False
     step_id, kind = record.last_error_run
     runs = record.state.forward if kind is StepKind.FORWARD else record.state.compensation
     run = runs.get(step_id)
-    return run is not None and run.status is RunStatus.SUCCEEDED
+    return run is not None and error_recovered(run.status)

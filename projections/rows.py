@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from projections.masking import mask
-from projections.record import NO_TALLY, SagaRecord, error_recovered
+from projections.record import NO_TALLY, SagaRecord, last_error_recovered
 from saga_core.contracts import StepKind
 from saga_core.state import RunStatus, StepRun
 
@@ -160,7 +160,7 @@ def _summary(record: SagaRecord) -> SummaryRow:
         cancel_requested=state.cancel_requested,
         escalations=record.escalations,
         escalation_reason=mask(escalation.reason, record.secrets) if escalation else None,
-        last_error_recovered=error_recovered(record),
+        last_error_recovered=last_error_recovered(record),
     )
 
 

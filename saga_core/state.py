@@ -98,6 +98,13 @@ IN_DOUBT = frozenset(
 )
 
 
+def error_recovered(status: str) -> bool:
+    """Whether an error recorded on a run now in ``status`` was recovered from: the run went
+    on to succeed by itself (a retry, or a lookup that found its effect). Forced, skipped or
+    compensated around by a person is not recovered: that error stays an error."""
+    return status == RunStatus.SUCCEEDED
+
+
 @dataclass(frozen=True)
 class ApprovalState:
     """The latest approval request of a run and its answer."""

@@ -1,4 +1,4 @@
--- Whether a saga's last error was recovered from (projections.record.error_recovered): the
+-- Whether a saga's last error was recovered from (projections.record.last_error_recovered): the
 -- operation it was about has since succeeded, by a retry or by a lookup that found its
 -- effect. Screens show such an error as recovered, not as a live problem (a COMPLETED saga
 -- whose timeout was reconciled has no error to alarm anyone about).

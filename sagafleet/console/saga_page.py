@@ -13,8 +13,10 @@ from datetime import UTC, datetime
 from projections import BudgetStanding, TimelineEntry
 from projections.rows import QueueRow, StepRunRow
 from saga_core.contracts import SagaStatus
+from saga_core.state import error_recovered
 from sagafleet.console.markup import Markup, html, join, pretty_json, url_part
 from sagafleet.console.saga_detail import ApprovalLine, SagaDetail
+from sagafleet.console.sagas_list import last_error
 from sagafleet.console.step_graph import NOT_RUN, NOT_STARTED, state_class, step_graph
 
 QUEUE_PATH = "/queue"
@@ -41,11 +43,11 @@ def _header(d: SagaDetail) -> Markup:
         '</dd><dt>Tenant</dt><dd>{}</dd><dt>Phase</dt><dd>{}</dd>'
         '<dt>Started</dt><dd>{}</dd><dt>Last change</dt><dd>{}</dd>'
         '<dt>Finished</dt><dd>{}</dd><dt>Events</dt><dd>{} (stream version {})</dd>'
-        '<dt>Last error</dt><dd class="error">{}</dd></dl>',
+        '<dt>Last error</dt><dd class="last-error">{}</dd></dl>',
         d.saga_id, state_class(s.state), s.state, s.definition_name, s.definition_version,
         s.definition_hash, s.definition_hash[:12], s.tenant, s.phase, _when(s.started_at),
         _when(s.updated_at), _when(s.finished_at), d.history.events_total, s.stream_version,
-        s.last_error or "—")
+        last_error(s))
 
 
 def _waiting(d: SagaDetail) -> Markup:
@@ -103,8 +105,14 @@ def _graph(d: SagaDetail) -> Markup:
 
 
 def _step_row(row: StepRunRow) -> Markup:
-    error = html('<span class="error">{}: {}</span>', row.error_class or "error",
-                 row.error_message) if row.error_message else Markup("")
+    error = Markup("")
+    if row.error_message and error_recovered(row.status):
+        error = html('<span class="recovered" title="the operation succeeded since">'
+                     'recovered from {}: {}</span>', row.error_class or "error",
+                     row.error_message)
+    elif row.error_message:
+        error = html('<span class="error">{}: {}</span>', row.error_class or "error",
+                     row.error_message)
     receipt = (pretty_json(row.receipt) if row.receipt is not None
                else Markup("") if row.error_message else html('<span class="none">—</span>'))
     return html(
