@@ -153,7 +153,9 @@ def _summary(record: SagaRecord) -> SummaryRow:
         updated_at=record.updated_at,
         finished_at=record.finished_at,
         compensation_started_at=record.compensation_started_at,
-        current_steps=[_run_label(r) for r in runs if r.status in ACTIVE_RUN_STATES],
+        # Nobody is on any operation of a finished saga (an absent effect settled is history).
+        current_steps=[] if state.finished is not None else [
+            _run_label(r) for r in runs if r.status in ACTIVE_RUN_STATES],
         last_error=mask(record.last_error, record.secrets),
         last_error_class=record.last_error_class,
         retry_budget_left=state.retry_budget_left,

@@ -87,6 +87,9 @@ class RunStatus(StrEnum):
     FORCED = "forced"  # an operator declared it done (force_complete / mark_compensated)
     # A receipt arrived, but the tool's postcondition is not observed yet (saga_core.checks).
     VERIFYING = "verifying"
+    # The saga stopped waiting for it before it ran (forward work stopped for compensation,
+    # or the saga finished): a scheduled attempt or an open request that never will run.
+    WITHDRAWN = "withdrawn"
 
 
 #: A forward run in one of these lets its dependents proceed.
@@ -531,6 +534,18 @@ def _answer(run: StepRun, event: ApprovalGranted | ApprovalDenied, version: int)
     return replace(run, approval=answered, status=status)
 
 
+#: A run in one of these waits for a worker or a person to act on it.
+WAITING = frozenset({RunStatus.AWAITING_APPROVAL, RunStatus.SCHEDULED, RunStatus.RETRY_REQUESTED})
+
+
+def _withdrawn(runs: Mapping[str, StepRun], at: datetime) -> Mapping[str, StepRun]:
+    """``runs`` with every waiting run withdrawn (the same mapping when none waits)."""
+    if not any(run.status in WAITING for run in runs.values()):
+        return runs
+    return {step_id: replace(run, status=RunStatus.WITHDRAWN, changed_at=at)
+            if run.status in WAITING else run for step_id, run in runs.items()}
+
+
 def _operator(state: SagaState, event: OperatorAction) -> SagaState:
     state = replace(state, escalation=None, repaired=True)
     if event.action == "resume":
@@ -598,12 +613,15 @@ def _as_new_operation(state: SagaState, run: StepRun) -> StepRun:
 def _saga(state: SagaState, event: SagaEvent) -> SagaState:
     match event:
         case CompensationStarted():
+            # No forward operation is claimed from here on (saga_core.claims): those that
+            # waited for a worker or a person wait no more.
             return replace(
                 state,
                 phase="compensating",
                 compensation_reason=event.reason,
                 failed_step=event.failed_step,
                 compensation_started_at=event.at,
+                forward=_withdrawn(state.forward, event.at),
             )
         case CancelRequested():
             # Before the pivot a cancel also ends a pause: compensation is the way out.
@@ -618,7 +636,9 @@ def _saga(state: SagaState, event: SagaEvent) -> SagaState:
         case OperatorAction():
             return _operator(state, event)
         case SagaFinished():
-            return replace(state, finished=event.state)
+            return replace(state, finished=event.state,
+                           forward=_withdrawn(state.forward, event.at),
+                           compensation=_withdrawn(state.compensation, event.at))
         case BudgetExceeded():
             return replace(state, budget=with_breach(state.budget, event))
         case PlanRevised():
