@@ -9,21 +9,18 @@ import json
 import os
 import subprocess
 import sys
-from datetime import timedelta
 from typing import Any
 
 import pytest
-from fleet_harness import drive
+from fleet_harness import drive, drive_until_it_asks
 from principal_support import issue_token
 from read_model_support import project_database
 from trip_inputs import TRIP_INPUT
 
-from saga_core import due_work
 from saga_core.contracts import SagaStatus
 from saga_core.events import ApprovalDenied, ApprovalGranted
 from sagafleet.exit_codes import ExitCode
 from workers.fleet import Fleet
-from workers.messages import StepCommand
 
 pytestmark = pytest.mark.integration
 
@@ -47,16 +44,8 @@ def run(database, broker):
 def _waiting_trip(fleet: Fleet, key: str) -> str:
     """A trip whose holds ran (in this process) and whose capture waits for a person."""
     saga_id = fleet.client().start("trip", GATED, key=key).saga_id
-    for _ in range(100):
-        if fleet.client().status(saga_id).pending_approvals:
-            return saga_id
-        for item in due_work(fleet.repo.load(saga_id).state, fleet.clock(), timedelta(0)):
-            if item.action in ("execute", "reconcile") and item.step_id and item.kind:
-                fleet.executor.handle(StepCommand(saga_id=saga_id, step_id=item.step_id,
-                                                  kind=item.kind, attempt=item.attempt))
-            else:
-                fleet.orchestrator.advance(saga_id)
-    raise AssertionError(f"saga {saga_id} never came to wait for its approval")
+    drive_until_it_asks(fleet, saga_id)
+    return saga_id
 
 
 def _ok(done: subprocess.CompletedProcess[str]) -> Any:
