@@ -94,9 +94,7 @@ def _replay_form(d: SagaDetail) -> Markup:
 
 
 def _graph(d: SagaDetail) -> Markup:
-    # A finished saga will never reach what it has not reached: that is "not run", not
-    # "pending".
-    unreached = NOT_RUN if SagaStatus(d.summary.state).is_terminal else NOT_STARTED
+    unreached = _unreached(d)
     states = {(row.step_id, row.kind): unreached if row.status == NOT_STARTED else row.status
               for row in d.steps}
     caption = f"Steps and compensations of {d.definition.name} v{d.definition.version}"
@@ -104,7 +102,7 @@ def _graph(d: SagaDetail) -> Markup:
                 step_graph(d.definition, states, caption=caption, unreached=unreached))
 
 
-def _step_row(row: StepRunRow) -> Markup:
+def _step_row(row: StepRunRow, unreached: str) -> Markup:
     error = Markup("")
     if row.error_message and error_recovered(row.status):
         error = html('<span class="recovered" title="the operation succeeded since">'
@@ -120,8 +118,20 @@ def _step_row(row: StepRunRow) -> Markup:
         '<td><span class="state {}">{}</span></td><td>{}</td>'
         '<td><code class="key" title="{}">{}</code></td><td>{}{}</td><td>{}</td></tr>',
         row.step_id, row.kind, row.step_id, row.kind, row.tool, row.tool_version,
-        row.semantics, state_class(row.status), row.status, row.attempts,
+        row.semantics, *_shown_state(row.status, unreached), row.attempts,
         row.operation_key, row.operation_key[:16], receipt, error, _when(row.changed_at))
+
+
+def _shown_state(status: str, unreached: str) -> tuple[str, str]:
+    """A row's state class and text: an operation not reached shows as the graph shows it."""
+    shown = unreached if status == NOT_STARTED else status
+    return state_class(shown), shown
+
+
+def _unreached(d: SagaDetail) -> str:
+    # A finished saga will never reach what it has not reached: that is "not run", not
+    # "pending".
+    return NOT_RUN if SagaStatus(d.summary.state).is_terminal else NOT_STARTED
 
 
 def _steps(d: SagaDetail) -> Markup:
@@ -134,7 +144,7 @@ def _steps(d: SagaDetail) -> Markup:
         '<thead><tr><th>Step</th><th>Operation</th><th>Tool</th><th>Semantics</th>'
         '<th>State</th><th>Attempts</th><th>Operation key</th><th>Receipt / error</th>'
         '<th>Changed</th></tr></thead><tbody>{}</tbody></table>{}</section>',
-        join(_step_row(r) for r in d.steps), note)
+        join(_step_row(r, _unreached(d)) for r in d.steps), note)
 
 
 def _approval_row(a: ApprovalLine) -> Markup:
