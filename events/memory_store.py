@@ -105,6 +105,7 @@ class MemoryUnit:
         self.ids: dict[UUID, _Stored] = {}
         self.due: dict[str, datetime | None] = {}  # stream -> due time its appends set
         self.side_writes: list[Callable[[], None]] = []
+        self.end_hooks: list[Callable[[], None]] = []  # run as it ends, committed or not
 
     def append(
         self,
@@ -121,6 +122,12 @@ class MemoryUnit:
         """Run ``write`` when the unit commits (under the store's lock), never otherwise."""
         self.live()
         self.side_writes.append(write)
+
+    def on_end(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` when the unit ends, whether it commits or not (under the store's
+        lock: ``hook`` may take no lock that is held while waiting for that one)."""
+        self.live()
+        self.end_hooks.append(hook)
 
     def live(self) -> None:
         """InvalidArgument when the unit has ended (its writes would go nowhere)."""
@@ -333,6 +340,8 @@ class MemoryEventStore:
     def _end(self, unit: MemoryUnit) -> None:
         unit.open = False
         self._open.discard(unit.xid)
+        for hook in unit.end_hooks:
+            hook()
 
     # -- reading -------------------------------------------------------------------
 

@@ -19,6 +19,11 @@ same promises, not a mock:
   (any owner's: a saga's ``SagaStarted`` names it) or, for a tenant, by name (highest
   version when none is given). A tenant never sees another tenant's definitions, and may
   not register a name the shared set holds (:class:`~events.definitions.SharedDefinitionName`).
+* **GateWindows** — a tenant window's ledger of reservations (``saga_core.totals``): reserve
+  what claiming an operation adds, inside the claim's unit, only if the window's total in
+  its period stays within the limit (or a person approved going over it), atomically
+  against every other saga of the tenant; release reservations of operations that turned
+  out to have had no effect; read a window's total.
 * **Secrets** — keep a saga's secret inputs (in the unit that starts it), reveal them into
   a tool call's arguments, purge them when the saga ends; hold a value deposited ahead of
   a start under a single-use ref (``events.secret_inputs``), redeem it in the unit that
@@ -36,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from events.errors import InvalidArgument
@@ -44,6 +49,7 @@ from events.model import KEEP_DUE, AppendResult, DueTime, ExpectedVersion, Posit
 from saga_core import SagaDefinition
 from saga_core.errors import SagaError
 from saga_core.events import SagaEvent
+from saga_core.totals import WindowCall, WindowTotal
 
 if TYPE_CHECKING:
     from events.definitions import DefinitionRecord
@@ -194,6 +200,26 @@ class Definitions(Protocol):
 
     def list(self, *, tenant: str) -> list[DefinitionRecord]:
         """Every definition ``tenant`` sees (the shared set and its own), by name and version."""
+        ...
+
+
+class GateWindows(Protocol):
+    """Tenant windows of gated amounts, shared by every saga of a tenant (sliding periods)."""
+
+    def reserve(self, tenant: str, call: WindowCall, now: datetime, unit: Unit) -> WindowTotal:
+        """Inside ``unit``: the window's total in ``(now - call.period, now]`` without this
+        operation, and whether the call was reserved: only if that total plus its amount
+        stays within ``call.limit``, or ``call.approved_over``. Another unit reserving in
+        the same window waits for this one to end, so two sagas never both slip under."""
+        ...
+
+    def release(self, tenant: str, operation_keys: Sequence[str], now: datetime,
+                unit: Unit) -> int:
+        """Inside ``unit``: stop counting these operations' reservations; how many were."""
+        ...
+
+    def total(self, tenant: str, window: str, period: timedelta, now: datetime) -> WindowTotal:
+        """The window's total in ``(now - period, now]`` as committed (``reserved`` False)."""
         ...
 
 

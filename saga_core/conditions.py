@@ -73,8 +73,9 @@ class ReceiptCondition(BaseModel):
         return self
 
     def holds(self, receipt: Receipt) -> bool:
-        """Whether ``receipt`` meets this condition (a missing field meets only ``absent``:
-        it neither equals, differs from, nor orders against anything)."""
+        """Whether ``receipt`` meets this condition (a missing field meets only ``absent``,
+        and a non-scalar one only ``present``: neither equals, differs from, nor orders
+        against anything)."""
         present = receipt.has(self.field)
         if self.op == "present":
             return present
@@ -83,6 +84,8 @@ class ReceiptCondition(BaseModel):
         if not present:
             return False
         seen = receipt.get(self.field)
+        if not isinstance(seen, _SCALAR):
+            return False  # a list or an object is not the scalar compared: nothing holds
         match self.op:
             case "eq":
                 return _same(seen, self.value)

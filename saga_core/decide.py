@@ -58,6 +58,7 @@ from saga_core.gate_policy import (
 )
 from saga_core.state import FORWARD_DONE, IN_DOUBT, RunStatus, SagaState, StepRun
 from saga_core.stops import cost_overrun, limit_evidence, limit_passed, must_escalate, stopped_by
+from saga_core.totals import TENANT_WINDOW_SCOPE
 
 FORWARD, COMPENSATION = StepKind.FORWARD, StepKind.COMPENSATION
 COMPENSATION_DONE = frozenset({RunStatus.SUCCEEDED, RunStatus.FORCED, RunStatus.SKIPPED})
@@ -342,7 +343,7 @@ def _ready(state: SagaState, step: StepDefinition, run: StepRun, now: datetime) 
         args = resolve_arguments(state, step.id, run.kind)
     except TemplateError as exc:
         return _Outcome(escalation=escalate(state, step, run, f"cannot resolve: {exc}", now))
-    if policy is not None and policy.applies(args):
+    if policy is not None and policy.judge(state, step.id, run.kind, args):
         return _approval(state, step, run, policy, now)
     reason = "dependencies done" if run.kind is FORWARD else "dependents compensated"
     return _Outcome([_schedule(run, now, reason)])
@@ -356,6 +357,7 @@ def _approval(
     now: datetime,
     *,
     why: str = "approval policy applies",
+    window: dict[str, Any] | None = None,
 ) -> _Outcome:
     approval = run.approval
     current = operation_action_hash(state, step.id, run.kind)
@@ -385,13 +387,32 @@ def _approval(
         reason = f"{why}; no usable approval after {run.approval_requests} requests"
         return _Outcome(escalation=escalate(state, step, run, reason, now))
     expires = now + timedelta(seconds=policy.request_ttl_s)
+    gate = _gateevidence_for(state, step, run, policy)
+    if window is not None:  # asked by a claim that would pass the tenant window
+        gate = {**gate, "tenant_window": window}
     evidence = evidence_for(
         state, step, run, why, now, alternatives=["approve", "deny"], deadline=expires,
-        details={"gate": _gateevidence_for(state, step, run, policy)},
+        details={"gate": gate},
     )
     risk = str(policy.risk_class) if policy.risk_class is not None else None
-    return _Outcome([RequestApproval(step.id, run.kind, current, policy.scope, evidence,
+    scope = TENANT_WINDOW_SCOPE if window is not None else policy.scope
+    return _Outcome([RequestApproval(step.id, run.kind, current, scope, evidence,
                                      expires, policy.role, risk, policy.four_eyes)])
+
+
+def ask_over_window(state: SagaState, step_id: str, kind: StepKind, window: dict[str, Any],
+                    now: datetime) -> Decision:
+    """What a worker records in place of a claim that would pass its tenant window
+    (``window``: the window's evidence, :class:`saga_core.totals.WindowTotal`): an approval
+    request under :data:`~saga_core.totals.TENANT_WINDOW_SCOPE`, or the escalation when no
+    more requests are allowed."""
+    step = state.definition.step(step_id)
+    run = state.run(step_id, kind)
+    policy = effective_policy(state.definition, step_id, kind) or GatePolicy(f"{step_id}:{kind}")
+    why = (f"the tenant window of {window.get('window')} would hold "
+           f"{window.get('with_this_call')} with this call, above {window.get('limit')}")
+    outcome = _approval(state, step, run, policy, now, why=why, window=window)
+    return outcome.escalation or outcome.decisions[0]
 
 
 def _gateevidence_for(
@@ -403,7 +424,7 @@ def _gateevidence_for(
         shown = redacted_arguments(state, step.id, run.kind)
     except TemplateError:
         args = shown = {}
-    return policy.evidence(args, shown)
+    return policy.evidence(state, step.id, run.kind, args, shown)
 
 
 #: A run whose approval request is open or was denied: its answer (or its absence) decides.

@@ -190,7 +190,8 @@ def _gate(policy: GatePolicy | None, known: dict[str, Any],
     will_ask: bool | None
     if complete is not None or all(name in known for name in _reads(policy)):
         reasons = policy.reasons(complete if complete is not None else known)
-        will_ask = bool(reasons)
+        # A cumulative limit depends on what else runs first: decided when the call runs.
+        will_ask = True if reasons else (None if _cumulative(policy) else False)
     elif _always(policy):
         reasons, will_ask = ["every call needs a person"], True
     else:
@@ -205,6 +206,12 @@ def _always(policy: GatePolicy) -> bool:
     """Whether the policy asks a person for every call, whatever its arguments."""
     return ((policy.gate is not None and policy.gate.always)
             or (policy.approval is not None and policy.approval.required))
+
+
+def _cumulative(policy: GatePolicy) -> bool:
+    """Whether the catalogue gate limits a saga's total or a tenant window as well."""
+    gate = policy.gate
+    return gate is not None and (gate.saga_total is not None or gate.tenant_window is not None)
 
 
 def _reads(policy: GatePolicy) -> list[str]:
@@ -226,6 +233,14 @@ def _condition(policy: GatePolicy) -> str:
             parts.append(f"{gate.above.arg} > {gate.above.limit:g} (catalogue gate)")
         if gate.external_recipient is not None:
             parts.append(f"{gate.external_recipient.arg} outside the internal domains "
+                         "(catalogue gate)")
+        if gate.above is not None and gate.saga_total is not None:
+            parts.append(f"the saga's total of {gate.above.arg} > "
+                         f"{gate.saga_total.limit:g} (catalogue gate)")
+        if gate.above is not None and gate.tenant_window is not None:
+            window = gate.tenant_window
+            parts.append(f"the tenant's total of {gate.above.arg} over "
+                         f"{window.period.total_seconds():g} s > {window.limit:g} "
                          "(catalogue gate)")
     if approval is not None:
         if approval.required:

@@ -8,7 +8,8 @@ never remove or weaken one. :func:`effective_policy` builds the combination,
 :func:`weakening_problems` is the registration rule that refuses a definition declaring a
 weaker approval than its tools' gates, and :func:`grant_problem` is the claim-time re-check:
 a gated operation runs only under an unexpired grant of this very action whose scope covers
-its arguments.
+its arguments. :meth:`GatePolicy.judge` adds the saga's running total (:mod:`saga_core.totals`)
+to what the arguments alone say.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from saga_core.commands import operation_action_hash, resolve_arguments
 from saga_core.contracts import StepKind
 from saga_core.definition import ApprovalPolicy, SagaDefinition
 from saga_core.errors import Problem, TemplateError
-from saga_core.gates import RiskClass, RiskGate
+from saga_core.gates import RiskClass, RiskGate, judged_amount
 from saga_core.state import SagaState, StepRun
+from saga_core.totals import running_total, saga_total_doubt
 
 RENEWAL_SCOPE = "renew_authorization"
 
@@ -40,11 +42,21 @@ class GatePolicy:
     renewal: bool = False
 
     def applies(self, args: dict[str, Any]) -> bool:
-        """Whether these resolved arguments need a person."""
+        """Whether these resolved arguments need a person, judged on their own."""
         return bool(self.reasons(args))
 
+    def judge(self, state: SagaState, step_id: str, kind: StepKind,
+              args: dict[str, Any]) -> list[str]:
+        """Why this operation of ``state`` with these resolved arguments needs a person: its
+        arguments, and the saga's running total with this call (empty: it does not)."""
+        found = self.reasons(args)
+        if self.gate is not None and (
+                why := saga_total_doubt(self.gate, state, step_id, kind, args)) is not None:
+            found.append(f"catalogue gate: {why}")
+        return found
+
     def reasons(self, args: dict[str, Any]) -> list[str]:
-        """Why these resolved arguments need a person (empty: they do not)."""
+        """Why these resolved arguments need a person on their own (empty: they do not)."""
         found = ["the provider's authorization expired"] if self.renewal else []
         if self.gate is not None:
             found += [f"catalogue gate: {why}" for why in self.gate.reasons(args)]
@@ -108,10 +120,8 @@ class GatePolicy:
 
     def requested_amount(self, args: dict[str, Any]) -> float | None:
         """The amount a request for these arguments asks for (None: no numeric amount)."""
-        value = args.get(self.amount_arg) if self.amount_arg else None
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        return None
+        amount = judged_amount(args.get(self.amount_arg)) if self.amount_arg else None
+        return float(amount) if amount is not None else None
 
     def covered(self, args: dict[str, Any], up_to: float | None) -> str | None:
         """Why a grant up to ``up_to`` does not cover these arguments (None: it does; a
@@ -125,17 +135,30 @@ class GatePolicy:
             return f"a grant up to {up_to:g} does not cover {self.amount_arg} {amount:g}"
         return None
 
-    def evidence(self, args: dict[str, Any], shown: dict[str, Any]) -> dict[str, Any]:
+    def evidence(self, state: SagaState, step_id: str, kind: StepKind, args: dict[str, Any],
+                 shown: dict[str, Any]) -> dict[str, Any]:
         """What the operator queue and the audit show about this gate for ``args``; the
-        amount is read from ``shown`` (the arguments with secrets masked)."""
-        return {
+        amount is read from ``shown`` (the arguments with secrets masked), and so is the
+        saga's running total (none is shown when the amount argument is secret)."""
+        found = {
             "role": self.role,
             "four_eyes": self.four_eyes,
             "risk_class": str(self.risk_class) if self.risk_class else None,
-            "reasons": self.reasons(args),
+            "reasons": self.judge(state, step_id, kind, args),
             "amount_arg": self.amount_arg,
             "amount": self.requested_amount(shown),
         }
+        gate = self.gate
+        if gate is not None and gate.above is not None and gate.saga_total is not None:
+            this_call = gate.above.amount(shown)
+            if this_call is not None:
+                total = running_total(state, step_id, kind, gate.above)
+                found["saga_total"] = total.evidence(gate.saga_total.limit, this_call)
+        if gate is not None and gate.tenant_window is not None:
+            window = gate.tenant_window
+            found["tenant_window"] = {"limit": window.limit,
+                                      "period_s": window.period.total_seconds()}
+        return found
 
 
 def effective_policy(
@@ -209,7 +232,7 @@ def grant_problem(state: SagaState, run: StepRun, now: datetime) -> str | None:
         args = resolve_arguments(state, run.step_id, run.kind)
     except TemplateError:
         return None  # not a question of approval: the claim records the failure
-    if not policy.applies(args):
+    if not policy.judge(state, run.step_id, run.kind, args):
         return None
     approval = run.approval
     if approval is None or approval.status != "granted":

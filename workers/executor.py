@@ -47,6 +47,7 @@ from saga_core import (
     resolve_command,
 )
 from saga_core.contracts import ErrorClass, Receipt
+from saga_core.decide import ask_over_window
 from saga_core.definition import SagaDefinition
 from saga_core.errors import EventRejected, TemplateError
 from saga_core.events import (
@@ -58,12 +59,13 @@ from saga_core.events import (
     StepSucceeded,
 )
 from saga_core.keys import check_key_payload
-from saga_core.state import IN_DOUBT, RunStatus, SagaState
+from saga_core.state import IN_DOUBT, RunStatus, SagaState, evolve
+from saga_core.totals import window_call
 from workers.logs import step_log_context
 from workers.messages import StepCommand
 from workers.metrics import WorkerMetrics
 from workers.observability import step_scope
-from workers.orchestrator import ClaimNext, Committed, Orchestrator
+from workers.orchestrator import ClaimNext, Committed, Orchestrator, WindowLimitReached
 from workers.secrets import SecretUnavailable, scrub
 from workers.tools import Absent, ToolError, ToolRegistry, Unknown
 from workers.tracing import operation_span, set_outcome
@@ -184,10 +186,24 @@ class StepExecutor:
         if reuse is not None:
             return self._refuse_key_reuse(command, loaded, reuse)
         started = self._started(command, resolved, now, loaded.state.definition)
-        committed = self.orchestrator.commit(loaded, [started], claim=ahead)
+        try:
+            committed = self.orchestrator.commit(loaded, [started], claim=ahead)
+        except WindowLimitReached as over:
+            return self._ask_over_window(command, loaded, over)
         self.metrics.claimed(resolved.tool, command.kind.value)
         self._count_claims_ahead(committed)
         return Claimed(command, resolved, committed)
+
+    def _ask_over_window(self, command: StepCommand, loaded: LoadedSaga,
+                         over: WindowLimitReached) -> StepOutcome:
+        """Record, in place of the claim and at its version, the approval request for a
+        call that would pass its tenant window (with the window's total as evidence)."""
+        now = self.orchestrator.clock()
+        asked = ask_over_window(loaded.state, command.step_id, command.kind,
+                                over.total.evidence(over.call), now).to_event(at=now)
+        log.info("not calling %s: %s", command, over)
+        committed = self.orchestrator.commit(loaded, [asked])
+        return StepOutcome(command, "dropped", str(over), committed)
 
     def _count_claims_ahead(self, committed: Committed | None) -> None:
         """Count the claims a commit took ahead for this worker, by their tools."""
@@ -200,7 +216,8 @@ class StepExecutor:
     def claim_due(self, state: SagaState, now: datetime) -> list[tuple[StepCommand, StepStarted]]:
         """What this worker claims next (a :data:`ClaimNext`): every scheduled step of the
         saga claimable now, each with its StepStarted; their resolutions are kept for
-        :meth:`resolution`."""
+        :meth:`resolution`. Each is judged with the claims before it folded in, so a
+        saga's running total counts its siblings claimed in the same append."""
         found: list[tuple[StepCommand, StepStarted]] = []
         for run in [*state.forward.values(), *state.compensation.values()]:
             if run.status is not RunStatus.SCHEDULED:
@@ -209,6 +226,8 @@ class StepExecutor:
                                     attempt=run.attempt)
             if not check_claim(state, run.step_id, run.kind, run.attempt, now):
                 continue
+            if window_call(state, run.step_id, run.kind, now) is not None:
+                continue  # reserved by its own claim, which its wake-up brings
             try:
                 resolved = resolve_command(state, run.step_id, run.kind)
             except TemplateError:
@@ -216,7 +235,9 @@ class StepExecutor:
             if key_reuse(state, resolved) is not None:
                 continue  # left to the plain path, which records the escalation
             self._keep_resolved(candidate, resolved)
-            found.append((candidate, self._started(candidate, resolved, now, state.definition)))
+            started = self._started(candidate, resolved, now, state.definition)
+            found.append((candidate, started))
+            state = evolve(state, started)
         return found
 
     def resolution(self, command: StepCommand, loaded: LoadedSaga) -> ResolvedCommand:

@@ -26,6 +26,7 @@ from workers.celery_app import BrokerSettings, create_celery_app
 from workers.client import SagaClient
 from workers.dead_letters import DeadLetters
 from workers.executor import StepExecutor
+from workers.gate_windows import PostgresGateWindows
 from workers.metrics import WorkerMetrics
 from workers.orchestrator import Clock, Orchestrator, utc_now
 from workers.principals import PrincipalDirectory
@@ -131,6 +132,11 @@ class Fleet:
         return SecretVault(self.store)
 
     @cached_property
+    def gate_windows(self) -> PostgresGateWindows:
+        """Tenant windows of gated amounts, reserved in the claims' transactions."""
+        return PostgresGateWindows(self.store)
+
+    @cached_property
     def principals(self) -> PrincipalDirectory:
         """The people and agents of every tenant, their tokens and signing keys."""
         return PostgresPrincipals(self.store, self.clock)
@@ -168,7 +174,7 @@ class Fleet:
         """Where every saga event is written (decide, claim, append once)."""
         return Orchestrator(self.repo, self.clock,
                             queue_wait=timedelta(seconds=self.config.queue_wait_s),
-                            on_race_lost=self.metrics.race_lost)
+                            on_race_lost=self.metrics.race_lost, windows=self.gate_windows)
 
     @cached_property
     def executor(self) -> StepExecutor:

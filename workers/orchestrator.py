@@ -11,7 +11,11 @@ a start, the sweeper's decision — is one call of :meth:`Orchestrator.commit`:
 3. append everything at the version the saga was loaded at (``ConcurrencyError`` when
    another writer got there first) through the :class:`~events.saga_log.SagaLog`,
    optionally inside the caller's unit of work, with the saga's next due time
-   (``saga_core.due.next_due``: when the sweeper should look at it again, if ever);
+   (``saga_core.due.next_due``: when the sweeper should look at it again, if ever); a
+   claim of a call whose gate has a tenant window reserves its amount in the same unit
+   (:class:`~events.saga_log.GateWindows`; :class:`WindowLimitReached`, nothing written,
+   when it would pass the window), and a call that turned out to have had no effect
+   releases its reservation in the same unit (``saga_core.totals``);
 4. return :class:`Committed`: the events, the saga as they left it, the commands they
    made due, those claimed, and the ``wake_ups`` worth a broker message.
 
@@ -29,7 +33,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from events import ConcurrencyError
-from events.saga_log import SagaLog, Unit
+from events.model import AppendResult
+from events.saga_log import GateWindows, SagaLog, Unit
 from events.sagas import LoadedSaga
 from saga_core import decide, evolve
 from saga_core.due import next_due
@@ -42,6 +47,7 @@ from saga_core.events import (
     StepStarted,
 )
 from saga_core.state import SagaState
+from saga_core.totals import WindowCall, WindowTotal, window_call, window_releases, windowed
 from workers.messages import StepCommand
 
 log = logging.getLogger(__name__)
@@ -68,6 +74,37 @@ class RaceLost(SagaError):
 
     # Transient: nothing is wrong with the saga, a later attempt succeeds.
     kind = ErrorKind.UNAVAILABLE
+
+
+class WindowLimitReached(SagaError):
+    """Claiming this call would pass its tenant window: nothing was written; the claimer
+    records the approval request ``saga_core.decide.ask_over_window`` builds instead."""
+
+    kind = ErrorKind.CONFLICT
+
+    def __init__(self, step_id: str, kind: str, call: WindowCall, total: WindowTotal) -> None:
+        self.step_id = step_id
+        self.step_kind = kind
+        self.call = call
+        self.total = total
+        super().__init__(f"step {step_id} ({kind}): the tenant window {call.window} holds "
+                         f"{total.before} in its period, and {call.amount} more would pass "
+                         f"its limit {call.limit}")
+
+
+@dataclass(frozen=True)
+class _WindowWork:
+    """A commit's tenant window work: the claims to reserve, the operations to release."""
+
+    calls: list[tuple[StepStarted, WindowCall]]
+    releases: list[str]
+
+
+class GateWindowsMissing(SagaError):
+    """A saga whose tools declare tenant windows was committed by an orchestrator built
+    without :class:`~events.saga_log.GateWindows` (a wiring mistake: nothing is written)."""
+
+    kind = ErrorKind.MISCONFIGURED
 
 
 def settle(state: SagaState, now: datetime) -> tuple[list[SagaEvent], SagaState]:
@@ -138,15 +175,19 @@ class Orchestrator:
     """Decides and records for one saga at a time; shared by workers, client and sweeper."""
 
     def __init__(self, log: SagaLog, clock: Clock = utc_now, *, queue_wait: timedelta,
-                 on_race_lost: Callable[[], None] | None = None) -> None:
+                 on_race_lost: Callable[[], None] | None = None,
+                 windows: GateWindows | None = None) -> None:
         """``queue_wait``: how long a published command normally waits for a worker (work
         is overdue after it: each commit's due time counts it, as the sweeper does);
         ``on_race_lost``: told of every append that met a newer stream version (the
-        worker's ``races_lost`` counter)."""
+        worker's ``races_lost`` counter); ``windows``: the tenant windows the log's claims
+        reserve in (the same database; without it a saga whose tools declare a tenant
+        window cannot be committed, :class:`GateWindowsMissing`)."""
         self.log = log
         self.clock = clock
         self.queue_wait = queue_wait
         self.on_race_lost = on_race_lost
+        self.windows = windows
 
     def commit(
         self,
@@ -178,16 +219,60 @@ class Orchestrator:
                if c not in claimed]
         after = loaded
         if recorded:
-            # The folded state's tenant: a saga's first commit carries its own SagaStarted.
-            appended = self.log.append(
-                loaded.saga_id, state.tenant or loaded.tenant, recorded, loaded.version,
-                actor=actor, unit=unit, trace_id=saga_trace_id(loaded, recorded),
-                due_at=next_due(state, self.queue_wait, after=now),
-            )
+            windows = self._window_work(loaded.state, state, recorded, now)
+            if windows is None:
+                appended = self._append(loaded, state, recorded, now, actor=actor, unit=unit)
+            elif unit is not None:
+                self._reserve(windows, state, now, unit)
+                appended = self._append(loaded, state, recorded, now, actor=actor, unit=unit)
+            else:
+                with self.log.unit_of_work() as own:
+                    self._reserve(windows, state, now, own)
+                    appended = self._append(loaded, state, recorded, now, actor=actor, unit=own)
             after = loaded.extended(recorded, appended, state)  # folded above
+        # A committer that claims ahead took every due step it could: the rest it left
+        # (a call reserved by its own claim, a grant that no longer holds) each need a
+        # message. Otherwise a step claimed only by its own claim (it reserves in a tenant
+        # window) is woken like a lookup: whoever claims its siblings leaves it.
+        alone = {c for c, is_step in due if is_step and windowed(state.definition)
+                 and window_call(state, c.step_id, c.kind, now) is not None}
+        woken = ([command for command, _ in due] if claim is not None
+                 else wake_ups((c, is_step and c not in alone) for c, is_step in due))
         return Committed(loaded.saga_id, tuple(recorded), after,
-                         tuple(command for command, _ in due), tuple(claimed),
-                         tuple(wake_ups(due)))
+                         tuple(command for command, _ in due), tuple(claimed), tuple(woken))
+
+    def _append(self, loaded: LoadedSaga, state: SagaState, recorded: Sequence[SagaEvent],
+                now: datetime, *, actor: str | None, unit: Unit | None) -> AppendResult:
+        # The folded state's tenant: a saga's first commit carries its own SagaStarted.
+        return self.log.append(
+            loaded.saga_id, state.tenant or loaded.tenant, recorded, loaded.version,
+            actor=actor, unit=unit, trace_id=saga_trace_id(loaded, recorded),
+            due_at=next_due(state, self.queue_wait, after=now),
+        )
+
+    @staticmethod
+    def _window_work(before: SagaState, state: SagaState, recorded: Sequence[SagaEvent],
+                     now: datetime) -> _WindowWork | None:
+        """What the commit reserves in and releases from tenant windows (None: nothing)."""
+        if not windowed(state.definition):
+            return None
+        calls = [(event, call) for event in recorded if isinstance(event, StepStarted)
+                 and (call := window_call(state, event.step_id, event.kind, now)) is not None]
+        releases = window_releases(before, state)
+        return _WindowWork(calls, releases) if calls or releases else None
+
+    def _reserve(self, work: _WindowWork, state: SagaState, now: datetime, unit: Unit) -> None:
+        """Reserve the commit's claims and release what it settled, inside ``unit``;
+        WindowLimitReached (the unit then writes nothing) when a claim does not fit."""
+        if self.windows is None:
+            raise GateWindowsMissing(f"saga {state.saga_id}: its tools declare tenant windows, "
+                                     "but this orchestrator has no GateWindows")
+        for started, call in work.calls:
+            total = self.windows.reserve(state.tenant, call, now, unit)
+            if not total.reserved:
+                raise WindowLimitReached(started.step_id, str(started.kind), call, total)
+        if work.releases:
+            self.windows.release(state.tenant, work.releases, now, unit)
 
     def retrying(
         self, saga_id: str, attempt: Callable[[LoadedSaga], T], *, known: LoadedSaga | None = None

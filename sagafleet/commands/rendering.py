@@ -24,6 +24,7 @@ from projections import (
     VerifyReport,
 )
 from projections.lineage import TraceReport
+from saga_core.totals import running_totals_text
 from workers.views import SagaView
 
 
@@ -154,6 +155,8 @@ class QueueReport:
             gate = _gate_line(e.evidence)
             if gate:
                 lines.append(f"    who may answer: {gate}")
+                lines += [f"    {line}" for line in running_totals_text(
+                    e.evidence["details"]["gate"])]
             details = e.evidence.get("details")
             invariant = details.get("invariant") if isinstance(details, dict) else None
             if isinstance(invariant, str) and invariant:

@@ -27,6 +27,7 @@ from saga_core.contracts import StepKind
 from saga_core.definition import SagaDefinition
 from saga_core.resolution import ACTION_EFFECTS, OPERATOR_ACTIONS
 from saga_core.state import FORWARD_DONE, RunStatus
+from saga_core.totals import running_totals_text
 
 __all__ = ["GateView", "QueueItem", "ResolveChoice", "queue_item", "queue_items"]
 
@@ -44,6 +45,8 @@ class GateView:
     reasons: tuple[str, ...]
     amount_arg: str | None
     amount: float | None
+    # The saga's running total and the tenant window, when the gate declares them.
+    totals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,8 @@ def _gate(raw: object) -> GateView | None:
         risk_class=str(raw["risk_class"]) if raw.get("risk_class") else None,
         reasons=tuple(str(r) for r in raw.get("reasons") or ()),
         amount_arg=str(raw["amount_arg"]) if raw.get("amount_arg") else None,
-        amount=float(amount) if isinstance(amount, int | float) else None)
+        amount=float(amount) if isinstance(amount, int | float) else None,
+        totals=tuple(running_totals_text(raw)))
 
 
 def _on_approve(evidence: Mapping[str, Any], definition: SagaDefinition | None,

@@ -23,7 +23,7 @@ from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from events.memory import MemoryDefinitions, MemorySagaLog, MemorySecrets
+from events.memory import MemoryDefinitions, MemoryGateWindows, MemorySagaLog, MemorySecrets
 from events.model import Position, RecordedEvent
 from events.sagas import LoadedSaga, saga_id_of, saga_stream
 from saga_core import SagaDefinition
@@ -114,7 +114,9 @@ class TestFleet:
         self.definitions = MemoryDefinitions(clock=self.clock)
         self.log = MemorySagaLog(self.definitions, clock=self.clock)
         self.publisher = RecordingPublisher()
-        self.orchestrator = Orchestrator(self.log, self.clock, queue_wait=QUEUE_WAIT)
+        self.gate_windows = MemoryGateWindows()
+        self.orchestrator = Orchestrator(self.log, self.clock, queue_wait=QUEUE_WAIT,
+                                         windows=self.gate_windows)
         self.executor = StepExecutor(self.orchestrator, tool_set.registry, self.secrets,
                                      worker_id=worker_id, lease=timedelta(seconds=lease_s))
         self.inline_steps = inline_steps

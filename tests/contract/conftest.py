@@ -15,15 +15,16 @@ from contract_support import Ports
 
 from events import EventStore, apply_migrations
 from events.definitions import DefinitionStore
-from events.memory import MemoryDefinitions, MemorySagaLog, MemorySecrets
+from events.memory import MemoryDefinitions, MemoryGateWindows, MemorySagaLog, MemorySecrets
 from events.sagas import PostgresSagaLog, saga_registry
+from workers.gate_windows import PostgresGateWindows
 from workers.secrets import SecretVault
 
 
 def _memory() -> Iterator[Ports]:
     definitions = MemoryDefinitions()
     log = MemorySagaLog(definitions)
-    yield Ports("memory", log, definitions, MemorySecrets(), log.store)
+    yield Ports("memory", log, definitions, MemorySecrets(), log.store, MemoryGateWindows())
 
 
 def _postgres(url: str) -> Iterator[Ports]:
@@ -32,7 +33,8 @@ def _postgres(url: str) -> Iterator[Ports]:
         apply_migrations(url, "fleet", files("workers").joinpath("migrations"))
         definitions = DefinitionStore(store)
         log = PostgresSagaLog(store, definitions)
-        yield Ports("postgres", log, definitions, SecretVault(store), store)
+        yield Ports("postgres", log, definitions, SecretVault(store), store,
+                    PostgresGateWindows(store))
 
 
 @pytest.fixture(

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from events.model import NO_STREAM, AppendResult
-from events.saga_log import Definitions, SagaLog, Secrets
+from events.saga_log import Definitions, GateWindows, SagaLog, Secrets
 from saga_core import SagaDefinition
 from saga_core.contracts import SagaStatus
 from saga_core.events import CancelRequested, SagaFinished, SagaStarted
@@ -24,6 +24,7 @@ class Ports:
     definitions: Definitions
     secrets: Secrets
     store: Any  # EventStore or MemoryEventStore: append/read_stream/read_all alike
+    windows: GateWindows  # tenant windows, reserved in the log's units
 
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -162,7 +162,7 @@ def _gate(gate: GateView | None) -> Markup:
     amount = html(" · {} {:g}", gate.amount_arg, gate.amount) if gate.amount_arg and \
         gate.amount is not None else Markup("")
     four = Markup(" · not the saga's starter (four eyes)") if gate.four_eyes else Markup("")
-    reasons = join(html("<div>{}</div>", r) for r in gate.reasons)
+    reasons = join(html("<div>{}</div>", r) for r in (*gate.reasons, *gate.totals))
     return html('{}a person with role <span class="badge role">{}</span>{}{}{}',
                 risk, gate.role, four, amount, reasons)
 

@@ -81,6 +81,26 @@ def test_the_queue_text_names_who_may_answer_an_approval_request() -> None:
         "who may answer: a person with role approver, not the saga's starter, money risk")
 
 
+def test_the_queue_text_shows_the_running_totals_of_a_cumulative_gate() -> None:
+    # given a request asked because a capture would pass the saga total and the tenant window
+    gate = {"role": "approver", "four_eyes": True, "risk_class": "money", "amount": 100000,
+            "saga_total": {"limit": 300000, "counted_calls": 3, "before": 300000,
+                           "with_this_call": 400000, "unjudged_calls": []},
+            "tenant_window": {"window": "payments.capture:amount", "limit": 500000,
+                              "period": "PT1H", "counted_calls": 5, "before": 500000,
+                              "with_this_call": 600000}}
+    row = QueueRow(saga_id="s1", entry="approval", step_id="capture_3", kind="forward",
+                   tenant="t", definition_name="plan", reason="approval policy applies",
+                   action_hash="h", scope="over_tenant_window",
+                   evidence={"details": {"gate": gate}}, deadline=None,
+                   requested_at=datetime(2026, 1, 1, tzinfo=UTC))
+    # then the queue shows both totals under who may answer
+    assert QueueReport([row]).to_text().splitlines()[-2:] == [
+        "    saga total: 300000 in 3 earlier call(s), 400000 with this call (limit 300000)",
+        "    tenant window payments.capture:amount over PT1H: 500000 in 5 call(s), 600000 "
+        "with this call (limit 500000)"]
+
+
 def test_the_queue_text_states_the_definitions_business_invariant() -> None:
     # given an escalation whose evidence carries the definition's invariant
     invariant = "Money leaves the source account only if it arrives in the destination."
