@@ -41,6 +41,13 @@ def _settled(fleet, saga_id: str, timeout: float = 90.0) -> SagaStatus:
     raise AssertionError(f"saga {saga_id} never finished")
 
 
+def _type(browser, selector: str, text: str) -> None:
+    """Type into the field ``selector`` names, looked up again if a live refresh replaced it
+    before the keys arrived; once focus is inside, no refresh replaces its form."""
+    wait_until(browser, lambda d: d.find_element(By.CSS_SELECTOR, selector).send_keys(text)
+               or True)
+
+
 def _state_in_table(browser, step_id: str) -> str:
     """The state the steps table shows for a step's forward operation."""
     return str(wait_until(browser, lambda d: d.find_element(
@@ -55,9 +62,7 @@ def test_the_second_approver_on_a_stale_page_is_told_who_approved_and_at_which_v
     # given bea looking at a capture that waits for an approver
     saga_id = fleet.client().start("trip", GATED, key="honest-stale").saga_id
     sign_in(browser, console_world, "bea")
-    reason = wait_until(browser, lambda d: d.find_element(
-        By.CSS_SELECTOR, f"{_card(saga_id)} form.approve input[name=reason]"))
-    reason.send_keys("looks right")  # focus inside: no live refresh replaces her form
+    _type(browser, f"{_card(saga_id)} form.approve input[name=reason]", "looks right")
     seen = int(browser.find_element(
         By.CSS_SELECTOR, f"{_card(saga_id)} form.approve input[name=expected_version]")
         .get_attribute("value"))
@@ -85,10 +90,8 @@ def test_a_capture_denied_from_the_queue_reads_denied_after_the_saga_compensated
     # given ana looking at a capture that waits for her
     saga_id = fleet.client().start("trip", GATED | {"nights": 5}, key="honest-deny").saga_id
     sign_in(browser, console_world, "ana")
-    reason = wait_until(browser, lambda d: d.find_element(
-        By.CSS_SELECTOR, f"{_card(saga_id)} form.deny input[name=reason]"))
     # when she denies it
-    reason.send_keys("not this trip")
+    _type(browser, f"{_card(saga_id)} form.deny input[name=reason]", "not this trip")
     browser.find_element(By.CSS_SELECTOR, f"{_card(saga_id)} form.deny button").click()
     wait_until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "p.notice.ok"))
     # then once the holds are undone, the saga's page says denied, in its graph and its table
