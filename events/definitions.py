@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg.rows import class_row
@@ -31,7 +31,9 @@ from events.errors import EventStoreError, InvalidArgument
 from events.saga_log import Unit, unit_of
 from events.store import EventStore, UnitOfWork
 from saga_core import SagaDefinition
+from saga_core.definition import definition_name_problem
 from saga_core.errors import ErrorKind
+from saga_core.keys import text_problem
 
 
 class DefinitionConflict(EventStoreError):
@@ -74,11 +76,21 @@ class DefinitionRecord:
 
 
 def check_tenant(tenant: object) -> str:
-    """``tenant`` if it names a tenant (a non-blank string); InvalidArgument otherwise, so no
-    lookup ever runs for "no tenant" and sees more than one tenant's definitions."""
-    if not isinstance(tenant, str) or not tenant.strip():
-        raise InvalidArgument(f"a definition's tenant must be a non-blank string, not {tenant!r}")
+    """``tenant`` if it names a tenant (a non-blank string of plain text); InvalidArgument
+    otherwise, so no lookup ever runs for "no tenant" and sees more than one tenant's
+    definitions, and a NUL never reaches the database."""
+    if not isinstance(tenant, str) or not tenant.strip() or text_problem(tenant) is not None:
+        raise InvalidArgument("a definition's tenant must be a non-blank string of plain text")
     return tenant
+
+
+def check_definition_name(name: object) -> str:
+    """``name`` if a definition could have it; InvalidArgument (invalid input) otherwise: a
+    name with a NUL, say, is the caller's mistake on every path, never a database error."""
+    problem = definition_name_problem(name)
+    if problem is not None:
+        raise InvalidArgument(problem)
+    return cast(str, name)  # a str: definition_name_problem checked
 
 
 def conflict(definition: SagaDefinition, stored: str, digest: str) -> DefinitionConflict:
@@ -200,6 +212,7 @@ class DefinitionStore:
         transaction that uses it, as another process may have registered a newer one.
         """
         check_tenant(tenant)
+        check_definition_name(name)
         if version is None and cached_latest and (tenant, name) in self._latest:
             return self.by_hash(self._latest[(tenant, name)])
         params = {"name": name, "version": version, "tenant": tenant}

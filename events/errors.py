@@ -110,3 +110,14 @@ class ReadOnlyStore(EventStoreError):
     names the store's source, so the operator sees which setting routed it there."""
 
     kind = ErrorKind.MISCONFIGURED
+
+
+def write_refused(exc: ReadOnlyStore) -> StoreUnavailable:
+    """A writing store's write that its server refused as read-only: the server is a standby
+    or a demoted or fenced primary, so a failover is under way (or the URL names a standby).
+    Unavailable, not misconfigured: a retry reaches the new primary once there is one."""
+    return StoreUnavailable(
+        f"the database refused a write as read-only ({exc}): a standby, or a primary "
+        "demoted or fenced by a failover; the connection was dropped, and the next one goes "
+        "to the server that takes writes (give SAGAFLEET_DATABASE_URL every host, with "
+        "target_session_attrs=read-write)")

@@ -23,6 +23,14 @@ What the pool does stays done:
 What differs: a store that falls quiet keeps its kept connections open (as many as its
 busiest moment borrowed at once, at most the pool's size), where the pool alone would close
 those above its minimum after ``max_idle``; they are checked again at its next returns.
+
+**A lost server takes every connection with it.** When a returned connection is broken (its
+server died, restarted, or failed over) the others almost surely are too: the kept ones go
+back to the pool and the pool checks every idle connection at once (``ConnectionPool.check``,
+one round trip each, only then), so one failed statement clears them all instead of each
+kept connection failing one more caller. A writing store whose server refused a write as
+read-only (a demoted or fenced primary) drops every connection (:meth:`ConnectionLender.drop`:
+the pool replaces them all), so the next ones reach whichever server accepts writes now.
 """
 
 from __future__ import annotations
@@ -31,8 +39,11 @@ import threading
 from typing import Any, Final
 
 import psycopg
+from psycopg.errors import ReadOnlySqlTransaction
 from psycopg.pq import TransactionStatus
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolClosed
+
+from events.errors import ReadOnlyStore
 
 RETURN_EVERY: Final = 256
 """One return in this many goes back to the pool, kept connection or not."""
@@ -41,10 +52,16 @@ _IDLE: Final = TransactionStatus.IDLE
 
 
 class ConnectionLender:
-    """Lends ``pool``'s connections (see the module's doc); thread-safe."""
+    """Lends ``pool``'s connections (see the module's doc); thread-safe.
 
-    def __init__(self, pool: ConnectionPool[psycopg.Connection[Any]]) -> None:
+    ``drops_read_only``: a loan that ends in a read-only refusal drops its connection (a
+    writing store's: its server no longer takes writes); a read-only store's keeps it (the
+    refusal is its own session setting)."""
+
+    def __init__(self, pool: ConnectionPool[psycopg.Connection[Any]], *,
+                 drops_read_only: bool = False) -> None:
         self.pool = pool
+        self.drops_read_only = drops_read_only
         self._kept: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
         self._waiting = 0  # threads inside pool.getconn
@@ -70,7 +87,7 @@ class ConnectionLender:
 
     def give_back(self, conn: psycopg.Connection[Any]) -> None:
         """Return a borrowed connection: kept at hand when it is idle and nobody waits,
-        back to the pool otherwise."""
+        back to the pool otherwise; a broken one makes the pool check every idle one."""
         # A closed or broken connection's status is UNKNOWN, never IDLE.
         if conn.pgconn.transaction_status == _IDLE:
             with self._lock:
@@ -78,7 +95,36 @@ class ConnectionLender:
                 if not (self._waiting or self._closed or self._returns % RETURN_EVERY == 0):
                     self._kept.append(conn)
                     return
+        lost = conn.broken
         self.pool.putconn(conn)
+        if lost:
+            self._check_all()
+
+    def drop(self, conn: psycopg.Connection[Any]) -> None:
+        """Return a borrowed connection that must not serve again (its server refuses what
+        this store must do there), and with it every other one to that server: the pool
+        replaces them all (``drain``: the idle ones now, those lent out as they return)."""
+        conn.close()
+        with self._lock:
+            kept, self._kept = self._kept, []
+        for held in [*kept, conn]:
+            self.pool.putconn(held)
+        try:
+            self.pool.drain()
+        except PoolClosed:
+            pass  # closing meanwhile: nothing left to replace
+
+    def _check_all(self) -> None:
+        """Hand the kept connections back and have the pool test every idle one, discarding
+        (and replacing) those whose server is gone."""
+        with self._lock:
+            kept, self._kept = self._kept, []
+        for held in kept:
+            self.pool.putconn(held)
+        try:
+            self.pool.check()
+        except PoolClosed:
+            pass  # closing meanwhile: nothing left to check
 
     def close(self) -> None:
         """Give every kept connection back to the pool (before it closes); later returns go
@@ -103,5 +149,14 @@ class Loan:
         self.conn = self.lender.borrow()
         return self.conn
 
-    def __exit__(self, *exc: object) -> None:
-        self.lender.give_back(self.conn)
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if exc is not None and self.lender.drops_read_only and refused_as_read_only(exc):
+            self.lender.drop(self.conn)
+        else:
+            self.lender.give_back(self.conn)
+
+
+def refused_as_read_only(exc: BaseException) -> bool:
+    """Whether ``exc`` is the server refusing a write because the session is read-only (a
+    hot standby, a fenced primary), as the driver raised it or as the store translated it."""
+    return isinstance(exc, ReadOnlySqlTransaction | ReadOnlyStore)

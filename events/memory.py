@@ -28,6 +28,7 @@ from events.definitions import (
     DefinitionNotFound,
     DefinitionRecord,
     SharedDefinitionName,
+    check_definition_name,
     check_tenant,
     conflict,
 )
@@ -249,6 +250,7 @@ class MemoryDefinitions:
         """The definition ``name`` at ``version`` (the highest version when omitted) as
         ``tenant`` sees it; ``cached_latest`` changes nothing here: the latest is known."""
         check_tenant(tenant)
+        check_definition_name(name)
         with self._lock:
             visible = self._visible(tenant, name)
             if version is None:

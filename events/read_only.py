@@ -45,10 +45,21 @@ SELECT CASE
 """
 
 
+# libpq's read-write and read-only judge a server by the session's transaction_read_only,
+# which READ_ONLY_OPTION sets on every server: read-write would then refuse them all, and
+# read-only accept any. The server's role is what the URL asked for: judge by recovery.
+_SAME_CHOICE: Final = {"read-write": "primary", "read-only": "standby"}
+
+
 def read_only_conninfo(url: str) -> str:
-    """``url`` with :data:`READ_ONLY_OPTION` added to whatever ``options`` it carries."""
-    given = conninfo_to_dict(url).get("options")
-    options = f"{given} {READ_ONLY_OPTION}" if given else READ_ONLY_OPTION
+    """``url`` with :data:`READ_ONLY_OPTION` added to whatever ``options`` it carries, and a
+    multi-host URL's ``target_session_attrs`` of ``read-write`` (``read-only``) made
+    ``primary`` (``standby``): the same server, chosen by whether it is in recovery."""
+    given = conninfo_to_dict(url)
+    options = f"{given['options']} {READ_ONLY_OPTION}" if given.get("options") else READ_ONLY_OPTION
+    attrs = given.get("target_session_attrs")
+    if isinstance(attrs, str) and attrs in _SAME_CHOICE:
+        return make_conninfo(url, options=options, target_session_attrs=_SAME_CHOICE[attrs])
     return make_conninfo(url, options=options)
 
 

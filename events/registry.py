@@ -19,6 +19,7 @@ from events.errors import (
 )
 from events.model import NewEvent, RecordedEvent, ScannedEvent
 from events.prepare import MAX_TYPE_LENGTH, check_name
+from saga_core.field_errors import field_errors
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 """Turns the data of schema version n into the data of version n + 1."""
@@ -166,4 +167,6 @@ def _where(event: RecordedEvent | ScannedEvent) -> str:
 
 
 def _undecodable(event: RecordedEvent | ScannedEvent, exc: ValidationError) -> EventDecodeError:
-    return EventDecodeError(f"{_where(event)} does not validate: {exc}")
+    # Never str(exc): pydantic's text quotes every value, and an event holds a saga's data.
+    problems = "; ".join(f"{e.path or 'data'}: [{e.rule}] {e.message}" for e in field_errors(exc))
+    return EventDecodeError(f"{_where(event)} does not validate: {problems}")

@@ -34,7 +34,12 @@ from pydantic import BaseModel
 
 from events._pg import configure_connection, recorded_event_row, translated_errors
 from events.appending import run_append
-from events.errors import ConcurrencyError, EventIdConflict
+from events.errors import (
+    ConcurrencyError,
+    EventIdConflict,
+    ReadOnlyStore,
+    write_refused,
+)
 from events.lending import ConnectionLender
 from events.migrate import apply_migrations
 from events.model import (
@@ -138,7 +143,7 @@ class EventStore:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self._pool = pool
-        self._lender = ConnectionLender(pool)
+        self._lender = ConnectionLender(pool, drops_read_only=self.writes)
         self._conninfo = conninfo
         self._notify = notify
         self.registry = registry
@@ -210,9 +215,18 @@ class EventStore:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """Borrow a pooled (autocommit) connection for the caller's own queries."""
-        with translated_errors(), self._lender.loan() as conn:
-            yield conn
+        """Borrow a pooled (autocommit) connection for the caller's own queries.
+
+        On a writing store, a write the server refuses as read-only (a standby, a demoted or
+        fenced primary: a failover under way) is :class:`StoreUnavailable`, and the
+        connection is dropped so that the next one reaches the server that takes writes."""
+        try:
+            with translated_errors(), self._lender.loan() as conn:
+                yield conn
+        except ReadOnlyStore as exc:
+            if self.writes:
+                raise write_refused(exc) from exc
+            raise
 
     @contextmanager
     def transaction(self, *, pipelined: bool = False) -> Iterator[UnitOfWork]:
@@ -268,9 +282,12 @@ class EventStore:
             return self._append_on(conn, stream_id, prepared, expected_version, savepoint=True,
                                    due=due_at)
         # As connection() lends it, without the generator around the loan.
-        with translated_errors(), self._lender.loan() as own:
-            return self._append_on(own, stream_id, prepared, expected_version,
-                                   savepoint=False, due=due_at)
+        try:
+            with translated_errors(), self._lender.loan() as own:
+                return self._append_on(own, stream_id, prepared, expected_version,
+                                       savepoint=False, due=due_at)
+        except ReadOnlyStore as exc:
+            raise write_refused(exc) from exc
 
     def _append_on(
         self,

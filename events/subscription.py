@@ -4,6 +4,14 @@ A subscription reads below the snapshot horizon from its checkpoint and hands th
 batch inside an open transaction; the caller writes its read model on that connection and
 the checkpoint advances in the same commit (exactly-once effects on the database). One
 consumer per name holds a session advisory lock; NOTIFY only wakes, polling is the truth.
+
+A lost connection (the server restarted, or failed over to a standby) takes the lock and the
+``LISTEN`` with it: the next call opens a new connection, listens again, and must take the
+lock again before it hands out a batch (its checkpoint is read inside the batch, so nothing
+is skipped or applied twice). A server that refuses the checkpoint's write as read-only (a
+demoted or fenced primary) is a failover too: the connection is dropped, the error is
+``StoreUnavailable``. :attr:`Subscription.session` counts the connections, so a consumer
+that keeps state beside its checkpoint can tell that it may now face another server.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 import psycopg
 
 from events._pg import configure_connection, translated_errors
-from events.errors import CheckpointConflict, SubscriptionBusy
+from events.errors import CheckpointConflict, ReadOnlyStore, SubscriptionBusy, write_refused
 from events.model import Position, RecordedEvent
 from events.prepare import MAX_STREAM_ID_LENGTH, check_name
 from events.reading import read_all_on, read_stream_on
@@ -126,6 +134,8 @@ class Subscription:
         self._log_from = log_from
         self._conn: psycopg.Connection[Any] | None = None
         self._owner = False
+        self.session = 0
+        """How many connections this subscription has opened (a new one after each loss)."""
         self._woken = False  # a NOTIFY arrived since the last wait()
         # A stable 64-bit key per name (Python's hash() is salted per process).
         digest = hashlib.sha256(f"eventstore.subscription:{name}".encode()).digest()
@@ -137,7 +147,9 @@ class Subscription:
                 self._conn = psycopg.connect(self._store.conninfo, autocommit=True)
                 configure_connection(self._conn)
                 self._conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            # A new session holds no lock, whatever the lost one held.
             self._owner = False
+            self.session += 1
         return self._conn
 
     @property
@@ -146,9 +158,10 @@ class Subscription:
         return self._owner
 
     def try_acquire(self) -> bool:
-        """Take the exclusive consumer lock if free (kept until :meth:`close`)."""
+        """Take the exclusive consumer lock if free (kept until :meth:`close`, or until the
+        connection holding it is lost)."""
+        conn = self._connection()
         if not self._owner:
-            conn = self._connection()
             with translated_errors():
                 row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_key,)).fetchone()
             self._owner = bool(row and row[0])
@@ -183,19 +196,24 @@ class Subscription:
         ``stop_before``) and everything commits together; on an exception all rolls back.
         Raises SubscriptionBusy when another consumer holds this subscription.
         """
+        # The connection first: the lock taken next is held on this very connection.
+        conn = self._connection()
         if not self.try_acquire():
             raise SubscriptionBusy(f"subscription {self.name!r} is held by another consumer")
-        conn = self._connection()
         self._drain(conn)
-        with translated_errors(), conn.transaction():
-            start = self.checkpoint()
-            page = (read_all_on(conn, start, limit) if self._log_from is None
-                    else self._log_from.read_all(start, limit))
-            batch = Batch(self.name, page, conn, start)
-            yield batch
-            target = batch.advance_to
-            if target is not None and target != start:
-                self._advance(conn, target)
+        try:
+            with translated_errors(), conn.transaction():
+                start = self.checkpoint()
+                page = (read_all_on(conn, start, limit) if self._log_from is None
+                        else self._log_from.read_all(start, limit))
+                batch = Batch(self.name, page, conn, start)
+                yield batch
+                target = batch.advance_to
+                if target is not None and target != start:
+                    self._advance(conn, target)
+        except ReadOnlyStore as exc:
+            self.close()  # this server no longer takes writes: find the one that does
+            raise write_refused(exc) from exc
 
     def _advance(self, conn: psycopg.Connection[Any], target: Position) -> None:
         params = {

@@ -101,6 +101,9 @@ class ProjectionRunner:
         self._version = version
         self._sub: Subscription | None = None
         self._writer: TableSetWriter | None = None
+        # The subscription's session the cache was filled on: a new one (a reconnection,
+        # maybe to a promoted standby that lacks the old primary's last commits) empties it.
+        self._cache_session = 0
         if ctx.store.registry is None:
             raise CorruptSagaStream("a projection runner needs a store with saga_registry()")
         self._registry = ctx.store.registry
@@ -143,6 +146,9 @@ class ProjectionRunner:
         tally = _Tally()
         switched_to: int | None = None
         with sub.next_batch(self.batch_size) as batch:
+            if sub.session != self._cache_session:
+                self._cache.clear()
+                self._cache_session = sub.session
             conn = batch.connection
             if self.follow_active:
                 current = active_version(conn, self.name, lock=True)

@@ -28,7 +28,7 @@ from typing import Any
 from psycopg import sql
 from psycopg.rows import class_row
 
-from events.definitions import check_tenant
+from events.definitions import check_definition_name, check_tenant
 from events.errors import InvalidArgument
 from projections.alerts import AlertThresholds
 from projections.context import ProjectionContext
@@ -36,6 +36,7 @@ from projections.listing import SagaCursor
 from projections.rows import SummaryRow, columns
 from projections.tables import active_version, table
 from saga_core.contracts import SagaStatus
+from saga_core.keys import text_problem
 from saga_core.limits import SAGA_PAGE_ROWS
 
 DEFAULT_STUCK_AFTER_S = AlertThresholds().unconfirmed_capture_s
@@ -68,6 +69,11 @@ class SagaFilter:
                 f"stuck_after_s is a number of seconds >= 0, not {self.stuck_after_s!r}")
         if self.saga_ids is not None and len(self.saga_ids) > MAX_SEARCH_IDS:
             raise InvalidArgument(f"a search names at most {MAX_SEARCH_IDS} saga ids")
+        # A value no saga can have (a NUL, say) is invalid input, not a database error.
+        if self.definition is not None:
+            check_definition_name(self.definition)
+        if self.saga_ids is not None and any(text_problem(i) for i in self.saga_ids):
+            raise InvalidArgument("a search is plain text: no NUL or lone surrogate")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ identify by a stable content hash; it never holds Python callables.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from decimal import Decimal
 from functools import cached_property
@@ -30,12 +31,32 @@ from saga_core.conditions import CompensationDeadlinePolicy, DeadlinePolicy
 from saga_core.contracts import EFFECT_FREE_SEMANTICS, Semantics, StepKind
 from saga_core.documents import load_document
 from saga_core.errors import DefinitionError, Problem
+from saga_core.field_errors import field_errors
 from saga_core.gates import AmountLimit
-from saga_core.keys import JsonArgs, payload_hash
+from saga_core.keys import JsonArgs, payload_hash, text_problem
 from saga_core.limits import DEFINITION_BYTES, DEFINITION_STEPS, INVARIANT_CHARS, measure_json
 
 _NAME = r"^[a-z][a-z0-9_.\-]*$"
 _STEP_ID = r"^[a-z][a-z0-9_]*$"
+NAME_CHARS = 128
+"""The longest definition name."""
+_NAME_SHAPE = re.compile(_NAME.removesuffix("$") + r"\Z")  # $ would let a final newline in
+
+
+def definition_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name a definition (what registration enforces), or None. Asked
+    before a lookup by a name a caller gave, on every path (a start, a filter, a tool call):
+    a name no definition can have is invalid input, not a database error. Never quotes it."""
+    if not isinstance(name, str):
+        return f"a definition name is a string, not {type(name).__name__}"
+    problem = text_problem(name)
+    if problem is not None:
+        return f"a definition name is plain text: {problem}"
+    if not 0 < len(name) <= NAME_CHARS or not _NAME_SHAPE.match(name):
+        return (f"a definition name is 1 to {NAME_CHARS} characters: a lowercase letter, then "
+                "lowercase letters, digits, '_', '.' or '-'")
+    return None
+
 
 def _omit_unset(data: Any, names: tuple[str, ...]) -> Any:
     """Drop fields added after definitions were first stored while they hold their unset
@@ -83,7 +104,7 @@ class ApprovalPolicy(BaseModel):
     @classmethod
     def _role_name(cls, role: str | None) -> str | None:
         if role is not None and not ROLE_NAME.match(role):
-            raise ValueError(f"role {role!r} must match {ROLE_NAME.pattern}")
+            raise ValueError(f"a role must match {ROLE_NAME.pattern}")
         return role
 
     @model_serializer(mode="wrap")
@@ -259,7 +280,7 @@ class SagaDefinition(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(pattern=_NAME, max_length=128)
+    name: str = Field(pattern=_NAME, max_length=NAME_CHARS)
     version: int = Field(ge=1)
     description: str = ""
     # The business invariant in plain language: what must hold when the saga ends, however
@@ -528,11 +549,11 @@ def parse_definition(document: Any) -> SagaDefinition:
     try:
         return SagaDefinition.model_validate(document)
     except ValidationError as exc:
-        name = document.get("name", "?") if isinstance(document, dict) else "?"
-        raise DefinitionError(str(name), [
-            Problem(".".join(str(p) for p in err["loc"]) or "definition", "malformed",
-                    err["msg"])
-            for err in exc.errors()
+        name = document.get("name") if isinstance(document, dict) else None
+        shown = name if isinstance(name, str) and definition_name_problem(name) is None else "?"
+        raise DefinitionError(shown, [
+            Problem(err.path or "definition", "malformed", err.message)
+            for err in field_errors(exc)
         ]) from None
 
 

@@ -253,7 +253,7 @@ class RiskGate(BaseModel):
             raise ValueError("saga_total and tenant_window sum the amount `above` reads: "
                              "declare above (its limit bounds one call)")
         if not ROLE_NAME.match(self.role):
-            raise ValueError(f"gate role {self.role!r} must match {ROLE_NAME.pattern}")
+            raise ValueError(f"a gate role must match {ROLE_NAME.pattern}")
         return self
 
     @model_serializer(mode="wrap")

@@ -25,6 +25,7 @@ from saga_core.definition import (
     StepDefinition,
 )
 from saga_core.errors import DefinitionError, PlanRejected, Problem, TemplateError
+from saga_core.field_errors import field_errors
 from saga_core.keys import JsonArgs, payload_hash
 from saga_core.limits import PLAN_ACTIONS, PLAN_BYTES, measure_json
 from saga_core.templates import Reference, references, whole_reference
@@ -62,8 +63,7 @@ def parse_plan(document: Any) -> AgentPlan:
         return AgentPlan.model_validate(document)
     except ValidationError as exc:
         raise PlanRejected([
-            Problem("plan." + ".".join(str(p) for p in err["loc"]), "malformed", err["msg"])
-            for err in exc.errors()
+            Problem(f"plan.{err.path}", "malformed", err.message) for err in field_errors(exc)
         ]) from None
 
 
@@ -262,9 +262,8 @@ def validate_plan(
         fields = {**plan_input_fields(plan, catalogue), **(input_fields or {})}
         definition = _plan_definition(plan, catalogue, name, version, fields)
     except ValidationError as exc:
-        for error in exc.errors():
-            loc = ".".join(str(p) for p in error["loc"])
-            problems.append(Problem(f"plan {loc}", "malformed", error["msg"]))
+        problems += [Problem(f"plan {err.path}", "malformed", err.message)
+                     for err in field_errors(exc)]
         raise PlanRejected(problems) from exc
     problems += definition_problems(definition, catalogue)
     if problems:

@@ -8,6 +8,8 @@ use it without sagafleet's database, broker or pydantic::
 
     signer = CommandSigner(kid, private_key_pem)  # from `sagafleet principals key add ...`
     app = Celery(broker="redis://redis:6379/0")
+    # With Redis Sentinel: broker="sentinel://s1:26379;sentinel://s2:26379" and
+    # app.conf.broker_transport_options = {"master_name": "sagafleet"}
     app.conf.task_serializer = "json"
     name, kwargs = signer.start_saga("trip", {...}, key="booking-7781")
     app.send_task(name, kwargs=kwargs, queue=COMMAND_QUEUE)

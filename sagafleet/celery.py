@@ -27,7 +27,8 @@ def tooling_app(settings: Settings) -> Celery:
     """The fleet's Celery app with its task names but no fleet behind them."""
     app = create_celery_app(BrokerSettings.for_visibility_timeout(
         runtime.broker_url(settings), settings.visibility_timeout_seconds,
-        remote_control=settings.celery_remote_control))
+        remote_control=settings.celery_remote_control,
+        sentinel_master=settings.broker_sentinel_master))
     register_task_names(app)
     return app
 

@@ -58,6 +58,7 @@ def _fleet(
     config = FleetConfig(
         database_url=database_url,
         broker_url=broker_url,
+        broker_sentinel_master=settings.broker_sentinel_master,
         lease_s=settings.lease_seconds,
         queue_wait_s=settings.queue_wait_seconds,
         republish_max_s=settings.republish_max_s,

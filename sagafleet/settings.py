@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -32,6 +32,7 @@ from pydantic_settings import (
 )
 
 from saga_core.errors import ErrorKind, SagaError
+from saga_core.field_errors import field_errors
 from saga_core.snapshots import DEFAULT_SNAPSHOT_EVERY
 
 PREFIX: Final = "SAGAFLEET_"
@@ -56,7 +57,8 @@ class Settings(BaseSettings):
     # URLs carry passwords: secrets, masked by `sagafleet db url` unless --show-password.
     database_url: SecretStr | None = Field(default=None, description=(
         "PostgreSQL DSN of the event store and of the sandbox ledgers where the sandbox is "
-        "installed (unset: the embedded server)"))
+        "installed (unset: the embedded server); several hosts with "
+        "target_session_attrs=read-write follow a failover"))
     # Reads that may lag go to a hot standby (sagafleet.runtime picks per role); appends,
     # claims, checkpoints and the sweeper stay on database_url.
     read_database_url: SecretStr | None = Field(default=None, description=(
@@ -64,8 +66,19 @@ class Settings(BaseSettings):
         "audits, verify, the console and read commands read, from it; every write goes to "
         "the database (unset: everything on the database)"))
     broker_url: SecretStr | None = Field(default=None, description=(
-        "Celery broker URL: redis://…, rediss://…, redis+socket://… (unset: the embedded "
-        "Redis)"))
+        "Celery broker URL: redis://…, rediss://…, redis+socket://…, or Redis Sentinel's "
+        "sentinel://host:port;sentinel://host:port (unset: the embedded Redis)"))
+    # kombu's master_name transport option: a Sentinel URL names Sentinels, not the master.
+    broker_sentinel_master: str | None = Field(
+        default=None, min_length=1, max_length=256, pattern=r"^[^\s]+$", description=(
+            "the name Redis Sentinel monitors the broker's master under (sentinel monitor "
+            "NAME …): required with a sentinel:// broker URL, refused with any other"))
+    # The simulated providers are outside systems: their ledgers may live on a server of
+    # their own, so that they outlive a failover of the fleet's database (scripts/failover.py).
+    sandbox_database_url: SecretStr | None = Field(default=None, description=(
+        "PostgreSQL DSN of the sandbox providers' ledgers, where they live apart from the "
+        "event store (unset: the database)"),
+    )
     sentry_dsn: SecretStr | None = Field(default=None, description=(
         "errors and traces to Sentry, tagged with saga, step and tool (needs the sentry extra: "
         "pip install 'sagafleet[sentry]'; unset: sentry-sdk is never initialised)"))
@@ -84,7 +97,8 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field(default="text", description=(
         "log lines as text, or as JSON objects with saga and step ids (json)"))
     worker_metrics_port: int = Field(default=0, ge=0, le=65_535, description=(
-        "port of a worker's Prometheus /metrics (0: not served; --metrics-port wins)"))
+        "port of a worker's Prometheus /metrics, served to a fleet_operator's bearer token"
+        " only (0: not served; --metrics-port wins)"))
     metrics_window_seconds: float = Field(default=900.0, gt=0, le=7 * 86_400, description=(
         "the window the exporter's rates and latencies are computed over; also how long a "
         "step run without its approval keeps the executed_before_approval alert firing "
@@ -157,6 +171,50 @@ class Settings(BaseSettings):
     console_session_max_seconds: float = Field(default=43_200.0, ge=60, le=30 * 86_400,
                                                description=(
         "the longest a console session lives after sign-in, active or not"))
+    # Live streams (sagafleet.console.live): each holds a connection of the console's HTTP
+    # server, so one session must not take them all; a refused page retries with backoff.
+    console_live_streams: int = Field(default=200, ge=1, le=100_000, description=(
+        "open live-update streams per console process (one more: 503, the page retries)"))
+    console_live_streams_per_tenant: int = Field(default=100, ge=1, le=100_000, description=(
+        "open live-update streams of one tenant's sessions per console process (one more: "
+        "429, the page retries)"))
+    console_live_streams_per_principal: int = Field(default=20, ge=1, le=100_000,
+                                                    description=(
+        "open live-update streams of one principal per console process"))
+    console_live_streams_per_session: int = Field(default=6, ge=1, le=100_000, description=(
+        "open live-update streams of one sign-in session (its tabs) per console process"))
+    # Sign-in throttle (sagafleet.console.throttle): counts shared in the database by every
+    # console process; slowed attempts, not lockouts.
+    console_signin_free_failures: int = Field(default=10, ge=0, le=100_000, description=(
+        "failed console sign-ins a client address, or a token prefix, has in a window before "
+        "its next attempts are slowed"))
+    console_signin_window_seconds: float = Field(default=900.0, ge=1, le=86_400, description=(
+        "the window failed console sign-ins are counted in"))
+    console_signin_max_delay_seconds: float = Field(default=10.0, ge=0, le=300, description=(
+        "the longest a slowed console sign-in waits (the waits double from 0.5 s up to it)"))
+    # One JSON line per HTTP request on the sagafleet.access logger (console, mcp --http);
+    # the security log (sagafleet.security) is always on.
+    access_log: bool = Field(default=False, description=(
+        "log one JSON line per HTTP request of the console and of `sagafleet mcp --http` "
+        "(logger sagafleet.access: method, path without its query, status, client, "
+        "principal); refusals are always in the security log (logger sagafleet.security)"))
+
+    @model_validator(mode="after")
+    def _sentinel_master_with_sentinel_url(self) -> Settings:
+        """A Sentinel broker URL names Sentinels, so it needs the master's name; the name
+        means nothing for any other URL (never set silently in vain). Names no value."""
+        url = reveal(self.broker_url)
+        sentinel = url is not None and url.startswith("sentinel://")
+        if sentinel and self.broker_sentinel_master is None:
+            raise ConfigurationError(
+                f"{env_name('broker_url')} is a sentinel:// URL: set "
+                f"{env_name('broker_sentinel_master')} to the name its Sentinels monitor the "
+                "master under (sentinel monitor NAME …)")
+        if not sentinel and self.broker_sentinel_master is not None:
+            raise ConfigurationError(
+                f"{env_name('broker_sentinel_master')} is set but {env_name('broker_url')} "
+                "is not a sentinel:// URL; unset it, or give the Sentinels' URL")
+        return self
 
     @classmethod
     def settings_customise_sources(
@@ -364,7 +422,7 @@ def _read_secret(path: Path, variable: str) -> str:
 def _explain(exc: ValidationError) -> str:
     """Every bad variable and why, one clause each (never the value: it may be a secret)."""
     clauses = []
-    for error in exc.errors(include_input=False, include_url=False):
-        field = str(error["loc"][0]) if error["loc"] else "?"
-        clauses.append(f"{env_name(field)} is invalid: {error['msg']}")
+    for error in field_errors(exc):
+        field = error.path.split(".")[0] or "?"
+        clauses.append(f"{env_name(field)} is invalid: {error.message}")
     return "; ".join(clauses)

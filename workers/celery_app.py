@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
+from urllib.parse import unquote, urlsplit
 
 import redis
 from celery import Celery, Task
@@ -19,7 +20,9 @@ from celery.app.amqp import AMQP
 from celery.utils.log import get_logger
 from celery.worker.consumer import Consumer
 from celery.worker.request import Request
+from redis.sentinel import Sentinel
 
+from saga_core.errors import ErrorKind, SagaError
 from workers.reliable_redis import ReliableConnection
 
 STEP_TASK = "sagafleet.step"
@@ -126,15 +129,40 @@ class BrokerSettings:
     # Celery's own tools (inspect, events, Flower) see the fleet; off for a broker locked
     # down to the fleet's queues (SAGAFLEET_CELERY_REMOTE_CONTROL=false).
     remote_control: bool = True
+    # The name Redis Sentinel monitors the master under, for a sentinel://…;sentinel://… URL
+    # (kombu's master_name transport option); None for any other broker URL.
+    sentinel_master: str | None = None
+
+    def __post_init__(self) -> None:
+        if is_sentinel_url(self.broker_url) != (self.sentinel_master is not None):
+            raise BrokerMisconfigured(SENTINEL_MISMATCH)
 
     @classmethod
     def for_visibility_timeout(cls, broker_url: str, visibility_timeout_s: float, *,
-                               remote_control: bool = True) -> BrokerSettings:
+                               remote_control: bool = True,
+                               sentinel_master: str | None = None) -> BrokerSettings:
         """Settings whose step time limit fits inside ``visibility_timeout_s``: half of it,
         at most the default (a short timeout is for tests of redelivery after a kill)."""
         return cls(broker_url=broker_url, visibility_timeout_s=visibility_timeout_s,
                    step_time_limit_s=min(cls.step_time_limit_s, visibility_timeout_s / 2),
-                   remote_control=remote_control)
+                   remote_control=remote_control, sentinel_master=sentinel_master)
+
+    @property
+    def transport_options(self) -> dict[str, Any]:
+        """kombu's broker transport options for these settings."""
+        options: dict[str, Any] = {
+            "visibility_timeout": self.visibility_timeout_s,
+            # kombu scans only every interval x throttle seconds (100 s by default); one
+            # scan per interval is a single ZRANGE on the unacked index.
+            "unacked_restore_interval": self.unacked_restore_interval_s,
+            "unacked_restore_throttle": 1,
+            "socket_timeout": 30,
+            "socket_connect_timeout": 10,
+            "health_check_interval": 25,
+        }
+        if self.sentinel_master is not None:
+            options["master_name"] = self.sentinel_master
+        return options
 
     @property
     def unacked_restore_interval_s(self) -> float:
@@ -143,12 +171,53 @@ class BrokerSettings:
         return max(0.5, min(10.0, self.visibility_timeout_s / 4))
 
 
-def broker_redis(broker_url: str) -> redis.Redis:
-    """A plain Redis client on a broker URL, including kombu's ``redis+socket://`` form
-    (for inspection, flushing in tests, and counters in benchmarks)."""
+SENTINEL_MISMATCH: Final = (
+    "a sentinel://…;sentinel://… broker URL needs the name its Sentinels monitor the master "
+    "under (SAGAFLEET_BROKER_SENTINEL_MASTER), and that name is for such a URL only")
+
+
+class BrokerMisconfigured(SagaError):
+    """The broker URL and its Sentinel master name do not go together (the message says
+    which is missing; it never repeats the URL, which may hold a password)."""
+
+    kind = ErrorKind.MISCONFIGURED
+
+
+def is_sentinel_url(broker_url: str) -> bool:
+    """Whether ``broker_url`` names Redis Sentinels (kombu's ``sentinel://`` transport)."""
+    return broker_url.startswith("sentinel://")
+
+
+def broker_redis(broker_url: str, sentinel_master: str | None = None) -> redis.Redis:
+    """A plain Redis client on a broker URL, including kombu's ``redis+socket://`` form and,
+    with ``sentinel_master``, its ``sentinel://…;sentinel://…`` form (a client of whichever
+    server the Sentinels name master, found again on every reconnection): for inspection,
+    flushing in tests, counters in benchmarks, and an agent's look at the broker's run id."""
+    if is_sentinel_url(broker_url):
+        if sentinel_master is None:
+            raise BrokerMisconfigured(SENTINEL_MISMATCH)
+        return _sentinel_master_client(broker_url, sentinel_master)
     if broker_url.startswith("redis+socket://"):
         return redis.Redis(unix_socket_path=broker_url.removeprefix("redis+socket://"))
     return redis.Redis.from_url(broker_url)
+
+
+def _sentinel_master_client(broker_url: str, master: str) -> redis.Redis:
+    """The master's client through the Sentinels a kombu Sentinel URL lists (each part
+    ``sentinel://[user:password@]host[:port][/db]``; the credentials and database are the
+    master's, as kombu reads them)."""
+    sentinels: list[tuple[str, int]] = []
+    params: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 10}
+    for part in broker_url.split(";"):
+        parsed = urlsplit(part.strip())
+        sentinels.append((parsed.hostname or "127.0.0.1", parsed.port or 26379))
+        if parsed.password and "password" not in params:
+            params.update(username=parsed.username or None, password=unquote(parsed.password))
+        if parsed.path.strip("/").isdigit() and "db" not in params:
+            params["db"] = int(parsed.path.strip("/"))
+    found = Sentinel(sentinels, socket_timeout=5, socket_connect_timeout=2)  # type: ignore[no-untyped-call]
+    client: redis.Redis = found.master_for(master, redis.Redis, **params)  # type: ignore[no-untyped-call]
+    return client
 
 
 def create_celery_app(settings: BrokerSettings, *, name: str = "sagafleet") -> Celery:
@@ -177,16 +246,7 @@ def create_celery_app(settings: BrokerSettings, *, name: str = "sagafleet") -> C
         worker_cancel_long_running_tasks_on_connection_loss=True,
         task_time_limit=settings.step_time_limit_s + 30,
         task_soft_time_limit=settings.step_time_limit_s,
-        broker_transport_options={
-            "visibility_timeout": settings.visibility_timeout_s,
-            # kombu scans only every interval x throttle seconds (100 s by default); one scan
-            # per interval is a single ZRANGE on the unacked index.
-            "unacked_restore_interval": settings.unacked_restore_interval_s,
-            "unacked_restore_throttle": 1,
-            "socket_timeout": 30,
-            "socket_connect_timeout": 10,
-            "health_check_interval": 25,
-        },
+        broker_transport_options=settings.transport_options,
         broker_connection_retry_on_startup=True,
         # One layer owns retries: the orchestrator. Publishing gives up fast and the
         # sweeper re-enqueues from the log instead of Celery retrying in a loop.

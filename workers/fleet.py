@@ -52,6 +52,9 @@ class FleetConfig:
 
     database_url: str
     broker_url: str
+    # With a sentinel://…;sentinel://… broker URL: the name its Sentinels monitor the master
+    # under (celery_app.BrokerSettings.sentinel_master).
+    broker_sentinel_master: str | None = None
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     lease_s: float = 30.0
     queue_wait_s: float = 10.0
@@ -74,7 +77,8 @@ class FleetConfig:
     def broker_settings(self) -> BrokerSettings:
         """The Celery app's settings for this fleet."""
         return BrokerSettings.for_visibility_timeout(
-            self.broker_url, self.visibility_timeout_s, remote_control=self.remote_control)
+            self.broker_url, self.visibility_timeout_s, remote_control=self.remote_control,
+            sentinel_master=self.broker_sentinel_master)
 
 
 class Fleet:

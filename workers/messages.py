@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from saga_core.contracts import StepKind
 from saga_core.errors import ErrorKind, SagaError
+from saga_core.field_errors import field_errors
 from saga_core.limits import STEP_MESSAGE_BYTES, LimitExceeded, measure_json
 
 MAX_MESSAGE_BYTES = STEP_MESSAGE_BYTES.value
@@ -54,6 +55,5 @@ class StepCommand(BaseModel):
         try:
             return cls(saga_id=saga_id, step_id=step_id, kind=kind, attempt=attempt)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise MalformedMessage(f"{where}: {first['msg']}") from None
+            first = field_errors(exc)[0]  # never the value: a broker message is anyone's
+            raise MalformedMessage(f"{first.path}: {first.message}") from None

@@ -66,7 +66,7 @@ KEY_PREFIX: Final = "sk_"
 _KID_SHAPE: Final = re.compile(r"^sk_[A-Za-z0-9_\-]{22}$")
 BAD_TOKEN: Final = "the token is not valid: unknown, revoked or malformed"
 """The one message of every refused token: the refusal says nothing about which it was."""
-PRINCIPAL_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+\-]*$")
+PRINCIPAL_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+\-]*\Z")
 """A principal's (and a tenant's) name: what events record as the actor."""
 
 

@@ -53,7 +53,14 @@ stay possible -- a message restored after its worker died may already have acted
 which the fleet makes harmless (claims by version; idempotent commands); losses are not.
 
 The fleet's Celery app gets this transport through :class:`ReliableConnection` for every
-``redis://``, ``rediss://`` and ``redis+socket://`` broker URL (workers.celery_app).
+``redis://``, ``rediss://`` and ``redis+socket://`` broker URL (workers.celery_app), and its
+Sentinel form (:class:`SentinelTransport`) for kombu's ``sentinel://…;sentinel://…`` URLs:
+the same take and wait, on a connection pool that asks the Sentinels for the current master
+whenever it connects. After a failover the channel's connections to the old master fail;
+kombu reconnects (Celery's consumer restarts) and the new pool finds the promoted replica.
+What the take recorded travels with the data: the Lua script is replicated as one unit, so
+the new master holds a message either in its queue or in the unacked hash, never neither
+(see README "Past one machine" for what an asynchronous Redis replica can still drop).
 """
 
 from __future__ import annotations
@@ -278,18 +285,42 @@ class Channel(kombu_redis.Channel):
         return super()._poll_error(type, **options)
 
 
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """:class:`Channel` on kombu's Sentinel-managed pool: the atomic take against whichever
+    server the Sentinels name master (``master_name`` transport option, required)."""
+
+    from_transport_options = (  # type: ignore[assignment]  # both channels' options
+        *Channel.from_transport_options,
+        *(option for option in kombu_redis.SentinelChannel.from_transport_options
+          if option not in Channel.from_transport_options))
+
+
 class Transport(kombu_redis.Transport):
     """kombu's Redis transport with :class:`Channel`."""
 
     Channel = Channel
 
 
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """kombu's Redis Sentinel transport with :class:`SentinelChannel`."""
+
+    Channel = SentinelChannel
+
+
+_RELIABLE: Final[dict[type, type]] = {
+    kombu_redis.Transport: Transport,
+    kombu_redis.SentinelTransport: SentinelTransport,
+}
+"""kombu's Redis transports, each to its atomic-take counterpart."""
+
+
 class _ReliableTransportChoice:
-    """:class:`Transport` wherever kombu would use its own Redis transport."""
+    """:class:`Transport` (or :class:`SentinelTransport`) wherever kombu would use its own
+    Redis (or Redis Sentinel) transport."""
 
     def get_transport_cls(self) -> Any:
         transport_cls = super().get_transport_cls()  # type: ignore[misc]
-        return Transport if transport_cls is kombu_redis.Transport else transport_cls
+        return _RELIABLE.get(transport_cls, transport_cls)
 
 
 class _ReliablePooledConnection(_ReliableTransportChoice, PooledConnection):
@@ -306,8 +337,9 @@ class _ReliableConnectionPool(ConnectionPool):
 
 class ReliableConnection(_ReliableTransportChoice, Connection):
     """A kombu connection that uses :class:`Transport` wherever kombu would use its own
-    Redis transport (``redis://``, ``rediss://``, ``redis+socket://`` URLs); any other
-    transport is left as it is. So do the connections of its pool."""
+    Redis transport (``redis://``, ``rediss://``, ``redis+socket://`` URLs) and
+    :class:`SentinelTransport` for ``sentinel://`` URLs; any other transport is left as it
+    is. So do the connections of its pool."""
 
     def Pool(self, limit: int | None = None, **kwargs: Any) -> Any:  # noqa: N802 - kombu's name
         return _ReliableConnectionPool(self, limit=limit, **kwargs)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from typing import Any
 
-from sagafleet.commands.addresses import host_port
+from sagafleet.commands.addresses import host_port, plain_http_warning
 from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
+from sagafleet.security_log import configure_access_log
 from sagafleet.settings import Settings
+from workers.logs import configure_logging
 
 DEFAULT_ADDRESS = "127.0.0.1:8080"
 
@@ -24,7 +27,15 @@ every action is checked against its roles on the server. The session cookie is H
 SameSite=Strict, and Secure when the console is reached over https (--tls-cert, or a proxy
 whose X-Forwarded-Proto: https is trusted through --forwarded-allow-ips). Sessions end after
 SAGAFLEET_CONSOLE_SESSION_IDLE_SECONDS without a request and SAGAFLEET_CONSOLE_SESSION_MAX_
-SECONDS after sign-in.
+SECONDS after sign-in. Served over plain http on an address other machines can reach, it says
+so at start (tokens and cookies would cross the network in clear); over https every answer
+carries Strict-Transport-Security.
+
+Refused sign-ins, CSRF refusals, every 401 and 403 and every throttled request are logged as
+one JSON line each on the sagafleet.security logger (never a token); SAGAFLEET_ACCESS_LOG=true
+adds one line per request on sagafleet.access. Failed sign-ins slow later ones of the same
+address or token prefix (SAGAFLEET_CONSOLE_SIGNIN_*); live streams are bounded per session,
+principal, tenant and process (SAGAFLEET_CONSOLE_LIVE_STREAMS*).
 
 The pages read the projections; the console runs the projector itself (standing by while
 `sagafleet projector` runs elsewhere) unless --no-projector is given."""
@@ -61,12 +72,18 @@ def run_console(args: argparse.Namespace, settings: Settings) -> int:
     host, port = host_port(args.http, "sagafleet console")
     if (args.tls_cert is None) != (args.tls_key is None):
         raise UsageError("sagafleet console: --tls-cert and --tls-key go together")
-    logging.basicConfig(level=logging.INFO)
+    configure_logging(logging.INFO, settings.log_format)
+    configure_access_log(settings.access_log)
     running = open_console(settings, run_projector=not args.no_projector)
     try:
         scheme = "https" if args.tls_cert else "http"
         print(f"sagafleet console: {scheme}://{host}:{port}/ (sign in with an API token)",
               flush=True)
+        warning = None if args.tls_cert else plain_http_warning(
+            "sagafleet console", host, port, "the API tokens people sign in with and their "
+            "session cookies")
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
         options: dict[str, Any] = {"host": host, "port": port, "log_level": "warning",
                                    "ssl_certfile": args.tls_cert, "ssl_keyfile": args.tls_key}
         if args.forwarded_allow_ips:

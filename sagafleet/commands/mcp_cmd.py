@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 from typing import TYPE_CHECKING, Any
 
 from sagafleet import extras
 from sagafleet.auth import add_token_option, token_from
-from sagafleet.commands.addresses import host_port
+from sagafleet.commands.addresses import host_port, plain_http_warning
 from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import build_fleet, command_fleet
 from sagafleet.output import emit
+from sagafleet.security_log import configure_access_log
 from sagafleet.settings import Settings
+from workers.logs import configure_logging
 from workers.tracing import init_tracing
 
 if TYPE_CHECKING:
@@ -28,6 +32,12 @@ over stdio the token the server is started with (none, unknown or revoked: exit 
 over HTTP each request's `Authorization: Bearer <token>` (none, unknown or revoked: 401).
 Tenant and actor are the principal's; its roles decide what it may call (a missing role is
 a FORBIDDEN tool error). A revoked token stops working within 5 seconds.
+A tool call with a tenant or actor argument is refused, as are the X-Sagafleet-Tenant and
+X-Sagafleet-Actor headers. Refusals (401, a refused binding, a forbidden call) are logged as
+one JSON line each on the sagafleet.security logger (stderr; never a token);
+SAGAFLEET_ACCESS_LOG=true adds one line per HTTP request on sagafleet.access. --http serves
+plain http: on an address other machines can reach it warns at start (bearer tokens would
+cross the network in clear); put a TLS proxy in front.
 Tools: list_sagas, start_saga, put_secret, propose_plan, saga_status, saga_wait,
 saga_audit, cancel_saga. Approving is not a tool: people approve with `sagafleet approve`."""
 
@@ -77,6 +87,9 @@ def run_mcp(args: argparse.Namespace, settings: Settings) -> int:
                          "sends its own Authorization: Bearer <token>")
     # Checked before the fleet is built: without a token nothing is started at all.
     token = None if address is not None else token_from(args, settings)
+    # Before the SDK's server is built: its own logging set-up then finds ours and stays out.
+    configure_logging(logging.WARNING, settings.log_format)  # stderr: stdout is the protocol
+    configure_access_log(settings.access_log)
     init_tracing(settings.otel, "mcp")  # each saga an agent starts is a trace
     fleet = build_fleet(settings)
     try:
@@ -100,17 +113,23 @@ def run_mcp(args: argparse.Namespace, settings: Settings) -> int:
 
 def serve_http(server: Any, address: tuple[str, int], path: str, tokens: TokenCache) -> None:
     """Serve streamable HTTP: every request proves a bearer token first (``BearerAuth``),
-    then has its body capped (``mcp_body_bytes``)."""
+    then has its body capped (``mcp_body_bytes``); refusals go to the security log, and
+    every request to the access log when it is on (``RequestLog``, outermost)."""
     import uvicorn
 
     from saga_core.limits import MCP_BODY_BYTES
     from sagafleet.gateway import BearerAuth
     from sagafleet.gateway.http_body import BodyLimit
+    from sagafleet.security_log import RequestLog
 
     app = server.streamable_http_app(streamable_http_path=path, host=address[0],
                                      max_request_body_size=MCP_BODY_BYTES.value)
-    uvicorn.run(BearerAuth(BodyLimit(app), tokens), host=address[0], port=address[1],
-                log_level="warning")
+    warning = plain_http_warning("sagafleet mcp", address[0], address[1],
+                                 "the agents' bearer tokens")
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    uvicorn.run(RequestLog(BearerAuth(BodyLimit(app), tokens)), host=address[0],
+                port=address[1], log_level="warning")
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> int:

@@ -33,7 +33,7 @@ from saga_core.contracts import StepKind
 from saga_core.errors import ErrorKind, SagaError, SagaMoved
 from saga_core.limits import REASON_CHARS
 from saga_core.resolution import OPERATOR_ACTIONS
-from sagafleet.console.core import Console, status_of
+from sagafleet.console.core import Console, note_error, status_of
 from sagafleet.console.gate import Form, form_of, viewer_of
 from sagafleet.console.markup import Markup, csrf_field, html, join
 from sagafleet.console.sessions import Viewer
@@ -218,7 +218,7 @@ def _version(form: Form) -> int:
 def _kind(form: Form) -> StepKind:
     raw = form.text("kind", "forward")
     if raw not in StepKind._value2member_map_:
-        raise InvalidRequest(f"kind must be one of {[k.value for k in StepKind]}, not {raw!r}")
+        raise InvalidRequest(f"kind must be one of {[k.value for k in StepKind]}")
     return StepKind(raw)
 
 
@@ -229,9 +229,9 @@ def _up_to(form: Form) -> float | None:
     try:
         value = float(raw)
     except ValueError:
-        raise InvalidRequest(f"up to must be a number, not {raw!r}") from None
+        raise InvalidRequest("up to must be a number") from None
     if not math.isfinite(value) or value <= 0:
-        raise InvalidRequest(f"up to must be a positive number, not {raw!r}")
+        raise InvalidRequest("up to must be a positive number")
     return value
 
 
@@ -251,7 +251,7 @@ def _deny(client: SagaClient, form: Form) -> str:
 def _resolve(client: SagaClient, form: Form) -> str:
     action = _required(form, "action")
     if action not in OPERATOR_ACTIONS:
-        raise InvalidRequest(f"operator action {action!r} is not one of {list(OPERATOR_ACTIONS)}")
+        raise InvalidRequest(f"an operator action is one of {list(OPERATOR_ACTIONS)}")
     checked = form.text("checked")
     resolution = client.resolve(_required(form, "saga_id"), action,
                                 step_id=form.text("step") or None, kind=_kind(form),
@@ -298,6 +298,7 @@ def _refused(console: Console, request: Request, form: Form, return_to: str,
     """Nothing was recorded: say why, and show the saga as the log has it now."""
     viewer = viewer_of(request)
     status = status_of(exc)
+    note_error(request, exc)
     title = "Changed meanwhile" if isinstance(exc, SagaMoved) else "Not recorded"
     current = Markup("")
     saga_id = form.text("saga_id")

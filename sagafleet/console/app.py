@@ -7,7 +7,10 @@ navigation), so a page is added by adding a module, without touching this one.
 
 Errors a page raises become pages too: a :class:`~saga_core.errors.SagaError` is answered
 with the status of its kind (403 not permitted, 404 not found, 409 conflict, ...) and its
-message, escaped, in the frame.
+message, escaped, in the frame; a 401 or 403 is a line of the security log.
+
+Outermost runs :class:`~sagafleet.security_log.RequestLog` (the security log, and the access
+log when it is on), then the security headers, then the gate.
 """
 
 from __future__ import annotations
@@ -31,11 +34,12 @@ from starlette.staticfiles import StaticFiles
 from saga_core.errors import SagaError
 from sagafleet.console import actions, signin, stream
 from sagafleet.console import pages as pages_package
-from sagafleet.console.core import Console, status_of
+from sagafleet.console.core import Console, note_error, status_of
 from sagafleet.console.gate import FRAGMENT_HEADER, VIEWER_KEY, Gate
 from sagafleet.console.headers import SecurityHeaders, security_headers
 from sagafleet.console.layout import NavLink, sign_in_frame
 from sagafleet.console.markup import html
+from sagafleet.security_log import RequestLog
 
 __all__ = ["HOME", "create_app", "page_modules"]
 
@@ -78,7 +82,8 @@ def create_app(console: Console, *, modules: Iterable[ModuleType] | None = None)
 
     return Starlette(
         routes=routes,
-        middleware=[Middleware(SecurityHeaders), Middleware(Gate, sessions=console.sessions)],
+        middleware=[Middleware(RequestLog), Middleware(SecurityHeaders),
+                    Middleware(Gate, sessions=console.sessions)],
         # Exception: Starlette's outermost middleware answers a crash, outside SecurityHeaders.
         exception_handlers={SagaError: _error_page(console), Exception: _internal_error},
         lifespan=lifespan,
@@ -92,7 +97,8 @@ def _home(request: Request) -> Response:
 def _internal_error(request: Request, exc: Exception) -> Response:
     """A crash's answer: no detail, and the headers every console response carries (the
     traceback still reaches the server's log: Starlette re-raises after answering)."""
-    headers = {name.decode(): value.decode() for name, value in security_headers(static=False)}
+    headers = {name.decode(): value.decode() for name, value in
+               security_headers(static=False, https=request.url.scheme == "https")}
     return PlainTextResponse("internal error", status_code=500, headers=headers)
 
 
@@ -101,6 +107,7 @@ def _error_page(console: Console) -> Callable[[Request, Exception], Any]:
         if not isinstance(exc, SagaError):  # registered for SagaError only
             return PlainTextResponse("internal error", status_code=500)
         status = status_of(exc)
+        note_error(request, exc)
         body = html('<section class="problem"><h1>{}</h1><p class="notice error" '
                     'role="alert">{}</p>{}</section>', _title(status), str(exc),
                     html('<p class="hint">{}</p>', exc.hint) if exc.hint else "")

@@ -1,9 +1,9 @@
 """The console's one explicit object: what every page is given (no globals).
 
 A :class:`Console` holds the fleet (principal directory, the actions' client), the read side
-(projections), the session store, the live hub and the navigation; :func:`sagafleet.console.
-app.create_app` builds the web app around it, and passes it to every page module's
-``routes(console)``.
+(projections), the session store, the sign-in throttle, the live hub and the navigation;
+:func:`sagafleet.console.app.create_app` builds the web app around it, and passes it to every
+page module's ``routes(console)``.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ from sagafleet.console.layout import NavLink, fragment_response, page_response
 from sagafleet.console.live import LiveHub
 from sagafleet.console.markup import Markup
 from sagafleet.console.sessions import SessionStore, Viewer
+from sagafleet.console.throttle import SignInThrottle
+from sagafleet.security_log import EVENT_OF_KIND, note_refusal
 from workers.client import SagaClient
 from workers.fleet import Fleet
 
-__all__ = ["STATUS_OF_KIND", "Console", "status_of"]
+__all__ = ["STATUS_OF_KIND", "Console", "note_error", "status_of"]
 
 STATUS_OF_KIND: Final = {
     ErrorKind.INVALID_INPUT: 400,
@@ -43,6 +45,14 @@ def status_of(error: SagaError) -> int:
     return STATUS_OF_KIND.get(error.kind, 500)
 
 
+def note_error(request: Request, error: SagaError) -> None:
+    """Tell the security log why a page refuses the request, when ``error`` is a refusal (a
+    401 or 403): its message names the principal and what it lacks, never a credential."""
+    event = EVENT_OF_KIND.get(error.kind)
+    if event is not None:
+        note_refusal(request.scope, event, str(error))
+
+
 @dataclass
 class Console:
     """Everything a page needs, built once per process."""
@@ -57,6 +67,8 @@ class Console:
     recorded (read-your-writes: the page an action redirects to)."""
     sessions: SessionStore
     live: LiveHub
+    throttle: SignInThrottle
+    """Slows sign-ins of an address or token prefix that failed too often."""
     nav: list[NavLink] = field(default_factory=list)
     """Filled by ``create_app`` from the page modules' ``NAV``."""
     alert_thresholds: AlertThresholds = field(default_factory=AlertThresholds)

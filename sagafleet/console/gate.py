@@ -19,6 +19,11 @@ session's idle timeout.
 
 The sign-in form itself is protected by a double-submit cookie (:data:`SIGNIN_COOKIE`),
 checked by the sign-in page (there is no session yet to tie a token to).
+
+Each refusal says why for the security log (:func:`sagafleet.security_log.note_refusal`): a
+401 (``unauthenticated``), a post from another site or with a wrong CSRF token
+(``csrf_refused``); the signed-in principal is left in the scope for its line too. A page
+opened without a session is redirected, not refused: it is no line of the log.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from saga_core.errors import ErrorKind, SagaError
 from sagafleet.console.sessions import SessionStore, Viewer
+from sagafleet.security_log import PRINCIPAL_SCOPE_KEY, note_refusal
 
 __all__ = ["FORM_BYTES", "Form", "Gate", "SESSION_COOKIE", "SIGNIN_COOKIE", "form_of",
            "viewer_of"]
@@ -148,10 +154,12 @@ class Gate:
             await _not_signed_in(request)(scope, receive, send)
             return
         scope[VIEWER_KEY] = viewer
+        scope[PRINCIPAL_SCOPE_KEY] = viewer.principal
         if scope["method"] in SAFE_METHODS:
             await self.app(scope, receive, send)
             return
         if not same_origin(request.headers):
+            note_refusal(scope, "csrf_refused", "the form was posted from another site")
             await _plain(403, "refused: the form was posted from another site")(
                 scope, receive, send)
             return
@@ -168,6 +176,7 @@ class Gate:
             return
         form = Form(pairs)
         if not hmac.compare_digest(form.get("csrf", "").encode(), viewer.csrf.encode()):
+            note_refusal(scope, "csrf_refused", "the form's CSRF token is missing or wrong")
             await _plain(403, "refused: the form's CSRF token is missing or wrong (reload the "
                          "page and try again)")(scope, receive, send)
             return
@@ -216,6 +225,9 @@ def _not_signed_in(request: Request) -> Response:
     if wants_page:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return RedirectResponse(f"/sign-in?next={quote(target, safe='')}", status_code=303)
+    note_refusal(request.scope, "unauthenticated",
+                 "no session, or it expired or was signed out" if
+                 request.cookies.get(SESSION_COOKIE) else "no session cookie")
     return _plain(401, "not signed in (or the session expired): sign in at /sign-in")
 
 

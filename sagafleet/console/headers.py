@@ -5,6 +5,12 @@ from this origin only, nothing inline (no ``<script>`` blocks, no ``style=``, no
 handlers), no framing, forms post only here. Even a value that escaped escaping could then
 run nothing. Plus ``nosniff``, no referrer to other sites, and ``no-store`` caching for pages
 (a signed-in page must not outlive sign-out in a shared browser's cache).
+
+Over https (TLS served by uvicorn, or a trusted proxy's ``X-Forwarded-Proto: https``) every
+response also carries ``Strict-Transport-Security`` (:data:`HSTS`): a browser that once
+reached the console over https never again sends its session cookie over plain http to that
+host, even when a link or a typed address says http. Without ``includeSubDomains``: the
+console does not speak for the other hosts of its domain.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-__all__ = ["CONTENT_SECURITY_POLICY", "SecurityHeaders", "security_headers"]
+__all__ = ["CONTENT_SECURITY_POLICY", "HSTS", "SecurityHeaders", "security_headers"]
 
 CONTENT_SECURITY_POLICY: Final = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -36,9 +42,17 @@ _ALWAYS: Final = (
 )
 
 
-def security_headers(*, static: bool) -> list[tuple[bytes, bytes]]:
-    """The headers a response carries (a static file's may be cached; a page's may not)."""
-    return [*_ALWAYS] if static else [*_ALWAYS, (b"cache-control", b"no-store")]
+HSTS: Final = "max-age=31536000"
+"""A year: what browsers' preload rules ask for, and long enough to outlast a visit's gap."""
+
+
+def security_headers(*, static: bool, https: bool = False) -> list[tuple[bytes, bytes]]:
+    """The headers a response carries (a static file's may be cached; a page's may not;
+    over https, HSTS too)."""
+    headers = [*_ALWAYS] if static else [*_ALWAYS, (b"cache-control", b"no-store")]
+    if https:
+        headers.append((b"strict-transport-security", HSTS.encode("ascii")))
+    return headers
 
 
 class SecurityHeaders:
@@ -58,7 +72,7 @@ class SecurityHeaders:
             return
         static = scope["path"].startswith("/static/")
 
-        ours = security_headers(static=static)
+        ours = security_headers(static=static, https=scope.get("scheme") == "https")
         replaced = {name for name, _ in ours}
 
         async def send_with_headers(message: Message) -> None:

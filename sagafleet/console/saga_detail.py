@@ -132,7 +132,7 @@ def parse_at(text: str | None) -> Position | int | None:
         return Position.parse(value)
     if not (value.isascii() and value.isdigit()):
         raise InvalidArgument(
-            f"'as of' takes a log position: N or XID:N (digits), not {value[:60]!r}")
+            "'as of' takes a log position: N or XID:N (digits)")
     return int(value)
 
 

@@ -20,26 +20,47 @@ from projections.alerts import AlertThresholds
 from projections.prometheus import DEFAULT_WINDOW_S
 from sagafleet import runtime
 from sagafleet.console.core import Console
-from sagafleet.console.live import LiveHub
+from sagafleet.console.live import LiveHub, LiveLimits
 from sagafleet.console.sessions import SessionPolicy, SessionStore
+from sagafleet.console.throttle import SignInFailures, SignInThrottle, ThrottlePolicy
 from sagafleet.fleetcli import build_fleet
 from sagafleet.settings import Settings
 from workers.fleet import Fleet
 
-__all__ = ["RunningConsole", "console_for", "open_console"]
+__all__ = ["RunningConsole", "console_for", "edge_limits", "open_console"]
+
+
+DEFAULT_LIVE_LIMITS = LiveLimits()
+DEFAULT_SIGNIN = ThrottlePolicy()
 
 
 def console_for(fleet: Fleet, policy: SessionPolicy,
                 metrics_window_s: float = DEFAULT_WINDOW_S,
-                read: ProjectionContext | None = None) -> Console:
+                read: ProjectionContext | None = None, *,
+                live_limits: LiveLimits = DEFAULT_LIVE_LIMITS,
+                signin: ThrottlePolicy = DEFAULT_SIGNIN) -> Console:
     """A console over an open fleet; pages read from ``read`` (a read replica's context;
     None: the fleet's store carries every query) and from the primary right after an
-    action. Its business alerts use the metrics window, as the exporter's do."""
+    action. Its business alerts use the metrics window, as the exporter's do; its live
+    streams are bounded by ``live_limits``, its sign-ins throttled by ``signin``."""
     primary = ProjectionContext(fleet.store, fleet.definitions)
     return Console(fleet=fleet, read=read or primary, fresh=primary,
                    sessions=SessionStore(fleet.store, fleet.principals, policy, fleet.clock),
-                   live=LiveHub(fleet.store),
+                   live=LiveHub(fleet.store, limits=live_limits),
+                   throttle=SignInThrottle(SignInFailures(fleet.store, signin, fleet.clock)),
                    alert_thresholds=AlertThresholds.for_window(metrics_window_s))
+
+
+def edge_limits(settings: Settings) -> tuple[LiveLimits, ThrottlePolicy]:
+    """The live stream bounds and the sign-in throttle the settings ask for."""
+    live = LiveLimits(per_session=settings.console_live_streams_per_session,
+                      per_principal=settings.console_live_streams_per_principal,
+                      per_tenant=settings.console_live_streams_per_tenant,
+                      per_process=settings.console_live_streams)
+    signin = ThrottlePolicy(free_failures=settings.console_signin_free_failures,
+                            window=timedelta(seconds=settings.console_signin_window_seconds),
+                            max_delay_s=settings.console_signin_max_delay_seconds)
+    return live, signin
 
 
 @dataclass
@@ -68,7 +89,9 @@ def open_console(settings: Settings, *, run_projector: bool = True) -> RunningCo
     try:
         replica = runtime.log_reads(settings)
         read = ProjectionContext(replica, DefinitionStore(replica)) if replica else None
-        console = console_for(fleet, policy, settings.metrics_window_seconds, read)
+        live, signin = edge_limits(settings)
+        console = console_for(fleet, policy, settings.metrics_window_seconds, read,
+                              live_limits=live, signin=signin)
         # The in-process projector follows the log on the replica too (rows on the primary).
         following = replace(console.fresh, log_reads=replica)
         projector = Projector(following).start() if run_projector else None

@@ -8,6 +8,13 @@ when the request came over https (TLS served by uvicorn, or a proxy's ``X-Forwar
 when ``--forwarded-allow-ips`` trusts it), and no ``Max-Age``: it ends with the browser, and
 the server ends it earlier by its idle and absolute expiry. ``POST /sign-out`` (a form with
 the session's CSRF token) deletes the session and the cookie.
+
+Failed sign-ins slow later ones of the same client address or token prefix
+(:mod:`sagafleet.console.throttle`): past the free failures an attempt waits before its token
+is checked, and one more than the few allowed to wait at once is refused (429,
+``Retry-After``). Every refusal, and every slowed attempt, is a line of the security log
+(:mod:`sagafleet.security_log`: ``csrf_refused``, ``signin_refused``, ``signin_throttled``,
+``signin_slowed``), with the client's address, never the token.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import hmac
 import secrets
 from urllib.parse import parse_qsl
 
+import anyio
 import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -26,6 +34,8 @@ from sagafleet.console.core import Console
 from sagafleet.console.gate import FORM_BYTES, SESSION_COOKIE, SIGNIN_COOKIE
 from sagafleet.console.layout import sign_in_frame
 from sagafleet.console.markup import Markup, html
+from sagafleet.console.throttle import ThrottleKeys, ThrottleVerdict, throttle_keys
+from sagafleet.security_log import client_address, note_refusal
 
 __all__ = ["routes", "safe_next"]
 
@@ -90,17 +100,35 @@ def routes(console: Console) -> list[BaseRoute]:
         given = form.get("csrf", "")
         next_path = safe_next(form.get("next", "/"))
         if not expected or not hmac.compare_digest(expected.encode(), given.encode()):
-            fresh = secrets.token_urlsafe(32)
-            page = sign_in_frame("Sign in", _form(
-                fresh, next_path, "The sign-in form expired or came from another site: "
-                "sign in again."), status=403)
-            return _with_signin_cookie(request, page, fresh)
+            note_refusal(request.scope, "csrf_refused",
+                         "the sign-in form's CSRF token is missing or wrong")
+            return _refused(request, next_path, "The sign-in form expired or came from "
+                            "another site: sign in again.", 403)
+        token = form.get("token", "").strip()
+        keys = throttle_keys(client_address(request.scope), token)
+        verdict = console.throttle.judge(
+            keys, await anyio.to_thread.run_sync(console.throttle.failures.counted, keys))
+        if verdict.refused:
+            note_refusal(request.scope, "signin_throttled", _throttled(verdict))
+            response = _refused(request, next_path, "Too many failed sign-ins from this "
+                                "address or with this token: try again in "
+                                f"{verdict.retry_after_s} s.", 429)
+            response.headers["retry-after"] = str(verdict.retry_after_s)
+            return response
+        if verdict.delay_s > 0:
+            with console.throttle.held(keys):
+                await anyio.sleep(verdict.delay_s)
         try:
-            opened = await _open(console, form.get("token", "").strip())
+            opened = await _open(console, token)
         except Unauthenticated as exc:
-            fresh = secrets.token_urlsafe(32)
-            page = sign_in_frame("Sign in", _form(fresh, next_path, str(exc)), status=401)
-            return _with_signin_cookie(request, page, fresh)
+            await anyio.to_thread.run_sync(console.throttle.failures.record, keys)
+            note_refusal(request.scope, "signin_refused", str(exc),
+                         delay_s=verdict.delay_s or None)
+            return _refused(request, next_path, str(exc), 401)
+        await _forgive(console, keys, verdict)
+        if verdict.delay_s > 0:  # signed in, but only after a wait: worth knowing who waited
+            note_refusal(request.scope, "signin_slowed", _throttled(verdict),
+                         delay_s=verdict.delay_s)
         previous = request.cookies.get(SESSION_COOKIE)
         if previous:  # signing in again (maybe as someone else) ends the session before
             await anyio.to_thread.run_sync(console.sessions.close, previous)
@@ -122,6 +150,24 @@ def routes(console: Console) -> list[BaseRoute]:
         Route("/sign-in", sign_in, methods=["POST"]),
         Route("/sign-out", sign_out, methods=["POST"]),
     ]
+
+
+def _refused(request: Request, next_path: str, problem: str, status: int) -> Response:
+    """The sign-in form again, saying why, with a fresh double-submit token."""
+    fresh = secrets.token_urlsafe(32)
+    page = sign_in_frame("Sign in", _form(fresh, next_path, problem), status=status)
+    return _with_signin_cookie(request, page, fresh)
+
+
+def _throttled(verdict: ThrottleVerdict) -> str:
+    return (f"{verdict.failures} failed sign-ins of this address or token prefix in the "
+            "window")
+
+
+async def _forgive(console: Console, keys: ThrottleKeys, verdict: ThrottleVerdict) -> None:
+    """After a success: the token prefix's failures are the person's own typos."""
+    if verdict.failures:
+        await anyio.to_thread.run_sync(console.throttle.failures.forgive, keys)
 
 
 async def _open(console: Console, token: str) -> str:

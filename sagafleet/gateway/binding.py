@@ -26,6 +26,7 @@ from datetime import timedelta
 from typing import Any, Final, Protocol
 
 from saga_core.authority import Principal, Unauthenticated
+from sagafleet.security_log import PRINCIPAL_SCOPE_KEY
 
 Authenticate = Callable[[str], Principal]
 """Proves a token: its principal, else :class:`Unauthenticated` (as ``Fleet.authenticate``)."""
@@ -39,14 +40,14 @@ AUTH_CACHE_TOKENS: Final = 1024
 """Distinct tokens remembered at once; past it the cache starts afresh (a flood of valid
 tokens costs queries, never memory)."""
 
-PRINCIPAL_SCOPE_KEY: Final = "sagafleet.principal"
-"""The ASGI scope key under which the HTTP middleware leaves the request's principal."""
-
 TENANT_HEADER: Final = "x-sagafleet-tenant"
 ACTOR_HEADER: Final = "x-sagafleet-actor"
 CHOOSING_HEADERS: Final = (TENANT_HEADER, ACTOR_HEADER)
 """Headers that once chose tenant and actor; a request carrying one is refused, so a caller
 never believes it acts for a tenant or under a name its token does not hold."""
+CHOOSING_ARGUMENTS: Final = ("tenant", "actor")
+"""Tool arguments refused for the same reason: no tool takes them, and a caller that sends
+one is told so rather than having it silently ignored."""
 
 
 class TokenCache:
@@ -97,6 +98,13 @@ def choosing_headers(headers: Mapping[str, str]) -> list[str]:
     """The tenant- or actor-choosing headers present in ``headers`` (lower case)."""
     present = {name.lower() for name in headers}
     return [name for name in CHOOSING_HEADERS if name in present]
+
+
+def choosing_arguments(arguments: Mapping[str, Any]) -> list[str]:
+    """The tenant- or actor-choosing arguments of a tool call (named as the caller spelt
+    them, any case)."""
+    return sorted(name for name in arguments
+                  if isinstance(name, str) and name.strip().lower() in CHOOSING_ARGUMENTS)
 
 
 class Caller(Protocol):

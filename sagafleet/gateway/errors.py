@@ -15,6 +15,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from saga_core.errors import ErrorKind, Problem, ProblemsError, SagaError
+from saga_core.field_errors import field_errors
 
 
 class GatewayError(SagaError):
@@ -22,11 +23,13 @@ class GatewayError(SagaError):
 
 
 class BindingRefused(GatewayError):
-    """The request tries to choose its tenant or actor, which only its token decides."""
+    """The request tries to choose its tenant or actor, which only its token decides (a
+    header of the HTTP request, or an argument of a tool call)."""
 
     kind = ErrorKind.INVALID_INPUT
     hint = ("tenant and actor come from your token; send the request without the "
-            "X-Sagafleet-Tenant and X-Sagafleet-Actor headers")
+            "X-Sagafleet-Tenant and X-Sagafleet-Actor headers and call tools without "
+            "tenant or actor arguments")
 
 
 class ArgumentsRejected(ProblemsError):
@@ -64,12 +67,13 @@ def hint_for(error: SagaError) -> str:
 
 
 def problems_of(error: ValidationError, *, prefix: str = "") -> list[Problem]:
-    """Every pydantic validation error as a Problem naming its field and rule."""
+    """Every pydantic validation error as a Problem naming its field and rule, never the
+    value it refused (:func:`saga_core.field_errors.field_errors`)."""
     found = []
-    for item in error.errors():
-        path = ".".join(str(part) for part in item["loc"])
+    for item in field_errors(error):
+        path = item.path
         where = f"{prefix}.{path}" if prefix and path else (prefix or path or "arguments")
-        found.append(Problem(where, str(item["type"]), str(item["msg"])))
+        found.append(Problem(where, item.rule, item.message))
     return found
 
 

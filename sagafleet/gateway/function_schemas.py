@@ -22,7 +22,8 @@ from saga_core.definition import SagaDefinition
 from saga_core.errors import Problem, SagaError
 from saga_core.limits import KEY_CHARS
 from saga_core.lineage import lineage_json_schema
-from sagafleet.gateway.errors import ArgumentsRejected, tool_error
+from sagafleet.gateway.binding import choosing_arguments
+from sagafleet.gateway.errors import ArgumentsRejected, BindingRefused, tool_error
 from sagafleet.gateway.service import GatewayService
 
 ExportFormat = Literal["openai", "anthropic"]
@@ -132,17 +133,22 @@ class FunctionRouter:
             "saga_audit": service.saga_audit,
             "cancel_saga": service.cancel_saga,
         }
+        refused = choosing_arguments(args)
+        if refused:
+            raise BindingRefused(
+                f"the call carries {', '.join(n[:40] for n in refused)}: tenant and actor come "
+                f"from the principal the call acts as ({who.name!r} of tenant {who.tenant!r})")
         if name in simple:
             return _checked_call(name, simple[name], who, **args)
         if name.startswith(START_PREFIX):
-            wanted = name.removeprefix(START_PREFIX)
             for record in service.fleet.definitions.list(tenant=who.tenant):
                 if function_name(record.name) == name:
                     return _checked_call(name, service.start_saga, who, record.name, **args)
-            raise ArgumentsRejected(name, [Problem("name", "unknown_function",
-                                                   f"no definition named like {wanted!r}")])
-        raise ArgumentsRejected(name, [Problem("name", "unknown_function",
-                                               f"{name!r} is not an exported function")])
+            raise ArgumentsRejected("this function", [Problem(
+                "name", "unknown_function", "no definition this tenant sees has a start "
+                "function of that name")])
+        raise ArgumentsRejected("this function", [Problem("name", "unknown_function",
+                                                          "not an exported function")])
 
 
 def _checked_call(name: str, operation: Callable[..., dict[str, Any]], *args: Any,

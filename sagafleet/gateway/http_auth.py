@@ -14,6 +14,10 @@ never gets a byte of its body read). For each HTTP request it:
    :class:`~sagafleet.gateway.binding.RequestBearer`) and as the MCP SDK's authenticated
    user, so an MCP session opened with one principal's token is not found by another's.
 
+Each refusal says why for the security log (:mod:`sagafleet.security_log`, whose
+:class:`~sagafleet.security_log.RequestLog` wraps this middleware): the line names the
+client, the path and, once the token is proven, the principal; never the token.
+
 A directory that cannot answer (PostgreSQL down) lets nobody in: ``503`` (``500`` for any
 other failure), with the same JSON problem.
 """
@@ -31,13 +35,9 @@ from mcp.server.auth.provider import AccessToken
 
 from saga_core.authority import Principal, Unauthenticated
 from saga_core.errors import ErrorKind, SagaError
-from sagafleet.gateway.binding import (
-    PRINCIPAL_SCOPE_KEY,
-    TokenCache,
-    bearer_token,
-    choosing_headers,
-)
+from sagafleet.gateway.binding import TokenCache, bearer_token, choosing_headers
 from sagafleet.gateway.errors import BindingRefused, tool_error
+from sagafleet.security_log import PRINCIPAL_SCOPE_KEY, note_refusal
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -67,19 +67,21 @@ class BearerAuth:
             # stalls every other connection.
             principal = await anyio.to_thread.run_sync(self.tokens.authenticate, token)
         except Unauthenticated as exc:
+            note_refusal(scope, "unauthenticated", str(exc))
             await _problem(send, 401, exc, challenge=_challenge(headers))
             return
         except SagaError as exc:  # the directory could not answer: nobody is let in
             await _problem(send, 503 if exc.kind is ErrorKind.UNAVAILABLE else 500, exc)
             return
+        scope[PRINCIPAL_SCOPE_KEY] = principal
         refused = choosing_headers(headers)
         if refused:
+            note_refusal(scope, "binding_refused", f"the request carries {', '.join(refused)}")
             await _problem(send, 400, BindingRefused(
                 f"the request carries {', '.join(refused)}: tenant and actor come from the "
                 f"bearer token (this one acts as {principal.name!r} of tenant "
                 f"{principal.tenant!r}); send the request without them"))
             return
-        scope[PRINCIPAL_SCOPE_KEY] = principal
         scope["user"] = AuthenticatedUser(_access_token(principal, token))
         await self.app(scope, receive, send)
 

@@ -6,6 +6,13 @@ start token, or the HTTP request's bearer token), whose tenant and name bind the
 whose roles the service checks; it answers with one JSON document: the result, or a
 structured error (``isError``) naming each field and rule. Approving is not a tool:
 approvals come from people through the operator commands.
+
+Before the SDK sees a call, :class:`GatewayServer` refuses a ``tenant`` or ``actor``
+argument (:class:`~sagafleet.gateway.errors.BindingRefused`, as the HTTP headers are), and
+arguments that do not fit a tool's signature come back as
+:class:`~sagafleet.gateway.errors.ArgumentsRejected` naming each field and rule (the SDK's
+own message would quote the values). A refused binding, a forbidden call and an
+unauthenticated one each write a line to the security log (:mod:`sagafleet.security_log`).
 """
 
 from __future__ import annotations
@@ -16,16 +23,18 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from saga_core.authority import Principal
 from saga_core.errors import SagaError
 from saga_core.lineage import lineage_json_schema
 from saga_core.plans import PlannedAction
-from sagafleet.gateway.binding import Caller
-from sagafleet.gateway.errors import tool_error
+from sagafleet.gateway.binding import Caller, choosing_arguments
+from sagafleet.gateway.errors import ArgumentsRejected, BindingRefused, problems_of, tool_error
 from sagafleet.gateway.service import GatewayService
+from sagafleet.security_log import EVENT_OF_KIND, SecurityEvent, client_address, record
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +69,15 @@ class _Tools:
         self.service = service
         self.caller = caller
 
-    def _call(self, ctx: Context, operation: Callable[[Principal], dict[str, Any]],
+    def _call(self, ctx: Context, tool: str, operation: Callable[[Principal], dict[str, Any]],
               ) -> CallToolResult:
+        who: Principal | None = None
         try:
             who = self.caller.principal(_request(ctx))
             return _reply(operation(who))
         except SagaError as exc:
+            if exc.kind in EVENT_OF_KIND:  # a refusal: a line of the security log
+                _record(EVENT_OF_KIND[exc.kind], str(exc), tool, who, _request(ctx))
             return _reply(tool_error(exc), error=True)
         except Exception as exc:
             # Never a traceback to the agent; the server log keeps it.
@@ -75,7 +87,7 @@ class _Tools:
     def list_sagas(self, ctx: Context) -> CallToolResult:
         """The saga definitions you can start: description, each step's semantics (compensable,
         pivot, approval) and the JSON Schema of the input."""
-        return self._call(ctx, self.service.list_sagas)
+        return self._call(ctx, "list_sagas", self.service.list_sagas)
 
     def start_saga(  # noqa: PLR0917 -- an MCP tool: its parameters are the tool's arguments
         self,
@@ -97,7 +109,7 @@ class _Tools:
     ) -> CallToolResult:
         """Start a saga (validated against its input schema); says what will happen and what
         may need a human."""
-        return self._call(ctx, lambda who: self.service.start_saga(
+        return self._call(ctx, "start_saga", lambda who: self.service.start_saga(
             who, definition, input, idempotency_key, reason, lineage=lineage,
             dry_run=dry_run))
 
@@ -112,7 +124,8 @@ class _Tools:
         """Store a secret input and get a single-use ref to send instead of the value: the
         ref, not the secret, then travels in start_saga or a Celery command. It expires
         unused after ttl_seconds; the value is never shown back."""
-        return self._call(ctx, lambda who: self.service.put_secret(who, value, ttl_seconds))
+        return self._call(ctx, "put_secret",
+                          lambda who: self.service.put_secret(who, value, ttl_seconds))
 
     def propose_plan(
         self,
@@ -137,12 +150,12 @@ class _Tools:
     ) -> CallToolResult:
         """Validate a plan of allowlisted tool calls; returns every problem at once, or the
         definition name to start it with start_saga. With revises: replans that saga."""
-        return self._call(ctx, lambda who: self.service.propose_plan(
+        return self._call(ctx, "propose_plan", lambda who: self.service.propose_plan(
             who, steps, goal, revises, reason, dry_run=dry_run, input=input))
 
     def saga_status(self, saga_id: SagaId, ctx: Context) -> CallToolResult:
         """A saga's state, steps, receipts and what it is waiting for."""
-        return self._call(ctx, lambda who: self.service.saga_status(who, saga_id))
+        return self._call(ctx, "saga_status", lambda who: self.service.saga_status(who, saga_id))
 
     def saga_wait(
         self,
@@ -154,17 +167,68 @@ class _Tools:
         """Wait until a saga is finished or waits for a person (an approval, an operator),
         at most timeout_seconds; returns its status and settled (false: still running, call
         again). Cheaper and quicker than calling saga_status in a loop."""
-        return self._call(ctx, lambda who: self.service.saga_wait(who, saga_id,
+        return self._call(ctx, "saga_wait", lambda who: self.service.saga_wait(who, saga_id,
                                                                   timeout_seconds))
 
     def saga_audit(self, saga_id: SagaId, ctx: Context) -> CallToolResult:
         """A saga's timeline of events from the log, with who recorded each (secrets hidden)."""
-        return self._call(ctx, lambda who: self.service.saga_audit(who, saga_id))
+        return self._call(ctx, "saga_audit", lambda who: self.service.saga_audit(who, saga_id))
 
     def cancel_saga(self, saga_id: SagaId, reason: Reason, ctx: Context) -> CallToolResult:
         """Ask to cancel a saga: what can still be undone is compensated (never past the
         pivot)."""
-        return self._call(ctx, lambda who: self.service.cancel_saga(who, saga_id, reason))
+        return self._call(ctx, "cancel_saga",
+                          lambda who: self.service.cancel_saga(who, saga_id, reason))
+
+
+class GatewayServer(MCPServer):
+    """The SDK's server, with the gateway's own word on a call's arguments: a ``tenant`` or
+    ``actor`` argument is refused, and arguments that do not fit are named field by field
+    without their values."""
+
+    def __init__(self, tools: _Tools) -> None:
+        super().__init__("sagafleet", instructions=INSTRUCTIONS, log_level="WARNING")
+        self._tools = tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context | None = None) -> Any:
+        """Refuse a choosing argument, then call the tool; a ``ValidationError`` of its
+        arguments becomes :class:`ArgumentsRejected` (never the SDK's text, which quotes
+        every value)."""
+        request = _request(context) if context is not None else None
+        refused = choosing_arguments(arguments)
+        if refused:
+            return self._refuse_binding(name, refused, request)
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
+                raise
+            return _reply(tool_error(ArgumentsRejected(name, problems_of(cause))), error=True)
+
+    def _refuse_binding(self, tool: str, refused: list[str], request: Any) -> CallToolResult:
+        try:
+            who: Principal | None = self._tools.caller.principal(request)
+        except SagaError:  # unproven: the refusal is the same, the log names nobody
+            who = None
+        named = ", ".join(name[:40] for name in refused)
+        acting = (f" (this one acts as {who.name!r} of tenant {who.tenant!r})"
+                  if who is not None else "")
+        _record("binding_refused", f"the call carries the argument {named}", tool, who,
+                request)
+        return _reply(tool_error(BindingRefused(
+            f"the call carries {named}: tenant and actor come from the token{acting}; call "
+            f"{tool} without them")), error=True)
+
+
+def _record(event: str, reason: str, tool: str, who: Principal | None, request: Any) -> None:
+    """A security-log line for a refused tool call (the client's address over HTTP)."""
+    scope = getattr(request, "scope", None)
+    record(SecurityEvent(
+        event, reason, client=client_address(scope) if isinstance(scope, dict) else None,
+        tenant=who.tenant if who else None, principal=who.name if who else None,
+        tool=tool[:80]))
 
 
 def _request(ctx: Context) -> Any | None:
@@ -181,8 +245,8 @@ def build_mcp_server(service: GatewayService, caller: Caller) -> MCPServer:
 
     Agents get no approve, deny or resolve tool: those are people's, through the operator
     commands with their own tokens."""
-    server: MCPServer = MCPServer("sagafleet", instructions=INSTRUCTIONS, log_level="WARNING")
     tools = _Tools(service, caller)
+    server = GatewayServer(tools)
     read_only = ToolAnnotations(read_only_hint=True, idempotent_hint=True)
     writes = ToolAnnotations(idempotent_hint=True, destructive_hint=False)
     for fn, hints in (

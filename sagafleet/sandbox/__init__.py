@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from events.migrate import apply_migrations
 from sagafleet.sandbox._db import ConnectionSource, open_pool
@@ -49,6 +50,9 @@ from sagafleet.sandbox.providers import (
 )
 from workers.tools import ToolSet
 
+if TYPE_CHECKING:
+    from sagafleet.settings import Settings
+
 __all__ = [
     "COMMIT_HORIZON_S",
     "MIGRATIONS_DIR",
@@ -76,6 +80,7 @@ __all__ = [
     "TripSandbox",
     "build_trip_sandbox",
     "classify_provider_error",
+    "configured_ledgers",
     "duplicate_effects",
     "install",
     "ledger_for_saga",
@@ -110,20 +115,27 @@ def open_trip_sandbox(
     return replace(sandbox, tools=replace(sandbox.tools, resources=(pool,)))
 
 
+def configured_ledgers(settings: Settings) -> str:
+    """Where the configured sandbox keeps its ledgers: ``SAGAFLEET_SANDBOX_DATABASE_URL``,
+    else the fleet's database (``SAGAFLEET_DATABASE_URL``, else the embedded server)."""
+    from sagafleet import runtime
+    from sagafleet.settings import reveal
+
+    return reveal(settings.sandbox_database_url) or runtime.database_url(settings)
+
+
 def trip_tool_set() -> ToolSet:
     """The trip tools over the sandbox, for ``sagafleet worker --tools`` (see :data:`TOOL_SET`).
 
-    Reads the process's settings once: the sandbox lives in the fleet's database
-    (``SAGAFLEET_DATABASE_URL``, else the embedded server) and every provider call waits
-    ``SAGAFLEET_TOOL_LATENCY_SECONDS`` first.
+    Reads the process's settings once: the sandbox lives in ``SAGAFLEET_SANDBOX_DATABASE_URL``
+    when set, else in the fleet's database (``SAGAFLEET_DATABASE_URL``, else the embedded
+    server), and every provider call waits ``SAGAFLEET_TOOL_LATENCY_SECONDS`` first.
     """
-    # Imported here: the settings and the embedded servers are the command line's concern,
-    # and a test or script that builds the sandbox itself never needs them.
-    from sagafleet import runtime
+    # Imported here: the settings are the command line's concern, and a test or script that
+    # builds the sandbox itself never needs them.
     from sagafleet.settings import Settings
 
     settings = Settings.from_env()
-    sandbox = open_trip_sandbox(
-        runtime.database_url(settings), latency_s=settings.tool_latency_seconds
-    )
+    sandbox = open_trip_sandbox(configured_ledgers(settings),
+                                latency_s=settings.tool_latency_seconds)
     return sandbox.tools

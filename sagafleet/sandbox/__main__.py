@@ -1,14 +1,14 @@
 """``python -m sagafleet.sandbox install``: create the sandbox's schemas in the configured
-database (``SAGAFLEET_DATABASE_URL``, else the embedded one), for a fleet run with
+database (``SAGAFLEET_SANDBOX_DATABASE_URL``, else ``SAGAFLEET_DATABASE_URL``, else the
+embedded one), for a fleet run with
 ``--tools sagafleet.sandbox:trip_tool_set`` (compose.yaml's ``sandbox`` service does this)."""
 
 from __future__ import annotations
 
 import sys
 
-from sagafleet import runtime
 from sagafleet.exit_codes import ExitCode
-from sagafleet.sandbox import install
+from sagafleet.sandbox import configured_ledgers, install
 from sagafleet.settings import Settings
 
 
@@ -17,7 +17,7 @@ def main(argv: list[str]) -> int:
     if argv != ["install"]:
         print("usage: python -m sagafleet.sandbox install", file=sys.stderr)
         return ExitCode.USAGE
-    for name in install(runtime.database_url(Settings.from_env())):
+    for name in install(configured_ledgers(Settings.from_env())):
         print(f"sandbox/{name}")
     return ExitCode.OK
 

@@ -190,14 +190,18 @@ class AgentSender(threading.Thread):
                  clock: Callable[[], float], down: Callable[[], tuple[str, ...]],
                  deposit: Callable[[Any], dict[str, str]],
                  signers: Mapping[str, CommandSigner],
-                 acted: Callable[[list[Command]], set[str]] | None = None) -> None:
+                 acted: Callable[[list[Command]], set[str]] | None = None,
+                 sentinel_master: str | None = None) -> None:
         """``signers``: the agent principal's signer in each tenant it acts for (its own
         sagas' tenant, and every tenant whose sagas the operator may hand over to cancel).
         ``acted``: the ids of the given commands whose effect is in the log (raises while
-        the database is down); None: never resend after a broker restart."""
+        the database is down); None: never resend after a broker restart.
+        ``sentinel_master``: with a ``sentinel://`` broker URL, the master's name (the
+        agent's Celery client gets it as kombu's ``master_name`` transport option)."""
         super().__init__(name="chaos-agent", daemon=True)
         self.signers = signers
         self.broker_url = broker_url
+        self.sentinel_master = sentinel_master
         self.acted = acted
         self.broker_run_id: str | None = None
         self.restarts_seen = 0
@@ -205,6 +209,8 @@ class AgentSender(threading.Thread):
         self.last_look = 0.0
         self.app = Celery("chaos-agent", broker=broker_url, set_as_current=False)
         self.app.conf.update(task_serializer="json", accept_content=["json"])
+        if sentinel_master is not None:
+            self.app.conf.broker_transport_options = {"master_name": sentinel_master}
         self.plan = plan
         self.desk = desk
         self.clock = clock  # seconds since the run started
@@ -258,7 +264,7 @@ class AgentSender(threading.Thread):
         if self.acted is None:
             return
         try:
-            client = broker_redis(self.broker_url)
+            client = broker_redis(self.broker_url, self.sentinel_master)
             try:
                 run_id = str(client.info("server")["run_id"])
             finally:
@@ -278,6 +284,13 @@ class AgentSender(threading.Thread):
             return
         unsent = [c for c in accepted if c.command_id not in acted and not self.resend(c)]
         self.resend_due = bool(unsent)
+
+    def recheck(self) -> None:
+        """Look at every accepted command again and resend those not acting, as after a
+        broker restart: what the agent does when told of a database failover (with
+        asynchronous replication the new primary may lack the last commits)."""
+        self.resend_due = True
+        self.nudge.set()
 
     def resend(self, command: Command) -> bool:
         """Send ``command`` again: the same arguments, signed anew under a new id; True

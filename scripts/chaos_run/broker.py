@@ -40,11 +40,11 @@ def _queue_keys(client: redis.Redis, queue: str) -> Iterator[bytes]:
     yield from client.scan_iter(match=f"{queue}*".encode())
 
 
-def snapshot(broker_url: str) -> BrokerSnapshot:
+def snapshot(broker_url: str, sentinel_master: str | None = None) -> BrokerSnapshot:
     """Read every command message Redis holds right now, queues and the unacked hash in
     one transaction (a message moving between them is seen once); raises redis errors
-    when Redis is down."""
-    client = broker_redis(broker_url)
+    when Redis is down. ``sentinel_master``: as for ``broker_redis``."""
+    client = broker_redis(broker_url, sentinel_master)
     try:
         lists = [key for queue in (QUEUE_COMMANDS, "sagafleet.steps")
                  for key in _queue_keys(client, queue) if client.type(key) == b"list"]

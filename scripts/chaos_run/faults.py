@@ -51,6 +51,7 @@ class FleetProcesses:
     log_dir: Path
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     sweeper: subprocess.Popen[bytes] | None = None
+    services: list[subprocess.Popen[bytes]] = field(default_factory=list)  # projector, ...
     killed: set[int] = field(default_factory=set)
     stopped: set[int] = field(default_factory=set)
     refused_start: dict[int, str] = field(default_factory=dict)  # pid -> its log file
@@ -58,15 +59,18 @@ class FleetProcesses:
     spawned: int = 0
 
     def spawn(self, role: str) -> subprocess.Popen[bytes]:
-        """Start one ``sagafleet worker`` or ``sagafleet sweeper``."""
+        """Start one ``sagafleet worker``, ``sagafleet sweeper`` or other service
+        (``projector``)."""
         self.spawned += 1
         log = self.log_dir / f"{role}-{self.spawned}.log"
         proc = spawn_sagafleet([role], self.env, log)
         self.logs[proc.pid] = log
         if role == "worker":
             self.workers.append(proc)
-        else:
+        elif role == "sweeper":
             self.sweeper = proc
+        else:
+            self.services.append(proc)
         return proc
 
     def live_workers(self) -> list[subprocess.Popen[bytes]]:
@@ -85,7 +89,7 @@ class FleetProcesses:
 
     def casualties(self) -> list[str]:
         """Processes that died without this run killing them (a refused start aside)."""
-        dead = [p for p in [*self.workers, self.sweeper]
+        dead = [p for p in [*self.workers, self.sweeper, *self.services]
                 if p is not None and p.poll() is not None and p.pid not in self.killed
                 and p.pid not in self.refused_start]
         return [f"pid {p.pid} ({self.logs[p.pid].stem}) exited with {p.returncode}; its log "
@@ -93,7 +97,8 @@ class FleetProcesses:
 
     def stop(self) -> None:
         """Warm shutdown, then SIGKILL what is left; resume anything stopped first."""
-        stop_processes([p for p in [*self.workers, self.sweeper] if p is not None], grace_s=15)
+        stop_processes([p for p in [*self.workers, self.sweeper, *self.services]
+                        if p is not None], grace_s=15)
 
 
 def _last_words(log: Path) -> str:

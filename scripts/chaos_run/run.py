@@ -86,6 +86,7 @@ class ChaosRun:
         self.durations: dict[str, float] = {}
         self.desk = CancelDesk()
         self.operator: Operator | None = None  # once the fleet can authenticate its approver
+        self.sentinel_master: str | None = None  # with a sentinel:// broker URL
 
     def elapsed(self) -> float:
         """Seconds since the run started."""
@@ -274,7 +275,7 @@ class ChaosRun:
             self.review(fleet)
             try:
                 facts = self.costs.timed("observe", lambda: observe.saga_facts(self.database))
-                broker = snapshot(self.broker_url)
+                broker = snapshot(self.broker_url, self.sentinel_master)
                 unresolved = self.costs.timed("observe", partial(
                     self.unresolved_commands, agent, facts, broker, injector))
             except TRANSIENT:
@@ -329,7 +330,7 @@ class ChaosRun:
         plan_names = _retrying(lambda: observe.definition_names(self.database)) or set()
         letters = _retrying(lambda: observe.command_dead_letters(self.database)) or []
         try:
-            in_broker = snapshot(self.broker_url)
+            in_broker = snapshot(self.broker_url, self.sentinel_master)
         except TRANSIENT:
             in_broker = BrokerSnapshot(frozenset(), frozenset(), 0)
         ledgers = {row.saga_id: row for row in ledger_rows or []}

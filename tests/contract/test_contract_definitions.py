@@ -134,3 +134,23 @@ def test_a_lookup_without_a_tenant_is_refused(ports: Ports) -> None:
             ports.definitions.list(tenant=blank)
         with pytest.raises(InvalidArgument):
             ports.definitions.register(trip_definition(), tenant=blank)
+
+
+@pytest.mark.parametrize("name", ["trip\x00x", "", "Trip", "trip\n", "x" * 129, 7])
+def test_a_name_no_definition_can_have_is_invalid_input_not_a_lookup(ports: Ports,
+                                                                    name: object) -> None:
+    # given a registered trip
+    ports.definitions.register(trip_definition(), tenant="A")
+    # when a caller asks for a name no definition can have (a NUL in it, say)
+    with pytest.raises(InvalidArgument) as caught:
+        ports.definitions.get(name, tenant="A")  # type: ignore[arg-type]
+    # then it is invalid input, told without quoting the name back
+    assert caught.value.kind == "invalid_input"
+    assert "\x00" not in str(caught.value) and "Trip" not in str(caught.value)
+
+
+def test_a_tenant_holding_a_nul_is_invalid_input(ports: Ports) -> None:
+    with pytest.raises(InvalidArgument):
+        ports.definitions.get("trip", tenant="A\x00")
+    with pytest.raises(InvalidArgument):
+        ports.definitions.list(tenant="A\x00")

@@ -6,6 +6,14 @@
 // element being edited (focus inside it, e.g. a reason typed into a form) is refreshed once
 // the focus leaves it, so a refresh never throws away what a person is typing.
 //
+// The event stream reconnects by itself after any failure: a refusal (429 when this session,
+// principal or tenant holds as many live pages as it may, 503 when the console does; the
+// browser gives up on an EventSource answered so) or a drop (the console restarted, a proxy
+// closed the connection). The script closes the failed stream and opens a new one after an
+// exponential backoff with full jitter (a random wait below 1 s, 2 s, 4 s, ... up to 60 s),
+// so pages refused together do not come back together; each attempt first refreshes the
+// fragments, so a page whose stream stays refused still moves, only more slowly.
+//
 // Forms with data-once: the submit button is disabled after the first click (the server
 // makes a second click a no-op anyway; this only spares the request).
 (function () {
@@ -73,16 +81,44 @@
     }
   });
 
+  var BACKOFF_BASE_MS = 1000;
+  var BACKOFF_CAP_MS = 60000;
+  var failures = 0;
+  var retryTimer = null;
+
+  function backoffMs(failed) {
+    // Full jitter: anywhere below the exponential ceiling.
+    var ceiling = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * Math.pow(2, failed - 1));
+    return Math.floor(Math.random() * ceiling);
+  }
+
   function connect() {
+    retryTimer = null;
     if (liveElements().length === 0 || !window.EventSource) { return; }
     var source = new EventSource("/live");
-    source.addEventListener("open", function () { setStatus("on", "live"); });
+    source.addEventListener("open", function () {
+      if (failures > 0) { liveElements().forEach(refresh); } // moves missed meanwhile
+      failures = 0;
+      setStatus("on", "live");
+    });
     source.addEventListener("moved", function () { liveElements().forEach(refresh); });
     source.addEventListener("signed-out", function () {
       source.close();
       window.location.assign("/sign-in");
     });
-    source.addEventListener("error", function () { setStatus("off", "reconnecting…"); });
+    source.addEventListener("error", function () {
+      // Whether refused or dropped, this script decides when to try again (the browser
+      // would give up on a refusal, and retry a drop at once, all pages together).
+      source.close();
+      if (retryTimer !== null) { return; }
+      failures += 1;
+      var wait = backoffMs(failures);
+      setStatus("off", "reconnecting…");
+      retryTimer = window.setTimeout(function () {
+        liveElements().forEach(refresh); // a refused page still moves; a 401 signs in again
+        connect();
+      }, wait);
+    });
   }
 
   if (document.readyState === "loading") {

@@ -19,7 +19,7 @@ from read_model_support import project_all
 
 from sagafleet.console.app import create_app
 from sagafleet.console.core import Console
-from sagafleet.console.live import LiveHub, TooManySubscribers
+from sagafleet.console.live import LiveHub, LiveLimits, StreamOwner, TooManySubscribers
 
 try:  # the HTTP client the mcp dependency brings (starlette's test client uses it too)
     import httpx2 as httpx
@@ -109,12 +109,13 @@ def test_the_stream_ends_once_its_session_is_signed_out(fleet, served):
 
 
 def test_the_hub_refuses_a_subscriber_beyond_its_bound(fleet) -> None:
-    hub = LiveHub(fleet.store, max_subscribers=1)
+    hub = LiveHub(fleet.store, limits=LiveLimits(per_process=1))
+    owner, other = StreamOwner("s1", "acme", "ana"), StreamOwner("s2", "globex", "gus")
 
     async def scenario() -> Any:
-        async with hub.subscription():
+        async with hub.subscription(owner):
             with pytest.raises(TooManySubscribers):
-                async with hub.subscription():
+                async with hub.subscription(other):
                     pass
             assert hub.subscribers == 1
         return hub.subscribers

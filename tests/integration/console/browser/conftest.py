@@ -86,13 +86,17 @@ class _Sweeping:
         self._thread.join(timeout=30)
 
 
+def _need_chromium() -> None:
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.skip(f"the browser tests need Debian's chromium and chromium-driver "
+                    f"({CHROMIUM}, {CHROMEDRIVER}); .ci/run installs them")
+
+
 @pytest.fixture(scope="module")
 def console_world(pg_server_url: str, broker_url: str,
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleWorld]:
     """The fleet, its workers, a projector, a sweeper, and the console served over HTTP."""
-    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        pytest.skip(f"the browser tests need Debian's chromium and chromium-driver "
-                    f"({CHROMIUM}, {CHROMEDRIVER}); .ci/run installs them")
+    _need_chromium()
     redis = broker_redis(broker_url)
     redis.flushdb()
     with migrated_database(pg_server_url) as database:
@@ -118,6 +122,7 @@ def console_world(pg_server_url: str, broker_url: str,
                 "otto": token_for(fleet, "otto", ("operator",)),
                 "aude": token_for(fleet, "aude", ("auditor",)),
                 "gina": token_for(fleet, "gina", ("approver", "operator"), tenant="globex"),
+                "fiona": token_for(fleet, "fiona", ("fleet_operator",), tenant="fleet"),
             }
             port = server.config.port
             yield ConsoleWorld(fleet, f"http://127.0.0.1:{port}", tokens, workers)
@@ -133,8 +138,15 @@ def console_world(pg_server_url: str, broker_url: str,
 
 
 @pytest.fixture(scope="module")
-def browser(console_world: ConsoleWorld) -> Iterator[Any]:
+def browser(console_world: ConsoleWorld, chromium: Any) -> Any:
+    """Headless Chromium for the scenarios of the shared console world."""
+    return chromium
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
     """Headless Chromium under Selenium (one for the module; each test signs in afresh)."""
+    _need_chromium()
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
