@@ -57,7 +57,11 @@ def compact_status(view: SagaView, loaded: LoadedSaga) -> dict[str, Any]:
         if run.receipt is not None:
             entry["receipt"] = _receipt(run.receipt)
         if run.error_class:
-            entry["error"] = f"{run.error_class}: {run.error_message}".rstrip(": ")
+            # An error the run recovered from (it succeeded since) is history, not a problem.
+            said = "recovered_error" if run.error_recovered else "error"
+            entry[said] = f"{run.error_class}: {run.error_message}".rstrip(": ")
+        if run.approval is not None and run.approval["status"] == "denied":
+            entry["denied_by"] = run.approval["approver"]
         if run.not_before is not None and not view.terminal:
             entry["not_before"] = run.not_before.isoformat()
         steps.append(entry)
