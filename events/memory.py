@@ -374,6 +374,14 @@ class MemorySecrets:
         with self._lock:
             self._values.pop(saga_id, None)
 
+    def kept(self, saga_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The values kept for each of ``saga_ids``, by saga id and field (none: absent)."""
+        with self._lock:
+            texts = {saga_id: dict(self._values[saga_id]) for saga_id in saga_ids
+                     if self._values.get(saga_id)}
+        return {saga_id: {name: json.loads(text) for name, text in kept.items()}
+                for saga_id, kept in texts.items()}
+
     def deposit(self, tenant: str, value: Any, expires_at: datetime) -> str:
         """Hold ``value`` for ``tenant`` until ``expires_at`` under a new ref (kept by its
         digest, as the database keeps it)."""

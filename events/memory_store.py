@@ -383,13 +383,16 @@ class MemoryEventStore:
                         break
         return [s.fresh() for s in page]
 
-    def due_streams(self, prefix: str, now: datetime, limit: int) -> list[DueStream]:
-        """The streams whose id starts with ``prefix`` due by ``now``, the longest due first
-        (at most ``limit``), as :meth:`EventStore.due_streams` finds them."""
+    def due_streams(self, prefix: str, now: datetime, limit: int, *,
+                    since: datetime | None = None) -> list[DueStream]:
+        """The streams whose id starts with ``prefix`` due by ``now`` (and, with ``since``,
+        after it), the longest due first (at most ``limit``), as
+        :meth:`EventStore.due_streams` finds them."""
         with self._lock:
             due = sorted(
                 (due_at, stream_id) for stream_id, due_at in self._due.items()
-                if due_at <= now and stream_id.startswith(prefix)
+                if due_at <= now and (since is None or due_at > since)
+                and stream_id.startswith(prefix)
             )[:limit]
             return [DueStream(stream_id, len(self._streams[stream_id]), due_at)
                     for due_at, stream_id in due]

@@ -25,7 +25,8 @@ same promises, not a mock:
   against every other saga of the tenant; release reservations of operations that turned
   out to have had no effect; read a window's total.
 * **Secrets** — keep a saga's secret inputs (in the unit that starts it), reveal them into
-  a tool call's arguments, purge them when the saga ends; hold a value deposited ahead of
+  a tool call's arguments, tell what a saga keeps (so it can be looked for by value), purge
+  them when the saga ends; hold a value deposited ahead of
   a start under a single-use ref (``events.secret_inputs``), redeem it in the unit that
   starts the saga, forget refs that expired.
 
@@ -138,8 +139,9 @@ class SagaLog(Protocol):
         the saga's next due time (None: none; by default it stays as it was)."""
         ...
 
-    def due(self, now: datetime, limit: int) -> list[DueSaga]:
-        """The sagas due by ``now``, the longest due first (at most ``limit``)."""
+    def due(self, now: datetime, limit: int, *, since: datetime | None = None) -> list[DueSaga]:
+        """The sagas due by ``now`` (and, with ``since``, after it), the longest due first
+        (at most ``limit``)."""
         ...
 
     def defer(self, items: Sequence[DueSaga]) -> int:
@@ -236,6 +238,11 @@ class Secrets(Protocol):
 
     def purge(self, saga_id: str) -> None:
         """Forget a finished saga's secrets."""
+        ...
+
+    def kept(self, saga_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The values kept for each of ``saga_ids``, by saga id and field (a saga with none,
+        or purged, is absent): what the last line of defence looks for by value."""
         ...
 
     def deposit(self, tenant: str, value: Any, expires_at: datetime) -> str:

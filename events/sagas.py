@@ -283,8 +283,9 @@ class EventStreams(Protocol):
         """Append at ``expected_version`` (setting the head's due time, when given)."""
         ...
 
-    def due_streams(self, prefix: str, now: datetime, limit: int) -> list[DueStream]:
-        """The streams of ``prefix`` due by ``now``, the longest due first."""
+    def due_streams(self, prefix: str, now: datetime, limit: int, *,
+                    since: datetime | None = None) -> list[DueStream]:
+        """The streams of ``prefix`` due by ``now`` (after ``since``), the longest due first."""
         ...
 
     def defer_due(self, items: Sequence[DueStream]) -> int:
@@ -412,9 +413,10 @@ class SagaStreams(ABC):
         target = self.streams if unit is None else self._within(unit)
         return target.append(saga_stream(saga_id), new, expected_version, due_at=due_at)
 
-    def due(self, now: datetime, limit: int) -> list[DueSaga]:
-        """The sagas due by ``now``, the longest due first (at most ``limit``)."""
-        found = self.streams.due_streams(STREAM_PREFIX, now, limit)
+    def due(self, now: datetime, limit: int, *, since: datetime | None = None) -> list[DueSaga]:
+        """The sagas due by ``now`` (and, with ``since``, after it: what came due since a
+        pass at ``since``), the longest due first (at most ``limit``)."""
+        found = self.streams.due_streams(STREAM_PREFIX, now, limit, since=since)
         return [DueSaga(s.stream_id[len(STREAM_PREFIX):], s.version, s.due_at) for s in found]
 
     def defer(self, items: Sequence[DueSaga]) -> int:

@@ -20,7 +20,7 @@ from projections.metrics import (
     collect_platform_metrics,
 )
 from projections.projector import Projector
-from projections.prometheus import MetricsServer
+from projections.prometheus import exporter_app
 from projections.queue import operator_queue
 from projections.rebuild import RebuildProgress, RebuildReport, rebuild
 from projections.rows import QueueRow, SagaRows, StepRunRow, SummaryRow
@@ -41,7 +41,6 @@ __all__ = [
     "DefinitionMetrics",
     "Difference",
     "Metrics",
-    "MetricsServer",
     "OperationMetrics",
     "ProjectionContext",
     "ProjectionError",
@@ -68,6 +67,7 @@ __all__ = [
     "business_alerts",
     "collect_metrics",
     "collect_platform_metrics",
+    "exporter_app",
     "migrate",
     "operator_queue",
     "parse_position",

@@ -8,8 +8,9 @@ letters (agent commands that could never succeed) are counted from ``fleet.dead_
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -63,9 +64,12 @@ SELECT {group},
  GROUP BY {group}
 """
 
-# Before fleet migration 0003 there is no status column: every letter then counts as open.
+# Before fleet migration 0003 there is no status column: every letter then counts as open;
+# before 0013 no tenant column, and no letter is proven to be any tenant's.
 _DEAD_LETTERS = """
-SELECT count(*), count(*) FILTER (WHERE {open}) FROM fleet.dead_letters
+SELECT {tenant}, count(*), count(*) FILTER (WHERE {open}),
+       count(*) FILTER (WHERE {refused} IS NOT NULL), {refused}
+  FROM fleet.dead_letters GROUP BY 1, {refused}
 """
 
 _REDELIVERIES = """
@@ -143,9 +147,9 @@ class DeadLetterMetrics:
 
 @dataclass(frozen=True)
 class Metrics:
-    """Everything ``sagafleet stats`` shows: one tenant's sagas (``tenant``), or every
-    tenant's for the platform's own monitoring (``tenant`` None). Dead letters are broker
-    messages no tenant is proven to own, so only the platform's view counts them."""
+    """Everything ``sagafleet stats`` shows: one tenant's sagas and dead letters
+    (``tenant``), or every tenant's for the platform's own monitoring (``tenant`` None),
+    whose dead letters count those of unknown tenant too."""
 
     version: int
     definitions: list[DefinitionMetrics]
@@ -195,11 +199,10 @@ def _grouped(
 
 
 def collect_metrics(ctx: ProjectionContext, *, tenant: str, name: str = "sagas") -> Metrics:
-    """Every metric of ``tenant``'s sagas (never another tenant's) from the active table set,
-    in one consistent snapshot; no dead letters (no tenant is proven to own one)."""
+    """Every metric of ``tenant``'s sagas and dead letters (never another tenant's, nor a
+    letter of unknown tenant) from the active table set, in one consistent snapshot."""
     check_tenant(tenant)
-    metrics = _collect(ctx, _Scope(sql.SQL("s.tenant = %(tenant)s"), tenant), name)
-    return replace(metrics, dead_letters=None)
+    return _collect(ctx, _Scope(sql.SQL("s.tenant = %(tenant)s"), tenant), name)
 
 
 def collect_platform_metrics(ctx: ProjectionContext, name: str = "sagas") -> Metrics:
@@ -223,7 +226,9 @@ def _collect(ctx: ProjectionContext, scope: _Scope, name: str) -> Metrics:
             query, {"terminal": list(TERMINAL), "tenant": scope.tenant}).fetchall()
         by_definition = _grouped(conn, _PER_OPERATIONS, ["s.definition_name"], version, scope)
         by_tool = _grouped(conn, _PER_OPERATIONS, ["r.tool", "r.kind"], version, scope)
-        dead_letters = _dead_letters(conn)
+        by_tenant = dead_letters_by_tenant(conn)
+        dead_letters = (_sum(by_tenant.values()) if scope.tenant is None
+                        else by_tenant.get(scope.tenant, DeadLetterMetrics()))
         redelivered_def: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         redelivered_tool: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         if has_redeliveries:
@@ -263,24 +268,44 @@ def _collect(ctx: ProjectionContext, scope: _Scope, name: str) -> Metrics:
     return Metrics(version, definitions, tools, dead_letters, scope.tenant)
 
 
-def dead_letter_metrics(ctx: ProjectionContext) -> DeadLetterMetrics:
-    """The platform's dead-letter counts alone (the exporter's: no saga query)."""
+def dead_letter_metrics(ctx: ProjectionContext) -> dict[str | None, DeadLetterMetrics]:
+    """The platform's dead-letter counts alone, per tenant (None: the letters no tenant is
+    proven to own) — the exporter's: no saga query."""
     with ctx.connection() as conn:
-        return _dead_letters(conn)
+        return dead_letters_by_tenant(conn)
 
 
-def _dead_letters(conn: psycopg.Connection[Any]) -> DeadLetterMetrics:
+def dead_letters_by_tenant(conn: psycopg.Connection[Any]) -> dict[str | None, DeadLetterMetrics]:
+    """Each tenant's dead-letter counts (None: unknown tenant; absent: none recorded)."""
     columns = {name for (name,) in conn.execute(
         "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass('fleet.dead_letters')"
         " AND attnum > 0 AND NOT attisdropped")}
     if not columns:
-        return DeadLetterMetrics()
-    is_open = "status = 'open'" if "status" in columns else "true"
-    row = conn.execute(sql.SQL(_DEAD_LETTERS).format(open=sql.SQL(is_open))).fetchone()
-    recorded, still_open = row if row else (0, 0)
-    refused: dict[str, int] = {}
-    if "refusal" in columns:  # fleet migration 0006: why a signed command was refused
-        refused = {str(refusal): int(count) for refusal, count in conn.execute(
-            "SELECT refusal, count(*) FROM fleet.dead_letters WHERE refusal IS NOT NULL"
-            " GROUP BY refusal ORDER BY refusal")}
-    return DeadLetterMetrics(recorded=int(recorded), open=int(still_open), refused=refused)
+        return {}
+    query = sql.SQL(_DEAD_LETTERS).format(
+        tenant=sql.SQL("tenant" if "tenant" in columns else "NULL::text"),
+        open=sql.SQL("status = 'open'" if "status" in columns else "true"),
+        # fleet migration 0006: why a signed command was refused
+        refused=sql.SQL("refusal" if "refusal" in columns else "NULL::text"))
+    counts: dict[str | None, list[Any]] = {}
+    for tenant, recorded, still_open, refused, refusal in conn.execute(query):
+        entry = counts.setdefault(tenant, [0, 0, {}])
+        entry[0] += int(recorded)
+        entry[1] += int(still_open)
+        if refusal is not None:
+            entry[2][str(refusal)] = int(refused)
+    return {tenant: DeadLetterMetrics(recorded=recorded, open=still_open,
+                                      refused=dict(sorted(refused.items())))
+            for tenant, (recorded, still_open, refused) in counts.items()}
+
+
+def _sum(parts: Iterable[DeadLetterMetrics]) -> DeadLetterMetrics:
+    """Several tenants' counts as one (the platform's whole)."""
+    recorded = still_open = 0
+    refused: Counter[str] = Counter()
+    for part in parts:
+        recorded += part.recorded
+        still_open += part.open
+        refused.update(part.refused)
+    return DeadLetterMetrics(recorded=recorded, open=still_open,
+                             refused=dict(sorted(refused.items())))

@@ -4,19 +4,23 @@ Nothing is counted in memory here: at each scrape :class:`ReadModelCollector` as
 models (``projections.window``: the last ``window_s`` seconds, through indexes), the
 projection status (lag) and the business alerts, and yields metric families;
 ``prometheus_client`` writes the exposition (``# HELP``/``# TYPE``, escaping, ``_total``).
-Labels are bounded: ``definition``, ``tool``, ``kind``, ``state``, ``quantile``,
+Labels are bounded: ``tenant``, ``definition``, ``tool``, ``kind``, ``state``, ``quantile``,
 ``projection``, ``version``, ``status``, ``refusal``, ``alert`` — never a saga id.
 README "Metrics" lists every name.
+
+This is the platform's view, every tenant's at once: a saga family and the dead letters
+carry a ``tenant`` label (a definition's name is its tenant's, so two tenants' series never
+merge; ``tenant=""`` counts the letters no tenant is proven to own), and the endpoint answers
+only to the fleet role (:mod:`sagafleet.metrics_access` guards it with a token). Tenants read
+their own figures through ``sagafleet stats`` and the console's Health page.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     CollectorRegistry,
@@ -79,7 +83,6 @@ class ReadModelCollector(Collector):
         yield from _window_families(window)
         yield from _lag_families(self.ctx)
         yield from _replica_families(self.ctx)
-        # The platform's view: dead letters belong to no tenant proven to own them.
         yield from _dead_letter_families(dead_letter_metrics(self.ctx))
         thresholds = AlertThresholds.for_window(self.window_s)
         alerts = Counter(a.kind for a in platform_alerts(self.ctx, thresholds))
@@ -94,7 +97,7 @@ def _window_families(window: WindowMetrics) -> Iterator[Metric]:
     yield GaugeMetricFamily("sagafleet_metrics_window_seconds",
                             "The window the saga rates and latencies cover.",
                             value=window.window_s)
-    d = ["definition"]
+    d = ["tenant", "definition"]
     started = _gauge("sagas_started", f"Sagas started {span}.", d)
     finished = _gauge("sagas_finished", f"Sagas that reached a terminal state {span}.",
                       [*d, "state"])
@@ -116,15 +119,15 @@ def _window_families(window: WindowMetrics) -> Iterator[Metric]:
                    "unfinished saga last changed.", d)
     ops = _OperationFamilies("", d, span)
     for w in window.definitions:
-        label = [w.definition]
+        label = [w.tenant, w.definition]
         started.add_metric(label, w.started)
         for state in TERMINAL_STATES:
-            finished.add_metric([w.definition, state], w.finished.get(state, 0))
+            finished.add_metric([*label, state], w.finished.get(state, 0))
         for state, family in ratios.items():
             _add(family, label, w.finished_share(state))
         _add(manual, label, w.manual_intervention_ratio)
         for q, value in zip(QUANTILES, w.time_to_terminal_s, strict=True):
-            _add(terminal, [w.definition, f"{q:g}"], value)
+            _add(terminal, [*label, f"{q:g}"], value)
         unfinished.add_metric(label, w.unfinished)
         waiting.add_metric(label, w.waiting_for_operator)
         stuck.add_metric(label, w.stuck_age_s)
@@ -208,15 +211,30 @@ def _replica_families(ctx: ProjectionContext) -> Iterator[Metric]:
                                 value=lag)
 
 
-def _dead_letter_families(letters: DeadLetterMetrics) -> Iterator[Metric]:
-    yield CounterMetricFamily("sagafleet_dead_letters_recorded", "Messages ever kept as dead "
-                              "letters (they could never succeed).", value=letters.recorded)
-    yield GaugeMetricFamily("sagafleet_dead_letters_open", "Dead letters waiting for an "
-                            "operator to requeue or discard them.", value=letters.open)
+UNKNOWN_TENANT_LABEL = ""
+"""The ``tenant`` label of dead letters no tenant is proven to own (a tenant is never blank)."""
+
+
+def _dead_letter_families(by_tenant: Mapping[str | None, DeadLetterMetrics]
+                          ) -> Iterator[Metric]:
+    recorded = CounterMetricFamily("sagafleet_dead_letters_recorded", "Messages ever kept as "
+                                   "dead letters (they could never succeed), by tenant "
+                                   "(\"\": none proven).", labels=["tenant"])
+    still_open = GaugeMetricFamily("sagafleet_dead_letters_open", "Dead letters waiting for an "
+                                   "operator to requeue or discard them, by tenant.",
+                                   labels=["tenant"])
     refused = CounterMetricFamily("sagafleet_commands_refused", "Signed agent commands "
-                                  "refused, by refusal.", labels=["refusal"])
-    for refusal, count in sorted(letters.refused.items()):
-        refused.add_metric([refusal], count)
+                                  "refused, by tenant and refusal.", labels=["tenant", "refusal"])
+    # The unknown tenant's series is always there (0 when none), so the families are too.
+    every = {None: DeadLetterMetrics(), **by_tenant}
+    for tenant, letters in sorted(every.items(), key=lambda item: item[0] or ""):
+        label = tenant if tenant is not None else UNKNOWN_TENANT_LABEL
+        recorded.add_metric([label], letters.recorded)
+        still_open.add_metric([label], letters.open)
+        for refusal, count in sorted(letters.refused.items()):
+            refused.add_metric([label, refusal], count)
+    yield recorded
+    yield still_open
     yield refused
 
 
@@ -237,29 +255,6 @@ def scrape(ctx: ProjectionContext, window_s: float = DEFAULT_WINDOW_S) -> str:
     return generate_latest(exporter_registry(ctx, window_s)).decode()
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        log.debug(format, *args)
-
-
-class _ThreadingWSGIServer(WSGIServer):
-    """One thread per scrape, so a slow query never blocks the next scrape's connect."""
-
-    daemon_threads = True
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        threading.Thread(target=self._handle, args=(request, client_address),
-                         daemon=True).start()
-
-    def _handle(self, request: Any, client_address: Any) -> None:
-        try:
-            self.finish_request(request, client_address)
-        except Exception:  # noqa: BLE001 - one failed connection must not stop the server
-            self.handle_error(request, client_address)
-        finally:
-            self.shutdown_request(request)
-
-
 def _unavailable_as_503(app: Callable[..., Any]) -> Callable[..., Any]:
     """A database that cannot answer is a 503 naming why (Prometheus marks the target down)."""
 
@@ -276,37 +271,9 @@ def _unavailable_as_503(app: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
-class MetricsServer:
-    """Serves ``GET /metrics`` (``prometheus_client``'s WSGI app over the read-model
-    collector) on a background thread until :meth:`close`."""
-
-    def __init__(self, ctx: ProjectionContext, host: str = "0.0.0.0",  # noqa: S104
-                 port: int = 9464, *, window_s: float = DEFAULT_WINDOW_S) -> None:
-        self.ctx = ctx
-        app = _unavailable_as_503(make_wsgi_app(exporter_registry(ctx, window_s)))
-        self._server = make_server(host, port, app, _ThreadingWSGIServer,
-                                   handler_class=_QuietHandler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._serving = False
-
-    @property
-    def port(self) -> int:
-        """The bound port (useful with port 0)."""
-        return int(self._server.server_address[1])
-
-    def start(self) -> MetricsServer:
-        """Start serving in the background."""
-        self._thread.start()
-        self._serving = True
-        return self
-
-    def serve_forever(self) -> None:
-        """Serve in the calling thread."""
-        self._serving = True
-        self._server.serve_forever()
-
-    def close(self) -> None:
-        """Stop serving and free the port."""
-        if self._serving:
-            self._server.shutdown()
-        self._server.server_close()
+def exporter_app(ctx: ProjectionContext, window_s: float = DEFAULT_WINDOW_S
+                 ) -> Callable[..., Any]:
+    """The WSGI app of ``GET /metrics`` over the read-model collector (a database that cannot
+    answer is a 503). It guards nothing: the composition root serves it only behind the
+    fleet role's token (:mod:`sagafleet.metrics_http`)."""
+    return _unavailable_as_503(make_wsgi_app(exporter_registry(ctx, window_s)))

@@ -4,8 +4,9 @@
 the read models need beyond it, counted from the events themselves: attempts, successes
 and distinct receipts per operation key (duplicate effects), ambiguous outcomes,
 reconciliation results, latencies, the evidence of the latest escalation and approval
-requests. The runner and ``verify`` use the same functions, so "the read model equals a
-fresh fold of the log" is checked against exactly one definition of the fold.
+requests, and the last error with the operation it was about (:func:`last_error_recovered`).
+The runner and ``verify`` use the same functions, so "the read model equals a fresh fold of
+the log" is checked against exactly one definition of the fold.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from saga_core.events import (
     StepSucceeded,
 )
 from saga_core.keys import canonical_json
-from saga_core.state import SagaState, replace
+from saga_core.state import SagaState, error_recovered, replace
 
 RunKey = tuple[str, StepKind]
 
@@ -89,6 +90,8 @@ class SagaRecord:
     tallies: Mapping[RunKey, OperationTally] = field(default_factory=dict)
     last_error: str = ""
     last_error_class: str | None = None
+    # The operation the last error was about: once it succeeds, the error is shown recovered.
+    last_error_run: RunKey | None = None
 
 
 def start_record(definition: SagaDefinition, event: SagaStarted, stream_version: int) -> SagaRecord:
@@ -174,11 +177,13 @@ def evolve_record(record: SagaRecord, event: SagaEvent, stream_version: int) -> 
         case StepFailed():
             changes["last_error"] = f"{event.step_id} ({event.kind}): {event.message}".rstrip(": ")
             changes["last_error_class"] = str(event.error_class)
+            changes["last_error_run"] = (event.step_id, event.kind)
         case StepOutcomeUnknown():
             changes["last_error"] = (
                 f"{event.step_id} ({event.kind}): outcome unknown, {event.reason}"
             )
             changes["last_error_class"] = str(ErrorClass.AMBIGUOUS)
+            changes["last_error_run"] = (event.step_id, event.kind)
         case ApprovalRequested():
             key = (event.step_id, event.kind)
             changes["approval_evidence"] = {**record.approval_evidence, key: event.evidence}
@@ -240,3 +245,14 @@ def fold_event(
         definition = definitions.by_hash(event.definition_hash)
         return start_record(definition, event, recorded.stream_version)
     return evolve_record(record, event, recorded.stream_version)
+
+
+def last_error_recovered(record: SagaRecord) -> bool:
+    """Whether the last error was recovered from: the operation it was about has since
+    succeeded by itself (saga_core.state.error_recovered)."""
+    if record.last_error_run is None:
+        return False
+    step_id, kind = record.last_error_run
+    runs = record.state.forward if kind is StepKind.FORWARD else record.state.compensation
+    run = runs.get(step_id)
+    return run is not None and error_recovered(run.status)

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from projections.masking import mask
-from projections.record import NO_TALLY, SagaRecord
+from projections.record import NO_TALLY, SagaRecord, last_error_recovered
 from saga_core.contracts import StepKind
 from saga_core.state import RunStatus, StepRun
 
@@ -54,6 +54,9 @@ class SummaryRow:
     cancel_requested: bool
     escalations: int
     escalation_reason: str | None
+    # The last error's operation has since succeeded (a retry, a reconciliation): the error
+    # is history, not a problem (projections migration 0009 added the column).
+    last_error_recovered: bool = False
 
 
 @dataclass(frozen=True)
@@ -145,18 +148,21 @@ def _summary(record: SagaRecord) -> SummaryRow:
         definition_version=record.definition.version,
         definition_hash=record.definition_hash,
         state=str(state.status),
-        phase=state.phase,
+        phase=state.live_phase or "finished",
         started_at=record.started_at,
         updated_at=record.updated_at,
         finished_at=record.finished_at,
         compensation_started_at=record.compensation_started_at,
-        current_steps=[_run_label(r) for r in runs if r.status in ACTIVE_RUN_STATES],
+        # Nobody is on any operation of a finished saga (an absent effect settled is history).
+        current_steps=[] if state.finished is not None else [
+            _run_label(r) for r in runs if r.status in ACTIVE_RUN_STATES],
         last_error=mask(record.last_error, record.secrets),
         last_error_class=record.last_error_class,
         retry_budget_left=state.retry_budget_left,
         cancel_requested=state.cancel_requested,
         escalations=record.escalations,
         escalation_reason=mask(escalation.reason, record.secrets) if escalation else None,
+        last_error_recovered=last_error_recovered(record),
     )
 
 

@@ -22,6 +22,11 @@ database clock.
 
 A share whose denominator is empty is None (not 0): nothing finished is no evidence of a
 0 % completion rate.
+
+Saga figures are kept apart **per tenant and definition**: a definition's name is its
+tenant's (two tenants may register "orders" with different content), so one series never
+mixes two tenants' sagas, and the platform's monitoring can route each tenant's series. Tool
+figures are per tool and kind: the tool catalogue is the fleet's, not a tenant's.
 """
 
 from __future__ import annotations
@@ -38,31 +43,31 @@ from projections.tables import active_version, table
 QUANTILES = (0.5, 0.95)
 
 _STARTED = """
-SELECT definition_name, count(*), count(*) FILTER (WHERE escalations > 0)
+SELECT tenant, definition_name, count(*), count(*) FILTER (WHERE escalations > 0)
   FROM {summary} WHERE started_at >= now() - make_interval(secs => %(window)s)
- GROUP BY definition_name
+ GROUP BY tenant, definition_name
 """
 
 _FINISHED = """
-SELECT definition_name, state, count(*) FROM {summary}
+SELECT tenant, definition_name, state, count(*) FROM {summary}
  WHERE finished_at >= now() - make_interval(secs => %(window)s)
- GROUP BY definition_name, state
+ GROUP BY tenant, definition_name, state
 """
 
 _TIME_TO_TERMINAL = """
-SELECT definition_name,
+SELECT tenant, definition_name,
        percentile_cont(%(quantiles)s::float8[]) WITHIN GROUP
            (ORDER BY extract(epoch FROM finished_at - started_at))
   FROM {summary} WHERE finished_at >= now() - make_interval(secs => %(window)s)
- GROUP BY definition_name
+ GROUP BY tenant, definition_name
 """
 
 _UNFINISHED = """
-SELECT definition_name, count(*),
+SELECT tenant, definition_name, count(*),
        count(*) FILTER (WHERE state = 'MANUAL_INTERVENTION'),
        GREATEST(max(extract(epoch FROM now() - updated_at)), 0)::float8
   FROM {summary} WHERE finished_at IS NULL
- GROUP BY definition_name
+ GROUP BY tenant, definition_name
 """
 
 # {group} is a fixed column list: per definition, or per tool and kind.
@@ -97,7 +102,7 @@ SELECT {group}, count(*)
  GROUP BY {group}
 """
 
-BY_DEFINITION = ("s.definition_name",)
+BY_DEFINITION = ("s.tenant", "s.definition_name")
 BY_TOOL = ("r.tool", "r.kind")
 
 
@@ -139,8 +144,9 @@ class OperationWindow:
 
 @dataclass(frozen=True)
 class DefinitionWindow:
-    """The sagas of one definition over the window (and those unfinished now)."""
+    """The sagas of one tenant's definition over the window (and those unfinished now)."""
 
+    tenant: str
     definition: str
     started: int = 0
     escalated: int = 0
@@ -193,22 +199,24 @@ def collect_window(ctx: ProjectionContext, window_s: float, name: str = "sagas")
         operations = {g: _operations(len(g), rows(_OPERATIONS, g), rows(_DUPLICATES, g),
                                      _redeliveries(conn, rows, g))
                       for g in (BY_DEFINITION, BY_TOOL)}
-    by_name: dict[str, dict[str, Any]] = {}
+    by_name: dict[tuple[str, str], dict[str, Any]] = {}
 
-    def entry(definition: str) -> dict[str, Any]:
-        return by_name.setdefault(definition, {"definition": definition, "finished": {}})
+    def entry(tenant: str, definition: str) -> dict[str, Any]:
+        return by_name.setdefault((tenant, definition), {
+            "tenant": tenant, "definition": definition, "finished": {}})
 
-    for definition, count, escalated in started:
-        entry(definition).update(started=int(count), escalated=int(escalated))
-    for definition, state, count in finished:
-        entry(definition)["finished"][str(state)] = int(count)
-    for definition, quantiles in terminal:
-        entry(definition)["time_to_terminal_s"] = _quantiles(quantiles)
-    for definition, count, waiting, age in unfinished:
-        entry(definition).update(unfinished=int(count), waiting_for_operator=int(waiting),
-                                 stuck_age_s=float(age or 0.0))
-    for (definition,), ops in operations[BY_DEFINITION].items():
-        entry(definition)["operations"] = ops
+    for tenant, definition, count, escalated in started:
+        entry(tenant, definition).update(started=int(count), escalated=int(escalated))
+    for tenant, definition, state, count in finished:
+        entry(tenant, definition)["finished"][str(state)] = int(count)
+    for tenant, definition, quantiles in terminal:
+        entry(tenant, definition)["time_to_terminal_s"] = _quantiles(quantiles)
+    for tenant, definition, count, waiting, age in unfinished:
+        entry(tenant, definition).update(unfinished=int(count),
+                                         waiting_for_operator=int(waiting),
+                                         stuck_age_s=float(age or 0.0))
+    for (tenant, definition), ops in operations[BY_DEFINITION].items():
+        entry(tenant, definition)["operations"] = ops
     definitions = [DefinitionWindow(**values) for _, values in sorted(by_name.items())]
     tools = {(str(tool), str(kind)): ops
              for (tool, kind), ops in sorted(operations[BY_TOOL].items())}

@@ -2,7 +2,9 @@
 
 :func:`check_approval` returns the ``ApprovalGranted`` event to append, ``None`` for a second
 identical click (a no-op), or raises; :func:`check_denial` the same for ``ApprovalDenied``.
-Nothing is recorded when they raise. The authority rules come from the step's gate
+Nothing is recorded when they raise. Only the same person's second click is a no-op: an answer
+to a request somebody else already answered is refused (:class:`ApprovalReplayed`) naming who
+answered it and at which saga version. The authority rules come from the step's gate
 (:mod:`saga_core.gate_policy`), as the request recorded them:
 
 * a proven person of the saga's tenant only — an agent never answers, whatever its roles
@@ -44,6 +46,14 @@ class ApproverRefused(NotPermitted):
     def __init__(self, rule: str, message: str) -> None:
         self.rule = rule
         super().__init__(message)
+
+
+def answered(approval: ApprovalState) -> str:
+    """Who answered a request and at which saga version ("already approved by carol at
+    version 9"): what a person who answers it too is told happened meanwhile."""
+    verb = "approved" if approval.status == "granted" else "denied"
+    when = f" at version {approval.answered_version}" if approval.answered_version else ""
+    return f"already {verb} by {approval.approver}{when}"
 
 
 def _pending(state: SagaState, step_id: str, kind: StepKind) -> tuple[StepRun, ApprovalState]:
@@ -109,10 +119,11 @@ def check_approval(  # noqa: PLR0917 -- the approval binding has six parts
         raise ApprovalAltered(
             step_id, str(kind), f"approves {action_hash}, but {approval.action_hash} was requested"
         )
-    if approval.status == "granted":
+    if approval.status == "granted" and approval.approver == approver.name:
         return None  # a second click on the same request changes nothing
-    if approval.status == "denied":
-        raise ApprovalReplayed(step_id, str(kind), f"already denied by {approval.approver}")
+    if approval.status != "requested":
+        # Somebody answered first: nothing is recorded, and the person is told who and when.
+        raise ApprovalReplayed(step_id, str(kind), answered(approval))
     if kind is StepKind.FORWARD and (state.phase == "compensating" or state.finished):
         raise ApprovalReplayed(step_id, str(kind), "forward work of this saga has stopped")
     if run.status is not RunStatus.AWAITING_APPROVAL:
@@ -175,8 +186,10 @@ def check_denial(  # noqa: PLR0917 -- the denial binding has six parts
         raise ApproverRefused("role", f"{denier.name!r} may not deny {step_id} ({kind}): it "
                                       f"needs role {role!r} or {OPERATOR_ROLE!r}, and they hold "
                                       f"{sorted(denier.roles)}")
-    if approval.status == "denied":
+    if approval.status == "denied" and approval.approver == denier.name:
         return None  # a second click changes nothing
+    if approval.status != "requested":
+        raise ApprovalReplayed(step_id, str(kind), answered(approval))
     if run.status is not RunStatus.AWAITING_APPROVAL:
         raise ApprovalReplayed(step_id, str(kind), f"request no longer open ({run.status})")
     return ApprovalDenied(at=now, step_id=step_id, kind=kind, action_hash=approval.action_hash,

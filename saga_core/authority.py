@@ -34,8 +34,9 @@ class Action(StrEnum):
     START = "start"  # start a saga, submit a plan, deposit a secret input
     CANCEL = "cancel"
     RESOLVE = "resolve"  # a typed operator action on a paused saga
-    DEAD_LETTERS = "dead_letters"  # requeue or discard a dead-lettered command
+    DEAD_LETTERS = "dead_letters"  # see, requeue or discard the tenant's dead letters
     REGISTER = "register"  # register a saga definition for the tenant
+    FLEET = "fleet"  # what no tenant owns: unknown-tenant dead letters, workers, /metrics
 
 
 AGENT_ROLE = "agent"
@@ -43,6 +44,7 @@ OPERATOR_ROLE = "operator"
 APPROVER_ROLE = "approver"
 AUDITOR_ROLE = "auditor"
 ADMIN_ROLE = "admin"
+FLEET_OPERATOR_ROLE = "fleet_operator"
 
 ROLE_ACTIONS: Mapping[str, frozenset[Action]] = MappingProxyType({
     AGENT_ROLE: frozenset({Action.READ, Action.START, Action.CANCEL}),
@@ -50,6 +52,10 @@ ROLE_ACTIONS: Mapping[str, frozenset[Action]] = MappingProxyType({
     APPROVER_ROLE: frozenset({Action.READ}),
     AUDITOR_ROLE: frozenset({Action.READ}),
     ADMIN_ROLE: frozenset({Action.READ, Action.REGISTER}),
+    # The platform's person: besides its own tenant's dead letters, it alone sees and
+    # resolves those no tenant is proven to own, and the fleet-wide views (the workers
+    # page, the metrics endpoints). It never sees another tenant's sagas or letters.
+    FLEET_OPERATOR_ROLE: frozenset({Action.READ, Action.DEAD_LETTERS, Action.FLEET}),
 })
 """What each built-in role allows (allow-only: an action no role grants is refused). Other
 role names are free for gates to name (``payments_approver``); they grant reading."""
@@ -112,6 +118,15 @@ def check_permitted(principal: Principal, action: Action, what: str = "") -> Non
         f"{principal.kind} {principal.name!r} of tenant {principal.tenant!r} may not "
         f"{action}{target}: it needs one of the roles {needed}, and holds {sorted(principal.roles)}"
     )
+
+
+def answers_to(principal: Principal, owner: str | None) -> bool:
+    """Whether a record owned by the tenant ``owner`` may be shown to ``principal``: its own
+    tenant's; and a record whose tenant is unknown (``owner`` None: an unsigned or forged
+    command, a malformed message) only to a principal holding :attr:`Action.FLEET`."""
+    if owner is None:
+        return Action.FLEET in principal.allowed()
+    return owner == principal.tenant
 
 
 def role_problems(roles: Iterable[str]) -> list[str]:

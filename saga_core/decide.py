@@ -370,11 +370,13 @@ def _approval(
     )
     if valid_grant and run.status is RunStatus.AWAITING_APPROVAL:
         return _Outcome([_schedule(run, now, "approved")])
-    if approval is not None and run.status is RunStatus.AWAITING_APPROVAL:
+    if approval is not None and run.status in _ANSWERED_OR_OPEN:
         if approval.action_hash == current and approval.status == "denied":
+            denied = f"approval denied by {approval.approver}"
             if run.kind is FORWARD and not state.pivot_passed:
-                return _Outcome(rejection=f"approval denied by {approval.approver}")
-            return _Outcome(escalation=escalate(state, step, run, "approval denied", now))
+                return _Outcome(rejection=denied)
+            # Past the pivot, or a compensation: nothing else may run it; a person decides.
+            return _Outcome(escalation=escalate(state, step, run, denied, now))
         if approval.action_hash != current:
             why = "the action changed since approval was requested"
         elif approval.status == "requested" and now < approval.expires_at:
@@ -425,6 +427,9 @@ def _gateevidence_for(
     return policy.evidence(state, step.id, run.kind, args, shown)
 
 
+#: A run whose approval request is open or was denied: its answer (or its absence) decides.
+_ANSWERED_OR_OPEN = frozenset({RunStatus.AWAITING_APPROVAL, RunStatus.DENIED})
+
 #: Decisions that lead to another attempt of the run they are about (an approval asks for one).
 _NEXT_ATTEMPT = (ScheduleStep, ScheduleCompensation, RetryAfterBackoff, RequestApproval)
 
@@ -463,7 +468,7 @@ def escalate_key_reuse(state: SagaState, reuse: KeyReuse, now: datetime) -> Esca
 def _progress(state: SagaState, step: StepDefinition, run: StepRun, now: datetime) -> _Outcome:
     """What a run that has left PENDING asks for next, by its status."""
     status = run.status
-    if status is RunStatus.AWAITING_APPROVAL:
+    if status in _ANSWERED_OR_OPEN:
         renewing = run.approval is not None and run.approval.scope == RENEWAL_SCOPE
         policy = (renewal_policy(state.definition, step.id, run.kind) if renewing
                   else effective_policy(state.definition, step.id, run.kind)

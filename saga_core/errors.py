@@ -213,12 +213,16 @@ class SagaMoved(SagaError):
     kind = ErrorKind.CONFLICT
     hint = "look at the saga as it is now, then act again if it still needs it"
 
-    def __init__(self, saga_id: str, seen: int, current: int) -> None:
+    def __init__(self, saga_id: str, seen: int, current: int, meanwhile: str = "") -> None:
         self.saga_id = saga_id
         self.seen = seen
         self.current = current
+        # What happened meanwhile that refused the action ("approval for capture_payment
+        # (forward): already approved by carol at version 9"), when the refusal says it.
+        self.meanwhile = meanwhile
+        since = f": {meanwhile}" if meanwhile else ""
         super().__init__(f"saga {saga_id} changed since it was shown (version {seen}, now "
-                         f"{current}): nothing was recorded")
+                         f"{current}){since}; nothing was recorded")
 
 
 class OperatorActionRejected(SagaError):

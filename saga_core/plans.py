@@ -28,7 +28,8 @@ from saga_core.errors import DefinitionError, PlanRejected, Problem, TemplateErr
 from saga_core.field_errors import field_errors
 from saga_core.keys import JsonArgs, payload_hash
 from saga_core.limits import PLAN_ACTIONS, PLAN_BYTES, measure_json
-from saga_core.templates import Reference, references, whole_reference
+from saga_core.secret_flow import input_field_of
+from saga_core.templates import Reference, references
 from saga_core.validation import definition_problems, validate_definition
 
 
@@ -134,35 +135,12 @@ def _plan_problems(
         if spec is None:
             continue  # reported by definition validation as unknown_tool
         problems += _arg_type_problems(where, action.args, spec.args)
-        problems += _secret_literal_problems(where, action.args, spec.args)
         needs_undo = spec.semantics in (Semantics.COMPENSABLE, Semantics.OFFSETTABLE)
         if needs_undo and spec.compensation is None:
             problems.append(
                 Problem(where, "no_default_compensation", "catalogue declares no compensation")
             )
     return problems
-
-
-def _secret_literal_problems(
-    where: str, args: dict[str, Any], specs: dict[str, ArgSpec]
-) -> list[Problem]:
-    """A secret argument given as a literal would be stored in the plan's definition (and
-    cross the broker in a Celery ``submit_plan``): it must come from the saga's input."""
-    return [
-        Problem(where, "secret_literal",
-                f"{name} is secret: write it as ${{input.{name}}} and give its value (over "
-                "the broker: a secret ref) when starting the saga")
-        for name, value in args.items()
-        if name in specs and specs[name].secret and _input_field_of(value) is None
-    ]
-
-
-def _input_field_of(value: Any) -> str | None:
-    """The input field ``value`` is exactly a reference to (``${input.card_token}``)."""
-    ref = whole_reference(value)
-    if ref is not None and ref.root == "input" and len(ref.path) == 1:
-        return ref.path[0]
-    return None
 
 
 _INPUT_TYPES: dict[str, InputType] = {
@@ -172,22 +150,29 @@ _INPUT_TYPES: dict[str, InputType] = {
 
 
 def plan_input_fields(plan: AgentPlan, catalogue: ToolCatalogue) -> dict[str, InputField]:
-    """The input fields a plan's arguments refer to (``${input.NAME}``), typed and marked
-    secret as the catalogue's argument is: a plan takes its secrets from the start's input
-    (a value, or a secret ref over the broker), never as literals."""
-    fields: dict[str, InputField] = {}
+    """The input fields a plan's arguments refer to (``${input.NAME}``), typed as the first
+    argument that takes the field whole is (else a string), and secret when *any* argument
+    that takes it whole is secret in the catalogue: a plan takes its secrets from the
+    start's input (a value, or a secret ref over the broker), never as literals. Secrecy
+    taints the field, wherever else the plan refers to it: validation then refuses every
+    other place the plan sends it (``secret_flows_to_public``, :mod:`saga_core.secret_flow`)."""
+    kinds: dict[str, InputType] = {}
+    secret: set[str] = set()
     for action in plan.actions:
         spec = catalogue.get(action.tool, action.version)
         for arg, value in action.args.items():
+            arg_spec = spec.args.get(arg) if spec is not None else None
+            exact = input_field_of(value)
+            if arg_spec is not None and exact is not None and arg_spec.secret:
+                secret.add(exact)
             for ref in _input_references(value):
-                if ref.root != "input" or not ref.path or ref.path[0] in fields:
+                if ref.root != "input" or not ref.path or ref.path[0] in kinds:
                     continue
-                arg_spec = spec.args.get(arg) if spec is not None else None
-                exact = _input_field_of(value) == ref.path[0]
-                kind = _INPUT_TYPES.get(arg_spec.type, "string") if arg_spec and exact else "string"
-                fields[ref.path[0]] = InputField(
-                    type=kind, secret=bool(arg_spec and exact and arg_spec.secret))
-    return fields
+                typed = arg_spec is not None and exact == ref.path[0]
+                kinds[ref.path[0]] = (
+                    _INPUT_TYPES.get(arg_spec.type, "string") if arg_spec and typed
+                    else "string")
+    return {name: InputField(type=kind, secret=name in secret) for name, kind in kinds.items()}
 
 
 def _input_references(value: object) -> list[Reference]:

@@ -30,10 +30,17 @@ It answers ``None`` when:
 
 Each :class:`Recipient` carries its domain as lower-case ASCII (``xn--`` for
 internationalised labels), the form :func:`ascii_domain` gives the internal domains too.
+
+Reading is pure, and a worker reads the same argument again at every commit of its saga
+(decide judges the gate, the claim checks the grant): the readings of recent strings and
+domains are kept (:data:`REMEMBERED_READINGS` each, least recently used dropped), and
+answered as tuples so no caller can change a kept one. :func:`read_recipient_text` and
+:func:`read_ascii_domain` are the plain readings the kept ones must equal (tested).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import unicodedata
@@ -53,6 +60,11 @@ _LOCAL_PART = re.compile(rf"{_LOCAL_ATOM}(?:\.{_LOCAL_ATOM})*")
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _REGISTRY = HeaderRegistry()
 _STRICT = "strict" in inspect.signature(getaddresses).parameters
+#: Recent readings kept per process, of recipient strings and of domains each.
+REMEMBERED_READINGS: Final = 4_096
+#: The longest string whose reading is kept (longer ones are read afresh each time, so the
+#: kept readings hold at most ~2 MB whatever the inputs).
+REMEMBERED_CHARS: Final = 512
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,13 @@ def ascii_domain(name: str) -> str | None:
     """``name`` as lower-case ASCII (IDNA for non-ASCII labels), or None when it is not a
     host name in canonical form (empty labels, a trailing dot, a literal, invalid punycode,
     or characters IDNA would map to something else)."""
+    if not isinstance(name, str):
+        return None
+    return _remembered_ascii_domain(name) if len(name) <= 253 else None
+
+
+def read_ascii_domain(name: str) -> str | None:
+    """:func:`ascii_domain` read afresh (the plain path the remembered readings equal)."""
     if not name or len(name) > 253 or _has_hidden(name):
         return None
     try:
@@ -100,15 +119,19 @@ def parse_recipients(value: Any) -> list[Recipient] | None:
         return None
     found: list[Recipient] = []
     for text in texts:
-        parsed = _parse_text(text)
+        if not isinstance(text, str):
+            return None
+        parsed = (_remembered_text(text) if len(text) <= REMEMBERED_CHARS
+                  else read_recipient_text(text))
         if parsed is None:
             return None
         found += parsed
     return found or None
 
 
-def _parse_text(text: Any) -> list[Recipient] | None:
-    """The addresses of one string (an RFC 5322 address list), or None."""
+def read_recipient_text(text: str) -> tuple[Recipient, ...] | None:
+    """The addresses of one string (an RFC 5322 address list), or None, read afresh (the
+    plain path the remembered readings equal)."""
     if not isinstance(text, str) or not text.strip() or len(text) > MAX_RECIPIENT_CHARS:
         return None
     if _has_hidden(text) or "=?" in text or text.strip().startswith(",") or text.strip(
@@ -131,7 +154,13 @@ def _parse_text(text: Any) -> list[Recipient] | None:
         if recipient is None:
             return None
         found.append(recipient)
-    return found
+    return tuple(found)
+
+
+# Kept readings: the strings are the keys (bounded by MAX_RECIPIENT_CHARS above), the
+# answers immutable (tuples of frozen records, text or None).
+_remembered_text = functools.lru_cache(maxsize=REMEMBERED_READINGS)(read_recipient_text)
+_remembered_ascii_domain = functools.lru_cache(maxsize=REMEMBERED_READINGS)(read_ascii_domain)
 
 
 def _second_reading(text: str) -> list[str] | None:
@@ -148,7 +177,7 @@ def _recipient(local: str, domain: str) -> Recipient | None:
     host name; None otherwise."""
     if not local.isascii() or not _LOCAL_PART.fullmatch(local):
         return None
-    canonical = ascii_domain(domain)
+    canonical = read_ascii_domain(domain)
     return Recipient(local, canonical) if canonical is not None else None
 
 

@@ -71,6 +71,9 @@ class RunStatus(StrEnum):
 
     PENDING = "pending"
     AWAITING_APPROVAL = "awaiting_approval"
+    # A person denied the request: the run is answered, never waiting (decide compensates
+    # before the pivot, else a person resolves it).
+    DENIED = "denied"
     SCHEDULED = "scheduled"
     STARTED = "started"
     SUCCEEDED = "succeeded"
@@ -84,6 +87,9 @@ class RunStatus(StrEnum):
     FORCED = "forced"  # an operator declared it done (force_complete / mark_compensated)
     # A receipt arrived, but the tool's postcondition is not observed yet (saga_core.checks).
     VERIFYING = "verifying"
+    # The saga stopped waiting for it before it ran (forward work stopped for compensation,
+    # or the saga finished): a scheduled attempt or an open request that never will run.
+    WITHDRAWN = "withdrawn"
 
 
 #: A forward run in one of these lets its dependents proceed.
@@ -93,6 +99,13 @@ IN_DOUBT = frozenset(
     {RunStatus.STARTED, RunStatus.UNKNOWN, RunStatus.RECONCILING, RunStatus.FOUND, RunStatus.ABSENT,
      RunStatus.VERIFYING}
 )
+
+
+def error_recovered(status: str) -> bool:
+    """Whether an error recorded on a run now in ``status`` was recovered from: the run went
+    on to succeed by itself (a retry, or a lookup that found its effect). Forced, skipped or
+    compensated around by a person is not recovered: that error stays an error."""
+    return status == RunStatus.SUCCEEDED
 
 
 @dataclass(frozen=True)
@@ -112,6 +125,9 @@ class ApprovalState:
     four_eyes: bool | None = None
     # The largest amount the grant covers (None: the action it is bound to by hash).
     up_to: float | None = None
+    # The saga version the answer (grant or denial) was recorded at: what a person whose
+    # page showed an earlier version is told happened meanwhile.
+    answered_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -189,6 +205,8 @@ class SagaState:
     input: Mapping[str, Any] = field(default_factory=dict)
     input_hash: str = ""
     started: bool = False
+    # The way the saga went: forward, or compensating since CompensationStarted (kept once
+    # it finished, as the way it ended; screens show ``live_phase``).
     phase: Literal["forward", "compensating"] = "forward"
     escalation: Escalation | None = None
     finished: SagaStatus | None = None
@@ -226,6 +244,11 @@ class SagaState:
         if self.phase == "compensating":
             return SagaStatus.COMPENSATING
         return SagaStatus.RUNNING
+
+    @property
+    def live_phase(self) -> Literal["forward", "compensating"] | None:
+        """The phase the saga runs in now; None once it finished (no phase is live then)."""
+        return None if self.finished is not None else self.phase
 
     @property
     def pivot_passed(self) -> bool:
@@ -464,7 +487,7 @@ def _step(state: SagaState, event: StepEvent) -> SagaState:
                 approval_requests=run.approval_requests + 1,
             )
         case ApprovalGranted() | ApprovalDenied():
-            new = replace(_answer(run, event), changed_at=at)
+            new = replace(_answer(run, event, state.version + 1), changed_at=at)
         case _:
             raise EventRejected(f"unhandled step event {event.event_type}")
     if isinstance(event, StepStarted):
@@ -488,7 +511,8 @@ def _has_postcondition(state: SagaState, event: StepSucceeded) -> bool:
     return spec is not None and spec.postcondition is not None
 
 
-def _answer(run: StepRun, event: ApprovalGranted | ApprovalDenied) -> StepRun:
+def _answer(run: StepRun, event: ApprovalGranted | ApprovalDenied, version: int) -> StepRun:
+    """The run with a person's answer (recorded at ``version``) to its open request."""
     approval = run.approval
     if approval is None or approval.action_hash != event.action_hash:
         # check_approval keeps such answers out of the log; if one arrives anyway it cannot
@@ -497,13 +521,29 @@ def _answer(run: StepRun, event: ApprovalGranted | ApprovalDenied) -> StepRun:
     if isinstance(event, ApprovalGranted):
         answered = replace(
             approval, status="granted", approver=event.approver,
-            grant_expires_at=event.expires_at, up_to=event.up_to,
+            grant_expires_at=event.expires_at, up_to=event.up_to, answered_version=version,
         )
-    else:
-        answered = replace(
-            approval, status="denied", approver=event.approver, denial_reason=event.reason
-        )
-    return replace(run, approval=answered)
+        return replace(run, approval=answered)
+    answered = replace(
+        approval, status="denied", approver=event.approver, denial_reason=event.reason,
+        answered_version=version,
+    )
+    # A denied request waits for nobody: the run says so (a run not waiting on its request,
+    # which check_denial refuses, keeps its status).
+    status = RunStatus.DENIED if run.status is RunStatus.AWAITING_APPROVAL else run.status
+    return replace(run, approval=answered, status=status)
+
+
+#: A run in one of these waits for a worker or a person to act on it.
+WAITING = frozenset({RunStatus.AWAITING_APPROVAL, RunStatus.SCHEDULED, RunStatus.RETRY_REQUESTED})
+
+
+def _withdrawn(runs: Mapping[str, StepRun], at: datetime) -> Mapping[str, StepRun]:
+    """``runs`` with every waiting run withdrawn (the same mapping when none waits)."""
+    if not any(run.status in WAITING for run in runs.values()):
+        return runs
+    return {step_id: replace(run, status=RunStatus.WITHDRAWN, changed_at=at)
+            if run.status in WAITING else run for step_id, run in runs.items()}
 
 
 def _operator(state: SagaState, event: OperatorAction) -> SagaState:
@@ -573,12 +613,15 @@ def _as_new_operation(state: SagaState, run: StepRun) -> StepRun:
 def _saga(state: SagaState, event: SagaEvent) -> SagaState:
     match event:
         case CompensationStarted():
+            # No forward operation is claimed from here on (saga_core.claims): those that
+            # waited for a worker or a person wait no more.
             return replace(
                 state,
                 phase="compensating",
                 compensation_reason=event.reason,
                 failed_step=event.failed_step,
                 compensation_started_at=event.at,
+                forward=_withdrawn(state.forward, event.at),
             )
         case CancelRequested():
             # Before the pivot a cancel also ends a pause: compensation is the way out.
@@ -593,7 +636,9 @@ def _saga(state: SagaState, event: SagaEvent) -> SagaState:
         case OperatorAction():
             return _operator(state, event)
         case SagaFinished():
-            return replace(state, finished=event.state)
+            return replace(state, finished=event.state,
+                           forward=_withdrawn(state.forward, event.at),
+                           compensation=_withdrawn(state.compensation, event.at))
         case BudgetExceeded():
             return replace(state, budget=with_breach(state.budget, event))
         case PlanRevised():
@@ -601,7 +646,7 @@ def _saga(state: SagaState, event: SagaEvent) -> SagaState:
     raise EventRejected(f"unknown saga event {type(event).__name__}")
 
 
-FOLD_VERSION = 1
+FOLD_VERSION = 2
 """The meaning of :func:`evolve`. Bump it whenever a change makes evolve fold some history
 into a different state (a new rule, a fixed bug), even with every dataclass unchanged:
 saved snapshots (saga_core.snapshots) carry it in their schema fingerprint, so the ones the

@@ -23,6 +23,7 @@ from saga_core.limits import (
     INVARIANT_CHARS,
     TEMPLATE_REFERENCES,
 )
+from saga_core.secret_flow import secret_flow_problems
 from saga_core.templates import references
 
 
@@ -64,6 +65,8 @@ def definition_problems(definition: SagaDefinition, catalogue: ToolCatalogue) ->
     problems += weakening_problems(definition, gates)
     problems += budget_problems(definition, catalogue)
     problems += _condition_problems(definition, catalogue)
+    # A secret input goes whole into secret arguments only; they take nothing else.
+    problems += secret_flow_problems(definition, catalogue)
     return problems
 
 

@@ -41,11 +41,26 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def roles() -> str:
+    """What each built-in role may do (``saga_core.authority.ROLE_ACTIONS``), and the fleet
+    role that alone answers for what no tenant owns."""
+    from saga_core.authority import FLEET_OPERATOR_ROLE, ROLE_ACTIONS
+
+    lines = [f"  {role}: {', '.join(sorted(actions))}" for role, actions in ROLE_ACTIONS.items()]
+    return ("roles (sagafleet principals add --role R; every principal acts in its own tenant "
+            "only):\n" + "\n".join(lines) + "\n"
+            f"  {FLEET_OPERATOR_ROLE} is the platform's role, not a tenant's: it alone sees and "
+            "resolves\n  the dead letters no tenant is proven to own (unsigned, forged, "
+            "malformed), the\n  console's workers detail and the metrics endpoints (every "
+            "tenant's figures).\n")
+
+
 def epilog() -> str:
-    """``--help``'s tail: examples, every ``SAGAFLEET_*`` variable, every exit code."""
+    """``--help``'s tail: examples, the roles, every ``SAGAFLEET_*`` variable, every exit
+    code."""
     from sagafleet.settings import Settings
 
-    return EXAMPLES + "\n" + Settings.describe() + "\n\n" + describe()
+    return (EXAMPLES + "\n" + roles() + "\n" + Settings.describe() + "\n\n" + describe())
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -97,7 +97,8 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field(default="text", description=(
         "log lines as text, or as JSON objects with saga and step ids (json)"))
     worker_metrics_port: int = Field(default=0, ge=0, le=65_535, description=(
-        "port of a worker's Prometheus /metrics (0: not served; --metrics-port wins)"))
+        "port of a worker's Prometheus /metrics, served to a fleet_operator's bearer token"
+        " only (0: not served; --metrics-port wins)"))
     metrics_window_seconds: float = Field(default=900.0, gt=0, le=7 * 86_400, description=(
         "the window the exporter's rates and latencies are computed over; also how long a "
         "step run without its approval keeps the executed_before_approval alert firing "
@@ -116,8 +117,10 @@ class Settings(BaseSettings):
     visibility_timeout_seconds: float = Field(default=600.0, ge=2, le=86_400, description=(
         "how long a message a worker took stays invisible to the others; what a killed "
         "worker held (a step, an agent's command) is redelivered after it"))
-    sweep_interval_seconds: float = Field(default=2.0, gt=0, le=3_600,
-                                          description="time between sweeps")
+    sweep_interval_seconds: float = Field(default=2.0, gt=0, le=3_600, description=(
+        "time between sweeps, and each pass's budget: a backlog (every saga overdue after a "
+        "broker loss) is worked off a chunk at a time over passes that follow at once, each "
+        "first sweeping what came due since the last"))
     # A re-published item no worker takes is not re-published every sweep: the gaps grow
     # from the queue wait up to this (with no consumer, copies stay few and flat).
     republish_max_s: float = Field(default=300.0, gt=0, le=86_400, description=(

@@ -7,7 +7,8 @@ baseline also runs solo and the faster of the two is the baseline: its no-op tas
 nothing from threads, and the comparison must not hand the fleet a slowed-down baseline.
 Fleet: trip sagas (4 steps, no faults, zero-latency sandbox providers, amounts below the
 approval limit) started by a client and run to COMPLETED by ``sagafleet worker`` processes.
-Throughput is counted from the first enqueue to the last completion; medians of --runs.
+Throughput is counted from the first enqueue to the last completion, once each side's fresh
+workers ran ``WARM_UP`` sagas (chains) unmeasured; medians of --runs.
 Where the time goes: the CPU milliseconds per saga (per chain) that each role used meanwhile,
 the workers, the database's PostgreSQL backends, Redis and this process (which starts the
 sagas and counts them), read from /proc when the servers run on this machine.
@@ -20,6 +21,7 @@ which steps ran); its ratio shows how much of the fleet's cost is durability.
     python scripts/bench_fleet.py --memory 10000       # worker RSS over 10,000 sagas
     python scripts/bench_fleet.py --providers memory   # the fleet's own overhead
     python scripts/bench_fleet.py --concurrency 4      # a threads pool of 4 per process
+    python scripts/bench_fleet.py --workers 4 --clients 4   # four threads start the sagas
 
 ``--providers sandbox`` (the default) runs the trip against the sandbox providers, whose
 ledgers are PostgreSQL transactions on the same server and cores as the fleet.
@@ -37,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
@@ -54,7 +57,9 @@ from workers.celery_app import broker_redis  # noqa: E402
 from workers.fleet import Fleet, FleetConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGET_RATIO = 0.8  # issue 21: the fleet at >= 0.8x the raw Celery chain, same run
+TARGET_RATIO = 0.8  # issue 35: the fleet at >= 0.8x the durable chain, same run
+WARM_UP = 30
+"""Sagas (chains) each side runs on fresh workers before it is measured."""
 TRIP = {
     "customer_email": "bench@example.com", "flight_id": "FL1", "hotel_id": "HT1", "nights": 1,
     "amount": 10_000, "currency": "EUR", "card_token": "tok_bench_4242",
@@ -131,6 +136,7 @@ def baseline(  # noqa: PLR0913 - the run's settings, passed along
     ]
     try:
         wait_ready(broker, workers)
+        run_baseline(broker, WARM_UP)  # connections, imports: the steady state is measured
         with contextlib.ExitStack() as stack:
             database = (stack.enter_context(psycopg.connect(durable, autocommit=True))
                         if durable is not None else None)
@@ -142,12 +148,19 @@ def baseline(  # noqa: PLR0913 - the run's settings, passed along
         stop_processes(procs, grace_s=15)
 
 
-def fleet_run(
+CLIENT_START = "client.start"
+"""The key of the CPU seconds the client's starts took, within its role ``client``."""
+
+
+def fleet_run(  # noqa: PLR0913 - the run's settings, passed along
     database: str, broker: str, workers: int, sagas: int, env: dict[str, str], logs: Path,
     *, sample_rss: bool = False, providers: str = "sandbox", concurrency: int = 1,
+    clients: int = 1,
 ) -> tuple[float, list[tuple[int, int]], dict[str, float]]:
     """Trip sagas per second with ``workers`` fleet workers; optional RSS samples; the CPU
-    seconds by role meanwhile."""
+    seconds by role meanwhile (and, as :data:`CLIENT_START`, of the client's starts).
+    ``clients``: threads starting the sagas (each start waits for its commit: one thread
+    starts at most what one connection commits per second)."""
     broker_redis(broker).flushdb()
     child = {**env, "SAGAFLEET_DATABASE_URL": database, "SAGAFLEET_BROKER_URL": broker,
              "SAGAFLEET_TOOLS": sandbox.TOOL_SET}
@@ -166,12 +179,24 @@ def fleet_run(
         wait_ready(broker, workers)
         with psycopg.connect(database, autocommit=True) as conn:
             finished_count = FinishedCounter(conn)
+            warm, started_at = finished_count() + WARM_UP, time.perf_counter()
+            for index in range(WARM_UP):  # as the baseline: the steady state is measured
+                client.start("trip", TRIP, key=f"warm-{time.time()}-{index}")
+            while finished_count() < warm:
+                if time.perf_counter() - started_at > 1800:
+                    raise TimeoutError("the warm-up sagas did not finish")
+                time.sleep(0.02)
             before = finished_count()
             meter = CpuMeter(workers=[proc.pid for proc in procs], broker=broker, database=conn)
             started = time.perf_counter()
+            starting = time.process_time()
             step = max(1, sagas // 10)
             next_sample = 0
-            for index in range(sagas):
+            if clients > 1:
+                with ThreadPoolExecutor(clients) as starters:
+                    list(starters.map(lambda index: client.start(
+                        "trip", TRIP, key=f"bench-{started}-{index}"), range(sagas)))
+            for index in range(sagas if clients == 1 else 0):
                 client.start("trip", TRIP, key=f"bench-{started}-{index}")
                 if sample_rss and index % step == 0:
                     # Sample while enqueueing too: workers run sagas from the first start on.
@@ -179,6 +204,7 @@ def fleet_run(
                     if done >= next_sample:
                         samples.append((done, rss_kib(procs[0].pid)))
                         next_sample = done + step
+            starting = time.process_time() - starting
             while (done := finished_count() - before) < sagas:
                 if sample_rss and done >= next_sample:
                     samples.append((done, rss_kib(procs[0].pid)))
@@ -188,6 +214,8 @@ def fleet_run(
                 time.sleep(0.02)
             elapsed = time.perf_counter() - started
             cpu = meter.stop()
+            if not sample_rss:  # the starts alone, within the client's share
+                cpu[CLIENT_START] = starting
             if sample_rss:
                 samples.append((sagas, rss_kib(procs[0].pid)))
         return sagas / elapsed, samples, cpu
@@ -222,6 +250,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=1,
                         help="tasks each worker process runs at once (threads pool if > 1),"
                              " the same for the baseline's workers")
+    parser.add_argument("--clients", type=int, default=1,
+                        help="threads of this process starting the fleet's sagas (each start"
+                             " commits; the baseline's chains are enqueued by one thread)")
     parser.add_argument("--memory", type=int, default=0,
                         help="also run this many sagas on one worker and sample its RSS")
     args = parser.parse_args()
@@ -240,7 +271,8 @@ def main() -> None:
 
     try:
         print(f"broker {broker}; {args.sagas} sagas / chains per run; median of {args.runs};"
-              f" {args.providers} providers; concurrency {args.concurrency} per process")
+              f" {args.providers} providers; concurrency {args.concurrency} per process;"
+              f" {args.clients} starting thread(s)")
         print(f"{'workers':>7} {'baseline chains/s':>18} {'fleet sagas/s':>14} {'ratio':>6}"
               f" {'durable chains/s':>17} {'ratio':>6}")
         for workers in args.workers:
@@ -261,7 +293,8 @@ def main() -> None:
                 if args.concurrency > 1:
                     solo.append(baseline(broker, workers, args.sagas, env, logs)[0])
                 rate, _, used = fleet_run(database, broker, workers, args.sagas, env, logs,
-                                          providers=args.providers, concurrency=args.concurrency)
+                                          providers=args.providers, concurrency=args.concurrency,
+                                          clients=args.clients)
                 ours.append(rate)
                 cpu["fleet"].append(used)
             b, f = max(statistics.median(base), statistics.median(solo or base)), \
@@ -271,13 +304,16 @@ def main() -> None:
                   f"  (runs: baseline {_figures(base)}"
                   + (f", baseline solo {_figures(solo)}" if solo else "")
                   + f", durable {_figures(durable)}, fleet {_figures(ours)};"
-                  f" target ratio >= {TARGET_RATIO} to the baseline)", flush=True)
+                  f" target ratio >= {TARGET_RATIO} to the durable chain)", flush=True)
             print(f"{'':>7} the durable chain runs at {d / b:.2f}x the raw chain: one commit a"
                   f" step is the least a crash-safe chain does, and bounds what a fleet that"
                   f" commits as often can reach here", flush=True)
             for side, runs in cpu.items():
                 print(f"{'':>7} CPU ms per {'saga' if side == 'fleet' else 'chain'}, {side}:"
                       f" {per_item_ms(runs, args.sagas)}", flush=True)
+            starts = [run[CLIENT_START] * 1000 / args.sagas for run in cpu["fleet"]]
+            print(f"{'':>7} of the client's, client.start: {statistics.median(starts):.2f} ms CPU"
+                  f" (runs: {_figures(starts)}; issue 35's target <= 1 ms)", flush=True)
         if args.memory:
             database = fresh()
             _, samples, _ = fleet_run(database, broker, 1, args.memory, env, logs,

@@ -134,7 +134,7 @@ class SagaBranches:
         with what that claimed."""
         while True:
             try:
-                result = self.executor.call(command, resolved)
+                result = self.executor.call(command, resolved, loaded)
             except BaseException:
                 self._handed(-1)
                 raise

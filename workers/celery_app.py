@@ -188,26 +188,29 @@ def is_sentinel_url(broker_url: str) -> bool:
     return broker_url.startswith("sentinel://")
 
 
-def broker_redis(broker_url: str, sentinel_master: str | None = None) -> redis.Redis:
+def broker_redis(broker_url: str, sentinel_master: str | None = None,
+                 **options: Any) -> redis.Redis:
     """A plain Redis client on a broker URL, including kombu's ``redis+socket://`` form and,
     with ``sentinel_master``, its ``sentinel://…;sentinel://…`` form (a client of whichever
     server the Sentinels name master, found again on every reconnection): for inspection,
-    flushing in tests, counters in benchmarks, and an agent's look at the broker's run id."""
+    flushing in tests, counters in benchmarks, an agent's look at the broker's run id, and
+    the step publisher. ``options``: more ``redis.Redis`` arguments (timeouts, retries)."""
     if is_sentinel_url(broker_url):
         if sentinel_master is None:
             raise BrokerMisconfigured(SENTINEL_MISMATCH)
-        return _sentinel_master_client(broker_url, sentinel_master)
+        return _sentinel_master_client(broker_url, sentinel_master, **options)
     if broker_url.startswith("redis+socket://"):
-        return redis.Redis(unix_socket_path=broker_url.removeprefix("redis+socket://"))
-    return redis.Redis.from_url(broker_url)
+        return redis.Redis(unix_socket_path=broker_url.removeprefix("redis+socket://"),
+                           **options)
+    return redis.Redis.from_url(broker_url, **options)
 
 
-def _sentinel_master_client(broker_url: str, master: str) -> redis.Redis:
+def _sentinel_master_client(broker_url: str, master: str, **options: Any) -> redis.Redis:
     """The master's client through the Sentinels a kombu Sentinel URL lists (each part
     ``sentinel://[user:password@]host[:port][/db]``; the credentials and database are the
-    master's, as kombu reads them)."""
+    master's, as kombu reads them); ``options``: more arguments of the master's client."""
     sentinels: list[tuple[str, int]] = []
-    params: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 10}
+    params: dict[str, Any] = {"socket_timeout": 30, "socket_connect_timeout": 10, **options}
     for part in broker_url.split(";"):
         parsed = urlsplit(part.strip())
         sentinels.append((parsed.hostname or "127.0.0.1", parsed.port or 26379))

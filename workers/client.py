@@ -11,7 +11,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, cast
 
@@ -60,8 +60,10 @@ from saga_core.resolution import OPERATOR_ACTIONS, OperatorRequest, resolve_esca
 from saga_core.state import SagaState
 from saga_core.validation import validate_definition
 from workers import versions
+from workers.metrics import WorkerMetrics
 from workers.orchestrator import Build, Orchestrator
 from workers.publisher import Publisher
+from workers.secret_guard import SecretGuard
 from workers.secrets import (
     RawSecretRefused,
     SecretRef,
@@ -178,11 +180,13 @@ class SagaClient:
         publisher: Publisher,
         principal: Principal,
         refuse_raw_secrets: bool = False,
+        guard: SecretGuard | None = None,
     ) -> None:
         """``principal``: who acts (its tenant and name are the saga's tenant and the
         recorded actor). ``refuse_raw_secrets``: this client serves commands that crossed
         the broker, so a secret field must come by ref
-        (:class:`~workers.secrets.RawSecretRefused`)."""
+        (:class:`~workers.secrets.RawSecretRefused`). ``guard``: looks for a saga's secret
+        values in what this client records (default: one of its own)."""
         _text("tenant", principal.tenant, NAME_CHARS)
         _text("actor", principal.name, NAME_CHARS)
         self.refuse_raw_secrets = refuse_raw_secrets
@@ -192,6 +196,7 @@ class SagaClient:
         self.secrets = secrets
         self.publisher = publisher
         self.principal = principal
+        self.guard = guard if guard is not None else SecretGuard(secrets, WorkerMetrics())
 
     @property
     def tenant(self) -> str:
@@ -207,7 +212,8 @@ class SagaClient:
         """The same client acting as another proven principal."""
         return SagaClient(self.orchestrator, self.definitions, self.catalogue,
                           secrets=self.secrets, publisher=self.publisher,
-                          principal=principal, refuse_raw_secrets=self.refuse_raw_secrets)
+                          principal=principal, refuse_raw_secrets=self.refuse_raw_secrets,
+                          guard=self.guard)
 
     def as_actor(self, actor: str, tenant: str | None = None) -> SagaClient:
         """The same client acting as another in-process agent (or for another tenant)."""
@@ -219,7 +225,8 @@ class SagaClient:
         so a secret field holding a value (not a ref) is refused, naming the field."""
         return SagaClient(self.orchestrator, self.definitions, self.catalogue,
                           secrets=self.secrets, publisher=self.publisher,
-                          principal=self.principal, refuse_raw_secrets=True)
+                          principal=self.principal, refuse_raw_secrets=True,
+                          guard=self.guard)
 
     # -- secrets ------------------------------------------------------------------------
 
@@ -294,7 +301,12 @@ class SagaClient:
         revised = plan
 
         def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
-            event = revise_plan(loaded.state, revised, self.catalogue,
+            # A value the saga keeps secret, written into the revised plan itself, is
+            # replaced before the plan becomes the recorded definition (its hash with it).
+            given = revised.model_dump(mode="json")
+            clean = self.guard.document(given, self.guard.needles(loaded), "plan")
+            plan = revised if clean is given else AgentPlan.model_validate(clean)
+            event = revise_plan(loaded.state, plan, self.catalogue,
                                 self.orchestrator.clock(), actor=self.actor, reason=reason)
             return None if event is None else [event]
 
@@ -404,6 +416,11 @@ class SagaClient:
                     started = start_event(spec, saga_id=saga_id, tenant=self.tenant,
                                           public_input=public, key=key, actor=self.actor,
                                           reason=reason, now=now, lineage=lineage)
+                    # A secret value given again in an ordinary field, the reason, the key or
+                    # the lineage is replaced (the input hash stays the one of what was
+                    # given, so a repeated start still compares equal).
+                    started = self.guard.events(
+                        [started], self.guard.of_values(spec, secrets), "start")[0]
                     self.secrets.keep(saga_id, secrets, unit)
                     committed = self.orchestrator.commit(fresh, [started], actor=self.actor,
                                                          unit=unit)
@@ -483,12 +500,17 @@ class SagaClient:
     def _dry_run(self, spec: SagaDefinition, input: dict[str, Any], key: str | None,
                  reason: str) -> DryRun:
         refs, given = self._checked_input(spec, input)
-        public, _ = split_secrets(spec, {**given, **dict.fromkeys(refs)})
+        public, secrets = split_secrets(spec, {**given, **dict.fromkeys(refs)})
         saga_id = self._id_for_key(key) if key else str(uuid.uuid4())
         started = start_event(spec, saga_id=saga_id, tenant=self.tenant, public_input=public,
                               key=key, actor=self.actor, reason=reason,
                               now=self.orchestrator.clock())
-        return plan_start(spec, started, saga_id_final=key is not None)
+        planned = plan_start(spec, started, saga_id_final=key is not None)
+        # What the start would record, as it would record it: a secret value given again
+        # in an ordinary field or the reason shows as the marker the log would hold.
+        shown = planned.model_dump(mode="json")
+        clean = self.guard.document(shown, self.guard.of_values(spec, secrets), "answer")
+        return planned if clean is shown else DryRun.model_validate(clean)
 
     def find(self, key: str) -> SagaView | None:
         """The saga this tenant started with idempotency ``key``, or None."""
@@ -649,7 +671,16 @@ class SagaClient:
         caller just loaded it; a commit that lost a race to it reloads)."""
         if loaded is None:
             loaded = self._load(saga_id)
-        committed = self.orchestrator.record(saga_id, build, known=loaded, actor=self.actor)
+
+        def guarded(current: LoadedSaga) -> Sequence[SagaEvent] | None:
+            # What a person or an agent wrote (a reason, evidence, a revised plan) is looked
+            # through for the saga's secret values before it is recorded.
+            events = build(current)
+            if events is None:
+                return None
+            return self.guard.events(events, self.guard.needles(current), "command")
+
+        committed = self.orchestrator.record(saga_id, guarded, known=loaded, actor=self.actor)
         if committed is None:
             return self.status(saga_id)
         self.publisher.publish(committed.wake_ups)

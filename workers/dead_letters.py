@@ -7,6 +7,13 @@ an operator can **requeue** it — the same message, under the same task id, to 
 — or **discard** it, saying why. Both are recorded with who and when; a letter is resolved
 once (a second requeue does nothing and says so).
 
+Each letter records its **tenant**, proven when it was kept (:mod:`workers.letter_tenants`;
+None when no tenant is proven to own it), and answers only to that tenant: every read and
+action here takes the principal it is for and never shows, counts or resolves a letter that
+does not answer to it (:func:`saga_core.authority.answers_to`) — another tenant's letter is
+"not found", as one that never existed; a letter of unknown tenant is the ``fleet_operator``
+role's alone.
+
 This module is the only one that reads or writes ``fleet.dead_letters`` (the projector's
 metrics count its rows by SQL, as they count the sweeper's redeliveries, since projections
 never import workers). Every body goes through :func:`dead_letter_body` first: the one place
@@ -26,7 +33,7 @@ from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from events import EventStore
-from saga_core.authority import Action, Principal, check_permitted
+from saga_core.authority import Action, Principal, answers_to, check_permitted
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.limits import LimitExceeded, check_command_message
 from workers.celery_app import STEP_TASK
@@ -77,6 +84,7 @@ class DeadLetter:
     resolved_at: datetime | None
     resolution: str | None
     refusal: str | None = None  # why a signed command was refused (unsigned, replayed, ...)
+    tenant: str | None = None  # the tenant proven to own it; None: unknown (fleet_operator's)
 
     def __post_init__(self) -> None:
         # Rows hand the status over as text.
@@ -142,7 +150,15 @@ def _unwrapped(message: dict[str, Any] | None) -> dict[str, Any]:
 
 
 _COLUMNS = ("id, task, task_id, message, body, reason, error_kind, status, recorded_at,"
-            " resolved_by, resolved_at, resolution, refusal")
+            " resolved_by, resolved_at, resolution, refusal, tenant")
+
+_ANSWERS_TO = "(tenant = %(tenant)s OR (tenant IS NULL AND %(fleet)s))"
+# answers_to() in SQL: the viewer's tenant's letters, and the unknown tenant's to the fleet
+# role; the Python rule checks every row again before it leaves this module.
+
+
+def _scope(viewer: Principal) -> dict[str, Any]:
+    return {"tenant": viewer.tenant, "fleet": answers_to(viewer, None)}
 
 
 class DeadLetters:
@@ -152,10 +168,12 @@ class DeadLetters:
         self._store = store
 
     def record(self, task: str, task_id: str | None, body: dict[str, Any], reason: str,
-               kind: ErrorKind, *, refusal: str | None = None) -> bool:
+               kind: ErrorKind, *, tenant: str | None, refusal: str | None = None) -> bool:
         """Keep a message that can never succeed; False when its letter is already open
         (a redelivery of a message that was dead-lettered before its ack was lost).
-        ``refusal``: why a signed command was refused (``saga_core.signed_commands.Refusal``).
+        ``tenant``: the tenant proven to own it (:func:`workers.letter_tenants.letter_tenant`),
+        None when unknown; ``refusal``: why a signed command was refused
+        (``saga_core.signed_commands.Refusal``).
 
         Raises StoreUnavailable (and the store's other errors): the caller must then keep
         the message in the broker, since nothing was kept here.
@@ -163,45 +181,55 @@ class DeadLetters:
         with self._store.connection() as conn:
             row = conn.execute(
                 "INSERT INTO fleet.dead_letters"
-                " (task, task_id, message, reason, error_kind, refusal)"
-                " VALUES (%s, %s, %s, %s, %s, %s)"
+                " (task, task_id, message, reason, error_kind, refusal, tenant)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT (task, task_id) WHERE status = 'open' AND task_id IS NOT NULL"
                 " DO NOTHING RETURNING id",
                 (task, task_id, Jsonb(_storable(body)), reason[:MAX_REASON_CHARS],
-                 kind.value, refusal),
+                 kind.value, refusal, tenant or None),
             ).fetchone()
         return row is not None
 
-    def open_letters(self, limit: int = 1000) -> list[DeadLetter]:
-        """The open letters, oldest first (at most ``limit``)."""
+    def open_letters(self, viewer: Principal, limit: int = 1000) -> list[DeadLetter]:
+        """The open letters that answer to ``viewer``, oldest first (at most ``limit``);
+        ``NotPermitted`` unless a role of it allows dead letters."""
+        check_permitted(viewer, Action.DEAD_LETTERS, "dead letters")
         with self._store.connection() as conn, conn.cursor(
                 row_factory=class_row(DeadLetter)) as cur:
-            return cur.execute(
-                f"SELECT {_COLUMNS} FROM fleet.dead_letters WHERE status = 'open'"  # noqa: S608
-                " ORDER BY id LIMIT %s", (limit,)).fetchall()
+            letters = cur.execute(
+                f"SELECT {_COLUMNS} FROM fleet.dead_letters"  # noqa: S608
+                f" WHERE status = 'open' AND {_ANSWERS_TO} ORDER BY id LIMIT %(limit)s",
+                {**_scope(viewer), "limit": limit}).fetchall()
+        return [letter for letter in letters if answers_to(viewer, letter.tenant)]
 
-    def open_count(self) -> int:
-        """How many letters are open (what a reader without the operator role is shown)."""
+    def open_count(self, viewer: Principal) -> int:
+        """How many open letters answer to ``viewer`` (what a reader without the operator
+        role is shown: its tenant's, and to the fleet role the unknown tenant's too)."""
         with self._store.connection() as conn:
             row = conn.execute(
-                "SELECT count(*) FROM fleet.dead_letters WHERE status = 'open'").fetchone()
+                "SELECT count(*) FROM fleet.dead_letters"  # noqa: S608
+                f" WHERE status = 'open' AND {_ANSWERS_TO}", _scope(viewer)).fetchone()
         return int(row[0]) if row else 0
 
-    def get(self, letter_id: int) -> DeadLetter:
-        """The letter with this id, or DeadLetterNotFound."""
+    def get(self, letter_id: int, viewer: Principal) -> DeadLetter:
+        """The letter with this id, if it answers to ``viewer`` (``NotPermitted`` unless a
+        role of it allows dead letters); DeadLetterNotFound for another tenant's too."""
+        check_permitted(viewer, Action.DEAD_LETTERS, f"dead letter {letter_id}")
         with self._store.connection() as conn, conn.cursor(
                 row_factory=class_row(DeadLetter)) as cur:
             letter = cur.execute(
-                f"SELECT {_COLUMNS} FROM fleet.dead_letters WHERE id = %s",  # noqa: S608
-                (letter_id,)).fetchone()
-        if letter is None:
+                f"SELECT {_COLUMNS} FROM fleet.dead_letters"  # noqa: S608
+                f" WHERE id = %(id)s AND {_ANSWERS_TO}",
+                {**_scope(viewer), "id": letter_id}).fetchone()
+        if letter is None or not answers_to(viewer, letter.tenant):
             raise DeadLetterNotFound(f"no dead letter {letter_id}")
         return letter
 
     def requeue(self, letter_id: int, principal: Principal, reason: str,
                 publish: Callable[[DeadLetter], None]) -> Resolution:
         """Publish the letter's message again (``publish``) and mark it requeued, once, as
-        done by ``principal`` (``NotPermitted`` unless a role of it allows dead letters).
+        done by ``principal`` (``NotPermitted`` unless a role of it allows dead letters;
+        ``DeadLetterNotFound`` for a letter that does not answer to it).
 
         The row stays locked while ``publish`` runs, so two operators cannot requeue it
         twice; if publishing fails, nothing is marked. If the mark is lost after a
@@ -212,7 +240,8 @@ class DeadLetters:
 
     def discard(self, letter_id: int, principal: Principal, reason: str) -> Resolution:
         """Mark the letter discarded (kept, with who and why), once, as done by
-        ``principal`` (``NotPermitted`` unless a role of it allows dead letters)."""
+        ``principal`` (``NotPermitted`` unless a role of it allows dead letters;
+        ``DeadLetterNotFound`` for a letter that does not answer to it)."""
         return self._resolve(letter_id, DeadLetterStatus.DISCARDED, principal, reason, None)
 
     def _resolve(self, letter_id: int, status: DeadLetterStatus, principal: Principal,
@@ -221,9 +250,10 @@ class DeadLetters:
         with self._store.connection() as conn, conn.transaction(), conn.cursor(
                 row_factory=class_row(DeadLetter)) as cur:
             letter = cur.execute(
-                f"SELECT {_COLUMNS} FROM fleet.dead_letters WHERE id = %s"  # noqa: S608
-                " FOR UPDATE", (letter_id,)).fetchone()
-            if letter is None:
+                f"SELECT {_COLUMNS} FROM fleet.dead_letters"  # noqa: S608
+                f" WHERE id = %(id)s AND {_ANSWERS_TO} FOR UPDATE",
+                {**_scope(principal), "id": letter_id}).fetchone()
+            if letter is None or not answers_to(principal, letter.tenant):
                 raise DeadLetterNotFound(f"no dead letter {letter_id}")
             if letter.status is status:
                 return Resolution(changed=False, letter=letter)

@@ -34,10 +34,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, Literal
+from typing import Literal
 
 from events.saga_log import Secrets
 from events.sagas import LoadedSaga, SagaNotFound
+from events.secret_inputs import reveal_with
 from saga_core import (
     KeyReuse,
     ResolvedCommand,
@@ -59,6 +60,7 @@ from saga_core.events import (
     StepSucceeded,
 )
 from saga_core.keys import check_key_payload
+from saga_core.secret_scrub import SecretNeedles
 from saga_core.state import IN_DOUBT, RunStatus, SagaState, evolve
 from saga_core.totals import window_call
 from workers.logs import step_log_context
@@ -66,7 +68,8 @@ from workers.messages import StepCommand
 from workers.metrics import WorkerMetrics
 from workers.observability import step_scope
 from workers.orchestrator import ClaimNext, Committed, Orchestrator, WindowLimitReached
-from workers.secrets import SecretUnavailable, scrub
+from workers.secret_guard import SecretGuard
+from workers.secrets import SecretUnavailable
 from workers.tools import Absent, ToolError, ToolRegistry, Unknown
 from workers.tracing import operation_span, set_outcome
 
@@ -115,11 +118,15 @@ class StepExecutor:
         worker_id: str,
         lease: timedelta,
         metrics: WorkerMetrics | None = None,
+        guard: SecretGuard | None = None,
     ) -> None:
+        """``guard``: looks for the saga's secret values in what tools return (default: one
+        of its own, counting into ``metrics``)."""
         self.orchestrator = orchestrator
         self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.tools = tools
         self.secrets = secrets
+        self.guard = guard if guard is not None else SecretGuard(secrets, self.metrics)
         self.worker_id = worker_id
         self.lease = lease
         # Commands claimed ahead (siblings, steps due next) with what their claim resolved:
@@ -133,9 +140,9 @@ class StepExecutor:
         claimed = self.claim(command)
         if isinstance(claimed, StepOutcome):
             return claimed
-        result = self.call(command, claimed.resolved)
-        return self.executed(command, result, self.record(command, result,
-                                                          claimed.committed.loaded))
+        loaded = claimed.committed.loaded
+        result = self.call(command, claimed.resolved, loaded)
+        return self.executed(command, result, self.record(command, result, loaded))
 
     def claim(
         self, command: StepCommand, *, ahead: ClaimNext | None = None
@@ -276,36 +283,45 @@ class StepExecutor:
             if len(self._resolved) > MAX_RESOLVED_AHEAD:
                 del self._resolved[next(iter(self._resolved))]
 
-    def call(self, command: StepCommand, resolved: ResolvedCommand) -> SagaEvent:
-        """Call the claimed command's tool with its operation key; the result as an event."""
+    def call(self, command: StepCommand, resolved: ResolvedCommand,
+             loaded: LoadedSaga) -> SagaEvent:
+        """Call the claimed command's tool with its operation key; the result as an event,
+        with every secret value of the saga (``loaded``) the tool echoed replaced."""
         # The saga id travels with every call as context (providers tag their records with
         # it); the precondition goes along so the provider can refuse a changed target.
         args = {"saga_id": command.saga_id, **resolved.args, **resolved.precondition}
         try:
-            args, revealed = self.secrets.reveal(command.saga_id, args)
+            # From the guard's read of the vault: the same values, one query per saga.
+            args, _ = reveal_with(command.saga_id, args, lambda names: self.guard.kept(loaded))
         except SecretUnavailable as exc:
             return StepFailed(
                 at=self.orchestrator.clock(), step_id=command.step_id, kind=command.kind,
                 attempt=command.attempt, operation_key=resolved.operation_key,
                 error_class=ErrorClass.PERMANENT, message=str(exc))
+        # What the tool may echo (into its receipt, its error, its log lines): the values it
+        # was given, and every other the saga keeps (a literal may carry one too).
+        needles = self.guard.needles(loaded)
         kind = command.kind.value
-        with step_log_context(command.saga_id, command.step_id, kind, command.attempt), \
+        with step_log_context(command.saga_id, command.step_id, kind, command.attempt,
+                              secrets=self.guard.watch(needles) if needles else None), \
                 operation_span("saga.compensation" if kind == "compensation" else "saga.step",
                             saga_id=command.saga_id, step_id=command.step_id, kind=kind,
                             tool=resolved.tool, attempt=command.attempt) as span:
             began = time.perf_counter()
-            result = self._call_tool(command, resolved, args, revealed)
+            result = self._call_tool(command, resolved, args, needles)
             outcome = _step_outcome(result)
             took = time.perf_counter() - began
             self.metrics.step_called(resolved.tool, kind, outcome, took)
             set_outcome(span, outcome)
             log.info("%s %s: %s in %.3fs", resolved.tool, kind, outcome, took)
-        if revealed and isinstance(result, StepFailed):
-            # Error text goes into the log: never with a secret an adapter echoed.
-            return result.model_copy(update={"message": scrub(result.message, revealed)})
-        if revealed and isinstance(result, StepOutcomeUnknown):
-            return result.model_copy(update={"detail": scrub(result.detail, revealed)})
-        return result
+        # Error text is for people (a short PIN in it is found too); the rest is a record.
+        if isinstance(result, StepFailed):
+            result = result.model_copy(update={"message": self.guard.text(
+                result.message, needles, "tool_result")})
+        elif isinstance(result, StepOutcomeUnknown):
+            result = result.model_copy(update={"detail": self.guard.text(
+                result.detail, needles, "tool_result")})
+        return self.guard.events([result], needles, "tool_result")[0]
 
     def record(
         self, command: StepCommand, result: SagaEvent, known: LoadedSaga, *,
@@ -357,7 +373,7 @@ class StepExecutor:
 
     def _call_tool(
         self, command: StepCommand, resolved: ResolvedCommand, args: dict[str, object],
-        secrets: dict[str, Any],
+        secrets: SecretNeedles,
     ) -> SagaEvent:
         tool_name, version, key = resolved.tool, resolved.version, resolved.operation_key
         now = self.orchestrator.clock
@@ -380,7 +396,8 @@ class StepExecutor:
             except Exception as exc:  # noqa: BLE001
                 # An adapter bug after dispatch: we cannot know whether the effect happened.
                 # No traceback in the log: its text may echo revealed secret arguments.
-                detail = scrub(f"{type(exc).__name__}: {exc}", secrets)
+                detail = self.guard.text(f"{type(exc).__name__}: {exc}", secrets,
+                                         "tool_result")
                 log.error("tool %s@%s crashed: %s", tool_name, version, detail)
                 return StepOutcomeUnknown(at=now(), reason="crash", detail=detail, **common)
         return StepSucceeded(at=now(), receipt=receipt, via="execute", **common)
@@ -391,7 +408,13 @@ class StepExecutor:
         if run.not_before is not None and now < run.not_before:
             return StepOutcome(command, "dropped", f"lookup not due before {run.not_before}")
         tool_name, version = loaded.definition.tool_for(command.step_id, command.kind)
-        with step_scope(command.saga_id, command.step_id, command.kind.value, tool_name), \
+        # A provider may have kept the arguments it was called with, and log or answer with
+        # them: its log lines and its answer are looked through for the saga's values.
+        needles = self.guard.needles(loaded)
+        with step_log_context(command.saga_id, command.step_id, command.kind.value,
+                              command.attempt,
+                              secrets=self.guard.watch(needles) if needles else None), \
+                step_scope(command.saga_id, command.step_id, command.kind.value, tool_name), \
                 operation_span("saga.reconcile", saga_id=command.saga_id,
                                step_id=command.step_id, kind=command.kind.value,
                                tool=tool_name, attempt=command.attempt) as span:
@@ -411,6 +434,10 @@ class StepExecutor:
             receipt=found if isinstance(found, Receipt) else None,
             detail="" if isinstance(found, Receipt) else found.reason,
         )
+        if not isinstance(found, Receipt):
+            result = result.model_copy(update={"detail": self.guard.text(
+                result.detail, needles, "lookup")})
+        result = self.guard.events([result], needles, "lookup")[0]
 
         def build(current: LoadedSaga) -> list[SagaEvent] | None:
             now_run = current.state.run(command.step_id, command.kind)

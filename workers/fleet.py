@@ -31,7 +31,8 @@ from workers.metrics import WorkerMetrics
 from workers.orchestrator import Clock, Orchestrator, utc_now
 from workers.principals import PrincipalDirectory
 from workers.principals_pg import PostgresPrincipals
-from workers.publisher import CeleryPublisher
+from workers.publisher import RedisStepPublisher
+from workers.secret_guard import SecretGuard
 from workers.secrets import SecretVault
 from workers.signed_commands import CommandNonces
 from workers.tools import ToolRegistry, ToolSet
@@ -169,9 +170,9 @@ class Fleet:
         return CommandNonces(self.store)
 
     @cached_property
-    def publisher(self) -> CeleryPublisher:
-        """Publishes step commands after commits."""
-        return CeleryPublisher(self.celery)
+    def publisher(self) -> RedisStepPublisher:
+        """Publishes step commands after commits (one Redis round trip a publish)."""
+        return RedisStepPublisher(self.celery)
 
     @cached_property
     def orchestrator(self) -> Orchestrator:
@@ -186,7 +187,13 @@ class Fleet:
         return StepExecutor(self.orchestrator, self.registry, self.secrets,
                             worker_id=self.config.worker_id,
                             lease=timedelta(seconds=self.config.lease_s),
-                            metrics=self.metrics)
+                            metrics=self.metrics, guard=self.secret_guard)
+
+    @cached_property
+    def secret_guard(self) -> SecretGuard:
+        """Looks for sagas' secret values wherever this process writes or shows, and counts
+        what it replaces (``sagafleet_secret_scrubs_total``)."""
+        return SecretGuard(self.secrets, self.metrics)
 
     @cached_property
     def metrics(self) -> WorkerMetrics:
@@ -202,7 +209,7 @@ class Fleet:
         """A SagaClient acting as ``principal`` (proven by the principal directory)."""
         return SagaClient(self.orchestrator, self.definitions, self.catalogue,
                           secrets=self.secrets, publisher=self.publisher,
-                          principal=principal)
+                          principal=principal, guard=self.secret_guard)
 
     def register_builtin_definitions(self) -> list[str]:
         """Register the shipped trip definition in the shared, read-only set every tenant

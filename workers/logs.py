@@ -5,6 +5,11 @@ attempt in a context variable (carried into branch threads with the rest of the 
 :class:`StepContextFilter` copies them onto every record logged meanwhile, and
 :class:`JsonLinesFormatter` writes one JSON object per record — with the trace and span ids
 when an OpenTelemetry span is current — for ``SAGAFLEET_LOG_FORMAT=json``.
+
+While a tool runs, the context also holds the saga's secret values (a
+:class:`~workers.secret_guard.SecretWatch`): the filter replaces any of them in a record's
+message and exception text before a handler writes it — a tool that logs its arguments, or
+a library that logs a request, must not put the card token in the worker's log.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from workers.secret_guard import SecretWatch
 from workers.tracing import current_trace_ids
 
 STEP_FIELDS: Final = ("saga_id", "step_id", "kind", "attempt")
@@ -25,6 +31,7 @@ STEP_FIELDS: Final = ("saga_id", "step_id", "kind", "attempt")
 LOG_FORMATS: Final = ("text", "json")
 
 _step: ContextVar[dict[str, Any] | None] = ContextVar("sagafleet_step", default=None)
+_secrets: ContextVar[SecretWatch | None] = ContextVar("sagafleet_step_secrets", default=None)
 
 # The attributes every LogRecord has: anything else on a record came from ``extra=``.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
@@ -33,14 +40,17 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
 
 @contextmanager
 def step_log_context(saga_id: str, step_id: str | None = None, kind: str | None = None,
-                     attempt: int | None = None) -> Iterator[None]:
+                     attempt: int | None = None, *,
+                     secrets: SecretWatch | None = None) -> Iterator[None]:
     """Name this saga step on every record logged inside the block (this thread and the
-    contexts copied from it)."""
+    contexts copied from it); with ``secrets``, replace the saga's secret values in them."""
     values = {"saga_id": saga_id, "step_id": step_id, "kind": kind, "attempt": attempt}
     token = _step.set({k: v for k, v in values.items() if v is not None})
+    watching = _secrets.set(secrets if secrets is not None else _secrets.get())
     try:
         yield
     finally:
+        _secrets.reset(watching)
         _step.reset(token)
 
 
@@ -53,7 +63,35 @@ class StepContextFilter(logging.Filter):
             for name, value in current.items():
                 if not hasattr(record, name):
                     setattr(record, name, value)
+        watch = _secrets.get()
+        if watch is not None:
+            _scrub_record(record, watch)
         return True
+
+
+def _scrub_record(record: logging.LogRecord, watch: SecretWatch) -> None:
+    """Replace the watched secret values in a record's message, exception text (formatted
+    here, once: a handler then writes the text it finds on the record) and ``extra=``
+    fields (which the JSON lines carry)."""
+    message = record.getMessage()
+    clean = watch.text(message, "log")
+    if clean != message:
+        record.msg, record.args = clean, ()
+    if record.exc_info and not record.exc_text:
+        record.exc_text = watch.text(_EXCEPTIONS.formatException(record.exc_info), "log")
+    for name, value in list(vars(record).items()):
+        if name not in _STANDARD and isinstance(value, str | dict | list):
+            setattr(record, name, watch.document(value, "log"))
+
+
+def scrubbed_for_step(value: Any) -> Any:
+    """``value`` (a JSON-like report: an error tracker's event or breadcrumb) with the
+    secret values of the tool call running in this context replaced (as it is otherwise)."""
+    watch = _secrets.get()
+    return value if watch is None else watch.document(value, "log")
+
+
+_EXCEPTIONS = logging.Formatter()
 
 
 class JsonLinesFormatter(logging.Formatter):
@@ -77,7 +115,8 @@ class JsonLinesFormatter(logging.Formatter):
             if name not in _STANDARD and name not in line:
                 line[name] = value
         if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
+            # The text a filter formatted (and scrubbed) already, if one did.
+            line["exception"] = record.exc_text or self.formatException(record.exc_info)
         if record.stack_info:
             line["stack"] = self.formatStack(record.stack_info)
         return json.dumps(line, default=str, ensure_ascii=False)

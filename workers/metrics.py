@@ -1,7 +1,8 @@
 """What one worker process did, as Prometheus instruments (``prometheus_client``).
 
 Each :class:`WorkerMetrics` owns its own registry (no global state: a test or a process
-with two fleets gets two), which ``sagafleet worker --metrics-port`` serves on ``/metrics``.
+with two fleets gets two), which ``sagafleet worker --metrics-port`` serves on ``/metrics``
+to the fleet role only (:mod:`sagafleet.metrics_http`: every tenant's work is counted here).
 The fleet's Celery pools are ``solo`` and ``threads`` — one process per worker, never
 prefork children — so in-process instruments are the whole truth and the multiprocess
 mode (``PROMETHEUS_MULTIPROC_DIR``) is not needed.
@@ -14,7 +15,6 @@ below — never a saga id, step id or operation key.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Final
 
 from prometheus_client import (
@@ -24,7 +24,6 @@ from prometheus_client import (
     gc_collector,
     platform_collector,
     process_collector,
-    start_http_server,
 )
 
 log = logging.getLogger(__name__)
@@ -84,6 +83,13 @@ class WorkerMetrics:
             "Messages this worker kept as dead letters (they can never succeed), by task.",
             ["task"], registry=r)
 
+        self.secret_scrubs = Counter(
+            "sagafleet_secret_scrubs",
+            "Occurrences of a saga's secret value found where it must not be and replaced "
+            "before they were written or shown, by place (workers.secret_guard.SCRUB_PLACES): "
+            "anything above zero is a leak that was stopped — find its source.",
+            ["place"], registry=r)
+
     def step_called(self, tool: str, kind: str, outcome: str, seconds: float) -> None:
         """A tool call ended with ``outcome`` (one of :data:`STEP_OUTCOMES`)."""
         self.step_duration.labels(tool, kind, outcome).observe(seconds)
@@ -110,25 +116,10 @@ class WorkerMetrics:
         """A lookup by key answered ``result`` (found, absent, unknown)."""
         self.reconciliations.labels(tool, kind, result).inc()
 
+    def secret_scrubbed(self, place: str, count: int) -> None:
+        """``count`` occurrences of a secret value were replaced at ``place``."""
+        self.secret_scrubs.labels(place).inc(count)
+
     def dead_lettered(self, task: str) -> None:
         """A message of ``task`` was kept as a dead letter."""
         self.dead_letters.labels(task).inc()
-
-
-class MetricsEndpoint:
-    """``GET /metrics`` of a registry on a background thread, until :meth:`close`."""
-
-    def __init__(self, registry: CollectorRegistry, port: int, host: str = "0.0.0.0") -> None:  # noqa: S104
-        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
-
-    @property
-    def port(self) -> int:
-        """The bound port (useful with port 0)."""
-        return int(self._server.server_address[1])
-
-    def close(self) -> None:
-        """Stop serving and free the port."""
-        self._server.shutdown()
-        self._server.server_close()
-        if isinstance(self._thread, threading.Thread):
-            self._thread.join(timeout=5)

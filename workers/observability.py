@@ -10,6 +10,7 @@ import contextlib
 from collections.abc import Iterator
 
 from saga_core.errors import MissingExtra
+from workers.logs import scrubbed_for_step
 
 
 def init_sentry(dsn: str | None, *, component: str, traces_sample_rate: float = 1.0) -> bool:
@@ -33,6 +34,10 @@ def init_sentry(dsn: str | None, *, component: str, traces_sample_rate: float = 
         # A frame's local variables may hold a revealed secret input (the executor's tool
         # arguments): an event from a tool that raised must never carry them to Sentry.
         include_local_variables=False,
+        # Breadcrumbs and events are taken from log records before any handler's filter
+        # runs: the secret values of the tool call running are replaced here too.
+        before_breadcrumb=lambda crumb, hint: scrubbed_for_step(crumb),
+        before_send=lambda event, hint: scrubbed_for_step(event),
         server_name=component,
     )
     return True

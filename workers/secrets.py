@@ -11,21 +11,20 @@ single-use ref, kept in ``fleet.secret_refs`` per tenant until it expires; the s
 names ``{"$secret_ref": "sr_…"}`` in the field moves it into ``fleet.secrets`` in its own
 transaction. That is how a command crossing the broker carries a secret: by ref only. A
 broker command holding a raw value in a secret field is refused (:func:`raw_secret_problems`)
-and dead-lettered with every secret value withheld (:func:`withhold_secrets`).
+and dead-lettered with every secret value withheld (``workers.withholding``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
 from events import EventStore, UnitOfWork
-from events.definitions import DefinitionNotFound
-from events.saga_log import Definitions, Secrets, Unit, unit_of
+from events.saga_log import Secrets, Unit, unit_of
 from events.secret_inputs import (
     PLACEHOLDER_KEY,
     REF_KEY,
@@ -43,7 +42,7 @@ from events.secret_inputs import (
 from saga_core import SagaDefinition
 from saga_core.errors import InputValidationError, Problem
 from saga_core.inputs import field_problems
-from workers.celery_app import STEP_TASK
+from saga_core.secret_scrub import SecretNeedles, scrub_text
 
 __all__ = [
     "PLACEHOLDER_KEY",
@@ -53,20 +52,13 @@ __all__ = [
     "SecretRefRejected",
     "SecretUnavailable",
     "SecretVault",
-    "SIGNATURE_WITHHELD",
-    "WITHHELD",
     "checked_values",
     "placeholder",
     "raw_secret_problems",
     "refs_in",
     "scrub",
     "split_secrets",
-    "withhold_secrets",
 ]
-
-WITHHELD = "[secret withheld]"
-"""What a dead letter holds instead of a secret input (value or ref)."""
-
 
 class SecretRef(BaseModel):
     """A deposited secret: put :meth:`as_input` in the secret field of a start's input."""
@@ -169,6 +161,20 @@ class SecretVault:
         with self._store.connection() as own:
             own.execute("DELETE FROM fleet.secrets WHERE saga_id = %s", (saga_id,))
 
+    def kept(self, saga_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The values kept for each of ``saga_ids``, by saga id and field (none: absent)."""
+        if not saga_ids:
+            return {}
+        with self._store.connection() as conn:
+            rows = conn.execute(
+                "SELECT saga_id, name, value FROM fleet.secrets WHERE saga_id = ANY(%s)",
+                (list(saga_ids),),
+            ).fetchall()
+        kept: dict[str, dict[str, Any]] = {}
+        for saga_id, name, value in rows:
+            kept.setdefault(saga_id, {})[name] = value
+        return kept
+
     def deposit(self, tenant: str, value: Any, expires_at: datetime) -> str:
         """Hold ``value`` for ``tenant`` until ``expires_at`` under a new ref (its digest
         is the key: the table holds no usable ref)."""
@@ -233,125 +239,10 @@ def _ref_state(found: tuple[str, datetime, str | None] | None, tenant: str,
     return "expired" if found[1] <= now else "used"  # spent by a unit that just committed
 
 
-def withhold_secrets(
-    definitions: Definitions, task: str, body: Any, reason: str,
-    signer_tenant: str | None = None,
-) -> tuple[Any, str]:
-    """A rejected message's body and reason as a dead letter may keep them.
-
-    A step command carries identifiers only and is kept as it is. Any other (a saga
-    command) has its positional arguments withheld whole (commands take keyword arguments
-    only, so they cannot be told apart), and in its ``input`` each field the named
-    definition marks secret — value or ref — is withheld; when the definition cannot be
-    found, every input value is. A signed command's definition is looked up as the tenant
-    of the key that signed it (``signer_tenant``); when that key is unknown, every input value
-    of its envelope is withheld. The reason is scrubbed of every withheld string. Never
-    raises: a dead letter must always be written.
-    """
-    if task == STEP_TASK or not isinstance(body, dict):
-        return body, reason
-    withheld: list[Any] = []
-    kept = dict(body)
-    args = kept.get("args")
-    if args:
-        withheld.append(args)
-        kept["args"] = f"[{len(args)} positional arguments withheld]"
-    kwargs = kept.get("kwargs")
-    if isinstance(kwargs, dict) and isinstance(kwargs.get("envelope"), str):
-        kwargs = _withheld_envelope(definitions, kwargs, withheld, signer_tenant)
-        kept["kwargs"] = kwargs
-    if isinstance(kwargs, dict) and "input" in kwargs:
-        # The tenant the command names (tasks reads it so, "default" when absent).
-        masked, hidden = _withheld_input(definitions, kwargs.get("tenant", "default"),
-                                         kwargs.get("definition"), kwargs["input"])
-        kept["kwargs"] = {**kwargs, "input": masked}
-        withheld.append(hidden)
-    elif kwargs is not None and not isinstance(kwargs, dict):
-        withheld.append(kwargs)
-        kept["kwargs"] = WITHHELD
-    return kept, scrub(reason, withheld)
-
-
-SIGNATURE_WITHHELD = "[withheld: the envelope was kept with its secrets withheld]"
-"""A dead letter's signature once its envelope was altered (it could never verify again)."""
-
-
-def _withheld_envelope(definitions: Definitions, kwargs: dict[str, Any],
-                       withheld: list[Any], tenant: str | None) -> dict[str, Any]:
-    """A signed command's kwargs with the secret input fields of its envelope withheld.
-
-    The envelope is JSON text: a start's ``args.input`` is masked as a plain start's
-    ``input`` is, and the envelope written again. An altered envelope can never verify, so
-    its signature is withheld too (the letter says so; the agent must sign a new command).
-    An envelope that is not a JSON object is withheld whole: the fleet could not read it,
-    so nothing in it could ever be requeued.
-    """
-    text = kwargs["envelope"]
-    try:
-        envelope = json.loads(text)
-    except (ValueError, RecursionError):
-        envelope = None
-    if not isinstance(envelope, dict):
-        withheld.append(text)
-        return {**kwargs, "envelope": WITHHELD}
-    args = envelope.get("args")
-    if not isinstance(args, dict) or "input" not in args:
-        return kwargs
-    masked, hidden = _withheld_input(definitions, tenant, args.get("definition"), args["input"])
-    if not hidden:
-        return kwargs  # nothing secret in it: kept as signed, so a requeue can verify it
-    withheld.append(hidden)
-    altered = json.dumps({**envelope, "args": {**args, "input": masked}},
-                         separators=(",", ":"), ensure_ascii=False)
-    return {**kwargs, "envelope": altered, "signature": SIGNATURE_WITHHELD}
-
-
-def _withheld_input(
-    definitions: Definitions, tenant: Any, name: Any, data: Any
-) -> tuple[Any, list[Any]]:
-    """``data`` with its secret fields withheld, and the withheld values (the definition
-    as the tenant the message names sees it: the one its start would have run)."""
-    if not isinstance(data, dict):
-        return WITHHELD, [data]
-    secret: set[str] | None = None
-    if isinstance(name, str) and isinstance(tenant, str):
-        try:
-            definition = definitions.get(name, tenant=tenant, cached_latest=True)
-            secret = {field for field, spec in definition.input.items() if spec.secret}
-        except DefinitionNotFound:
-            # Secret fields are what a definition declares; one nobody registered declares
-            # none. Its input is kept whole, so the letter can be requeued once the
-            # definition is registered (the usual fix). Agents send secrets as refs
-            # whatever the definition (README, "Secret inputs").
-            secret = set()
-        except Exception:  # noqa: BLE001 - unreadable, anything else: a dead letter must
-            secret = None  # still be written, so every value below is withheld
-    hidden = [value for field, value in data.items() if secret is None or field in secret]
-    masked = {field: WITHHELD if secret is None or field in secret else value
-              for field, value in data.items()}
-    return masked, hidden
-
-
 def scrub(text: str, args: Any) -> str:
-    """``text`` with the string values of revealed secrets in ``args`` masked.
-
-    Tool errors end up in the log (a failure's message, an unknown outcome's detail); an
-    adapter that echoes its arguments must not carry a secret there.
-    """
-    for value in _strings(args):
-        if len(value) >= 4 and value in text:
-            text = text.replace(value, "[secret]")
-    return text
-
-
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return []
+    """``text`` (meant for people) with every secret value in ``args`` masked (see
+    ``saga_core.secret_scrub``: what the executor does to a tool's error text)."""
+    return scrub_text(text, SecretNeedles.of([args])).value
 
 
 if TYPE_CHECKING:  # mypy checks that the vault keeps the port's signatures

@@ -33,6 +33,7 @@ from saga_core.authority import Principal
 from saga_core.signed_commands import (
     CommandEnvelope,
     Refusal,
+    SignedParts,
     check_window,
     nonce_kept_until,
     parse_envelope,
@@ -63,6 +64,21 @@ def verify_signed_command(task: str, kwargs: dict[str, object],
     """The command ``kwargs`` carries for ``task`` once its signature holds, or
     ``CommandRefused`` (the time window and single use are :class:`CommandNonces`')."""
     parts = signed_parts(kwargs)
+    key = _signing_key(parts, keys)
+    # Only now is anything the sender wrote parsed.
+    return VerifiedCommand(kid=parts.kid, principal=key.principal,
+                           envelope=parse_envelope(parts.envelope, task))
+
+
+def signer_of(kwargs: dict[str, object], keys: SigningKeys) -> Principal:
+    """The principal whose live key signed ``kwargs``, once the signature holds — whatever the
+    envelope then says (a dead letter's tenant is its signer's, even when the command was
+    refused after its signature verified); ``CommandRefused`` when it does not hold."""
+    return _signing_key(signed_parts(kwargs), keys).principal
+
+
+def _signing_key(parts: SignedParts, keys: SigningKeys) -> SigningKey:
+    """The live key the parts name, once their signature verifies with it."""
     key = keys.signing_key(parts.kid)
     if key is None:
         raise refused(Refusal.UNKNOWN_KEY,
@@ -71,9 +87,7 @@ def verify_signed_command(task: str, kwargs: dict[str, object],
         raise refused(Refusal.BAD_SIGNATURE,
                       f"the signature does not verify with key {parts.kid!r}: the envelope "
                       "was altered, or another key signed it")
-    # Only now is anything the sender wrote parsed.
-    return VerifiedCommand(kid=parts.kid, principal=key.principal,
-                           envelope=parse_envelope(parts.envelope, task))
+    return key
 
 
 def _signature_holds(public_key: bytes, signature: bytes, data: bytes) -> bool:

@@ -26,10 +26,21 @@ pass) it sweeps every active saga instead, re-timing each: the repair of a due t
 is wrong (a saga written by an older version, a lost deferral). A saga it cannot sweep (a
 lost race, a corrupt stream) is reported and the pass goes on with the next. Several
 copies may run: an advisory lock lets one sweep at a time, the others stand by.
+
+A pass may be given a budget (``sweep(budget_s=...)``; ``run_forever`` gives each pass its
+interval): after a broker loss every active saga is overdue at once, and a pass over all of
+them would hold up everything else the sweeper owes. A budgeted pass first sweeps what came
+due since the previous pass (an approval or a lease expiring, a deadline: the fresh duties,
+whatever the backlog), then works through the rest, the longest due first, a chunk at a
+time until the budget is spent (one chunk at least); the next pass goes on from there (a
+full pass from where it stopped in the list of active sagas), at once while a backlog is
+left. Every chunk is re-timed as it is done, so nothing is swept twice and the re-publish
+count stays that of one pass.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -74,7 +85,8 @@ class SweepReport:
     republished: int = 0
     advanced: int = 0
     deferred: int = 0  # sagas re-timed by the pass (a commit in between wins, uncounted)
-    full_pass_s: float | None = None  # how long a full pass took (None: a due-only pass)
+    full_pass_s: float | None = None  # how long a full pass took (None: none ended in this pass)
+    backlog: bool = False  # the budget ran out with due sagas (or a full pass) left for later
     expired_refs: int = 0  # deposited secrets forgotten: expired, spent or not
     expired_nonces: int = 0  # signed commands' single-use ids past their window
     errors: list[str] = field(default_factory=list)
@@ -85,6 +97,7 @@ class SagaSweep:
     """What sweeping one saga found due, and what it recorded for it."""
 
     loaded: LoadedSaga  # the saga as it was swept
+    at: datetime  # the clock the sweep asked due_work at
     due: tuple[DueWork, ...]
     republish: tuple[StepCommand, ...]  # overdue schedules and lookups, to enqueue again
     committed: Committed | None  # decide's answer to the rest (None: nothing needed it)
@@ -110,7 +123,8 @@ def sweep_saga(orchestrator: Orchestrator, loaded: LoadedSaga, queue_wait: timed
 
     Raises SagaError (RaceLost among them) when the decision cannot be recorded.
     """
-    due = due_work(loaded.state, orchestrator.clock(), queue_wait)
+    at = orchestrator.clock()
+    due = due_work(loaded.state, at, queue_wait)
     republish = tuple(
         StepCommand(saga_id=loaded.saga_id, step_id=item.step_id, kind=item.kind,
                     attempt=item.attempt)
@@ -119,7 +133,7 @@ def sweep_saga(orchestrator: Orchestrator, loaded: LoadedSaga, queue_wait: timed
     )
     needs_decision = len(republish) < len(due)
     committed = orchestrator.advance(loaded.saga_id, known=loaded) if needs_decision else None
-    return SagaSweep(loaded, tuple(due), republish, committed)
+    return SagaSweep(loaded, at, tuple(due), republish, committed)
 
 
 def retimed(
@@ -131,10 +145,34 @@ def retimed(
     not due again before its window ends (``republish_at``: growing gaps from the queue
     wait, capped); whatever else the saga holds is due at ``next_due`` without those
     items. None: nothing will be due until a new event.
+
+    What is still due is what the sweep found when it committed nothing and ``now`` is the
+    sweep's own clock (the same state at the same instant: ``due_work`` is pure, and asks
+    decide, so it is not asked twice); :func:`retimed_afresh` asks again every time, the
+    plain path this one must equal.
     """
     saga = swept.latest
-    # Nothing was due: no need to ask again what still is (due_work asks decide: not free).
+    if not swept.due:
+        due_now: Sequence[DueWork] = []  # nothing was due: nothing still is
+    elif swept.committed is None and swept.at == now:
+        due_now = swept.due
+    else:
+        due_now = due_work(saga.state, now, queue_wait)
+    return _retimed(swept, due_now, now, queue_wait, republish_max)
+
+
+def retimed_afresh(
+    swept: SagaSweep, now: datetime, queue_wait: timedelta, republish_max: timedelta
+) -> DueSaga:
+    """:func:`retimed`, asking ``due_work`` what is still due whatever the sweep did."""
+    saga = swept.latest
     due_now = due_work(saga.state, now, queue_wait) if swept.due else []
+    return _retimed(swept, due_now, now, queue_wait, republish_max)
+
+
+def _retimed(swept: SagaSweep, due_now: Sequence[DueWork], now: datetime,
+             queue_wait: timedelta, republish_max: timedelta) -> DueSaga:
+    saga = swept.latest
     still = {due_key(item) for item in due_now}
     held = [item for item in swept.due if due_key(item) in still]
     later = next_due(saga.state, queue_wait, after=now, exclude={due_key(i) for i in held})
@@ -143,11 +181,24 @@ def retimed(
                    min((t for t in (later, *windows) if t is not None), default=None))
 
 
+@dataclass
+class _FullPass:
+    """A full pass spread over budgeted passes: the active sagas when it began, how far it
+    got, and when it began (time.monotonic())."""
+
+    ids: list[str]
+    started: float
+    next: int = 0
+
+
 class Sweeper:
     """Re-enqueues due work from the log; safe to run as several copies."""
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: Fleet, *, chunk: int = SWEEP_CHUNK) -> None:
+        """``chunk``: sagas read, swept and re-timed together (a budgeted pass checks its
+        budget between chunks, and always sweeps at least one of its backlog)."""
         self.fleet = fleet
+        self.chunk = chunk
         self.queue_wait = timedelta(seconds=fleet.config.queue_wait_s)
         self.republish_max = timedelta(seconds=fleet.config.republish_max_s)
         if not timedelta(0) < self.queue_wait <= self.republish_max:
@@ -159,6 +210,8 @@ class Sweeper:
         self._subscription = fleet.store.subscription(TRACKER)
         self.vault = fleet.secrets
         self._last_full: float | None = None  # time.monotonic() of this copy's last full pass
+        self._full: _FullPass | None = None  # a full pass under way (budgeted passes)
+        self._swept_until: datetime | None = None  # the clock of the last pass's due read
 
     def track(self, limit: int = 1000) -> int:
         """Fold new SagaStarted/SagaFinished events into ``fleet.active_sagas``."""
@@ -189,14 +242,20 @@ class Sweeper:
             if count < limit:
                 return seen
 
-    def sweep(self) -> SweepReport:
+    def sweep(self, budget_s: float | None = None) -> SweepReport:
         """One pass: track new sagas, then re-enqueue or record what is due (every active
-        saga on a full pass, else only the due ones)."""
+        saga on a full pass, else only the due ones). With ``budget_s``, what came due since
+        the last pass first, then the rest until about ``budget_s`` seconds are spent (the
+        next pass goes on; ``report.backlog`` says some is left)."""
         report = SweepReport()
+        deadline = None if budget_s is None else time.monotonic() + budget_s
         with self.fleet.store.connection() as lock_conn:
             got = lock_conn.execute("SELECT pg_try_advisory_lock(%s)", (SWEEP_LOCK,)).fetchone()
             if not got or not got[0]:
-                return report  # another sweeper is at work
+                # Another sweeper is at work: what came due meanwhile is its to sweep, and
+                # this copy's next pass has no "since the last pass" of its own.
+                self._swept_until = None
+                return report
             try:
                 report.tracked = self.track()
                 # A deposited secret no start used in time is forgotten, as a finished
@@ -206,16 +265,57 @@ class Sweeper:
                 # check; after that the check alone refuses it (a bounded table).
                 report.expired_nonces = self.fleet.command_nonces.purge_expired(
                     self.fleet.clock())
-                if self._full_pass_due():
-                    started = time.monotonic()
-                    self.sweep_all(report)
-                    self._last_full = time.monotonic()
-                    report.full_pass_s = self._last_full - started
+                if deadline is None:
+                    self._whole_pass(report)
                 else:
-                    self.sweep_due(report)
+                    self._budgeted_pass(report, deadline)
             finally:
                 lock_conn.execute("SELECT pg_advisory_unlock(%s)", (SWEEP_LOCK,))
         return report
+
+    def _whole_pass(self, report: SweepReport) -> None:
+        """Every due saga (every active one on a full pass, or the rest of one under way),
+        however long it takes."""
+        if self._full is not None or self._full_pass_due():
+            full = self._full or _FullPass(self._active_ids(), time.monotonic())
+            self._continue_full(full, report, set(), deadline=None)
+        else:
+            self.sweep_due(report)
+
+    def _budgeted_pass(self, report: SweepReport, deadline: float) -> None:
+        """What came due since the last pass, then the backlog (a full pass, or the due
+        sagas longest due first) until ``deadline``."""
+        now = self.fleet.orchestrator.clock()
+        seen: set[str] = set()
+        if self._swept_until is not None:  # whole: what came due in one interval
+            self._sweep_due_between(report, now, seen, since=self._swept_until, deadline=None)
+        if self._full is not None or self._full_pass_due():
+            full = self._full or _FullPass(self._active_ids(), time.monotonic())
+            report.backlog = not self._continue_full(full, report, seen, deadline=deadline)
+        else:
+            report.backlog = self._sweep_due_between(report, now, seen, since=None,
+                                                     deadline=deadline)
+        self._swept_until = now
+
+    def _continue_full(self, full: _FullPass, report: SweepReport, seen: set[str], *,
+                       deadline: float | None) -> bool:
+        """Sweep the full pass's next chunks until it ends (True: it ended, and is timed) or
+        ``deadline`` after one chunk at least (False: kept to go on with at the next pass)."""
+        self._full = full
+        first = True
+        while full.next < len(full.ids):
+            if deadline is not None and not first and time.monotonic() >= deadline:
+                return False
+            first = False
+            chunk = [i for i in full.ids[full.next:full.next + self.chunk] if i not in seen]
+            full.next += self.chunk
+            seen.update(chunk)
+            # No version known: an unreadable saga is left to the due passes.
+            self._sweep_chunk(chunk, report, {})
+        self._full = None
+        self._last_full = time.monotonic()
+        report.full_pass_s = self._last_full - full.started
+        return True
 
     def _full_pass_due(self) -> bool:
         if self.full_every_s <= 0:
@@ -226,11 +326,24 @@ class Sweeper:
         """Sweep the sagas due by now, a chunk (one read, one re-timing, one count) at a
         time, each saga at most once a pass (a commit may leave one due again at once)."""
         now = self.fleet.orchestrator.clock()  # the clock sweep_saga decides on
-        seen: set[str] = set()
+        self._sweep_due_between(report, now, set(), since=None, deadline=None)
+        self._swept_until = now
+
+    def _sweep_due_between(self, report: SweepReport, now: datetime, seen: set[str], *,
+                           since: datetime | None, deadline: float | None) -> bool:
+        """Sweep the sagas due by ``now`` (after ``since``), the longest due first, a chunk
+        at a time, skipping and adding to ``seen``; stop at ``deadline`` (monotonic) after
+        one chunk at least (a pass always makes headway). True when it stopped there with
+        due sagas left."""
+        first = True
         while True:
-            due = [d for d in self.fleet.repo.due(now, SWEEP_CHUNK) if d.saga_id not in seen]
+            due = [d for d in self.fleet.repo.due(now, self.chunk, since=since)
+                   if d.saga_id not in seen]
             if not due:
-                return
+                return False
+            if deadline is not None and not first and time.monotonic() >= deadline:
+                return True
+            first = False
             seen.update(d.saga_id for d in due)
             self._sweep_chunk([d.saga_id for d in due], report,
                               {d.saga_id: d.version for d in due})
@@ -238,10 +351,8 @@ class Sweeper:
     def sweep_all(self, report: SweepReport) -> None:
         """Sweep every active saga (``fleet.active_sagas``) and re-time each: the slow pass
         that repairs a wrong due time."""
-        active = self._active_ids()
-        for start in range(0, len(active), SWEEP_CHUNK):
-            # No version known: an unreadable saga is left to the due passes.
-            self._sweep_chunk(active[start : start + SWEEP_CHUNK], report, {})
+        self._continue_full(_FullPass(self._active_ids(), time.monotonic()), report, set(),
+                            deadline=None)
 
     def _sweep_chunk(
         self, saga_ids: list[str], report: SweepReport, versions: Mapping[str, int]
@@ -284,7 +395,8 @@ class Sweeper:
             woken.extend(swept.made_due)
             republish.extend(swept.republish)
             redelivered.extend(swept.due)
-            deferrals.append(retimed(swept, now, self.queue_wait, self.republish_max))
+            # Re-timed at the instant it was swept (a chunk's sagas are swept one by one).
+            deferrals.append(retimed(swept, swept.at, self.queue_wait, self.republish_max))
         # The chunk's messages go in two batches (one Redis round trip each), after its
         # commits; a message that fails to go is left to the saga's next due time.
         self.fleet.publisher.publish(woken)
@@ -310,14 +422,16 @@ class Sweeper:
         """Record each re-enqueued or decided item in ``fleet.redeliveries``, one INSERT."""
         if not items:
             return
+        # One JSON document, not five arrays: psycopg dumps an array element by element,
+        # which cost the pass more CPU than the server's insert of a chunk's rows.
+        rows = json.dumps([[i.saga_id, i.step_id, i.kind.value if i.kind else None, i.attempt,
+                            i.action] for i in items])
         with self.fleet.store.connection() as conn:
             conn.execute(
                 "INSERT INTO fleet.redeliveries (saga_id, step_id, kind, attempt, action)"
-                " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[],"
-                " %s::text[])",
-                ([i.saga_id for i in items], [i.step_id for i in items],
-                 [i.kind.value if i.kind else None for i in items],
-                 [i.attempt for i in items], [i.action for i in items]),
+                " SELECT r ->> 0, r ->> 1, r ->> 2, (r ->> 3)::int, r ->> 4"
+                " FROM jsonb_array_elements(%s::jsonb) AS r",
+                (rows,),
             )
 
     def run_forever(self, interval_s: float, *, stop_after: float | None = None,
@@ -331,11 +445,16 @@ class Sweeper:
         deadline = None if stop_after is None else time.monotonic() + stop_after
         while deadline is None or time.monotonic() < deadline:
             try:
-                report = self.sweep()
+                # A budget of one interval: a backlog (every saga overdue after a broker loss)
+                # is worked off over several passes, each serving what came due since the last.
+                report = self.sweep(budget_s=interval_s)
                 if report.republished or report.advanced or report.errors:
                     log.info("sweep: %s", report)
                 if heartbeat is not None:
                     heartbeat.touch()
             except SagaError as exc:
                 log.error("sweep failed (will retry): %s", exc)
+            else:
+                if report.backlog:
+                    continue  # more is due now: the next pass starts at once
             time.sleep(interval_s)

@@ -76,9 +76,10 @@ from workers.branches import SagaBranches
 from workers.celery_app import COMMAND_TASK_OPTIONS, STEP_TASK
 from workers.command_failures import CommandFailure, judge_failure, retry_delay_s
 from workers.dead_letters import DeadLetter, dead_letter_body
+from workers.letter_tenants import letter_tenant
 from workers.messages import MalformedMessage, StepCommand
-from workers.secrets import withhold_secrets
 from workers.signed_commands import VerifiedCommand, verify_signed_command
+from workers.withholding import withhold_secrets
 
 if TYPE_CHECKING:
     from workers.client import SagaClient
@@ -155,7 +156,9 @@ def _dead_letter_step(fleet: Fleet, args: Any, kwargs: Any, reason: str) -> None
     is only a wake-up call, and the sweeper re-enqueues from the log whatever is due."""
     try:
         fleet.dead_letters.record(STEP_TASK, None, dead_letter_body(STEP_TASK, args, kwargs),
-                                  reason, ErrorKind.INVALID_INPUT)
+                                  reason, ErrorKind.INVALID_INPUT,
+                                  tenant=letter_tenant(STEP_TASK, args, kwargs,
+                                                       keys=fleet.principals, store=fleet.store))
     except SagaError as exc:
         log.error("could not dead-letter a malformed step message (%s): %s", reason, exc)
     else:
@@ -260,14 +263,19 @@ def _keep_dead_letter(fleet: Fleet, message: CommandMessage,
     retried (nothing was kept, so the broker must keep the message)."""
     name, task_id = message.task, message.task_id
     # Secret input fields (values and refs) never reach the dead letter or the log line.
-    body, reason = withhold_secrets(fleet.definitions, name,
-                                    dead_letter_body(name, message.args, message.kwargs),
-                                    failure.reason, _signer_tenant(fleet, message.kwargs))
+    body, reason, scrubbed = withhold_secrets(
+        fleet.definitions, fleet.catalogue, name,
+        dead_letter_body(name, message.args, message.kwargs), failure.reason,
+        signer_tenant=_signer_tenant(fleet, message.kwargs))
+    fleet.secret_guard.count("dead_letter", scrubbed)
     failure = CommandFailure(retry=False, kind=failure.kind, reason=reason,
                              refusal=failure.refusal)
     try:
+        # The tenant proven by the message as it arrived (before any field was withheld).
+        tenant = letter_tenant(name, message.args, message.kwargs, keys=fleet.principals,
+                               store=fleet.store)
         fleet.dead_letters.record(name, task_id, body, failure.reason, failure.kind,
-                                  refusal=failure.refusal)
+                                  tenant=tenant, refusal=failure.refusal)
     except Exception as exc:  # noqa: BLE001 - whatever it is, the message must not be dropped
         log.error("%s[%s]: could not dead-letter (%s): %s", name, task_id, failure.reason, exc)
         return CommandFailure(retry=True, kind=judge_failure(exc).kind,

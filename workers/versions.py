@@ -36,7 +36,7 @@ def bound_to_version(build: Build, saga_id: str, expected_version: int | None) -
             events = build(loaded)
         except SagaError as exc:
             if loaded.version != expected_version and exc.kind is not ErrorKind.FORBIDDEN:
-                raise SagaMoved(saga_id, expected_version, loaded.version) from exc
+                raise SagaMoved(saga_id, expected_version, loaded.version, str(exc)) from exc
             raise
         if events is not None and loaded.version != expected_version:
             raise SagaMoved(saga_id, expected_version, loaded.version)

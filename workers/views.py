@@ -11,7 +11,7 @@ from events.sagas import LoadedSaga
 from saga_core.commands import redacted_arguments
 from saga_core.contracts import StepKind
 from saga_core.errors import TemplateError
-from saga_core.state import RunStatus, StepRun
+from saga_core.state import RunStatus, StepRun, error_recovered
 from saga_core.stops import budget_summary
 
 
@@ -28,6 +28,8 @@ class RunView(BaseModel):
     receipt: dict[str, Any] | None = None
     error_class: str | None = None
     error_message: str = ""
+    # The run succeeded after that error (a retry, a reconciliation): it is history.
+    error_recovered: bool = False
     lease_expires_at: datetime | None = None
     not_before: datetime | None = None
     approval: dict[str, Any] | None = None
@@ -63,6 +65,8 @@ def _run_view(run: StepRun) -> RunView:
             "status": run.approval.status,
             "expires_at": run.approval.expires_at.isoformat(),
             "approver": run.approval.approver,
+            # The saga version the answer was recorded at (None: not answered yet).
+            "answered_version": run.approval.answered_version,
         }
     return RunView(
         step_id=run.step_id,
@@ -73,6 +77,7 @@ def _run_view(run: StepRun) -> RunView:
         receipt=run.receipt.model_dump(mode="json") if run.receipt else None,
         error_class=str(run.error_class) if run.error_class else None,
         error_message=run.error_message,
+        error_recovered=bool(run.error_class or run.error_message) and error_recovered(run.status),
         lease_expires_at=run.lease_expires_at,
         not_before=run.not_before,
         approval=approval,

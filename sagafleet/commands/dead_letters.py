@@ -2,14 +2,18 @@
 
 An agent's command that no retry can help (malformed, a refused signature — its refusal
 shown —, invalid input, unknown definition, idempotency conflict) is kept whole in
-``fleet.dead_letters`` (:mod:`workers.dead_letters`).
-Listing and showing only read (no broker). ``requeue`` publishes the original message again,
-to its task under its task id, once the cause is fixed — the command is idempotent, so a
-requeue can never act twice — and ``discard`` closes a letter saying why. Each resolves a
-letter once: doing it again does nothing and says so; the other action on a resolved
-letter is a conflict (exit 5). An unknown id exits 4. Requeue and discard act as the
-principal of the command's token (``--token-file`` or ``SAGAFLEET_TOKEN``), which needs the
-``operator`` role; the letter records its name.
+``fleet.dead_letters`` (:mod:`workers.dead_letters`), with the tenant proven to own it.
+Every action, listing and showing included, is done as the principal of the command's token
+(``--token-file`` or ``SAGAFLEET_TOKEN``: exit 11 without one), which needs a role allowing
+dead letters (``operator``, ``fleet_operator``: exit 12 otherwise), and sees only the letters
+of its own tenant — another tenant's letter is "not found" (exit 4), as one that never
+existed; a letter whose tenant is unknown (unsigned, forged, malformed) only to the
+``fleet_operator`` role. Listing and showing only read (no broker). ``requeue`` publishes
+the original message again, to its task under its task id, once the cause is fixed — the
+command is idempotent, so a requeue can never act twice — and ``discard`` closes a letter
+saying why. Each resolves a letter once: doing it again does nothing and says so; the
+other action on a resolved letter is a conflict (exit 5). An unknown id exits 4. The letter
+records the name of the principal that requeued or discarded it.
 """
 
 from __future__ import annotations
@@ -27,13 +31,19 @@ from sagafleet.fleetcli import command_fleet
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
 from workers.dead_letters import DeadLetter, DeadLetters, Resolution
+from workers.principals_pg import PostgresPrincipals
 from workers.tasks import republish
 
 EXAMPLES = """examples:
+  export SAGAFLEET_TOKEN=sft_…        # an operator's (or the fleet_operator's) token
   sagafleet dead-letters --json
   sagafleet dead-letters show 12
   SAGAFLEET_TOKEN=sft_… sagafleet dead-letters requeue 12 --reason "definition trip-v2 registered"
   sagafleet dead-letters discard 13 --token-file ~/.sagafleet-token --reason "test message"
+
+Each letter belongs to the tenant its message proves (the key that signed it, or the saga a
+step message names) and answers only to that tenant's operators; a letter of unknown tenant
+(tenant: null — unsigned, forged, malformed) only to the fleet_operator role.
 """
 
 
@@ -47,7 +57,8 @@ def _headline(letter: DeadLetter) -> str:
     kind = letter.error_kind or "?"
     if letter.refusal:  # a refused signed command: why (unsigned, replayed, expired, ...)
         kind = f"{kind}: {letter.refusal}"
-    return (f"#{letter.id}  {letter.status:<9} {letter.task}  [{kind}]"
+    owner = letter.tenant if letter.tenant is not None else "(unknown tenant)"
+    return (f"#{letter.id}  {letter.status:<9} {owner}  {letter.task}  [{kind}]"
             f"  {letter.recorded_at:%Y-%m-%d %H:%M:%S}  {letter.reason}")
 
 
@@ -72,7 +83,7 @@ class DeadLettersReport:
     def to_text(self) -> str:
         """A line per letter."""
         if not self.letters:
-            return "no open dead letters"
+            return "no open dead letters (of this tenant)"
         return "\n".join(_headline(letter) for letter in self.letters)
 
 
@@ -131,6 +142,7 @@ def register(sub: Any) -> None:
     letters = sub.add_parser("dead-letters", help="commands that could never succeed: list, "
                              "show, requeue, discard", epilog=EXAMPLES, formatter_class=fmt)
     letters.add_argument("--json", action="store_true", help="print one JSON document")
+    add_token_option(letters)
     letters.set_defaults(handler=run_list)
     actions = letters.add_subparsers(dest="action", metavar="ACTION")
 
@@ -141,32 +153,37 @@ def register(sub: Any) -> None:
         # SUPPRESS: an action's default must not undo a --json given before its name.
         parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                             help="print one JSON document")
+        # SUPPRESS again: a --token-file given before the action's name must stay.
+        parser.add_argument("--token-file", default=argparse.SUPPRESS, metavar="PATH",
+                            help="read the API token from this file (else SAGAFLEET_TOKEN); "
+                                 "the command acts as the token's principal, in its tenant")
         return parser
 
     show = action("show", "one dead letter and its whole message")
     show.set_defaults(handler=run_show)
     requeue = action("requeue", "publish the message again to its task (once)")
-    add_token_option(requeue)
     requeue.add_argument("--reason", default="", help="why (recorded on the letter)")
     requeue.set_defaults(handler=run_requeue)
     discard = action("discard", "close the letter without running it (once)")
-    add_token_option(discard)
     discard.add_argument("--reason", required=True, help="why (recorded on the letter)")
     discard.set_defaults(handler=run_discard)
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> int:
-    """List the open dead letters."""
+    """List the open dead letters of the token's tenant (and, to the fleet role, those of
+    unknown tenant)."""
     with runtime.read_side(settings) as ctx:
-        report = DeadLettersReport(DeadLetters(ctx.store).open_letters())
+        viewer = cli_principal(args, settings, PostgresPrincipals(ctx.store))
+        report = DeadLettersReport(DeadLetters(ctx.store).open_letters(viewer))
     emit_report(report, as_json=args.json)
     return ExitCode.OK
 
 
 def run_show(args: argparse.Namespace, settings: Settings) -> int:
-    """Show one dead letter (NotFound: exit 4)."""
+    """Show one dead letter of the token's tenant (NotFound, exit 4, for any other)."""
     with runtime.read_side(settings) as ctx:
-        report = DeadLetterReport(DeadLetters(ctx.store).get(args.letter_id))
+        viewer = cli_principal(args, settings, PostgresPrincipals(ctx.store))
+        report = DeadLetterReport(DeadLetters(ctx.store).get(args.letter_id, viewer))
     emit_report(report, as_json=args.json)
     return ExitCode.OK
 

@@ -8,14 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from celery.signals import worker_init, worker_shutting_down
+from prometheus_client import make_wsgi_app
 
 from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import build_fleet
+from sagafleet.metrics_http import FleetOnly, MetricsHttpServer
 from sagafleet.settings import Settings
 from sagafleet.telemetry import start_telemetry
 from workers.celery_app import QUEUE_COMMANDS, QUEUE_STEPS, worker_options
-from workers.metrics import MetricsEndpoint
 from workers.sweeper import Sweeper
 
 NO_TOOL_SET = (
@@ -35,7 +36,8 @@ def register(sub: Any) -> None:
     worker.add_argument("--loglevel", default="WARNING")
     worker.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                         help="serve Prometheus metrics on this port (default"
-                             " SAGAFLEET_WORKER_METRICS_PORT; 0: not served)")
+                             " SAGAFLEET_WORKER_METRICS_PORT; 0: not served), to a"
+                             " fleet_operator's bearer token only")
     worker.add_argument("--tools", default=None, metavar="MODULE:ATTRIBUTE",
                         help="the tool set to run (a workers.tools.ToolSet; default"
                              " SAGAFLEET_TOOLS; required: there is no default tool set)")
@@ -72,7 +74,9 @@ def run_worker(args: argparse.Namespace, settings: Settings) -> int:
     watch = _WorkerWatch()
     worker_init.connect(watch.note_worker, weak=False)
     worker_shutting_down.connect(watch.note_shutdown, weak=False)
-    endpoint = MetricsEndpoint(fleet.metrics.registry, port) if port else None
+    endpoint = (MetricsHttpServer(FleetOnly(make_wsgi_app(fleet.metrics.registry),
+                                            fleet.principals), port=port).start()
+                if port else None)
     try:
         fleet.celery.worker_main([
             "worker", f"--pool={pool}", f"--concurrency={args.concurrency}",

@@ -41,11 +41,16 @@ EXAMPLES = f"""examples:
   sagafleet principals revoke ada --tenant acme --reason "left the team"
   sagafleet principals keys add booking-bot --tenant acme --save-private-key bot.pem
   sagafleet principals keys revoke sk_…
+  sagafleet principals add pat --kind person --role fleet_operator --tenant fleet
 
 built-in roles: {", ".join(f"{role} ({', '.join(sorted(actions))})"
                             for role, actions in ROLE_ACTIONS.items())}; any other role name
-(payments_approver) is free for a risk gate to name. The commands take the database (like
-`db migrate`), not a token: whoever reaches the database administers its principals.
+(payments_approver) is free for a risk gate to name. fleet_operator is the platform's role,
+not a tenant's: besides its own tenant's dead letters it alone sees and resolves the dead
+letters no tenant is proven to own (unsigned, forged, malformed messages), the workers page and
+the metrics endpoints; it never sees another tenant's sagas or letters (give it a tenant of its
+own, e.g. `fleet`). The commands take the database (like `db migrate`), not a token: whoever
+reaches the database administers its principals.
 """
 
 

@@ -13,7 +13,14 @@ import signal
 from typing import Any
 
 from events.anchors import AnchorLoop
-from projections import PROJECTIONS, MetricsServer, Projector, projection_status, rebuild
+from projections import (
+    PROJECTIONS,
+    ProjectionContext,
+    Projector,
+    exporter_app,
+    projection_status,
+    rebuild,
+)
 from projections.rebuild import RebuildProgress
 from saga_core.limits import BATCH_EVENTS
 from sagafleet import runtime
@@ -21,9 +28,11 @@ from sagafleet.anchor_key import anchor_key, anchor_witness
 from sagafleet.commands.rendering import ProjectionStatusReport, RebuildSummary
 from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
+from sagafleet.metrics_http import FleetOnly, MetricsHttpServer
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
 from sagafleet.telemetry import start_telemetry
+from workers.principals_pg import PostgresPrincipals
 
 EXAMPLES = """examples:
   sagafleet projector --metrics-port 9464
@@ -43,7 +52,9 @@ def register(sub: Any) -> None:
         "--poll", type=float, default=1.0, help="seconds between polls when NOTIFY stays silent"
     )
     projector.add_argument(
-        "--metrics-port", type=int, default=None, help="also serve Prometheus metrics on this port"
+        "--metrics-port", type=int, default=None,
+        help="also serve Prometheus metrics on this port (every tenant's: a scrape carries a "
+             "fleet_operator's token, 'Authorization: Bearer sft_…')"
     )
     projector.set_defaults(handler=run_projector)
 
@@ -61,7 +72,8 @@ def register(sub: Any) -> None:
                            help="processes folding the log in parallel (default: min(4, CPUs))")
     rebuild_p.add_argument("--json", action="store_true", help="print one JSON document")
     rebuild_p.set_defaults(handler=run_rebuild)
-    serve = proj_sub.add_parser("serve-metrics", help="serve Prometheus metrics over HTTP")
+    serve = proj_sub.add_parser("serve-metrics", help="serve Prometheus metrics over HTTP (to "
+                                "a fleet_operator's bearer token only)")
     serve.add_argument("--port", type=int, default=9464)
     serve.add_argument("--host", default="0.0.0.0")  # noqa: S104 - a container's endpoint
     serve.set_defaults(handler=run_serve_metrics)
@@ -81,8 +93,7 @@ def run_projector(args: argparse.Namespace, settings: Settings) -> int:
     start_telemetry(settings, "projector")
     with runtime.projector_side(settings) as ctx:
         projector = Projector(ctx, batch_size=args.batch, poll_s=args.poll).start()
-        server = (MetricsServer(ctx, port=args.metrics_port,
-                                window_s=settings.metrics_window_seconds).start()
+        server = (_metrics_server(ctx, settings, "0.0.0.0", args.metrics_port).start()  # noqa: S104
                   if args.metrics_port else None)
         # Tamper evidence: checkpoints of the log, off the append path (events.anchors).
         anchors = (
@@ -139,12 +150,18 @@ def run_rebuild(args: argparse.Namespace, settings: Settings) -> int:
     return ExitCode.OK
 
 
+def _metrics_server(ctx: ProjectionContext, settings: Settings, host: str,
+                    port: int) -> MetricsHttpServer:
+    """The saga metrics endpoint, answering only to the fleet role's token."""
+    return MetricsHttpServer(FleetOnly(exporter_app(ctx, settings.metrics_window_seconds),
+                                       PostgresPrincipals(ctx.store)), host=host, port=port)
+
+
 def run_serve_metrics(args: argparse.Namespace, settings: Settings) -> int:
     """Serve the Prometheus endpoint in the foreground (a service: migrates at start-up)."""
     start_telemetry(settings, "metrics")
     with runtime.projector_side(settings) as ctx:
-        server = MetricsServer(ctx, host=args.host, port=args.port,
-                               window_s=settings.metrics_window_seconds)
+        server = _metrics_server(ctx, settings, args.host, args.port)
         try:
             server.serve_forever()
         except KeyboardInterrupt:

@@ -51,6 +51,15 @@ def _alert_line(alert: Alert) -> str:
     return f"[{alert.severity}] {alert.kind}: {alert.message} ({alert.saga_id})"
 
 
+def _answered(approval: dict[str, Any] | None) -> str:
+    """Who answered a run's approval request, and at which saga version ("" if nobody)."""
+    if not approval or approval["status"] == "requested" or not approval.get("approver"):
+        return ""
+    verb = "approved" if approval["status"] == "granted" else "denied"
+    version = approval.get("answered_version")
+    return f"  ({verb} by {approval['approver']}{f' at version {version}' if version else ''})"
+
+
 @dataclass(frozen=True)
 class SagaReport:
     """A saga's state and steps (``status``, and what ``start``/``approve``/... left)."""
@@ -67,7 +76,8 @@ class SagaReport:
         lines = [f"saga {v.saga_id}  {v.status}  ({v.definition} "
                  f"v{v.definition_version}, tenant {v.tenant})"]
         for s in v.steps:
-            lines.append(f"  {s.step_id:<18} {s.kind:<13} {s.status:<18} attempt {s.attempt}")
+            lines.append(f"  {s.step_id:<18} {s.kind:<13} {s.status:<18} attempt {s.attempt}"
+                         f"{_answered(s.approval)}")
         for p in v.pending_approvals:
             lines.append(f"  awaiting approval: {p['step_id']} ({p['kind']}) "
                          f"hash {p['action_hash'][:16]}… until {p['expires_at']}")

@@ -172,17 +172,24 @@ def done_notice(request: Request) -> Markup:
                 DONE_MESSAGES[code], saga_id[:64])
 
 
+def _answer(approval: dict[str, object] | None) -> str:
+    """Who answered an approval request and at which saga version ("carol at version 9")."""
+    if not approval or not approval.get("approver"):
+        return ""
+    version = approval.get("answered_version")
+    return f"{approval['approver']} at version {version}" if version else str(approval["approver"])
+
+
 def saga_state_box(view: SagaView) -> Markup:
     """The saga as the log has it now (shown when an action found it moved)."""
     steps = join(html("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                      run.step_id, run.kind, run.status,
-                      (run.approval or {}).get("approver") or "")
+                      run.step_id, run.kind, run.status, _answer(run.approval))
                  for run in view.steps)
     return html(
         '<section class="card current-state"><h2>Saga <code>{}</code> now</h2>'
         '<dl><dt>status</dt><dd>{}</dd><dt>version</dt><dd>{}</dd>'
         '<dt>definition</dt><dd>{} v{}</dd>{}{}</dl>'
-        '<table><thead><tr><th>step</th><th>operation</th><th>state</th><th>approver</th>'
+        '<table><thead><tr><th>step</th><th>operation</th><th>state</th><th>answered by</th>'
         '</tr></thead><tbody>{}</tbody></table></section>',
         view.saga_id, view.status, view.version, view.definition, view.definition_version,
         html("<dt>cancel</dt><dd>requested</dd>") if view.cancel_requested else "",

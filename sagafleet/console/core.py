@@ -87,10 +87,25 @@ class Console:
     def page(self, request: Request, title: str, body: Markup, *, current: str = "",
              status: int = 200) -> HTMLResponse:
         """A whole page for the request's viewer; ``current`` is the nav path to highlight."""
-        return page_response(viewer_of(request), self.nav, title, body,
-                             current=current, status=status)
+        return self._shown(page_response(viewer_of(request), self.nav, title, body,
+                                         current=current, status=status))
 
-    @staticmethod
-    def fragment(body: Markup, *, status: int = 200) -> HTMLResponse:
+    def fragment(self, body: Markup, *, status: int = 200) -> HTMLResponse:
         """A fragment (what ``data-live`` elements are refreshed with)."""
-        return fragment_response(body, status=status)
+        return self._shown(fragment_response(body, status=status))
+
+    def _shown(self, response: HTMLResponse) -> HTMLResponse:
+        """The response with the secret values of every saga it names replaced (the last
+        line of defence by value: a page shows what the read models hold, which the log's
+        writers checked already; counted at the place ``page``)."""
+        text = bytes(response.body).decode("utf-8")
+        guard = self.fleet.secret_guard
+        needles = guard.named_in(text)
+        if not needles:
+            return response
+        # A page is a document: ids, keys and form tokens in it must stay as they are, so
+        # the document's rule applies (saga_core.secret_scrub.MIN_IN_DOCUMENT).
+        clean = guard.document(text, needles, "page")
+        if clean == text:
+            return response
+        return HTMLResponse(clean, status_code=response.status_code)

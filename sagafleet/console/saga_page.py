@@ -13,8 +13,10 @@ from datetime import UTC, datetime
 from projections import BudgetStanding, TimelineEntry
 from projections.rows import QueueRow, StepRunRow
 from saga_core.contracts import SagaStatus
+from saga_core.state import error_recovered
 from sagafleet.console.markup import Markup, html, join, pretty_json, url_part
 from sagafleet.console.saga_detail import ApprovalLine, SagaDetail
+from sagafleet.console.sagas_list import last_error
 from sagafleet.console.step_graph import NOT_RUN, NOT_STARTED, state_class, step_graph
 
 QUEUE_PATH = "/queue"
@@ -41,11 +43,11 @@ def _header(d: SagaDetail) -> Markup:
         '</dd><dt>Tenant</dt><dd>{}</dd><dt>Phase</dt><dd>{}</dd>'
         '<dt>Started</dt><dd>{}</dd><dt>Last change</dt><dd>{}</dd>'
         '<dt>Finished</dt><dd>{}</dd><dt>Events</dt><dd>{} (stream version {})</dd>'
-        '<dt>Last error</dt><dd class="error">{}</dd></dl>',
+        '<dt>Last error</dt><dd class="last-error">{}</dd></dl>',
         d.saga_id, state_class(s.state), s.state, s.definition_name, s.definition_version,
         s.definition_hash, s.definition_hash[:12], s.tenant, s.phase, _when(s.started_at),
         _when(s.updated_at), _when(s.finished_at), d.history.events_total, s.stream_version,
-        s.last_error or "—")
+        last_error(s))
 
 
 def _waiting(d: SagaDetail) -> Markup:
@@ -92,9 +94,7 @@ def _replay_form(d: SagaDetail) -> Markup:
 
 
 def _graph(d: SagaDetail) -> Markup:
-    # A finished saga will never reach what it has not reached: that is "not run", not
-    # "pending".
-    unreached = NOT_RUN if SagaStatus(d.summary.state).is_terminal else NOT_STARTED
+    unreached = _unreached(d)
     states = {(row.step_id, row.kind): unreached if row.status == NOT_STARTED else row.status
               for row in d.steps}
     caption = f"Steps and compensations of {d.definition.name} v{d.definition.version}"
@@ -102,9 +102,15 @@ def _graph(d: SagaDetail) -> Markup:
                 step_graph(d.definition, states, caption=caption, unreached=unreached))
 
 
-def _step_row(row: StepRunRow) -> Markup:
-    error = html('<span class="error">{}: {}</span>', row.error_class or "error",
-                 row.error_message) if row.error_message else Markup("")
+def _step_row(row: StepRunRow, unreached: str) -> Markup:
+    error = Markup("")
+    if row.error_message and error_recovered(row.status):
+        error = html('<span class="recovered" title="the operation succeeded since">'
+                     'recovered from {}: {}</span>', row.error_class or "error",
+                     row.error_message)
+    elif row.error_message:
+        error = html('<span class="error">{}: {}</span>', row.error_class or "error",
+                     row.error_message)
     receipt = (pretty_json(row.receipt) if row.receipt is not None
                else Markup("") if row.error_message else html('<span class="none">—</span>'))
     return html(
@@ -112,8 +118,20 @@ def _step_row(row: StepRunRow) -> Markup:
         '<td><span class="state {}">{}</span></td><td>{}</td>'
         '<td><code class="key" title="{}">{}</code></td><td>{}{}</td><td>{}</td></tr>',
         row.step_id, row.kind, row.step_id, row.kind, row.tool, row.tool_version,
-        row.semantics, state_class(row.status), row.status, row.attempts,
+        row.semantics, *_shown_state(row.status, unreached), row.attempts,
         row.operation_key, row.operation_key[:16], receipt, error, _when(row.changed_at))
+
+
+def _shown_state(status: str, unreached: str) -> tuple[str, str]:
+    """A row's state class and text: an operation not reached shows as the graph shows it."""
+    shown = unreached if status == NOT_STARTED else status
+    return state_class(shown), shown
+
+
+def _unreached(d: SagaDetail) -> str:
+    # A finished saga will never reach what it has not reached: that is "not run", not
+    # "pending".
+    return NOT_RUN if SagaStatus(d.summary.state).is_terminal else NOT_STARTED
 
 
 def _steps(d: SagaDetail) -> Markup:
@@ -126,7 +144,7 @@ def _steps(d: SagaDetail) -> Markup:
         '<thead><tr><th>Step</th><th>Operation</th><th>Tool</th><th>Semantics</th>'
         '<th>State</th><th>Attempts</th><th>Operation key</th><th>Receipt / error</th>'
         '<th>Changed</th></tr></thead><tbody>{}</tbody></table>{}</section>',
-        join(_step_row(r) for r in d.steps), note)
+        join(_step_row(r, _unreached(d)) for r in d.steps), note)
 
 
 def _approval_row(a: ApprovalLine) -> Markup:

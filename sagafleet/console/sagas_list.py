@@ -193,6 +193,18 @@ def is_stuck(saga: SummaryRow, filters: SagaFilter, now: datetime) -> bool:
             and saga.updated_at < now - timedelta(seconds=filters.stuck_after_s))
 
 
+def last_error(saga: SummaryRow, limit: int | None = None) -> Markup:
+    """A saga's last error as shown: in red while it is a problem, marked recovered once its
+    operation succeeded since (a reconciled timeout is history, not an alarm); "—" if none."""
+    if not saga.last_error:
+        return html('<span class="none">—</span>')
+    text = saga.last_error[:limit] if limit is not None else saga.last_error
+    if saga.last_error_recovered:
+        return html('<span class="recovered" title="its operation succeeded since">'
+                    'recovered: {}</span>', text)
+    return html('<span class="error">{}</span>', text)
+
+
 def _row(saga: SummaryRow, stuck: bool) -> Markup:
     steps = ", ".join(saga.current_steps)
     mark = html(' <span class="badge stuck" title="no progress for a while">stuck</span>') \
@@ -201,10 +213,11 @@ def _row(saga: SummaryRow, stuck: bool) -> Markup:
         '<tr data-saga="{}"><td class="id"><a href="/sagas/{}">{}</a></td>'
         '<td>{} <span class="version">v{}</span></td>'
         '<td><span class="state {}">{}</span>{}</td><td>{}</td><td>{}</td><td>{}</td>'
-        '<td class="error">{}</td></tr>',
+        '<td class="last-error">{}</td></tr>',
         saga.saga_id, url_part(saga.saga_id), saga.saga_id, saga.definition_name,
         saga.definition_version, state_class(saga.state), saga.state, mark, steps,
-        _when(saga.started_at), _when(saga.updated_at), saga.last_error[:200])
+        _when(saga.started_at), _when(saga.updated_at),
+        last_error(saga, 200) if saga.last_error else "")
 
 
 def render_page(page: BrowsePage, query: ListQuery, now: datetime) -> Markup:

@@ -1,8 +1,10 @@
 """Compact, LLM-readable forms of a saga: its status and its audit timeline from the log.
 
 Secret inputs (``InputField.secret``) and secret tool arguments never appear in clear: the
-input is redacted by field, and every other string is scrubbed of the secret values, so a
-receipt or an error message that echoes one cannot leak it either.
+input is redacted by field, and every other string is scrubbed of the values the log or the
+definition holds in clear (older sagas); the service then looks for the vault's values of
+every saga an answer names (``GatewayService``, ``workers.secret_guard``), so a receipt or
+an error message that echoes one cannot leak it either.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from typing import Any
 from events import verify_chain
 from events.sagas import LoadedSaga, SagaHistory, saga_stream
 from saga_core.events import SagaStarted
+from saga_core.secret_scrub import SCRUBBED, SecretNeedles, scrub_document
+from workers.secret_guard import in_clear
 from workers.views import SagaView
 
-REDACTED = "[secret]"
+REDACTED = SCRUBBED
 _EMPTY: tuple[Any, ...] = (None, "", False, [], {})
-_MIN_SECRET = 4  # shorter values would scrub ordinary text
 # Event fields an LLM does not need to follow a saga (hashes, keys, leases).
 _NOISE = frozenset({
     "at", "operation_key", "request_hash", "input_hash", "definition_hash", "lease_expires_at",
@@ -24,41 +27,11 @@ _NOISE = frozenset({
 })
 
 
-def secret_values(loaded: LoadedSaga) -> set[str]:
-    """The saga's secret values: secret input fields and literal secret tool arguments."""
-    found: set[str] = set()
-    started = loaded.started
-    if started is not None:
-        for name, field in loaded.definition.input.items():
-            value = started.input.get(name)
-            if field.secret and value is not None:
-                found.add(str(value))
-    tools = {(t.name, t.version): t for t in loaded.definition.tools}
-    for step in loaded.definition.steps:
-        spec = tools.get((step.tool, step.version))
-        for arg, value in step.args.items():
-            if spec is not None and arg in spec.args and spec.args[arg].secret:
-                if isinstance(value, str) and "${" not in value:
-                    found.add(value)
-    return {s for s in found if len(s) >= _MIN_SECRET}
-
-
-def scrub(report: dict[str, Any], secrets: set[str]) -> dict[str, Any]:
-    """``report`` with every secret value replaced by a marker."""
-    scrubbed: dict[str, Any] = _scrubbed(report, secrets)
+def scrub(report: dict[str, Any], secrets: set[str] | SecretNeedles) -> dict[str, Any]:
+    """``report`` with every secret value replaced by a marker (``saga_core.secret_scrub``)."""
+    needles = secrets if isinstance(secrets, SecretNeedles) else SecretNeedles.of(secrets)
+    scrubbed: dict[str, Any] = scrub_document(report, needles).value
     return scrubbed
-
-
-def _scrubbed(value: Any, secrets: set[str]) -> Any:
-    if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, REDACTED)
-        return value
-    if isinstance(value, dict):
-        return {k: _scrubbed(v, secrets) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_scrubbed(v, secrets) for v in value]
-    return value
 
 
 def redacted_input(loaded: LoadedSaga, data: dict[str, Any]) -> dict[str, Any]:
@@ -84,7 +57,11 @@ def compact_status(view: SagaView, loaded: LoadedSaga) -> dict[str, Any]:
         if run.receipt is not None:
             entry["receipt"] = _receipt(run.receipt)
         if run.error_class:
-            entry["error"] = f"{run.error_class}: {run.error_message}".rstrip(": ")
+            # An error the run recovered from (it succeeded since) is history, not a problem.
+            said = "recovered_error" if run.error_recovered else "error"
+            entry[said] = f"{run.error_class}: {run.error_message}".rstrip(": ")
+        if run.approval is not None and run.approval["status"] == "denied":
+            entry["denied_by"] = run.approval["approver"]
         if run.not_before is not None and not view.terminal:
             entry["not_before"] = run.not_before.isoformat()
         steps.append(entry)
@@ -107,7 +84,7 @@ def compact_status(view: SagaView, loaded: LoadedSaga) -> dict[str, Any]:
         "steps": steps,
         "pending": pending,
     }
-    return scrub(report, secret_values(loaded))
+    return scrub(report, in_clear(loaded))
 
 
 def _actor(record_metadata: dict[str, Any], event: dict[str, Any]) -> str | None:
@@ -149,4 +126,4 @@ def audit_timeline(loaded: SagaHistory) -> dict[str, Any]:
         "hash_chain_intact": chain.ok,
         "events": timeline,
     }
-    return scrub(report, secret_values(loaded))
+    return scrub(report, in_clear(loaded))

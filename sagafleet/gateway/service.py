@@ -11,10 +11,15 @@ The MCP server and the function-calling router both call these methods; they ret
 JSON-ready dicts or raise typed :class:`~saga_core.errors.SagaError` subclasses, which the
 transports turn into structured tool errors. Approving is deliberately absent: approvals
 come from people through the operator commands.
+
+Every answer about a saga is looked through for the secret values of each saga it names,
+and of the secret fields the call itself gave, before it is returned (the last line of
+defence by value, ``workers.secret_guard``: counted at the place ``answer``).
 """
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -27,6 +32,7 @@ from saga_core.limits import AGENT_REASON_CHARS, KEY_CHARS
 from saga_core.lineage import FIELDS as LINEAGE_FIELDS
 from saga_core.lineage import lineage_problem
 from saga_core.plans import AgentPlan, check_plan_document
+from saga_core.secret_scrub import NO_NEEDLES, SecretNeedles
 from sagafleet.gateway.describe import describe_definition, outlook, step_semantics
 from sagafleet.gateway.errors import ArgumentsRejected, problems_of
 from sagafleet.gateway.readable import audit_timeline, compact_status
@@ -38,6 +44,8 @@ from workers.client import (
     SagaClient,
 )
 from workers.fleet import Fleet
+from workers.secret_guard import SecretGuard
+from workers.secrets import split_secrets
 
 # Definitions registered from agent plans; kept out of list_sagas (they are per request,
 # and one tenant's plan is no business of another tenant).
@@ -52,6 +60,20 @@ class GatewayService:
 
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
+
+    def _shown(self, answer: dict[str, Any], also: SecretNeedles = NO_NEEDLES
+               ) -> dict[str, Any]:
+        """``answer`` with the secret values of every saga it names (and ``also``) replaced."""
+        guard = self.fleet.secret_guard
+        needles = guard.named_in(json.dumps(answer, default=str)) | also
+        shown: dict[str, Any] = guard.document(answer, needles, "answer")
+        return shown
+
+    def _given(self, spec: SagaDefinition, data: Any) -> SecretNeedles:
+        """The needles of the secret fields a call gave (a start's, a dry run's input)."""
+        if not isinstance(data, dict):
+            return NO_NEEDLES
+        return SecretGuard.of_values(spec, split_secrets(spec, data)[1])
 
     def _client(self, who: Principal, action: Action, what: str) -> SagaClient:
         """A client acting as ``who``, once its roles allow ``action`` on ``what``."""
@@ -92,11 +114,13 @@ class GatewayService:
         if problems:
             raise ArgumentsRejected("start_saga", problems)
         spec = self.fleet.definitions.get(definition, version, tenant=who.tenant)
+        given = self._given(spec, input)
         if dry_run:
             planned = client.dry_run(spec.name, input, key=idempotency_key,
                                      version=spec.version, reason=reason)
-            return {"dry_run": True, **planned.model_dump(mode="json"),
-                    "next": "call start_saga again without dry_run to start it"}
+            return self._shown({"dry_run": True, **planned.model_dump(mode="json"),
+                                "next": "call start_saga again without dry_run to start it"},
+                               given)
         started = client.start(spec.name, input, key=idempotency_key,
                                version=spec.version, reason=reason, lineage=lineage)
         loaded = self.fleet.repo.load(started.saga_id, tenant=who.tenant)
@@ -110,7 +134,7 @@ class GatewayService:
         if not started.created:
             reply["note"] = ("this idempotency key already started this saga with the same "
                              "input: nothing new was started")
-        return reply
+        return self._shown(reply, given)
 
     def put_secret(
         self, who: Principal, value: Any,
@@ -156,13 +180,14 @@ class GatewayService:
             raise PlanRejected(_plan_shape_problems(exc)) from None
         if dry_run:
             planned = client.dry_run_plan(plan, input or {})
-            return {"dry_run": True, **planned.model_dump(mode="json"),
-                    "next": "call propose_plan again without dry_run to register it"}
+            return self._shown({"dry_run": True, **planned.model_dump(mode="json"),
+                                "next": "call propose_plan again without dry_run to register "
+                                        "it"})
         if revises is not None:
             view = client.revise_plan(revises, plan, reason=reason)
             loaded = self.fleet.repo.load(revises, tenant=who.tenant)
             revision = loaded.state.plan_revision
-            return {
+            return self._shown({
                 "accepted": True,
                 "saga_id": revises,
                 "revision": revision,
@@ -171,7 +196,7 @@ class GatewayService:
                 "dropped": sorted(loaded.state.retired),
                 "status": compact_status(view, loaded),
                 "next": {"tool": "saga_wait", "arguments": {"saga_id": revises}},
-            }
+            })
         # Named by the plan's content (the client's default): the same plan always gets the
         # same definition, and a different plan can never collide with an existing one.
         definition = client.submit_plan(plan)
@@ -189,7 +214,7 @@ class GatewayService:
         """The saga's state, steps, receipts and what is pending."""
         client = self._client(who, Action.READ, f"saga {saga_id!r}")
         view = client.status(saga_id)
-        return compact_status(view, self.fleet.repo.load(saga_id, tenant=who.tenant))
+        return self._shown(compact_status(view, self.fleet.repo.load(saga_id, tenant=who.tenant)))
 
     def saga_wait(
         self, who: Principal, saga_id: str,
@@ -205,14 +230,15 @@ class GatewayService:
                 f"must be a number from 0 to {MAX_TOOL_WAIT_SECONDS:g}")])
         waited = client.wait(saga_id, timeout_seconds)
         status = compact_status(waited.saga, self.fleet.repo.load(saga_id, tenant=who.tenant))
-        return {"settled": waited.settled, "timed_out": not waited.settled, **status,
-                "next": _after_wait(waited.settled, waited.saga.terminal)}
+        return self._shown({"settled": waited.settled, "timed_out": not waited.settled,
+                            **status, "next": _after_wait(waited.settled, waited.saga.terminal)})
 
     def saga_audit(self, who: Principal, saga_id: str) -> dict[str, Any]:
         """The saga's timeline of events from the log, with actors."""
         client = self._client(who, Action.READ, f"saga {saga_id!r}")
         client.status(saga_id)  # the client's own id and tenant checks
-        return audit_timeline(self.fleet.repo.load_history(saga_id, tenant=who.tenant))
+        return self._shown(audit_timeline(self.fleet.repo.load_history(saga_id,
+                                                                       tenant=who.tenant)))
 
     def cancel_saga(self, who: Principal, saga_id: str, reason: str) -> dict[str, Any]:
         """Ask to cancel: what can still be compensated is compensated."""
@@ -221,7 +247,7 @@ class GatewayService:
         if problems:
             raise ArgumentsRejected("cancel_saga", problems)
         view = client.cancel(saga_id, reason=reason)
-        return compact_status(view, self.fleet.repo.load(saga_id, tenant=who.tenant))
+        return self._shown(compact_status(view, self.fleet.repo.load(saga_id, tenant=who.tenant)))
 
 
 def _after_wait(settled: bool, terminal: bool) -> str:

@@ -43,8 +43,10 @@ from workers.branches import SagaBranches
 from workers.client import SagaClient
 from workers.executor import StepExecutor
 from workers.messages import StepCommand
+from workers.metrics import WorkerMetrics
 from workers.orchestrator import Orchestrator
 from workers.principals_memory import MemoryPrincipals
+from workers.secret_guard import SecretGuard
 from workers.sweeper import sweep_saga
 from workers.tools import ToolSet
 
@@ -117,8 +119,12 @@ class TestFleet:
         self.gate_windows = MemoryGateWindows()
         self.orchestrator = Orchestrator(self.log, self.clock, queue_wait=QUEUE_WAIT,
                                          windows=self.gate_windows)
+        self.metrics = WorkerMetrics()
+        # Secret values are looked for by value where they must not be, as on a real fleet.
+        self.secret_guard = SecretGuard(self.secrets, self.metrics)
         self.executor = StepExecutor(self.orchestrator, tool_set.registry, self.secrets,
-                                     worker_id=worker_id, lease=timedelta(seconds=lease_s))
+                                     worker_id=worker_id, lease=timedelta(seconds=lease_s),
+                                     metrics=self.metrics, guard=self.secret_guard)
         self.inline_steps = inline_steps
         self.crashed: list[StepCommand] = []  # messages whose worker died mid-step
         self._active: dict[str, None] = {}  # unfinished sagas in start order (the tracker's)
@@ -139,7 +145,7 @@ class TestFleet:
         """The real SagaClient acting as ``principal`` on this fleet."""
         return SagaClient(self.orchestrator, self.definitions, self.catalogue,
                           secrets=self.secrets, publisher=self.publisher,
-                          principal=principal)
+                          principal=principal, guard=self.secret_guard)
 
     def authenticate(self, token: str) -> Principal:
         """The principal a token of :attr:`principals` proves (else ``Unauthenticated``)."""

@@ -39,6 +39,19 @@ def test_due_sagas_come_longest_due_first_and_only_once_due(ports: Ports) -> Non
     assert ports.log.due(T0, 10) == []
 
 
+def test_due_since_a_time_is_what_came_due_after_it_longest_due_first(ports: Ports) -> None:
+    # given sagas due at 10 and 30 minutes and at the hour, one never due before the hour
+    start_due(ports, "at-10", T0 + timedelta(minutes=10))
+    start_due(ports, "at-30", T0 + timedelta(minutes=30))
+    start_due(ports, "at-60", LATER)
+    start_due(ports, "future", LATER + timedelta(minutes=1))
+    # then what came due after 10 minutes, by the hour, is the two later ones, in due order
+    assert ports.log.due(LATER, 10, since=T0 + timedelta(minutes=10)) == [
+        DueSaga("at-30", 1, T0 + timedelta(minutes=30)), DueSaga("at-60", 1, LATER)]
+    assert [d.saga_id for d in ports.log.due(LATER, 1, since=T0)] == ["at-10"]
+    assert ports.log.due(LATER, 10, since=LATER) == []
+
+
 def test_an_append_keeps_the_due_time_unless_given_one_and_none_clears_it(
     ports: Ports,
 ) -> None:

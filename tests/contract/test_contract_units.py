@@ -82,6 +82,23 @@ def test_secrets_reveal_only_placeholders_and_are_gone_once_purged(ports: Ports)
         ports.secrets.reveal("s1", ARGS)
 
 
+def test_what_a_saga_keeps_is_told_by_saga_until_it_is_purged(ports: Ports) -> None:
+    # given two sagas keeping secrets, and one a unit abandoned
+    with ports.log.unit_of_work() as unit:
+        ports.secrets.keep("s1", {"card": CARD, "pin": 1234}, unit)
+        ports.secrets.keep("s2", {"card": "tok_2"}, unit)
+    with pytest.raises(Boom), ports.log.unit_of_work() as unit:
+        ports.secrets.keep("s3", {"card": "tok_3"}, unit)
+        raise Boom
+    # then what each keeps is told, for many sagas at once; one keeping nothing is absent
+    assert ports.secrets.kept(["s1", "s2", "s3", "nobody"]) == {
+        "s1": {"card": CARD, "pin": 1234}, "s2": {"card": "tok_2"}}
+    assert ports.secrets.kept([]) == {}
+    # and once purged, a saga keeps nothing
+    ports.secrets.purge("s1")
+    assert ports.secrets.kept(["s1", "s2"]) == {"s2": {"card": "tok_2"}}
+
+
 def test_a_unit_of_another_kind_is_refused(ports: Ports) -> None:
     with pytest.raises(InvalidArgument):
         ports.secrets.keep("s1", {"card": CARD}, object())

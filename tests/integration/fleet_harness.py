@@ -31,6 +31,7 @@ from events.sagas import LoadedSaga
 from saga_core import due_work
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.events import SagaEvent, StepStarted
+from saga_core.state import RunStatus
 from sagafleet import sandbox
 from sagafleet.migrate import migrate_all
 from sagafleet.processes import spawn_sagafleet, stop_processes
@@ -242,6 +243,22 @@ def drive(fleet: Fleet, saga_id: str, *, max_rounds: int = 200) -> SagaStatus:
         if not items:
             time.sleep(0.05)
     raise AssertionError(f"saga {saga_id} did not settle: {fleet.repo.load(saga_id).state.status}")
+
+
+def drive_until_it_asks(fleet: Fleet, saga_id: str, *, max_rounds: int = 100) -> None:
+    """Run a saga in this process (as :func:`drive`) until it waits for a person's approval."""
+    for _ in range(max_rounds):
+        state = fleet.repo.load(saga_id).state
+        if any(run.status is RunStatus.AWAITING_APPROVAL
+               for run in [*state.forward.values(), *state.compensation.values()]):
+            return
+        for item in due_work(state, fleet.clock(), timedelta(0)):
+            if item.action in ("execute", "reconcile") and item.step_id and item.kind:
+                fleet.executor.handle(StepCommand(saga_id=saga_id, step_id=item.step_id,
+                                                  kind=item.kind, attempt=item.attempt))
+            else:
+                fleet.orchestrator.advance(saga_id)
+    raise AssertionError(f"saga {saga_id} never asked for an approval")
 
 
 class AfterCommitFreeze:

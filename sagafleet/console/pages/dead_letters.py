@@ -1,11 +1,12 @@
 """``/dead-letters``: agent commands that could never succeed — list, show, requeue, discard.
 
-Dead letters are the platform's (``workers.dead_letters``): a refused or malformed command
-is kept before any tenant is proven to own it, and a letter has no tenant column. The one
-permission over them, ``Action.DEAD_LETTERS`` (the ``operator`` role), already lets its
-holder requeue or discard any letter from the command line; so the console lists and shows
-them to principals that hold it, and tells everyone else how many are open and which role
-would show them — never their content, which may be another tenant's command.
+Each letter belongs to the tenant its message proved when it was kept
+(``workers.letter_tenants``), and answers only to it (``workers.dead_letters`` filters every
+read and action by the signed-in principal): a principal whose roles allow dead letters
+(``operator``) lists, opens and resolves its own tenant's letters; another tenant's letter is
+"not found" (404), as one that never existed. A letter no tenant is proven to own (unsigned,
+forged, malformed) shows only to the ``fleet_operator`` role. Everyone else is told how many
+of its tenant's letters are open and which role would show them — never their content.
 
 Requeue and discard are forms (CSRF-checked by the gate), each asking for a reason, done as
 the signed-in principal through :class:`~workers.dead_letters.DeadLetters` (which checks the
@@ -60,6 +61,14 @@ def _letter_id(request: Request) -> int:
     return int(raw)
 
 
+def _owner(letter: DeadLetter) -> Markup:
+    """The letter's tenant, or a badge saying none is proven (the fleet operator's)."""
+    if letter.tenant is None:
+        return html('<span class="badge unknown-tenant" title="unsigned, forged or malformed: '
+                    'no tenant is proven to own it">unknown</span>')
+    return html('<code class="tenant">{}</code>', letter.tenant)
+
+
 def _kind(letter: DeadLetter) -> str:
     kind = letter.error_kind or "?"
     return f"{kind}: {letter.refusal}" if letter.refusal else kind
@@ -68,22 +77,23 @@ def _kind(letter: DeadLetter) -> str:
 def _list_body(console: Console, viewer: Viewer) -> Markup:
     if not _may_resolve(viewer):
         return html(
-            '<p class="notice" role="status">{} open dead letter(s) in the fleet. Dead letters '
-            'are commands no tenant is proven to own, so only a principal with the '
-            '<code>operator</code> role sees and resolves them (you hold: {}).</p>',
-            console.fleet.dead_letters.open_count(),
+            '<p class="notice" role="status">{} open dead letter(s) of tenant {}. Only a '
+            'principal with the <code>operator</code> role sees and resolves them (you hold: '
+            '{}).</p>',
+            console.fleet.dead_letters.open_count(viewer.principal), viewer.tenant,
             ", ".join(sorted(viewer.principal.roles)) or "no role")
-    letters = console.fleet.dead_letters.open_letters(limit=LIST_LIMIT)
+    letters = console.fleet.dead_letters.open_letters(viewer.principal, limit=LIST_LIMIT)
     if not letters:
-        return html('<p class="notice ok">No open dead letter.</p>')
+        return html('<p class="notice ok">No open dead letter of tenant {}.</p>', viewer.tenant)
     rows = join(
         html('<tr class="dead-letter" data-letter="{}"><td><a href="/dead-letters/{}">#{}</a>'
-             '</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>',
-             letter.id, letter.id, letter.id, letter.task, _kind(letter),
+             '</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>',
+             letter.id, letter.id, letter.id, _owner(letter), letter.task, _kind(letter),
              f"{letter.recorded_at:%Y-%m-%d %H:%M:%S}", letter.reason)
         for letter in letters)
-    return html('<table class="dead-letters"><thead><tr><th>id</th><th>task</th><th>kind</th>'
-                '<th>recorded</th><th>reason</th></tr></thead><tbody>{}</tbody></table>', rows)
+    return html('<table class="dead-letters"><thead><tr><th>id</th><th>tenant</th><th>task</th>'
+                '<th>kind</th><th>recorded</th><th>reason</th></tr></thead><tbody>{}</tbody>'
+                '</table>', rows)
 
 
 def _readable_envelope(letter: DeadLetter) -> Markup:
@@ -125,10 +135,11 @@ def _letter_body(viewer: Viewer, letter: DeadLetter, notice: Markup) -> Markup:
     return html(
         '{}<p><a href="/dead-letters">← dead letters</a></p><h1>Dead letter #{}</h1>{}'
         '<dl class="letter"><dt>status</dt><dd><span class="badge status-{}">{}</span></dd>'
+        '<dt>tenant</dt><dd>{}</dd>'
         '<dt>task</dt><dd><code>{}</code></dd><dt>task id</dt><dd><code>{}</code></dd>'
         '<dt>kind</dt><dd>{}</dd><dt>recorded</dt><dd>{}</dd><dt>reason</dt><dd>{}</dd>'
         '{}{}</dl>{}',
-        STYLESHEET, letter.id, notice, letter.status, letter.status, letter.task,
+        STYLESHEET, letter.id, notice, letter.status, letter.status, _owner(letter), letter.task,
         letter.task_id or "—", _kind(letter), f"{letter.recorded_at:%Y-%m-%d %H:%M:%S}",
         letter.reason, message, resolution, _actions(viewer, letter))
 
@@ -157,7 +168,7 @@ def routes(console: Console) -> list[BaseRoute]:
     def letter_page(request: Request) -> Response:
         viewer = viewer_of(request)
         check_permitted(viewer.principal, Action.DEAD_LETTERS, "dead letters")
-        letter = letters.get(_letter_id(request))
+        letter = letters.get(_letter_id(request), viewer.principal)
         return console.page(request, f"Dead letter #{letter.id}",
                             _letter_body(viewer, letter, Markup("")),
                             current="/dead-letters")

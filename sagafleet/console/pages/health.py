@@ -33,6 +33,7 @@ from sagafleet.console.gate import viewer_of
 from sagafleet.console.health_history import HealthHistory, HealthSample
 from sagafleet.console.layout import NavLink
 from sagafleet.console.markup import Markup, html, join, url_part
+from sagafleet.console.sessions import Viewer
 
 NAV = NavLink(30, "Health", "/health")
 
@@ -163,14 +164,16 @@ GLANCE_QUEUE_ROWS = 100
 """The queue is counted up to this many entries ("100+" beyond: the queue page pages them)."""
 
 
-def _glance(console: Console, tenant: str) -> Markup:
-    """How many requests wait for a person and how many dead letters are open, linked."""
-    waiting = len(operator_queue(console.read, tenant=tenant, limit=GLANCE_QUEUE_ROWS + 1))
+def _glance(console: Console, viewer: Viewer) -> Markup:
+    """How many requests wait for a person and how many of the viewer's dead letters are
+    open (its tenant's; to the fleet role, those of unknown tenant too), linked."""
+    waiting = len(operator_queue(console.read, tenant=viewer.tenant,
+                                 limit=GLANCE_QUEUE_ROWS + 1))
     shown = f"{GLANCE_QUEUE_ROWS}+" if waiting > GLANCE_QUEUE_ROWS else str(waiting)
-    letters = console.fleet.dead_letters.open_count()
+    letters = console.fleet.dead_letters.open_count(viewer.principal)
     return html('<ul class="glance"><li><a href="/queue"><strong>{}</strong> waiting for a '
                 'person</a></li><li><a href="/dead-letters"><strong>{}</strong> open dead '
-                'letter(s) in the fleet</a></li><li><a href="/workers">the workers</a></li>'
+                'letter(s)</a></li><li><a href="/workers">the workers</a></li>'
                 '</ul>', shown, letters)
 
 
@@ -197,7 +200,7 @@ def routes(console: Console) -> list[BaseRoute]:
         return html('<p class="muted as-of">as of {} · {} buckets of {} · tenant {}</p>{}{}{}',
                     f"{trends.as_of:%Y-%m-%d %H:%M:%S %Z}", trends.window.buckets,
                     _duration(trends.window.bucket_s), viewer.tenant,
-                    _glance(console, viewer.tenant), _alerts_section(alerts),
+                    _glance(console, viewer), _alerts_section(alerts),
                     _charts(trends, samples))
 
     def health_page(request: Request) -> Response:

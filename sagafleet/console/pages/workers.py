@@ -6,6 +6,11 @@ with a short timeout, each time the page is opened — not on every live refresh
 look is a broadcast every worker must answer. When the fleet runs with remote control off,
 or nobody answers, the page says which, instead of an empty table. Tasks are shown by name,
 id and start time only (never their arguments, which name sagas of every tenant).
+
+The workers are the fleet's, shared by every tenant: what each runs and has processed is every
+tenant's work, so the table shows only to the ``fleet_operator`` role (``Action.FLEET``).
+Everyone else learns whether workers answer and how many — what a tenant needs to tell a
+stopped fleet from a slow saga — and nothing of the work they do.
 """
 
 from __future__ import annotations
@@ -17,10 +22,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from saga_core.authority import Action
 from sagafleet.console.core import Console
+from sagafleet.console.gate import viewer_of
 from sagafleet.console.layout import NavLink
 from sagafleet.console.markup import Markup, html, join
 from sagafleet.console.pages.health import STYLESHEET
+from sagafleet.console.sessions import Viewer
 from workers.inspection import (
     ActiveTask,
     FleetInspection,
@@ -73,7 +81,13 @@ def _table(inspection: FleetInspection) -> Markup:
                 '</thead><tbody>{}</tbody></table>', rows)
 
 
-def _body(inspection: FleetInspection) -> Markup:
+def _body(inspection: FleetInspection, viewer: Viewer) -> Markup:
+    fleet_wide = Action.FLEET in viewer.principal.allowed()
+    if inspection.outcome is InspectionOutcome.ANSWERED and not fleet_wide:
+        return html('<p class="muted workers-summary">{} (asked just now). What each runs and '
+                    'has processed is every tenant\'s work: only the <code>fleet_operator</code>'
+                    ' role sees it (you hold: {}).</p>', inspection.message,
+                    ", ".join(sorted(viewer.principal.roles)) or "no role")
     if inspection.outcome is InspectionOutcome.ANSWERED:
         return html('<p class="muted workers-summary">{} (asked just now, waiting {} s for '
                     'replies)</p>{}', inspection.message, f"{inspection.timeout_s:g}",
@@ -91,7 +105,8 @@ def routes(console: Console) -> list[BaseRoute]:
                                    remote_control=console.fleet.config.remote_control,
                                    timeout_s=INSPECT_TIMEOUT_S)
         body = html('{}<div class="health-head"><h1>Workers</h1>'
-                    '<a href="/workers">look again</a></div>{}', STYLESHEET, _body(inspection))
+                    '<a href="/workers">look again</a></div>{}', STYLESHEET,
+                    _body(inspection, viewer_of(request)))
         return console.page(request, "Workers", body, current="/workers")
 
     return [Route("/workers", workers_page, methods=["GET"])]

@@ -49,7 +49,8 @@ def test_prometheus_scrapes_the_ports_the_services_serve_and_loads_its_rules() -
     prometheus = services["prometheus"]
     mounts = dict(volume.removesuffix(":ro").split(":", 1) for volume in prometheus["volumes"])
     for source in mounts:
-        assert (ROOT / source).is_file(), source
+        if source.startswith("./"):  # a file of this repository (else a named volume)
+            assert (ROOT / source).is_file(), source
     config = yaml.safe_load((MONITORING / "prometheus.yml").read_text())
     assert config["rule_files"] == [mounts["./examples/monitoring/sagafleet-alerts.yaml"]]
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
@@ -59,6 +60,22 @@ def test_prometheus_scrapes_the_ports_the_services_serve_and_loads_its_rules() -
     workers = jobs["sagafleet-workers"]["dns_sd_configs"][0]
     assert workers["names"] == ["worker"]
     assert str(workers["port"]) == _flag(services["worker"]["command"], "--metrics-port")
+
+
+def test_prometheus_scrapes_with_the_token_of_a_fleet_operator_the_compose_file_issues() -> None:
+    # the metrics endpoints are every tenant's: they answer only to the fleet role's token
+    services = _compose()["services"]
+    issuing = services["metrics-token"]
+    script = issuing["command"][-1]
+    assert "--role fleet_operator" in script and "--save-token /tmp/prometheus.token" in script
+    (volume,) = [v for v in issuing["volumes"] if v.endswith(":/tmp")]
+    shared = volume.split(":", 1)[0]
+    assert shared in _compose()["volumes"]
+    mounted = {v.split(":")[0]: v.split(":")[1] for v in services["prometheus"]["volumes"]}
+    token_file = f"{mounted[shared]}/prometheus.token"
+    config = yaml.safe_load((MONITORING / "prometheus.yml").read_text())
+    for job in config["scrape_configs"]:
+        assert job["authorization"] == {"credentials_file": token_file}, job["job_name"]
 
 
 def test_the_alert_rules_are_well_formed_and_cover_the_four_business_alerts() -> None:
@@ -99,9 +116,13 @@ PROMTOOL = shutil.which("promtool")
                     reason="promtool not installed (Debian: apt install prometheus)")
 def test_promtool_accepts_the_config_and_the_rules_fire_as_their_tests_expect(tmp_path) -> None:
     assert PROMTOOL is not None
-    # given the config as compose mounts it (the rules next to it)
+    # given the config as compose mounts it (the rules next to it, and the token the
+    # metrics-token service saves)
+    token = tmp_path / "prometheus.token"
+    token.write_text("sft_" + "x" * 43 + "\n")
     config = (MONITORING / "prometheus.yml").read_text().replace(
-        "/etc/prometheus/sagafleet-alerts.yaml", str(MONITORING / "sagafleet-alerts.yaml"))
+        "/etc/prometheus/sagafleet-alerts.yaml", str(MONITORING / "sagafleet-alerts.yaml")
+    ).replace("/etc/prometheus/sagafleet/prometheus.token", str(token))
     (tmp_path / "prometheus.yml").write_text(config)
     # then promtool accepts it, and every alert fires (and stays quiet) as its test says
     for args in (["check", "config", str(tmp_path / "prometheus.yml")],

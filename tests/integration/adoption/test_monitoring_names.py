@@ -13,11 +13,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from principal_support import issue_token
+from prometheus_client import make_wsgi_app
 from prometheus_client.parser import text_string_to_metric_families
 
-from projections import MetricsServer, ProjectionContext
+from events import EventStore
+from projections import ProjectionContext, exporter_app
 from projections.prometheus import ALERT_KINDS
-from workers.metrics import MetricsEndpoint, WorkerMetrics
+from sagafleet.metrics_http import FleetOnly, MetricsHttpServer
+from workers.metrics import WorkerMetrics
+from workers.principals_pg import PostgresPrincipals
 
 MONITORING = Path(__file__).resolve().parents[3] / "examples" / "monitoring"
 # A metric name in PromQL: sagafleet_… (and `up`, which Prometheus itself adds per target).
@@ -38,8 +43,9 @@ def _rule_queries() -> list[str]:
     return [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
 
 
-def _get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 - our own server
+def _get(url: str, token: str) -> str:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - our own server
         return response.read().decode()
 
 
@@ -47,12 +53,16 @@ def _get(url: str) -> str:
 def scraped(database: str) -> Iterator[dict[str, str]]:
     """Every series name a real scrape of the projector and of a worker offers, with the
     family type it belongs to."""
-    with ProjectionContext.connect(database) as ctx:
-        projector = MetricsServer(ctx, host="127.0.0.1", port=0).start()
-        worker = MetricsEndpoint(WorkerMetrics().registry, 0, host="127.0.0.1")
+    token = issue_token(database, "prometheus", ("fleet_operator",), tenant="fleet")
+    with ProjectionContext.connect(database) as ctx, EventStore.connect(database) as store:
+        directory = PostgresPrincipals(store)
+        projector = MetricsHttpServer(FleetOnly(exporter_app(ctx), directory),
+                                      host="127.0.0.1", port=0).start()
+        worker = MetricsHttpServer(FleetOnly(make_wsgi_app(WorkerMetrics().registry),
+                                             directory), host="127.0.0.1", port=0).start()
         try:
-            texts = [_get(f"http://127.0.0.1:{projector.port}/metrics"),
-                     _get(f"http://127.0.0.1:{worker.port}/metrics")]
+            texts = [_get(f"http://127.0.0.1:{projector.port}/metrics", token),
+                     _get(f"http://127.0.0.1:{worker.port}/metrics", token)]
         finally:
             projector.close()
             worker.close()

@@ -171,7 +171,8 @@ def test_read_commands_on_a_database_never_migrated_say_to_migrate_and_change_no
 def test_read_commands_register_nothing_and_need_no_broker(run, fresh_database, tmp_path):
     # given a migrated database where nothing was ever started, and no broker configured
     env = {**os.environ, "SAGAFLEET_DATABASE_URL": fresh_database, "SAGAFLEET_HOME": str(tmp_path),
-           "SAGAFLEET_TOKEN": issue_token(fresh_database, "reader", ["auditor"])}
+           # (an operator too: dead letters show only to a role allowing them)
+           "SAGAFLEET_TOKEN": issue_token(fresh_database, "reader", ["auditor", "operator"])}
     env.pop("SAGAFLEET_BROKER_URL", None)
     # when the read commands run
     for argv in READ_COMMANDS:

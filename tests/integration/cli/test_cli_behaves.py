@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -191,6 +192,9 @@ def _wait_for_metrics(proc: subprocess.Popen[str], port: int) -> None:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1):  # noqa: S310
                 return
+        except urllib.error.HTTPError as answer:  # it serves: 401 without a fleet token
+            assert answer.code == 401, answer
+            return
         except OSError:
             try:
                 proc.wait(timeout=0.2)

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from signed_agent import agent_signer, send
 from trip_inputs import TRIP_INPUT, by_secret_ref
 
-from projections import ProjectionContext, collect_platform_metrics
+from projections import ProjectionContext, collect_metrics, collect_platform_metrics
 from projections.metrics import DeadLetterMetrics
 from projections.prometheus import scrape
 from saga_core import trip_definition
@@ -191,26 +191,33 @@ def test_commands_that_can_never_succeed_wait_in_the_dead_letters_for_an_operato
     _send(agent, START_SAGA, args=["positional"])
     send(agent, signer.sign(START_SAGA, {"definition": "trip"}))  # no input
     _barrier(agent, fleet, signer, tenant)
-    # when the operator lists the dead letters
-    listed = run("dead-letters", "--json")
+    # and operators of the tenant, and a fleet operator (the malformed command proves no
+    # tenant: the letter is the fleet operator's alone)
+    ada, bob = (token_for(fleet, name, ["operator"], tenant=tenant) for name in ("ada", "bob"))
+    pat = token_for(fleet, "pat", ["fleet_operator"], tenant="fleet")
+    # when the tenant's operator lists the dead letters
+    listed = run("dead-letters", "--json", token=ada)
     assert listed.returncode == ExitCode.OK, listed.stderr
     letters = json.loads(listed.stdout)
-    assert [letter["error_kind"] for letter in letters] == [
-        "not_found", "invalid_input", "invalid_input"]
-    unknown, malformed, no_input = (letter["id"] for letter in letters)
+    assert [(letter["error_kind"], letter["tenant"]) for letter in letters] == [
+        ("not_found", tenant), ("invalid_input", tenant)]
+    unknown, no_input = (letter["id"] for letter in letters)
     assert "later-trip" in letters[0]["reason"]
-    assert "keyword arguments only" in letters[1]["reason"]
-    assert "missing argument 'input'" in letters[2]["reason"]
+    assert "missing argument 'input'" in letters[1]["reason"]
+    # and the fleet operator lists them
+    (stray,) = json.loads(run("dead-letters", "--json", token=pat).stdout)
+    assert (stray["error_kind"], stray["tenant"]) == ("invalid_input", None)
+    assert "keyword arguments only" in stray["reason"]
+    malformed = stray["id"]
     # then each keeps the whole message, as sent
-    shown = json.loads(run("dead-letters", "show", str(unknown), "--json").stdout)
+    shown = json.loads(run("dead-letters", "show", str(unknown), "--json", token=ada).stdout)
     assert shown["kwargs"] == later[1] and shown["task_id"] == later_id
     assert shown["status"] == "open" and shown["task"] == START_SAGA
-    assert "later-trip" in run("dead-letters", "show", str(unknown)).stdout
+    assert "later-trip" in run("dead-letters", "show", str(unknown), token=ada).stdout
 
     # when the missing definition is registered and the letter requeued
     fleet.client_for(authenticated(fleet, "admin", ["admin"], tenant=tenant)).register_definition(
         {**trip_definition().model_dump(mode="json"), "name": "later-trip"})
-    ada, bob = (token_for(fleet, name, ["operator"]) for name in ("ada", "bob"))
     requeued = run("dead-letters", "requeue", str(unknown), "--json", token=ada)
     assert requeued.returncode == ExitCode.OK, requeued.stderr
     assert json.loads(requeued.stdout)["changed"]
@@ -221,28 +228,31 @@ def test_commands_that_can_never_succeed_wait_in_the_dead_letters_for_an_operato
     again = run("dead-letters", "requeue", str(unknown), token=bob)
     assert again.returncode == ExitCode.OK and "already requeued by ada" in again.stdout
 
-    # when the malformed one is discarded
+    # when the malformed one is discarded by the fleet operator
     discarded = run("dead-letters", "discard", str(malformed), "--reason", "a broken agent",
-                    "--json", token=ada)
+                    "--json", token=pat)
     assert discarded.returncode == ExitCode.OK, discarded.stderr
     letter = json.loads(discarded.stdout)["letter"]
-    assert letter["status"] == "discarded" and letter["resolved_by"] == "ada"
+    assert letter["status"] == "discarded" and letter["resolved_by"] == "pat"
     assert letter["resolution"] == "a broken agent"
     # then it cannot be requeued any more, and only the invalid one stays open
-    assert run("dead-letters", "requeue", str(malformed), token=bob).returncode == (
+    assert run("dead-letters", "requeue", str(malformed), token=pat).returncode == (
         ExitCode.CONFLICT)
-    assert [letter["id"] for letter in json.loads(run("dead-letters", "--json").stdout)] == [
-        no_input]
+    assert [letter["id"] for letter in json.loads(
+        run("dead-letters", "--json", token=ada).stdout)] == [no_input]
     # and an unknown id is not found
-    missing = run("dead-letters", "show", "999999", "--json")
+    missing = run("dead-letters", "show", "999999", "--json", token=ada)
     assert missing.returncode == ExitCode.NOT_FOUND
     assert json.loads(missing.stdout)["error"] == "DeadLetterNotFound"
     # and the platform's metrics count them: three recorded, one still open, none refused
-    # for its credentials (a tenant's stats do not: no tenant is proven to own a dead letter)
+    # for its credentials; the tenant's own stats count its two
     with ProjectionContext.connect(database) as ctx:
         assert collect_platform_metrics(ctx).dead_letters == DeadLetterMetrics(3, 1, {})
+        assert collect_metrics(ctx, tenant=tenant).dead_letters == DeadLetterMetrics(2, 1, {})
         exposition = scrape(ctx)
-    samples = {s.name: s.value for family in text_string_to_metric_families(exposition)
-               for s in family.samples}
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(exposition):
+        for s in family.samples:  # every tenant's series (and no tenant's) added up
+            samples[s.name] = samples.get(s.name, 0.0) + s.value
     assert samples["sagafleet_dead_letters_open"] == 1
     assert samples["sagafleet_dead_letters_recorded_total"] == 3

@@ -2,22 +2,33 @@
 
 from __future__ import annotations
 
+import base64
+import json
+from typing import Any
+
 import pytest
+from celery import Celery
+from celery.signals import before_task_publish
 
 from workers.celery_app import QUEUE_STEPS, BrokerSettings, broker_redis, create_celery_app
 from workers.messages import StepCommand
-from workers.publisher import CeleryPublisher
+from workers.publisher import CeleryPublisher, Publisher, RedisStepPublisher
 
 pytestmark = pytest.mark.integration
+
+PUBLISHERS = [CeleryPublisher, RedisStepPublisher]
+"""The plain path and the fleet's one-round-trip publisher: held to the same behaviour."""
 
 
 def _commands() -> list[StepCommand]:
     return [StepCommand.parse([f"saga-{n}", "hold_flight", "forward", 1]) for n in range(3)]
 
 
-def test_a_batch_is_sent_through_one_producer_as_step_messages(broker: str) -> None:
+@pytest.mark.parametrize("kind", PUBLISHERS)
+def test_a_batch_is_sent_through_one_producer_as_step_messages(
+        broker: str, kind: type[CeleryPublisher | RedisStepPublisher]) -> None:
     # given a publisher on the real broker
-    publisher = CeleryPublisher(create_celery_app(BrokerSettings(broker_url=broker)))
+    publisher = kind(create_celery_app(BrokerSettings(broker_url=broker)))
     # when three commands are published together
     sent = publisher.publish(_commands())
     # then all three wait on the steps queue, carrying only the command's four fields
@@ -26,20 +37,22 @@ def test_a_batch_is_sent_through_one_producer_as_step_messages(broker: str) -> N
     assert publisher.publish([]) == 0
 
 
-def test_a_broker_that_is_down_fails_each_command_without_raising() -> None:
+@pytest.mark.parametrize("kind", PUBLISHERS)
+def test_a_broker_that_is_down_fails_each_command_without_raising(
+        kind: type[CeleryPublisher | RedisStepPublisher]) -> None:
     # given a publisher whose broker refuses connections
-    publisher = CeleryPublisher(
-        create_celery_app(BrokerSettings(broker_url="redis://127.0.0.1:1/0"))
-    )
+    publisher = kind(create_celery_app(BrokerSettings(broker_url="redis://127.0.0.1:1/0")))
     # when it publishes, then nothing is sent, each failure is counted, none escapes:
     # the commands are in the log, and the sweeper re-enqueues them
     assert publisher.publish(_commands()) == 0
     assert publisher.failures == 3
 
 
-def test_a_batch_whose_send_fails_counts_none_as_sent(broker: str) -> None:
+@pytest.mark.parametrize("kind", PUBLISHERS)
+def test_a_batch_whose_send_fails_counts_none_as_sent(
+        broker: str, kind: type[CeleryPublisher | RedisStepPublisher]) -> None:
     # given a publisher on the real broker, whose steps queue key Redis refuses to push to
-    publisher = CeleryPublisher(create_celery_app(BrokerSettings(broker_url=broker)))
+    publisher = kind(create_celery_app(BrokerSettings(broker_url=broker)))
     redis = broker_redis(broker)
     redis.delete(QUEUE_STEPS)
     redis.set(QUEUE_STEPS, "not a list")
@@ -53,3 +66,56 @@ def test_a_batch_whose_send_fails_counts_none_as_sent(broker: str) -> None:
     # and the next batch goes through whole
     assert publisher.publish(_commands()) == 3
     assert redis.llen(QUEUE_STEPS) == 3
+
+
+# -- the one-round-trip publisher writes what Celery writes ------------------------------------
+
+_FRESH_EACH_MESSAGE = {("headers", "id"), ("headers", "root_id"),
+                       ("properties", "correlation_id"), ("properties", "delivery_tag")}
+
+
+def _stored(broker: str, app: Celery, publisher: Publisher) -> list[dict[str, Any]]:
+    """The messages one publish of two commands leaves on the steps queue, oldest first,
+    each decoded (its body too) and without what is new for every message (ids)."""
+    redis = broker_redis(broker)
+    redis.delete(QUEUE_STEPS)
+    assert publisher.publish(_commands()[:2]) == 2
+    found = []
+    while (raw := redis.rpop(QUEUE_STEPS)) is not None:  # kombu takes from this end
+        message = json.loads(raw)
+        for part, name in _FRESH_EACH_MESSAGE:
+            assert message[part].pop(name)
+        message["body"] = json.loads(base64.b64decode(message["body"]))
+        found.append(message)
+    return found
+
+
+def test_the_fleets_publisher_stores_the_messages_celery_stores(broker: str) -> None:
+    # given the plain path and the fleet's publisher on one Celery app
+    app = create_celery_app(BrokerSettings(broker_url=broker))
+    # when each publishes the same two commands
+    plain = _stored(broker, app, CeleryPublisher(app))
+    fleets = _stored(broker, app, RedisStepPublisher(app))
+    # then Redis holds the same messages in the same order, but for each message's own ids
+    assert fleets == plain
+    assert [m["body"][0] for m in fleets] == [c.as_args() for c in _commands()[:2]]
+
+
+def test_a_listener_to_celerys_publishes_still_sees_every_step_message(broker: str) -> None:
+    # given something listening to Celery's publishes (OpenTelemetry's instrumentation does)
+    seen: list[str] = []
+
+    def listen(sender: str | None = None, **_: Any) -> None:
+        seen.append(str(sender))
+
+    before_task_publish.connect(listen, weak=False)
+    try:
+        # when the fleet's publisher publishes
+        publisher = RedisStepPublisher(create_celery_app(BrokerSettings(broker_url=broker)))
+        broker_redis(broker).delete(QUEUE_STEPS)
+        sent = publisher.publish(_commands())
+    finally:
+        before_task_publish.disconnect(listen)
+    # then it went through Celery, which told the listener of each message
+    assert sent == 3 and seen == ["sagafleet.step"] * 3
+    assert broker_redis(broker).llen(QUEUE_STEPS) == 3

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from principal_support import token_for
 from signed_agent import agent_signer, bare_celery, send
 from trip_inputs import TRIP_INPUT, by_secret_ref
 
@@ -126,8 +127,11 @@ def _altered(signed: tuple[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     return task, {**kwargs, "envelope": json.dumps(envelope)}
 
 
-def _cli(database: str, broker: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(database: str, broker: str, *args: str,
+         token: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SAGAFLEET_DATABASE_URL": database, "SAGAFLEET_BROKER_URL": broker}
+    if token is not None:
+        env["SAGAFLEET_TOKEN"] = token
     return subprocess.run([sys.executable, "-m", "sagafleet", *args], env=env,  # noqa: S603
                           capture_output=True, text=True, timeout=120, check=False)
 
@@ -204,6 +208,16 @@ def test_unsigned_forged_replayed_expired_and_other_tenant_commands_start_nothin
         assert reason.startswith(f"{refusal}: "), (name, reason)
     # and the other tenant's cancel found no saga of its own tenant to cancel
     assert by_task_id[evil_cancel][3] == "not_found"
+    # and each letter belongs to the tenant whose key's signature verified (even when the
+    # command was refused after that), and a message that proves no tenant to none
+    proven = {"unsigned": None, "unsigned naming a tenant": None, "altered": None,
+              "another key": None, "unknown kid": None, "revoked kid": None,
+              "replayed": "acme", "replayed keyless": "acme", "expired": "acme",
+              "not yet valid": "acme", "another tenant claimed": "evil",
+              "not permitted": "acme", "wrong task": "acme"}
+    tenants = dict(_rows(database, "SELECT task_id, tenant FROM fleet.dead_letters"))
+    assert {name: tenants[task_id] for task_id, name in sent.items()} == proven
+    assert tenants[evil_cancel] == "evil"
     # and nothing was started, for acme or evil, and acme's saga was not cancelled
     assert _sagas_started(database, "acme") == 1 + 2  # waiting, original, keyless
     assert _sagas_started(database, "evil") == 0
@@ -211,16 +225,29 @@ def test_unsigned_forged_replayed_expired_and_other_tenant_commands_start_nothin
     for key in ("unsigned", "named", "altered", "another-key", "unknown-kid", "revoked-kid",
                 "expired", "early", "claimed", "auditor"):
         assert fleet.client(tenant="acme").find(key) is None, key
-    # and the operator sees each refusal in `sagafleet dead-letters`
-    listed = _cli(database, broker, "dead-letters", "--json")
-    assert listed.returncode == 0, listed.stderr
-    assert sorted(letter["refusal"] for letter in json.loads(listed.stdout)
-                  if letter["refusal"]) == sorted(refusal for _, refusal, _ in hostile.values())
-    text = _cli(database, broker, "dead-letters").stdout
+    # and acme's operator sees the refusals of acme's commands in `sagafleet dead-letters`,
+    # the fleet operator those that prove no tenant, evil's operator evil's
+    def refusals(token: str) -> list[str]:
+        listed = _cli(database, broker, "dead-letters", "--json", token=token)
+        assert listed.returncode == 0, listed.stderr
+        return sorted((letter["refusal"] or "-") for letter in json.loads(listed.stdout))
+
+    def expected(tenant: str | None) -> list[str]:
+        return sorted(hostile[name][1] for name, owner in proven.items() if owner == tenant)
+
+    olga = token_for(fleet, "olga", ("operator",), tenant="acme")
+    assert refusals(olga) == expected("acme")
+    assert refusals(token_for(fleet, "pat", ("fleet_operator",), tenant="fleet")) == expected(
+        None)
+    assert refusals(token_for(fleet, "eve", ("operator",), tenant="evil")) == sorted(
+        [*expected("evil"), "-"])
+    text = _cli(database, broker, "dead-letters", token=olga).stdout
     assert "[unauthenticated: replayed]" in text and "[forbidden: not_permitted]" in text
-    replayed = next(letter for letter in json.loads(listed.stdout)
-                    if letter["refusal"] == "replayed")
-    shown = _cli(database, broker, "dead-letters", "show", str(replayed["id"])).stdout
+    replayed = next(letter for letter in json.loads(
+        _cli(database, broker, "dead-letters", "--json", token=olga).stdout)
+        if letter["refusal"] == "replayed")
+    shown = _cli(database, broker, "dead-letters", "show", str(replayed["id"]),
+                 token=olga).stdout
     assert '"command_id"' in shown and "envelope: " in shown
     # and the metrics count refusals by kind
     # (the platform's view: no tenant is proven to own a refused command)

@@ -233,3 +233,70 @@ def test_an_unreadable_saga_is_put_off_not_read_every_pass(
         errors += len(sweeper.sweep().errors)
     # then it was read and reported twice: put off by the longest gap each time
     assert errors == 2 and log.read.count(saga_id) == 2
+
+
+# -- a backlog is worked off over budgeted passes (issue 35) ----------------------------------
+
+
+def test_a_budgeted_pass_works_off_a_backlog_a_chunk_at_a_time_each_saga_once(
+    due_fleet: SandboxFleet, clock: Clock
+) -> None:
+    # given five sagas whose first messages were lost (a broker loss), and a sweeper that
+    # reads two sagas at a time
+    lost = [_lost(due_fleet, f"backlog-{n}") for n in range(5)]
+    log = _counting(due_fleet)
+    sweeper = Sweeper(due_fleet, chunk=2)
+    clock.ahead = timedelta(seconds=5)
+    # when passes run with no time to spare (each still sweeps one chunk of its backlog)
+    reports = [sweeper.sweep(budget_s=0) for _ in range(3)]
+    # then the backlog went two, two, one, said so, and each saga was swept once
+    assert [r.active for r in reports] == [2, 2, 1]
+    assert [r.backlog for r in reports] == [True, True, False]
+    assert sorted(log.read) == sorted(lost)
+    # re-publishing each saga's two holds once, as one whole pass would
+    assert sum(r.republished for r in reports) == 10
+    assert sweeper.sweep(budget_s=0).active == 0
+
+
+def test_what_comes_due_behind_a_backlog_is_swept_at_the_next_pass(
+    due_fleet: SandboxFleet, clock: Clock
+) -> None:
+    # given a backlog of five overdue sagas, and a budgeted pass that swept two of them
+    backlog = [_lost(due_fleet, f"old-{n}") for n in range(5)]
+    log = _counting(due_fleet)
+    sweeper = Sweeper(due_fleet, chunk=2)
+    clock.ahead = timedelta(seconds=5)
+    assert sweeper.sweep(budget_s=0).backlog
+    # when a saga started after that pass comes due (a fresh duty: its first step waits
+    # past the queue wait) and the next pass runs
+    clock.ahead = timedelta(seconds=10)
+    fresh = _lost(due_fleet, "fresh")
+    clock.ahead = timedelta(seconds=15)
+    log.read.clear()
+    report = sweeper.sweep(budget_s=0)
+    # then that pass swept it, although older sagas of the backlog are still waiting
+    assert fresh in log.read
+    assert report.backlog and set(backlog) - set(log.read)
+
+
+def test_a_budgeted_full_pass_goes_on_where_the_last_pass_stopped(
+    database: str, broker: str, clock: Clock
+) -> None:
+    # given three overdue sagas and a sweeper whose first pass is a full pass, two at a time
+    fleet = _fleet(database, broker, clock, sweep_full_every_s=600, republish_max_s=20)
+    try:
+        lost = {_lost(fleet, f"full-{n}") for n in range(3)}
+        sweeper = Sweeper(fleet, chunk=2)
+        track_until(sweeper, 3)
+        clock.ahead = timedelta(seconds=5)
+        # when budgeted passes run with no time to spare
+        first, second = sweeper.sweep(budget_s=0), sweeper.sweep(budget_s=0)
+        # then the full pass took two of them, then the third, and ended (timed) there
+        assert (first.active, first.backlog, first.full_pass_s) == (2, True, None)
+        assert (second.active, second.backlog) == (1, False)
+        assert second.full_pass_s is not None
+        assert first.republished + second.republished == 2 * len(lost)
+        # and the pass after it reads only what is due
+        assert sweeper.sweep(budget_s=0).full_pass_s is None
+    finally:
+        fleet.close()

@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 
 from fleet_harness import SandboxFleet, WorkerProcesses, settle
+from principal_support import token_for
 from prometheus_client.parser import text_string_to_metric_families
 from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
@@ -28,13 +29,16 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def scrape(port: int) -> tuple[dict[str, str], Samples]:
-    """(family name -> type, (sample name, sorted labels) -> value), once the worker serves."""
+def scrape(port: int, fleet: SandboxFleet) -> tuple[dict[str, str], Samples]:
+    """(family name -> type, (sample name, sorted labels) -> value), once the worker serves,
+    scraped as Prometheus does: with a fleet operator's token."""
+    token = token_for(fleet, "prometheus", ("fleet_operator",), tenant="fleet")
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                     headers={"Authorization": f"Bearer {token}"})
     deadline = time.monotonic() + DEADLINE_S
     while True:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",  # noqa: S310
-                                        timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
                 text = response.read().decode()
             break
         except (urllib.error.URLError, ConnectionError):
@@ -73,7 +77,7 @@ def test_a_worker_exposes_what_it_did_by_tool_kind_and_outcome(
         [SagaStatus.COMPLETED, SagaStatus.COMPLETED, SagaStatus.COMPENSATED])
 
     # then its scrape parses, with the conventional types and names
-    types, samples = scrape(port)
+    types, samples = scrape(port, fleet)
     assert types["sagafleet_worker_step_duration_seconds"] == "histogram"
     for counter in ("claims", "races_lost", "redeliveries", "reconciliations",
                     "compensations", "dead_letters", "step_commands"):
@@ -118,7 +122,7 @@ def test_the_port_may_come_from_the_environment(
     saga = fleet.client().start("trip", TRIP_INPUT, key="env-port").saga_id
     assert settle(fleet, [saga]) == {saga: SagaStatus.COMPLETED}
     # then it serves the saga's four forward calls there
-    _, samples = scrape(port)
+    _, samples = scrape(port, fleet)
     assert sum(value for (name, lbls), value in samples.items()
                if name == "sagafleet_worker_step_duration_seconds_count") == 4
 
@@ -144,7 +148,7 @@ def test_a_message_a_killed_worker_held_counts_as_redelivered_where_it_lands(
     # sweeper's messages may have finished the saga before it came back: wait for it)
     redelivered = ("sagafleet_worker_redeliveries_total", labels(task="sagafleet.step"))
     deadline = time.monotonic() + DEADLINE_S
-    while redelivered not in (samples := scrape(port)[1]):
+    while redelivered not in (samples := scrape(port, fleet)[1]):
         assert time.monotonic() < deadline, "the killed worker's message never came back"
         time.sleep(0.25)
     assert samples[redelivered] == 1

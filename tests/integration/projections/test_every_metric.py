@@ -119,7 +119,9 @@ def test_the_endpoint_reports_the_same_run_under_its_prometheus_names(
     ctx, fleet_run: Run
 ) -> None:
     families = _families(scrape(ctx, 3 * 3600))
-    trip, flight = (("definition", "trip"),), (("definition", "flight-only"),)
+    # each saga series is one tenant's (the run's sagas are all of tenant "default")
+    trip = (("definition", "trip"), ("tenant", "default"))
+    flight = (("definition", "flight-only"), ("tenant", "default"))
 
     def value(name: str, labels: tuple[tuple[str, str], ...]) -> float:
         return families[name][tuple(sorted(labels))]

@@ -7,24 +7,39 @@ import urllib.request
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from principal_support import token_for
 from projection_support import TripScript
 from prometheus_client.parser import text_string_to_metric_families
 from read_model_support import project_all
 
 from events.sagas import PostgresSagaLog
-from projections import MetricsServer, ProjectionContext
+from projections import ProjectionContext, exporter_app
+from sagafleet.metrics_http import FleetOnly, MetricsHttpServer
+from workers.principals_pg import PostgresPrincipals
 
 pytestmark = pytest.mark.integration
 
 
 def _scrape(ctx: ProjectionContext, window_s: float) -> tuple[str, str]:
-    server = MetricsServer(ctx, host="127.0.0.1", port=0, window_s=window_s).start()
+    """One scrape over HTTP, as Prometheus makes it with a fleet operator's token."""
+    directory = PostgresPrincipals(ctx.store)
+    token = token_for(_Holder(directory), "prometheus", ("fleet_operator",), tenant="fleet")
+    server = MetricsHttpServer(FleetOnly(exporter_app(ctx, window_s), directory),
+                               host="127.0.0.1", port=0).start()
     try:
-        url = f"http://127.0.0.1:{server.port}/metrics"
-        with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310
+        request = urllib.request.Request(f"http://127.0.0.1:{server.port}/metrics",
+                                         headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
             return response.read().decode(), response.headers["Content-Type"]
     finally:
         server.close()
+
+
+class _Holder:
+    """A directory seen as a fleet (what token_for asks for)."""
+
+    def __init__(self, principals: PostgresPrincipals) -> None:
+        self.principals = principals
 
 
 def _families(text: str) -> dict[str, tuple[str, dict[tuple[tuple[str, str], ...], float]]]:
@@ -65,7 +80,7 @@ def test_the_endpoint_reports_the_window_by_prometheus_conventions(
     assert content_type.startswith("text/plain; version=0.0.4")
     assert "# HELP sagafleet_sagas_started " in text
     assert "# TYPE sagafleet_duplicate_effects_total counter" in text
-    trip = (("definition", "trip"),)
+    trip = (("definition", "trip"), ("tenant", "default"))  # each series is one tenant's
 
     def value(name: str, labels: tuple[tuple[str, str], ...] = trip) -> float:
         return families[name][1][tuple(sorted(labels))]
@@ -114,7 +129,7 @@ def test_the_endpoint_reports_the_window_by_prometheus_conventions(
     wide = _families(_scrape(ctx, 3 * 3600)[0])
     # then the old saga counts too
     assert wide["sagafleet_sagas_started"][1][trip] == 5
-    assert wide["sagafleet_sagas_finished"][1][(*trip, ("state", "COMPLETED"))] == 3
+    assert wide["sagafleet_sagas_finished"][1][tuple(sorted((*trip, ("state", "COMPLETED"))))] == 3
 
 
 def test_an_empty_window_reports_counts_but_no_shares(

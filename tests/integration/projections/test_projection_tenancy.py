@@ -26,6 +26,7 @@ from projections import (
     platform_alerts,
     saga_page,
 )
+from projections.metrics import DeadLetterMetrics
 from saga_core.contracts import SagaStatus
 
 pytestmark = pytest.mark.integration
@@ -68,7 +69,9 @@ def test_tenant_b_sees_nothing_of_tenant_as_queue_stats_or_alerts(
     assert queue == []
     (trip,) = metrics.definitions
     assert (trip.sagas, trip.finished, trip.completion_rate) == (1, 1, 1.0)
-    assert metrics.tenant == "B" and metrics.dead_letters is None
+    # (its dead letters are its own too: none here; tests/integration/security/
+    # test_dead_letter_tenancy.py counts them per tenant)
+    assert metrics.tenant == "B" and metrics.dead_letters == DeadLetterMetrics()
     assert {(t.tool, t.operations.operations_started) for t in metrics.tools
             if t.kind == "forward"} == {("flights.hold", 1), ("hotels.hold", 1),
                                         ("payments.capture", 1), ("email.send_itinerary", 1)}

@@ -24,7 +24,7 @@ import pytest
 from events import EventStore, NewEvent
 from events.errors import StoreUnavailable
 from events.read_only import ReadOnlyEventStore
-from sagafleet.console.live import LiveHub
+from sagafleet.console.live import LiveHub, StreamOwner
 from sagafleet.system_postgres import Control, find_bin_dir, run_as_user
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
@@ -126,7 +126,7 @@ def test_the_console_live_feed_announces_again_after_a_failover(
     subscribed = threading.Event()
 
     async def first_announcement() -> int:
-        async with hub.subscription() as queue:
+        async with hub.subscription(StreamOwner("s1", "acme", "ana")) as queue:
             subscribed.set()
             return await queue.get()
 

@@ -7,9 +7,9 @@ import json
 from trip_inputs import TRIP_INPUT
 
 from events.memory import MemoryDefinitions
-from saga_core.examples import trip_definition
+from saga_core.examples import trip_definition, trip_tool_catalogue
 from workers.celery_app import STEP_TASK
-from workers.secrets import SIGNATURE_WITHHELD, WITHHELD, withhold_secrets
+from workers.withholding import SIGNATURE_WITHHELD, WITHHELD, withhold_secrets
 
 START = "sagafleet.commands.start_saga"
 TOKEN = TRIP_INPUT["card_token"]
@@ -21,9 +21,16 @@ def _definitions() -> MemoryDefinitions:
     return definitions
 
 
+def withhold(task: str, body: object, reason: str, tenant: str | None = None):  # type: ignore[no-untyped-def]
+    """The letter withhold_secrets keeps, as (body, reason) (the count is checked apart)."""
+    kept = withhold_secrets(_definitions(), trip_tool_catalogue(), task, body, reason,
+                            signer_tenant=tenant)
+    return kept.body, kept.reason
+
+
 def test_a_start_command_keeps_its_public_input_and_withholds_the_secret_field() -> None:
     body = {"args": [], "kwargs": {"definition": "trip", "input": TRIP_INPUT, "key": "k"}}
-    kept, reason = withhold_secrets(_definitions(), START, body, f"refused {TOKEN}")
+    kept, reason = withhold(START, body, f"refused {TOKEN}")
     assert kept["kwargs"]["input"] == {**TRIP_INPUT, "card_token": WITHHELD}
     assert kept["kwargs"]["key"] == "k"
     assert TOKEN not in repr(kept) and TOKEN not in reason
@@ -32,33 +39,46 @@ def test_a_start_command_keeps_its_public_input_and_withholds_the_secret_field()
 
 def test_a_ref_in_a_secret_field_is_withheld_too() -> None:
     data = {**TRIP_INPUT, "card_token": {"$secret_ref": "sr_" + "a" * 43}}
-    kept, _ = withhold_secrets(_definitions(), START, {"kwargs": {"definition": "trip",
+    kept, _ = withhold(START, {"kwargs": {"definition": "trip",
                                                                   "input": data}}, "")
     assert kept["kwargs"]["input"]["card_token"] == WITHHELD
 
 
-def test_an_unknown_definition_keeps_its_input_for_a_requeue() -> None:
-    # a definition nobody registered declares no secret field: the letter keeps the input,
-    # so registering the definition and requeueing the letter starts the saga
+def test_an_unknown_definition_withholds_what_the_catalogue_calls_secret_and_keeps_refs() -> None:
+    # given a start of a definition nobody registered yet, its card token given as a value
     body = {"args": [], "kwargs": {"definition": "nope", "input": TRIP_INPUT}}
-    kept, _ = withhold_secrets(_definitions(), START, body, "no such definition")
-    assert kept["kwargs"]["input"] == TRIP_INPUT
-    kept, _ = withhold_secrets(_definitions(), START,
-                               {"kwargs": {"definition": 7, "input": [TOKEN]}}, "")
+    # then the field the catalogue calls secret is withheld (a raw secret must not stay in a
+    # dead letter because its definition came late), the public input is kept
+    kept, reason = withhold(START, body, f"no such definition {TOKEN}")
+    assert kept["kwargs"]["input"] == {**TRIP_INPUT, "card_token": WITHHELD}
+    assert TOKEN not in repr(kept) and TOKEN not in reason
+    # and given by ref, the field is kept: registering the definition and requeueing the
+    # letter starts the saga (the ref is not the secret; the requeued start redeems it)
+    ref = {"$secret_ref": "sr_" + "b" * 43}
+    body = {"args": [], "kwargs": {"definition": "nope", "input": {**TRIP_INPUT,
+                                                                   "card_token": ref}}}
+    kept, _ = withhold(START, body, "no such definition")
+    assert kept["kwargs"]["input"]["card_token"] == ref
+    kept, _ = withhold(START, {"kwargs": {"definition": 7, "input": [TOKEN]}}, "")
     assert kept["kwargs"]["input"] == WITHHELD
 
 
 def test_positional_arguments_of_a_command_are_withheld_whole() -> None:
     body = {"args": ["trip", TRIP_INPUT], "kwargs": {}}
-    kept, reason = withhold_secrets(_definitions(), START, body,
+    kept, reason = withhold(START, body,
                                     "saga commands take keyword arguments only")
     assert kept["args"] == "[2 positional arguments withheld]" and TOKEN not in repr(kept)
     assert reason == "saga commands take keyword arguments only"
 
 
+def test_an_oversized_command_keeps_only_what_the_limit_said() -> None:
+    body = {"$oversized": "command_message_bytes exceeded"}
+    assert withhold(START, body, "too big") == (body, "too big")
+
+
 def test_a_step_command_is_kept_as_it_is() -> None:
     body = {"args": ["saga", "step", "forward", "x"], "kwargs": {}}
-    assert withhold_secrets(_definitions(), STEP_TASK, body, "bad attempt") == (body,
+    assert withhold(STEP_TASK, body, "bad attempt") == (body,
                                                                                  "bad attempt")
 
 
@@ -78,7 +98,7 @@ def test_a_signed_start_keeps_its_envelope_with_the_secret_field_withheld() -> N
     # given a signed start carrying the raw card token inside its envelope
     kwargs = _signed_start("trip", TRIP_INPUT)
     # when it is dead-lettered
-    kept, reason = withhold_secrets(_definitions(), START, {"args": [], "kwargs": kwargs},
+    kept, reason = withhold(START, {"args": [], "kwargs": kwargs},
                                     f"refused {TOKEN}", "default")
     # then the envelope is kept, its secret field withheld and its public input whole
     assert TOKEN not in repr(kept) and TOKEN not in reason
@@ -91,11 +111,12 @@ def test_a_signed_start_keeps_its_envelope_with_the_secret_field_withheld() -> N
 
 
 def test_a_signed_start_with_nothing_secret_to_withhold_is_kept_as_signed() -> None:
-    # a definition nobody registered declares no secret field: kept whole and verifiable,
-    # so a requeue after registering it is the same signed message
-    kwargs = _signed_start("nope", TRIP_INPUT)
-    kept, _ = withhold_secrets(_definitions(), START, {"args": [], "kwargs": kwargs}, "",
-                               "default")
+    # a definition nobody registered, its secret given by ref: nothing to withhold, so the
+    # letter is kept whole and verifiable, and a requeue after registering it is the same
+    # signed message
+    ref = {"$secret_ref": "sr_" + "c" * 43}
+    kwargs = _signed_start("nope", {**TRIP_INPUT, "card_token": ref})
+    kept, _ = withhold(START, {"args": [], "kwargs": kwargs}, "", "default")
     assert kept["kwargs"] == kwargs
 
 
@@ -104,7 +125,7 @@ def test_a_signed_start_whose_key_is_unknown_has_every_input_value_withheld() ->
     # can say which fields are secret)
     kwargs = _signed_start("trip", TRIP_INPUT)
     # when it is dead-lettered without a signer's tenant
-    kept, reason = withhold_secrets(_definitions(), START, {"args": [], "kwargs": kwargs},
+    kept, reason = withhold(START, {"args": [], "kwargs": kwargs},
                                     f"refused {TOKEN}")
     # then every input value is withheld, the secret one included
     envelope = json.loads(kept["kwargs"]["envelope"])
@@ -115,6 +136,41 @@ def test_a_signed_start_whose_key_is_unknown_has_every_input_value_withheld() ->
 def test_an_envelope_that_is_not_json_is_withheld_whole() -> None:
     kwargs = {"envelope": '{"args": {"input": {"card_token": "' + TOKEN + '"', "kid": "k",
               "signature": "s"}
-    kept, reason = withhold_secrets(_definitions(), START, {"kwargs": kwargs},
+    kept, reason = withhold(START, {"kwargs": kwargs},
                                     f"bad envelope {kwargs['envelope']}")
     assert kept["kwargs"]["envelope"] == WITHHELD and TOKEN not in reason
+
+
+def test_a_secret_value_given_again_elsewhere_in_the_command_is_replaced_and_counted() -> None:
+    # given a raw token in its secret field, and again in the flight id and in the reason
+    body = {"args": [], "kwargs": {"definition": "trip", "reason": f"pay with {TOKEN}",
+                                   "input": {**TRIP_INPUT, "flight_id": TOKEN}}}
+    # when it is dead-lettered with a refusal quoting it
+    letter = withhold_secrets(_definitions(), trip_tool_catalogue(), START, body,
+                              f"refused {TOKEN}")
+    # then the field is withheld, every other occurrence replaced, and each one counted
+    assert TOKEN not in repr(letter.body) and TOKEN not in letter.reason
+    assert letter.body["kwargs"]["input"]["flight_id"] == "[secret]"
+    assert letter.body["kwargs"]["reason"] == "pay with [secret]"
+    assert letter.scrubbed == 3
+
+
+def test_a_plans_secret_literal_and_its_secret_input_are_withheld() -> None:
+    # given a plan refused for giving the card token as a literal, and one whose input
+    # carries the token in the field the plan makes secret
+    literal = {"actions": [{"tool": "payments.capture", "args": {
+        "amount": 1, "currency": "EUR", "card_token": TOKEN}}]}
+    by_input = {"actions": [{"tool": "payments.capture", "args": {
+        "amount": 1, "currency": "EUR", "card_token": "${input.card_token}"}}]}
+    plan_task = "sagafleet.commands.submit_plan"
+    # when they are dead-lettered
+    kept, _ = withhold(plan_task, {"kwargs": {"plan": literal}}, "secret_literal")
+    assert kept["kwargs"]["plan"]["actions"][0]["args"]["card_token"] == WITHHELD
+    kept, _ = withhold(plan_task, {"kwargs": {"plan": by_input, "input": {
+        "card_token": TOKEN, "note": "kept"}}}, "refused")
+    # then neither keeps the token; what is not secret stays
+    assert kept["kwargs"]["input"] == {"card_token": WITHHELD, "note": "kept"}
+    assert kept["kwargs"]["plan"] == by_input
+    # and a plan that cannot be read has its whole input withheld
+    kept, _ = withhold(plan_task, {"kwargs": {"plan": "junk", "input": {"a": TOKEN}}}, "")
+    assert kept["kwargs"]["input"] == {"a": WITHHELD}

@@ -8,9 +8,11 @@ from datetime import timedelta
 
 from trip_inputs import TRIP_INPUT
 
+from saga_core.contracts import StepKind
 from saga_core.due import next_due, republish_at
 from sagafleet.testing import TestClock, TestFleet
-from workers.sweeper import retimed, sweep_saga
+from workers.messages import StepCommand
+from workers.sweeper import retimed, retimed_afresh, sweep_saga
 
 QUEUE_WAIT = timedelta(seconds=10)
 CAP = timedelta(minutes=5)
@@ -57,3 +59,25 @@ def test_a_saga_with_nothing_due_is_due_when_next_due_says() -> None:
     now = fleet.clock()
     again = retimed(swept, now, QUEUE_WAIT, CAP)
     assert again.due_at == next_due(loaded.state, QUEUE_WAIT, after=now) > now
+
+
+def test_retiming_from_what_the_sweep_found_equals_asking_again() -> None:
+    # given trips swept at moments where nothing is due, where their holds' messages are
+    # overdue (re-published, nothing committed), and where a lease expired (a commit)
+    fleet, saga_id = _started()
+    other = str(fleet.client().start("trip", {**TRIP_INPUT, "nights": 2}, key="k2").saga_id)
+    fleet.executor.claim(StepCommand(saga_id=other, step_id="hold_flight",
+                                     kind=StepKind.FORWARD, attempt=1))  # its lease runs out
+    swept_sagas = []
+    for seconds in (0, 30, 600, 3600):
+        fleet.clock.advance(seconds)
+        for found in (saga_id, other):
+            swept_sagas.append(sweep_saga(fleet.orchestrator, fleet.log.load(found), QUEUE_WAIT))
+    assert any(s.due and s.committed is None for s in swept_sagas)
+    assert any(s.committed is not None for s in swept_sagas)
+    # then the re-timing that reuses the sweep's findings equals the plain one's, at the
+    # sweep's instant (as the sweeper re-times) and at any later one
+    for swept in swept_sagas:
+        for now in (swept.at, swept.at + timedelta(seconds=5)):
+            assert (retimed(swept, now, QUEUE_WAIT, CAP)
+                    == retimed_afresh(swept, now, QUEUE_WAIT, CAP))

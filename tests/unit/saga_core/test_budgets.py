@@ -157,7 +157,7 @@ def test_time_limit_passing_while_backing_off_stops_the_retry() -> None:
     assert not check_claim(trip.state, "hold_flight", F, retry.attempt, trip.now)
     trip.settle()
     assert trip.state.phase == "compensating"
-    assert trip.state.run("hold_flight", F).status == "scheduled"  # left, never claimed
+    assert trip.state.run("hold_flight", F).status == "withdrawn"  # left, never claimed
     trip.run_ok("hold_hotel", C)
     trip.settle()
     assert trip.state.status is SagaStatus.COMPENSATED

@@ -199,7 +199,8 @@ class Driver:
                     assert comp.status in ("succeeded", "forced", "skipped"), (
                         f"{sid} compensated before its dependent {dependent}"
                     )
-            self.ever_compensated.add(sid)
+            if not correction:  # the pivot's correction an operator chose is no compensation
+                self.ever_compensated.add(sid)
         if isinstance(event, CompensationStarted):
             assert not state.pivot_passed
         if isinstance(event, SagaFinished) and event.state is SagaStatus.COMPENSATED:

@@ -122,6 +122,7 @@ def console_world(pg_server_url: str, broker_url: str,
                 "otto": token_for(fleet, "otto", ("operator",)),
                 "aude": token_for(fleet, "aude", ("auditor",)),
                 "gina": token_for(fleet, "gina", ("approver", "operator"), tenant="globex"),
+                "fiona": token_for(fleet, "fiona", ("fleet_operator",), tenant="fleet"),
             }
             port = server.config.port
             yield ConsoleWorld(fleet, f"http://127.0.0.1:{port}", tokens, workers)
