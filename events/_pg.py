@@ -38,7 +38,7 @@ EVENT_COLUMNS: Final = (
     # Aliased: an output column named transaction_id would capture ORDER BY transaction_id
     # and sort by the cast expression, losing the (transaction_id, global_position) index.
     "recorded_at, transaction_id::text::bigint AS xid, global_position, event_hash, "
-    "prev_hash, tenant_id"
+    "prev_hash, tenant_id, hash_version"
 )
 """The select list that :func:`stored_event_row` maps, in this order."""
 
@@ -64,11 +64,12 @@ def stored_event_row(values: Sequence[Any]) -> RecordedEvent:
     """Row maker (for ``row_factory=stored_event_rows``) over :data:`EVENT_COLUMNS`: the
     stored row as a RecordedEvent, its data and metadata parsed from their JSON text."""
     (stream_id, stream_version, event_id, event_type, schema_version, data, metadata,
-     recorded_at, transaction_id, global_position, event_hash, prev_hash, tenant_id) = values
+     recorded_at, transaction_id, global_position, event_hash, prev_hash, tenant_id,
+     hash_version) = values
     return recorded_event_row(
         stream_id, stream_version, event_id, event_type, schema_version,
         _scan_json(data, 0)[0], _scan_json(metadata, 0)[0], recorded_at,
-        transaction_id, global_position, event_hash, prev_hash, tenant_id,
+        transaction_id, global_position, event_hash, prev_hash, tenant_id, hash_version,
     )
 
 
@@ -96,6 +97,7 @@ def recorded_event_row(  # noqa: PLR0917 - an event's columns, positionally
     event_hash: str,
     prev_hash: str,
     tenant_id: str | None,
+    hash_version: int,
 ) -> RecordedEvent:
     """A RecordedEvent from its columns, data and metadata already decoded (an append's
     result, or a stored row via :func:`stored_event_row`)."""
@@ -118,6 +120,7 @@ def recorded_event_row(  # noqa: PLR0917 - an event's columns, positionally
         event_hash=event_hash,
         prev_hash=prev_hash,
         tenant_id=tenant_id,
+        hash_version=hash_version,
     )
     return event
 

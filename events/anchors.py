@@ -19,6 +19,11 @@ any of this; a checkpoint's transaction takes an id only for its short write at 
 
 Without a key, checkpoints are still chained: that detects deletion and truncation, but not
 a deliberate rewrite by someone who also recomputes the checkpoints.
+
+A taker given a witness file (:mod:`events.anchor_witness`) records each checkpoint it takes
+there as the high-water mark, and refuses to anchor over a chain that no longer holds the
+checkpoint the mark names: deleting the newest checkpoints (or all) and rewriting the log
+then stays visible instead of being anchored afresh.
 """
 
 from __future__ import annotations
@@ -35,6 +40,13 @@ from typing import TYPE_CHECKING, Any, Final
 import psycopg
 
 from events._pg import translated_errors
+from events.anchor_witness import (
+    AnchorWitness,
+    CheckpointChainLowered,
+    HighWaterMark,
+    database_identity,
+    wal_position,
+)
 from events.errors import EventStoreError
 from events.hashing import canonical_json
 from events.model import GENESIS_HASH, Position
@@ -160,17 +172,45 @@ VALUES (%s, %s, %s::text::xid8, %s, %s::text::xid8, %s, %s, %s, %s, %s, %s)
 """
 
 
-def take_checkpoint(store: EventStore, key: AnchorKey | None) -> Checkpoint | None:
+_AT_SEQ = "SELECT anchor_hash FROM eventstore.anchors WHERE seq = %s"
+
+
+def take_checkpoint(
+    store: EventStore, key: AnchorKey | None, witness: AnchorWitness | None = None
+) -> Checkpoint | None:
     """Anchor everything below the horizon not yet anchored; None when nothing new is final.
 
+    With ``witness``, the checkpoint taken becomes its high-water mark, and a chain that no
+    longer holds the marked checkpoint is refused (CheckpointChainLowered), nothing taken.
     Safe to call from several processes at once (they take turns on an advisory lock)."""
+    identity = mark = None
+    if witness is not None:
+        with store.connection() as conn:
+            identity = database_identity(conn)
+        mark = witness.mark(identity)
     with store.transaction() as unit:
-        return _take_on(unit.connection, key)
+        taken = _take_on(unit.connection, key, mark)
+    if taken is not None and witness is not None and identity is not None:
+        # A WAL position read after the commit: the checkpoint is in the log by then.
+        with store.connection() as conn:
+            at = wal_position(conn)
+        witness.advance(identity, HighWaterMark(taken.seq, taken.anchor_hash, at))
+    return taken
 
 
-def _take_on(conn: psycopg.Connection[Any], key: AnchorKey | None) -> Checkpoint | None:
+def _take_on(
+    conn: psycopg.Connection[Any], key: AnchorKey | None, mark: HighWaterMark | None
+) -> Checkpoint | None:
     with translated_errors(context="taking a checkpoint"):
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (ANCHOR_LOCK_KEY,))
+        if mark is not None:
+            found = conn.execute(_AT_SEQ, (mark.seq,)).fetchone()
+            if found is None or found[0] != mark.anchor_hash:
+                now = "absent" if found is None else "replaced"
+                raise CheckpointChainLowered(
+                    f"the log's checkpoints no longer hold {mark}, the high-water mark kept"
+                    f" outside the database ({now}): checkpoints were deleted or replaced;"
+                    " not anchoring over them (see `sagafleet verify`)")
         # Read after the lock: a checkpoint another taker just committed is seen here.
         last = conn.execute(_LAST).fetchone()
         seq, prev_hash, after = (
@@ -213,10 +253,13 @@ class AnchorLoop:
     thread). A failed attempt is logged and retried at the next tick: anchoring is evidence,
     never a reason to stop the process that hosts it."""
 
-    def __init__(self, store: EventStore, key: AnchorKey | None, interval: float) -> None:
+    def __init__(self, store: EventStore, key: AnchorKey | None, interval: float,
+                 witness: AnchorWitness | None = None) -> None:
+        """``witness``: where each checkpoint taken is recorded as the high-water mark."""
         if interval <= 0:
             raise ValueError(f"the anchor interval must be positive, got {interval}")
         self._store, self._key, self._interval = store, key, interval
+        self._witness = witness
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.taken = 0
@@ -225,8 +268,10 @@ class AnchorLoop:
         """Take checkpoints until :meth:`stop` (blocking)."""
         while not self._stop.wait(self._interval):
             try:
-                if take_checkpoint(self._store, self._key) is not None:
+                if take_checkpoint(self._store, self._key, self._witness) is not None:
                     self.taken += 1
+            except CheckpointChainLowered as exc:
+                log.error("checkpoint not taken: %s", exc)
             except EventStoreError as exc:
                 log.warning("checkpoint not taken (next try in %ss): %s", self._interval, exc)
 

@@ -12,7 +12,9 @@
                                                                      -- one statement
 
 Both hash the same body (events.hashing.body_around_version): the chained insert here,
-the function by splicing each version into the text the client sends. Either path moves
+the function by splicing each version into the text the client sends. The body holds the
+append's recording time, which the client read once (events.prepare) and both statements
+store as it is, with the hash version, once per append (events migration 0011). Either path moves
 the stream-head row in its first write, which assigns the transaction id, and sets the
 head's due time there when the caller gives one (events migration 0009). The chained
 insert reads a batch's rows from one JSON document, a single event's row from scalars.
@@ -27,16 +29,19 @@ from weakref import WeakKeyDictionary
 import psycopg
 from psycopg.pq import PipelineStatus, TransactionStatus
 
-from events.hashing import chain_hash, json_string
+from events.hashing import HASH_VERSION, chain_hash, json_string
 from events.model import GENESIS_HASH, KEEP_DUE, DueTime, DueTimeChange
 from events.prepare import PreparedEvent
 
-_FUNCTION: Final = b"""
+# The recording time and hash version once per append, for every event of it (events
+# migration 0011); the hash version as a constant of the text.
+_FUNCTION: Final = f"""
 SELECT stream_version, global_position, transaction_id::bigint, recorded_at, prev_hash,
        event_hash
   FROM eventstore.append_events(%(stream)s, %(expected)s, %(events)s::text::jsonb,
-                                %(notify)s, %(due_set)s, %(due_at)s::timestamptz)
-"""
+                                %(notify)s, %(due_set)s, %(due_at)s::timestamptz,
+                                %(at)s::text::timestamptz, {HASH_VERSION}::smallint)
+""".encode()  # noqa: S608 - HASH_VERSION is a constant int
 
 # The caller computed every event's version and hash, so the server only checks where the
 # chain starts and stores it, behind one of two heads (the statement's first write): a
@@ -50,7 +55,7 @@ WITH head AS ({head}
     RETURNING s.version, {wake}
 )
 INSERT INTO eventstore.events AS e (stream_id, stream_version, event_id, event_type,
-    schema_version, data, metadata, tenant_id, prev_hash, event_hash)
+    schema_version, data, metadata, tenant_id, recorded_at, hash_version, prev_hash, event_hash)
 SELECT %(stream)s, {rows}
 RETURNING e.stream_version, e.global_position, e.transaction_id::text::bigint,
           e.recorded_at
@@ -77,13 +82,17 @@ _MOVED_HEAD: Final = """
 # list joined to the head (same-run interleaved, 4 x 2000 appends). Still the one chained
 # insert: the same template, heads, columns and checks; only where its rows come from
 # differs.
-_BATCH_ROWS: Final = """x.v, x.id, x.type, x.sv, x.data, x.meta, x.tenant, x.prev, x.hash
+# The recording time is one parameter per append, the hash version a constant of the text:
+# the same for every event of the append.
+_BATCH_ROWS: Final = f"""x.v, x.id, x.type, x.sv, x.data, x.meta, x.tenant,
+       %(at)s::text::timestamptz, {HASH_VERSION}::smallint, x.prev, x.hash
   FROM head, jsonb_to_recordset(%(events)s::text::jsonb)
              AS x(v bigint, id uuid, type text, sv integer, data jsonb, meta jsonb,
                   tenant text, prev text, hash text)"""
 
-_ONE_ROW: Final = """%(version)s::bigint, %(id)s::uuid, %(type)s::text, %(sv)s::integer,
-       %(data)s::text::jsonb, %(meta)s::text::jsonb, %(tenant)s::text, %(tip)s::text,
+_ONE_ROW: Final = f"""%(version)s::bigint, %(id)s::uuid, %(type)s::text, %(sv)s::integer,
+       %(data)s::text::jsonb, %(meta)s::text::jsonb, %(tenant)s::text,
+       %(at)s::text::timestamptz, {HASH_VERSION}::smallint, %(tip)s::text,
        %(last_hash)s::text
   FROM head"""
 
@@ -217,6 +226,7 @@ def _append_function(
         "events": f"[{elements}]",
         "notify": notify,
         "due_at": None,  # a new stream kept at no due time gets NULL
+        "at": prepared[0].recorded_at_text,
     }
     params["due_set"] = _put_due(params, due)
     return _cursor(conn).execute(_FUNCTION, params).fetchall()
@@ -249,6 +259,7 @@ def _chained_insert(
         "tip": tip,
         "version": expected + len(prepared),
         "last_hash": prev,
+        "at": prepared[0].recorded_at_text,
     }
     due_set = _put_due(params, due)
     elements = [
@@ -285,7 +296,7 @@ def _chained_one(
         # converted again to be sent.
         "last_hash": digest, "id": event.id_text, "type": event.type,
         "sv": event.schema_version, "tenant": event.tenant_id, "data": event.data_json,
-        "meta": event.metadata_json,
+        "meta": event.metadata_json, "at": event.recorded_at_text,
     }
     due_set = _put_due(params, due)
     statement = _CHAINED[expected == 0, False, notify, due_set]

@@ -8,10 +8,14 @@ as ``10000000000000000``), so canonically every integral float is that int. Othe
 survive the round trip exactly (shortest repr in, same decimal out, same float back).
 
 An event's hash is ``sha256(prev_hash || body)``, where the body is the canonical JSON of
-the object whose keys are :data:`HASH_BODY_FIELDS` — the one definition of what a hash
-covers. Appends send the body split around the stream version (the one field a server-side
-append learns only under the head lock); the database splices the version in and never
-names a field itself.
+the object whose keys are the fields its **hash version** lists in :data:`HASH_BODY_LAYOUTS`
+— the one definition of what a hash covers. Each event stores its hash version
+(``eventstore.events.hash_version``), so an event keeps verifying with the body it was
+hashed with: version 1 (every event before events migration 0011) covers the content;
+version 2, which appends write now, also covers the tenant column, the time the event was
+recorded and the version number itself. Appends send the body split around the stream
+version (the one field a server-side append learns only under the head lock); the database
+splices the version in and never names a field itself.
 """
 
 from __future__ import annotations
@@ -21,21 +25,30 @@ import json
 import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Final, NamedTuple, cast
 
 from events.model import RecordedEvent
 
-HASH_BODY_FIELDS: Final = (
-    "data",
-    "event_id",
-    "metadata",
-    "schema_version",
-    "stream_id",
-    "stream_version",
-    "type",
-)
-"""What an event's hash covers besides its predecessor, in canonical (sorted) key order."""
+HASH_BODY_LAYOUTS: Final[Mapping[int, tuple[str, ...]]] = {
+    # The content only: every event stored before events migration 0011.
+    1: ("data", "event_id", "metadata", "schema_version", "stream_id", "stream_version",
+        "type"),
+    # Also what a reader decides with beside the content: the tenant column (which tenant's
+    # reads see the event) and the time it was recorded; and the layout's own number, so a
+    # body of one layout is never the body of another.
+    2: ("data", "event_id", "hash_version", "metadata", "recorded_at", "schema_version",
+        "stream_id", "stream_version", "tenant_id", "type"),
+}
+"""What an event's hash covers besides its predecessor, by hash version, each in canonical
+(sorted) key order. A stored event is verified with the layout of its own version."""
+
+HASH_VERSION: Final = 2
+"""The hash version appends write."""
+
+HASH_BODY_FIELDS: Final = HASH_BODY_LAYOUTS[HASH_VERSION]
+"""What the hash of an event appended now covers, in canonical (sorted) key order."""
 
 # Built once: json.dumps(**options) would build this per call. No cycle markers: a cycle,
 # like nesting too deep for the encoder, ends in RecursionError, which sorted_json turns
@@ -153,8 +166,17 @@ def _canonical_numbers(value: Any) -> Any:
     return value
 
 
-def hash_body(
+def recorded_at_text(at: datetime) -> str:
+    """The text a hash body holds for a recording time: UTC, to the microsecond (what a
+    ``timestamptz`` keeps), the same whatever time zone the value was read back in."""
+    if at.tzinfo is None:
+        raise ValueError("a recording time must be timezone-aware")
+    return at.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def hash_body(  # noqa: PLR0913 - the fields a body may hold, named
     *,
+    hash_version: int,
     stream_id: str,
     stream_version: int,
     event_id: str,
@@ -162,9 +184,13 @@ def hash_body(
     schema_version: int,
     data: Any,
     metadata: Any,
+    tenant_id: str | None,
+    recorded_at: datetime,
 ) -> str:
-    """The reference body: canonical JSON of the :data:`HASH_BODY_FIELDS` object, from
-    loaded values (``event_id`` is the UUID's text). Verification hashes this."""
+    """The reference body of ``hash_version``'s layout: canonical JSON of the object of its
+    :data:`HASH_BODY_LAYOUTS` fields, from loaded values (``event_id`` is the UUID's text).
+    Verification hashes this; KeyError for a version no layout defines."""
+    layout = HASH_BODY_LAYOUTS[hash_version]
     values = {
         "data": data,
         "event_id": event_id,
@@ -174,8 +200,14 @@ def hash_body(
         "stream_version": stream_version,
         "type": event_type,
     }
+    if "tenant_id" in layout:
+        values["tenant_id"] = tenant_id
+    if "recorded_at" in layout:
+        values["recorded_at"] = recorded_at_text(recorded_at)
+    if "hash_version" in layout:
+        values["hash_version"] = hash_version
     # Exactly the listed fields (a missing one is a KeyError), in canonical order.
-    return canonical_json({field: values[field] for field in HASH_BODY_FIELDS})
+    return canonical_json({field: values[field] for field in layout})
 
 
 # The same layout as two positional %-templates over each field's JSON text (the fastest
@@ -219,8 +251,10 @@ def chain_hash(prev_hash: str, body: str) -> str:
 
 
 def recorded_event_hash(event: RecordedEvent) -> str:
-    """Recompute a recorded event's hash from its stored fields and stored prev_hash."""
+    """Recompute a recorded event's hash from its stored fields and stored prev_hash, with
+    the layout of its hash version (KeyError for a version no layout defines)."""
     body = hash_body(
+        hash_version=event.hash_version,
         stream_id=event.stream_id,
         stream_version=event.stream_version,
         event_id=str(event.event_id),
@@ -228,5 +262,7 @@ def recorded_event_hash(event: RecordedEvent) -> str:
         schema_version=event.schema_version,
         data=event.data,
         metadata=event.metadata,
+        tenant_id=event.tenant_id,
+        recorded_at=event.recorded_at,
     )
     return chain_hash(event.prev_hash, body)

@@ -15,6 +15,7 @@ Every object is thread-safe (one lock each). Build them together::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -22,7 +23,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from events.definitions import (
     DefinitionNotFound,
@@ -33,8 +34,8 @@ from events.definitions import (
     conflict,
 )
 from events.errors import InvalidArgument
-from events.memory_store import Clock, MemoryEventStore, MemoryUnit, utc_now
-from events.model import KEEP_DUE, AppendResult, DueTime, ExpectedVersion
+from events.memory_store import MemoryEventStore, MemoryUnit
+from events.model import KEEP_DUE, AppendResult, Clock, DueTime, ExpectedVersion, utc_now
 from events.saga_log import Definitions, GateWindows, SagaLog, Secrets, Unit, unit_of
 from events.sagas import SagaCodec, SagaStreams, saga_registry
 from events.secret_inputs import (
@@ -44,7 +45,7 @@ from events.secret_inputs import (
     ref_problem,
     reveal_with,
 )
-from events.snapshots import SnapshotRead, StoredSnapshot
+from events.snapshots import SnapshotRead, StoredSnapshot, text_hash
 from events.store_rules import checked_stream_list
 from saga_core import SagaDefinition
 from saga_core.events import SagaEvent
@@ -125,14 +126,25 @@ class MemorySagaLog(SagaStreams):
         return mine
 
 
+class _Kept(NamedTuple):
+    """One stream's snapshot as the in-memory store keeps it: its state as JSON text only
+    (each reader decodes its own copy), sealed with that text's hash when written."""
+
+    schema: str
+    snapshot: StoredSnapshot  # its state left out: ``text`` holds it
+    text: str
+    sealed: str
+
+
 class MemorySnapshots:
     """The in-memory :class:`~events.snapshots.Snapshots`: one per stream, kept as JSON
-    text (as PostgreSQL keeps it: a reader decodes a copy, never a live state)."""
+    text (as PostgreSQL keeps it: a reader decodes a copy, never a live state), sealed with
+    that text's hash as PostgreSQL seals its jsonb text."""
 
     def __init__(self, store: MemoryEventStore) -> None:
         self.store = store
         self._lock = threading.Lock()
-        self._kept: dict[str, tuple[str, int, str, str]] = {}  # schema, version, hash, JSON
+        self._kept: dict[str, _Kept] = {}
 
     def read_from_snapshots(
         self, stream_ids: Sequence[str], schema: str
@@ -145,15 +157,31 @@ class MemorySnapshots:
     def _read(self, stream_id: str, schema: str) -> SnapshotRead:
         with self._lock:
             kept = self._kept.get(stream_id)
-        if kept is None or kept[0] != schema:
+        if kept is None or kept.schema != schema:
             return SnapshotRead(None, self.store.read_stream(stream_id))
-        _, version, digest, text = kept
         first = self.store.read_stream(stream_id, to_version=1)
         if not first:
             return SnapshotRead(None, [])
-        after = self.store.read_stream(stream_id, after_version=max(version, 2) - 1)
-        return SnapshotRead(StoredSnapshot(stream_id, version, digest, json.loads(text)),
-                            [*first, *after])
+        snapshot = self._fresh(kept)
+        after = self.store.read_stream(stream_id, after_version=max(snapshot.version, 2) - 1)
+        return SnapshotRead(snapshot, [*first, *after])
+
+    @staticmethod
+    def _fresh(kept: _Kept) -> StoredSnapshot:
+        """A kept snapshot with its own copy of the state, decoded from the text kept, and
+        whether that text still matches its seal."""
+        return dataclasses.replace(kept.snapshot, state=json.loads(kept.text),
+                                   state_intact=text_hash(kept.text) == kept.sealed)
+
+    def read_snapshots(
+        self, stream_ids: Sequence[str], schema: str
+    ) -> dict[str, StoredSnapshot]:
+        """The snapshot of ``schema`` of each stream that has one, as kept."""
+        checked_stream_list(stream_ids)
+        with self._lock:
+            found = {s: self._kept.get(s) for s in stream_ids}
+        return {s: self._fresh(kept) for s, kept in found.items()
+                if kept is not None and kept.schema == schema}
 
     def save_snapshot(self, snapshot: StoredSnapshot, schema: str) -> None:
         """Keep ``snapshot`` unless the stream has a newer one of the same ``schema``
@@ -162,9 +190,10 @@ class MemorySnapshots:
         head = self.store.stream_version(snapshot.stream_id)
         with self._lock:
             kept = self._kept.get(snapshot.stream_id)
-            if kept is None or kept[0] != schema or not snapshot.version < kept[1] <= head:
-                self._kept[snapshot.stream_id] = (
-                    schema, snapshot.version, snapshot.definition_hash, text)
+            if (kept is None or kept.schema != schema
+                    or not snapshot.version < kept.snapshot.version <= head):
+                self._kept[snapshot.stream_id] = _Kept(
+                    schema, dataclasses.replace(snapshot, state=None), text, text_hash(text))
 
     def drop_snapshots(self) -> int:
         """Forget every snapshot; return how many there were."""

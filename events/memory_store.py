@@ -26,7 +26,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import NamedTuple
 from uuid import UUID
 
@@ -37,18 +37,20 @@ from events.errors import (
     EventIdConflict,
     InvalidArgument,
 )
-from events.hashing import chain_hash
+from events.hashing import HASH_VERSION, chain_hash
 from events.model import (
     ANY,
     GENESIS_HASH,
     KEEP_DUE,
     AppendResult,
+    Clock,
     DueStream,
     DueTime,
     ExpectedVersion,
     NewEvent,
     Position,
     RecordedEvent,
+    utc_now,
 )
 from events.prepare import DEFAULT_MAX_EVENT_BYTES, PreparedEvent, prepare_events
 from events.reading import MAX_VERSION, checked_stream_id, checked_version, read_all_start
@@ -61,15 +63,6 @@ from events.store_rules import (
 )
 from events.traces import checked_trace_query, in_trace
 from saga_core.limits import TRACE_EVENTS
-
-Clock = Callable[[], datetime]
-"""What tells the store the time (``recorded_at``); a test kit passes its own."""
-
-
-def utc_now() -> datetime:
-    """The current time in UTC."""
-    return datetime.now(UTC)
-
 
 _loads = json.JSONDecoder().decode
 
@@ -95,10 +88,9 @@ class MemoryUnit:
     """One open unit of work of a :class:`MemoryEventStore`: appends and side writes that
     apply together when it commits, and not at all when it does not."""
 
-    def __init__(self, store: MemoryEventStore, xid: int, now: datetime) -> None:
+    def __init__(self, store: MemoryEventStore, xid: int) -> None:
         self.store = store
         self.xid = xid
-        self.now = now
         self.open = True
         self.pending: dict[str, list[_Stored]] = {}
         self.based_on: dict[str, int] = {}  # stream -> committed version its appends follow
@@ -174,7 +166,7 @@ class MemoryEventStore:
         ``due_at`` as :meth:`EventStore.append` takes it."""
         prepared, expected = self._prepare(stream_id, events, expected_version)
         with self._lock:
-            unit = MemoryUnit(self, next(self._xids), self._clock())
+            unit = MemoryUnit(self, next(self._xids))
             result = self._append_locked(unit, stream_id, prepared, expected_version, expected,
                                          due_at=due_at)
             if not result.duplicate:
@@ -202,7 +194,7 @@ class MemoryEventStore:
         """A unit of work: everything written with it applies on a clean exit (or raises
         ConcurrencyError/EventIdConflict, applying nothing), nothing on an exception."""
         with self._lock:
-            unit = MemoryUnit(self, next(self._xids), self._clock())
+            unit = MemoryUnit(self, next(self._xids))
             self._open.add(unit.xid)
         try:
             yield unit
@@ -225,7 +217,7 @@ class MemoryEventStore:
     ) -> tuple[list[PreparedEvent], int]:
         # Validated as EventStore.append validates, in the same order: the same errors.
         converted = new_events(self.registry, events)
-        prepared = prepare_events(stream_id, converted, self._max_event_bytes)
+        prepared = prepare_events(stream_id, converted, self._max_event_bytes, self._clock())
         return prepared, expected_code(expected_version)
 
     def _append_locked(
@@ -259,11 +251,12 @@ class MemoryEventStore:
                 schema_version=event.schema_version,
                 data=event.data,
                 metadata=event.metadata,
-                recorded_at=unit.now,
+                recorded_at=event.recorded_at,
                 position=Position(unit.xid, next(self._positions)),
                 event_hash=digest,
                 prev_hash=tip,
                 tenant_id=event.tenant_id,
+                hash_version=HASH_VERSION,
             )
             stored.append(_Stored(record, event.data_json, event.metadata_json))
             tip = digest

@@ -6,7 +6,7 @@ import enum
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple
@@ -65,6 +65,15 @@ class DueStream(NamedTuple):
     stream_id: str
     version: int
     due_at: datetime | None
+
+
+Clock = Callable[[], datetime]
+"""What tells a store the time (``recorded_at``); a test passes its own."""
+
+
+def utc_now() -> datetime:
+    """The current time in UTC (a store's default clock: what ``recorded_at`` says)."""
+    return datetime.now(UTC)
 
 
 def new_event_id() -> UUID:
@@ -193,6 +202,15 @@ class RecordedEvent:
     event_hash: str
     prev_hash: str
     tenant_id: str | None = None
+    hash_version: int = 1
+    """Which layout of :data:`events.hashing.HASH_BODY_LAYOUTS` its hash covers."""
+
+
+def metadata_tenant(metadata: Mapping[str, Any]) -> str | None:
+    """The tenant an event's metadata names (``"tenant"``, a string), which its
+    ``tenant_id`` column holds: the one rule both are derived by."""
+    tenant = metadata.get("tenant")
+    return tenant if type(tenant) is str else None
 
 
 @dataclass(frozen=True)

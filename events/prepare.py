@@ -5,19 +5,22 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Final, NamedTuple, cast
 
 from events.errors import InvalidEvent
 from events.hashing import (
+    HASH_VERSION,
     BodyAroundVersion,
     body_around_version,
     canonical_json,
     contains_float,
     json_string,
+    recorded_at_text,
     sorted_json,
     sorted_json_each,
 )
-from events.model import NewEvent, new_event_ids
+from events.model import NewEvent, metadata_tenant, new_event_ids
 from saga_core.keys import json_value_problem, text_argument_problem
 
 MAX_STREAM_ID_LENGTH: Final = 200
@@ -55,6 +58,8 @@ class PreparedEvent(NamedTuple):
     tenant_id: str | None
     id_was_given: bool
     body: BodyAroundVersion
+    recorded_at: datetime
+    recorded_at_text: str
 
 
 def check_name(what: str, value: object, limit: int, *, index: int | None = None) -> str:
@@ -193,10 +198,21 @@ def _event_id(value: uuid.UUID | str) -> tuple[uuid.UUID, bool]:
         raise InvalidEvent(f"event id {value!r} is not a UUID") from None
 
 
+class _Recording(NamedTuple):
+    """When an append is recorded, as a value and as the text its hash bodies and rows hold."""
+
+    at: datetime
+    text: str
+
+
 def prepare_events(
-    stream_id: str, events: Sequence[NewEvent], max_event_bytes: int
+    stream_id: str, events: Sequence[NewEvent], max_event_bytes: int, recorded_at: datetime
 ) -> list[PreparedEvent]:
-    """Validate a batch for one stream and normalise it, or raise InvalidEvent naming why."""
+    """Validate a batch for one stream and normalise it, or raise InvalidEvent naming why.
+
+    ``recorded_at``: when the append records them (the store's clock, timezone-aware): the
+    time every event of the batch is stored with, and which their hashes cover."""
+    recording = _Recording(recorded_at, recorded_at_text(recorded_at))
     stream_json = _STREAM_JSON.get(stream_id) if type(stream_id) is str else None
     if stream_json is None:
         stream_json = _remembered(
@@ -215,7 +231,8 @@ def prepare_events(
         if not isinstance(event, NewEvent):
             raise InvalidEvent(f"event #0 is a {type(event).__name__}, not a NewEvent")
         fresh = iter(new_event_ids(1)) if event.event_id is None else iter(())
-        return [_prepare_one(stream_json, 0, event, max_event_bytes, fresh, data_text=None)]
+        return [_prepare_one(stream_json, 0, event, max_event_bytes, fresh,
+                             recording=recording, data_text=None)]
     for index, event in enumerate(events):
         if not isinstance(event, NewEvent):
             raise InvalidEvent(f"event #{index} is a {type(event).__name__}, not a NewEvent")
@@ -231,6 +248,7 @@ def prepare_events(
             event,
             max_event_bytes,
             fresh,
+            recording=recording,
             data_text=None if texts is None else texts[index],
         )
         for index, event in enumerate(events)
@@ -249,6 +267,7 @@ def _prepare_one(
     limit: int,
     fresh: Iterator[uuid.UUID],
     *,
+    recording: _Recording,
     data_text: str | None,
 ) -> PreparedEvent:
     event_type = event.type
@@ -275,11 +294,11 @@ def _prepare_one(
         raise InvalidEvent(
             f"event #{index} ({event_type}) is {size} bytes serialized; the limit is {limit}"
         )
-    tenant = metadata.get("tenant")
-    tenant_id = tenant if type(tenant) is str else None
+    tenant_id = metadata_tenant(metadata)
     id_text = str(event_id)
     tenant_json = "null" if tenant_id is None else json_string(tenant_id)
-    # The stored columns as the members of a JSON object; both append statements send them.
+    # The stored columns as the members of a JSON object; both append statements send them
+    # (and the recording time and hash version once per append, as parameters).
     columns_json = (
         f'"id":"{id_text}","type":{type_json},"sv":{schema_version},'
         f'"data":{data_json},"meta":{metadata_json},"tenant":{tenant_json}'
@@ -288,9 +307,13 @@ def _prepare_one(
         {
             "data": data_json,
             "event_id": f'"{id_text}"',
+            "hash_version": str(HASH_VERSION),
             "metadata": metadata_json,
+            # The recording time's text is digits and punctuation: a JSON string as it stands.
+            "recorded_at": f'"{recording.text}"',
             "schema_version": str(schema_version),
             "stream_id": stream_json,
+            "tenant_id": tenant_json,
             "type": type_json,
         }
     )
@@ -307,6 +330,8 @@ def _prepare_one(
         tenant_id,
         given,
         body,
+        recording.at,
+        recording.text,
     )
 
 

@@ -35,6 +35,7 @@ from events.snapshots import (
     SnapshotRead,
     Snapshots,
     StoredSnapshot,
+    snapshot_problem,
 )
 from events.store import EventStore, UnitOfWork
 from events.subscription import Notifications
@@ -181,14 +182,22 @@ class SagaCodec:
         self, saga_id: str, read: SnapshotRead, *, tenant: str | None = None
     ) -> LoadedSaga | None:
         """Fold the events after a snapshot onto it; None if the snapshot does not check out
-        (another definition, not at its version, unreadable: fold the whole stream).
-        SagaNotFound and CorruptSagaStream as :meth:`fold`."""
+        (its seal does not hold, another definition, not at its version, unreadable: fold
+        the whole stream). SagaNotFound and CorruptSagaStream as :meth:`fold`."""
         snapshot = read.snapshot
         if snapshot is None or not read.records:
             return None
         started = self._started(saga_id, self._decode(read.records[0]), tenant)
-        versions = {r.stream_version for r in read.records}
-        if snapshot.definition_hash != started.definition_hash or snapshot.version not in versions:
+        at_version = next(
+            (r for r in read.records if r.stream_version == snapshot.version), None)
+        problem = snapshot_problem(snapshot, at_version)
+        if problem is not None:
+            # Never by itself (a load writes a sealed snapshot of what it folded): tampering,
+            # or a log rewritten under it. The log decides; verify names the saga.
+            log.warning("refusing the snapshot of saga %s at %d: %s; folding its log",
+                        saga_id, snapshot.version, problem)
+            return None
+        if snapshot.definition_hash != started.definition_hash:
             return None
         try:
             state = decode_state(snapshot.state, self.definitions.by_hash(snapshot.definition_hash))
@@ -202,14 +211,16 @@ class SagaCodec:
         head = read.records[-1].stream_version
         return LoadedSaga(saga_id, state.definition, state, started, head)
 
-    def snapshot_of(self, loaded: LoadedSaga) -> StoredSnapshot | None:
-        """A snapshot of a loaded saga, or None for a state whose definition a reader could
-        not find by hash (a plan revision's, carried by its PlanRevised event alone)."""
+    def snapshot_of(self, loaded: LoadedSaga, head: RecordedEvent) -> StoredSnapshot | None:
+        """A snapshot of a loaded saga taken at ``head``, its last folded event; None
+        for a state whose definition a reader could not find by hash (a plan revision's,
+        carried by its PlanRevised event alone)."""
         started = loaded.started
         if started is None or loaded.definition.content_hash() != started.definition_hash:
             return None
         return StoredSnapshot(saga_stream(loaded.saga_id), loaded.version,
-                              started.definition_hash, encode_state(loaded.state))
+                              started.definition_hash, encode_state(loaded.state),
+                              head.event_hash)
 
     @staticmethod
     def _started(saga_id: str, first: SagaEvent, tenant: str | None) -> SagaStarted:
@@ -359,21 +370,22 @@ class SagaStreams(ABC):
         then keep a snapshot if this fold went far past the last one."""
         loaded = self.codec.fold_from_snapshot(saga_id, read, tenant=tenant)
         if loaded is not None:
-            folded = len(read.after_snapshot())
+            folded, head = len(read.after_snapshot()), read.records[-1]
         else:
             whole = read.records if read.snapshot is None else self.streams.read_stream(
                 saga_stream(saga_id))
             loaded, folded = self.codec.fold(saga_id, whole, tenant=tenant), len(whole)
+            head = whole[-1]  # fold raised SagaNotFound for none
         if self.streams.writes and folded > self.snapshot_every:
-            self._keep_snapshot(loaded)
+            self._keep_snapshot(loaded, head)
         return loaded
 
-    def _keep_snapshot(self, loaded: LoadedSaga) -> None:
+    def _keep_snapshot(self, loaded: LoadedSaga, head: RecordedEvent) -> None:
         """Write a snapshot of ``loaded`` at its version. Written by the load that folded
         the events, not at the next append: the load has the state in hand, the append
         path (and its signature) stays as it is, and a saga never loaded again never needs
         one. A failed write costs only speed: logged, never the load's error."""
-        snapshot = self.codec.snapshot_of(loaded)
+        snapshot = self.codec.snapshot_of(loaded, head)
         if snapshot is None:
             return
         try:

@@ -1,14 +1,23 @@
 """Snapshots of saga state beside the log: where a load starts folding, never the truth.
 
 A snapshot holds a saga's state folded up to a stream version (``saga_core.snapshots``
-encodes it), the schema fingerprint of the code that wrote it, and the hash of the
-definition the state runs. A load reads, in one query, the stream's first event, the
+encodes it), the schema fingerprint of the code that wrote it, the hash of the definition
+the state runs, and its **seal**: the hash of the event it folds up to, and the hash of its
+state as the store keeps it (the exact text: PostgreSQL hashes its jsonb text when it
+stores the row, and a read hashes the text it gets back before decoding it, so no canonical
+form is computed on either side). A load reads, in one query, the stream's first event, the
 snapshot of this schema (if any) and the events from the snapshot's version on; it folds
-only those after it. A snapshot that does not check out (another definition, a state that
-does not decode or is not at its version, a version the stream does not have) is ignored
-and the whole stream is folded instead: the log stays the only truth, and every snapshot
-can be dropped (:meth:`Snapshots.drop_snapshots`, ``sagafleet db drop-snapshots``) at any
-time without losing anything but speed.
+only those after it. A snapshot that does not check out (:func:`snapshot_problem`: no event
+at its version, another event there than it was taken at, a state that does not match its
+hash; then another definition, a state that does not decode or is not at its version) is
+ignored and the whole stream is folded instead: the log stays the only truth, and every
+snapshot can be dropped (:meth:`Snapshots.drop_snapshots`, ``sagafleet db drop-snapshots``)
+at any time without losing anything but speed.
+
+The seal catches a snapshot edited in place, or left behind by a log rewritten under it.
+It is no signature: someone who edits a state and recomputes its hash gets it loaded, which
+is why ``sagafleet verify`` (and ``audit``) re-fold every snapshot and compare
+(:mod:`events.snapshot_audit`).
 
 Writes are upserts that keep the newest snapshot per stream (or replace one another schema
 wrote, or one beyond the stream's head), outside any unit of work: a snapshot never waits
@@ -17,6 +26,8 @@ on, or for, an append.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -33,12 +44,41 @@ from events.store_rules import checked_stream_list
 
 @dataclass(frozen=True)
 class StoredSnapshot:
-    """A saga stream's state as a JSON document at ``version``, for a definition by hash."""
+    """A saga stream's state as a JSON document at ``version``, for a definition by hash,
+    taken at the event whose hash is ``event_hash`` (the one at ``version``).
+
+    ``state_intact``, on a snapshot read back: whether the stored state still matches the
+    hash its store sealed it with when it was written (on a snapshot to write: True)."""
 
     stream_id: str
     version: int
     definition_hash: str
     state: Any
+    event_hash: str
+    state_intact: bool = True
+
+
+def text_hash(text: str) -> str:
+    """sha256 hex of a state's stored text (what ``eventstore.snapshots.state_hash`` holds:
+    the server computes the same of its jsonb text, ``sha256(convert_to(state::text,
+    'UTF8'))``)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+_decode_state_text = json.JSONDecoder().decode
+
+
+def snapshot_problem(snapshot: StoredSnapshot, at_version: RecordedEvent | None) -> str | None:
+    """Why a snapshot's seal does not hold against the event now at its version (None: no
+    such event); None when it holds."""
+    if at_version is None:
+        return f"the stream has no event at version {snapshot.version}"
+    if at_version.event_hash != snapshot.event_hash:
+        return (f"it was taken at another event than the one now at version"
+                f" {snapshot.version} (the log or the snapshot was changed)")
+    if not snapshot.state_intact:
+        return "its state does not match its hash (edited after it was taken)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -72,6 +112,13 @@ class Snapshots(Protocol):
         beyond the stream's head, say from a partial restore, is not newer: it goes)."""
         ...
 
+    def read_snapshots(
+        self, stream_ids: Sequence[str], schema: str
+    ) -> dict[str, StoredSnapshot]:
+        """The snapshot of ``schema`` of each stream that has one, as stored (for checks
+        that re-fold them: no events are read)."""
+        ...
+
     def drop_snapshots(self) -> int:
         """Forget every snapshot (a rebuild); return how many there were."""
         ...
@@ -82,10 +129,11 @@ class Snapshots(Protocol):
 _READ_FROM_SNAPSHOTS = """
 WITH wanted AS (
   SELECT w.id AS s_stream, s.version AS s_version, s.definition_hash AS s_hash,
-         s.state AS s_state
+         s.event_hash AS s_event_hash, s.state_hash AS s_state_hash,
+         s.state::text AS s_state
     FROM {streams}
     LEFT JOIN eventstore.snapshots s ON s.stream_id = w.id AND s.schema = %(schema)s)
-SELECT {columns}, s_version, s_hash,
+SELECT {columns}, s_version, s_hash, s_event_hash, s_state_hash,
        CASE WHEN stream_version = 1 THEN s_state END
   FROM wanted CROSS JOIN LATERAL (
        SELECT * FROM eventstore.events
@@ -104,22 +152,30 @@ _READ_ONE = _READ_FROM_SNAPSHOTS.format(
 _READ_MANY = _READ_FROM_SNAPSHOTS.format(
     streams="unnest(%(streams)s::text[]) AS w(id)", columns=EVENT_COLUMNS)
 
+# The state's hash is the server's, of the text it keeps (the document as jsonb prints it).
 _SAVE = """
 INSERT INTO eventstore.snapshots AS s
-       (stream_id, version, schema, definition_hash, state, taken_at)
-SELECT %s, %s, %s, %s, %s, now()
+       (stream_id, version, schema, definition_hash, state, event_hash, state_hash, taken_at)
+SELECT %s, %s, %s, %s, doc.state, %s,
+       encode(sha256(convert_to(doc.state::text, 'UTF8')), 'hex'), now()
   -- No wait for the WAL flush, for this statement's own transaction alone: a crash can
   -- lose only the last snapshots written, which costs a longer fold, never a fact.
-  FROM set_config('synchronous_commit', 'off', true)
+  FROM (SELECT %s::jsonb AS state) AS doc, set_config('synchronous_commit', 'off', true)
 ON CONFLICT (stream_id) DO UPDATE
    SET version = excluded.version, schema = excluded.schema,
        definition_hash = excluded.definition_hash, state = excluded.state,
+       event_hash = excluded.event_hash, state_hash = excluded.state_hash,
        taken_at = excluded.taken_at
  WHERE s.schema <> excluded.schema OR s.version <= excluded.version
     OR s.version > (SELECT h.version FROM eventstore.streams h WHERE h.stream_id = s.stream_id)
 """
 
 _DROP = "DELETE FROM eventstore.snapshots"
+
+_STORED = """
+SELECT stream_id, version, definition_hash, state::text, event_hash, state_hash
+  FROM eventstore.snapshots WHERE stream_id = ANY(%s) AND schema = %s
+"""
 
 
 class Connections(Protocol):
@@ -135,7 +191,7 @@ class Connections(Protocol):
 
 
 class PostgresSnapshots:
-    """Snapshots in ``eventstore.snapshots`` (migration 0010), one per stream."""
+    """Snapshots in ``eventstore.snapshots`` (migrations 0010, 0012), one per stream."""
 
     def __init__(self, store: Connections) -> None:
         self.store = store
@@ -154,11 +210,11 @@ class PostgresSnapshots:
             else:
                 cur.execute(_READ_MANY, {"streams": wanted, "schema": schema})
             for row in cur:
-                event = stored_event_row(row[:-3])
-                version, definition_hash, state = row[-3:]
-                if state is not None:
-                    snapshots[event.stream_id] = StoredSnapshot(
-                        event.stream_id, version, definition_hash, state)
+                event = stored_event_row(row[:-5])
+                version, definition_hash, event_hash, sealed, text = row[-5:]
+                if text is not None:
+                    snapshots[event.stream_id] = _snapshot(
+                        event.stream_id, version, definition_hash, text, event_hash, sealed)
                 records[event.stream_id].append(event)
         for stream_id, read in records.items():
             if read:
@@ -170,9 +226,30 @@ class PostgresSnapshots:
         stream, stays), in one round trip that waits for no disk flush (see _SAVE)."""
         with self.store.connection() as conn:
             conn.execute(_SAVE, (snapshot.stream_id, snapshot.version, schema,
-                                 snapshot.definition_hash, Jsonb(snapshot.state)))
+                                 snapshot.definition_hash, snapshot.event_hash,
+                                 Jsonb(snapshot.state)))
+
+    def read_snapshots(
+        self, stream_ids: Sequence[str], schema: str
+    ) -> dict[str, StoredSnapshot]:
+        """The snapshot of ``schema`` of each stream that has one, as stored, in one query."""
+        wanted = [checked_stream_id(s) for s in checked_stream_list(stream_ids)]
+        with self.store.connection() as conn:
+            rows = conn.execute(_STORED, (wanted, schema)).fetchall()
+        return {str(r[0]): _snapshot(str(r[0]), int(r[1]), str(r[2]), r[3], str(r[4]), r[5])
+                for r in rows}
 
     def drop_snapshots(self) -> int:
         """Delete every snapshot; return how many there were."""
         with self.store.connection() as conn:
             return conn.execute(_DROP).rowcount
+
+
+def _snapshot(  # noqa: PLR0913, PLR0917 - a stored row's columns, in order
+    stream_id: str, version: int, definition_hash: str, text: str, event_hash: str,
+    sealed: str,
+) -> StoredSnapshot:
+    """A stored row as a snapshot: its state's text checked against the hash the server
+    sealed it with, then decoded (the text is hashed as it came, before any parsing)."""
+    return StoredSnapshot(stream_id, version, definition_hash, _decode_state_text(text),
+                          event_hash, text_hash(text) == sealed)

@@ -41,6 +41,7 @@ from events.errors import (
     ReadOnlyStore,
     write_refused,
 )
+from events.hashing import HASH_VERSION
 from events.lending import ConnectionLender
 from events.migrate import apply_migrations
 from events.model import (
@@ -48,6 +49,7 @@ from events.model import (
     EARLIEST,
     KEEP_DUE,
     AppendResult,
+    Clock,
     DueStream,
     DueTime,
     ExpectedVersion,
@@ -56,6 +58,7 @@ from events.model import (
     RecordedEvent,
     ScannedEvent,
     append_result,
+    utc_now,
 )
 from events.prepare import DEFAULT_MAX_EVENT_BYTES, PreparedEvent, prepare_events
 from events.reading import (
@@ -150,8 +153,12 @@ class EventStore:
         notify: bool = True,
         registry: EventRegistry | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        clock: Clock = utc_now,
     ) -> None:
+        """``clock``: what tells an append the time its events are recorded at (which
+        their hashes cover); the machine's UTC clock unless a test fixes it."""
         self._pool = pool
+        self._clock = clock
         self._lender = ConnectionLender(pool, drops_read_only=self.writes)
         self._conninfo = conninfo
         self._notify = notify
@@ -174,11 +181,13 @@ class EventStore:
         notify: bool = True,
         registry: EventRegistry | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        clock: Clock = utc_now,
     ) -> Self:
         """Open a store on a DSN or conninfo; no DDL here (see :meth:`migrate`).
 
         ``notify`` sends one ``pg_notify`` per append to wake subscribers; turn it off for
         many concurrent writers (NOTIFY serialises commits) and let subscribers poll.
+        ``clock``: see :meth:`__init__`.
         """
         pool: ConnectionPool[Any] = ConnectionPool(
             url,
@@ -196,6 +205,7 @@ class EventStore:
             notify=notify,
             registry=registry,
             max_event_bytes=max_event_bytes,
+            clock=clock,
         )
 
     @property
@@ -286,7 +296,7 @@ class EventStore:
         by default it stays as it is.
         """
         envelopes = new_events(self.registry, events)
-        prepared = prepare_events(stream_id, envelopes, self._max_event_bytes)
+        prepared = prepare_events(stream_id, envelopes, self._max_event_bytes, self._clock())
         if conn is not None:
             return self._append_on(conn, stream_id, prepared, expected_version, savepoint=True,
                                    due=due_at)
@@ -486,6 +496,7 @@ def _recorded(stream_id: str, event: PreparedEvent, row: tuple[Any, ...]) -> Rec
     return recorded_event_row(
         stream_id, version, event.event_id, event.type, event.schema_version, event.data,
         event.metadata, recorded_at, xid, position, event_hash, prev_hash, event.tenant_id,
+        HASH_VERSION,
     )
 
 

@@ -1,7 +1,10 @@
 """Audit replay: a saga's whole timeline from the log and its state as of any position.
 
-Everything comes from the saga's stream (never from a read model), the hash chain is
-checked on the way, and secret inputs are masked in every field shown.
+Everything comes from the saga's stream (never from a read model), and secret inputs are
+masked in every field shown. On the way the stream gets the checks ``verify`` gives it
+(:mod:`projections.integrity`): its chain and head, its snapshot re-folded, and the
+checkpoints that bear on it (with the key, the high-water mark and the age of unanchored
+events the caller passes), so a saga ``verify`` flags never audits as intact.
 """
 
 from __future__ import annotations
@@ -10,15 +13,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from events import Position, RecordedEvent, verify_chain
+from events import Position, RecordedEvent
+from events.anchor_audit import AnchorReport
 from events.definitions import check_tenant
 from events.sagas import CorruptSagaStream, SagaNotFound, saga_stream
+from events.snapshots import PostgresSnapshots
 from events.traces import SAGA_TRACE_KEY
 from projections.context import ProjectionContext
+from projections.integrity import IntegrityChecks, check_anchors, check_stream, saga_codec
 from projections.masking import mask, mask_input
 from projections.record import replay
 from projections.rows import SagaRows, rows_of
 from saga_core.events import SagaEvent, SagaStarted
+from saga_core.snapshots import SCHEMA as SNAPSHOT_SCHEMA
 from saga_core.state import SagaState
 
 
@@ -83,6 +90,21 @@ class AuditReport:
     # The first stream version the chain check could not vouch for (it and every later one).
     chain_break_version: int | None = None
     budget: BudgetStanding | None = None
+    # Why the saga's snapshot is not the fold it claims to be (None: it is, or there is none).
+    snapshot_problem: str | None = None
+    # The checkpoints that bear on the saga's stream, checked as verify checks them.
+    anchors: AnchorReport | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Chain, head, snapshot and checkpoints all check out: what verify says too."""
+        return (self.chain_ok and self.snapshot_problem is None
+                and (self.anchors is None or self.anchors.ok))
+
+    @property
+    def tampered(self) -> bool:
+        """The log no longer holds what its checkpoints anchored, for this saga."""
+        return self.anchors is not None and not self.anchors.ok
 
 
 def parse_position(text: str) -> Position | int:
@@ -125,9 +147,11 @@ def _approval(event: SagaEvent, data: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def audit(
-    ctx: ProjectionContext, saga_id: str, at: Position | int | None = None, *, tenant: str
+    ctx: ProjectionContext, saga_id: str, at: Position | int | None = None, *, tenant: str,
+    checks: IntegrityChecks | None = None,
 ) -> AuditReport:
-    """The saga's timeline and state as of ``at`` (all of it when None), chain checked;
+    """The saga's timeline and state as of ``at`` (all of it when None), its integrity checked
+    as verify checks it (``checks``: the key, witness and age for its checkpoints);
     SagaNotFound if it is absent or another tenant's (the two are indistinguishable)."""
     check_tenant(tenant)
     stream_id = saga_stream(saga_id)
@@ -143,7 +167,10 @@ def audit(
         raise CorruptSagaStream(f"saga {saga_id!r} does not start with SagaStarted")
     if first.tenant != tenant:
         raise SagaNotFound(f"no saga {saga_id!r}")  # not even its chain's state is shown
-    chain = verify_chain(ctx.store, stream_id)
+    snapshot = PostgresSnapshots(ctx.store).read_snapshots([stream_id], SNAPSHOT_SCHEMA)
+    integrity = check_stream(ctx, stream_id, records, snapshot.get(stream_id), saga_codec(ctx))
+    anchors = check_anchors(ctx, checks or IntegrityChecks(), stream_id)
+    broken = integrity.chain_break
     definition = ctx.definitions.by_hash(first.definition_hash)
     record = replay(definition, [(first, records[0].stream_version)])
     secrets = record.secrets if record else ()
@@ -185,18 +212,16 @@ def audit(
         at=str(at) if at is not None else None,
         events_total=len(records),
         invariant=definition.invariant,
-        chain_ok=chain.ok,
-        chain_break=(
-            f"version {chain.first_break.stream_version}: {chain.first_break.reason}"
-            if chain.first_break
-            else None
-        ),
+        chain_ok=broken is None,
+        chain_break=f"version {broken.stream_version}: {broken.reason}" if broken else None,
         timeline=timeline,
         state=rows_of(folded) if folded is not None else None,
         lineage=first.lineage.model_dump(exclude_none=True) if first.lineage else None,
         definition_hash=first.definition_hash,
-        chain_break_version=chain.first_break.stream_version if chain.first_break else None,
+        chain_break_version=broken.stream_version if broken else None,
         budget=budget,
+        snapshot_problem=integrity.snapshot_problem,
+        anchors=anchors,
     )
 
 

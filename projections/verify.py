@@ -1,5 +1,7 @@
 """Verification: every read-model row equals a fresh fold of the log; every chain is intact;
-the log still holds what its checkpoints anchored (events.anchor_audit).
+every snapshot is the fold it claims to be; the log still holds what its checkpoints
+anchored (events.anchor_audit). The integrity part is :mod:`projections.integrity`, which
+``audit`` runs on its saga too.
 
 A row reflects its saga up to the ``stream_version`` it records, so each saga is folded
 afresh up to that version and compared column by column; a projector that is merely
@@ -11,17 +13,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from events import Position, RecordedEvent, verify_chain
-from events.anchor_audit import AnchorReport, audit_anchors
-from events.anchors import AnchorKey
+from events import Position, RecordedEvent
+from events.anchor_audit import AnchorReport
 from events.sagas import CorruptSagaStream, saga_id_of
+from events.snapshots import PostgresSnapshots, StoredSnapshot
 from projections.context import ProjectionContext
+from projections.integrity import (
+    IntegrityChecks,
+    StreamIntegrity,
+    check_anchors,
+    check_stream,
+    saga_codec,
+)
 from projections.record import replay
 from projections.rows import SagaRows, rows_of
 from projections.store import StoredRows, read_rows
 from projections.tables import active_version, subscription_name
 from saga_core.errors import SagaError
 from saga_core.events import SagaEvent
+from saga_core.snapshots import SCHEMA as SNAPSHOT_SCHEMA
+
+SNAPSHOTS_PER_READ = 500
+"""How many streams' snapshots verify reads in one query."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,7 @@ class VerifyReport:
     lagging: list[str] = field(default_factory=list)
     differences: list[Difference] = field(default_factory=list)
     anchors: AnchorReport | None = None
+    snapshots_checked: int = 0
 
     @property
     def tampered(self) -> bool:
@@ -132,42 +146,30 @@ def verify(
     ctx: ProjectionContext,
     name: str = "sagas",
     *,
-    key: AnchorKey | None = None,
-    expect: tuple[int, str] | None = None,
+    checks: IntegrityChecks | None = None,
 ) -> VerifyReport:
-    """Fold every saga afresh, compare with the active read model, check every chain, and
-    check the log against its checkpoints (signatures with ``key``; ``expect`` is a
-    checkpoint's (seq, hash) kept elsewhere, which must still be there)."""
-    anchors = audit_anchors(ctx.store, key, expect=expect)
+    """Fold every saga afresh, compare with the active read model, check every chain and
+    every snapshot, and check the log against its checkpoints as ``checks`` say (the key,
+    a checkpoint kept by hand, the high-water mark, the age of unanchored events)."""
+    anchors = check_anchors(ctx, checks or IntegrityChecks())
+    codec = saga_codec(ctx)
     with ctx.connection() as conn:
         version = active_version(conn, name)
-        streams = [r[0] for r in conn.execute("SELECT stream_id FROM eventstore.streams")]
+        streams = sorted(r[0] for r in conn.execute("SELECT stream_id FROM eventstore.streams"))
         stored = read_rows(conn, version)
+    snapshots = _snapshots(ctx, [s for s in streams if saga_id_of(s) is not None])
     checkpoint = _checkpoint(ctx, name, version)
     differences: list[Difference] = []
     lagging: list[str] = []
     broken = 0
     sagas = 0
-    for stream_id in sorted(streams):
+    for stream_id in streams:
         records = ctx.store.read_stream(stream_id)
-        chain = verify_chain(records, stream_id)
-        head = ctx.store.stream_head(stream_id)
-        if chain.ok and head is not None and head != (len(records), chain.head_hash):
-            chain_problem: str | None = "stream head does not match the last event"
-        else:
-            chain_problem = chain.first_break.reason if chain.first_break else None
+        integrity = check_stream(ctx, stream_id, records, snapshots.get(stream_id), codec)
         saga_id = saga_id_of(stream_id)
-        if chain_problem is not None:
+        if integrity.chain_break is not None:
             broken += 1
-            at = chain.first_break.stream_version if chain.first_break else len(records)
-            differences.append(
-                Difference(
-                    saga_id or stream_id,
-                    "eventstore.events",
-                    f"{stream_id}@{at}",
-                    f"hash chain broken: {chain_problem}",
-                )
-            )
+        differences += _integrity_differences(saga_id or stream_id, integrity)
         if saga_id is None:
             continue
         sagas += 1
@@ -202,8 +204,34 @@ def verify(
     for saga_id, rows in sorted(stored.items()):
         differences += compare_rows(saga_id, None, rows)
     return VerifyReport(
-        name, version, len(streams), sagas, broken, lagging, differences, anchors
+        name, version, len(streams), sagas, broken, lagging, differences, anchors,
+        snapshots_checked=len(snapshots),
     )
+
+
+def _integrity_differences(who: str, integrity: StreamIntegrity) -> list[Difference]:
+    """A stream's broken chain (or head) and its snapshot's problem, as differences."""
+    found: list[Difference] = []
+    stream_id = integrity.stream_id
+    if integrity.chain_break is not None:
+        found.append(Difference(who, "eventstore.events",
+                                f"{stream_id}@{integrity.chain_break.stream_version}",
+                                f"hash chain broken: {integrity.chain_break.reason}"))
+    if integrity.snapshot_problem is not None:
+        found.append(Difference(who, "eventstore.snapshots",
+                                f"{stream_id}@{integrity.snapshot_version}",
+                                f"snapshot refused: {integrity.snapshot_problem}"))
+    return found
+
+
+def _snapshots(ctx: ProjectionContext, stream_ids: list[str]) -> dict[str, StoredSnapshot]:
+    """The snapshot (of this code's schema: the only ones a load reads) of each stream."""
+    reader = PostgresSnapshots(ctx.store)
+    found: dict[str, StoredSnapshot] = {}
+    for start in range(0, len(stream_ids), SNAPSHOTS_PER_READ):
+        found |= reader.read_snapshots(stream_ids[start:start + SNAPSHOTS_PER_READ],
+                                       SNAPSHOT_SCHEMA)
+    return found
 
 
 def _checkpoint(ctx: ProjectionContext, name: str, version: int) -> Position | None:

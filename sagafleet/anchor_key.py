@@ -1,10 +1,15 @@
-"""Where the key that signs the log's checkpoints comes from: the settings, never the database.
+"""Where the key that signs the log's checkpoints comes from: the settings, never the database;
+and where the checkpoint high-water mark is kept (never the database either).
 
 ``SAGAFLEET_ANCHOR_KEY`` (the secret itself), else ``SAGAFLEET_ANCHOR_KEY_FILE`` (a file
 holding it, e.g. a mounted secret), else, with the embedded database only,
 ``SAGAFLEET_HOME/anchor.key``: made on first use by whoever takes a checkpoint, readable by
 its owner alone. A real deployment without either setting has no key: its checkpoints are
 chained but unsigned, and ``verify`` says so.
+
+The high-water mark (events.anchor_witness) is ``SAGAFLEET_ANCHOR_WITNESS_FILE``, else
+``SAGAFLEET_HOME/anchor.witness``: each process that takes checkpoints or verifies keeps its
+own record there (point several at one shared file to make it one record).
 """
 
 from __future__ import annotations
@@ -12,10 +17,15 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 from typing import Final
 
+from events.anchor_audit import AnchorAge
+from events.anchor_witness import WITNESS_FILE, AnchorWitness
 from events.anchors import MIN_KEY_BYTES, AnchorKey
+from events.model import utc_now
+from projections.integrity import IntegrityChecks
 from sagafleet.settings import ConfigurationError, Settings
 
 EMBEDDED_KEY_FILE: Final = "anchor.key"
@@ -37,6 +47,21 @@ def anchor_key(settings: Settings, *, create: bool) -> AnchorKey | None:
             return None
         _create(path)
     return _key(_read(path), str(path))
+
+
+def anchor_witness(settings: Settings) -> AnchorWitness:
+    """The file that keeps the checkpoint high-water mark outside the database."""
+    return AnchorWitness(settings.anchor_witness_file or settings.home / WITNESS_FILE)
+
+
+def integrity_checks(
+    settings: Settings, *, expect: tuple[int, str] | None = None
+) -> IntegrityChecks:
+    """What verify and audit hold the log to, as configured: the key (never made here),
+    the high-water mark, and the age past which a final event must be anchored (as of now)."""
+    return IntegrityChecks(
+        key=anchor_key(settings, create=False), expect=expect, witness=anchor_witness(settings),
+        age=AnchorAge(timedelta(seconds=settings.anchor_max_age_seconds), utc_now()))
 
 
 def _key(secret: bytes, source: str) -> AnchorKey:

@@ -152,6 +152,15 @@ class Settings(BaseSettings):
         "SAGAFLEET_HOME/anchor.key, made on first use with mode 0600)"))
     anchor_interval_seconds: float = Field(default=10.0, ge=0, le=86_400, description=(
         "time between log checkpoints taken by the projector (0: none)"))
+    # The checkpoint high-water mark (events.anchor_witness) lives outside the database, or
+    # whoever can delete the newest checkpoints could lower it too.
+    anchor_witness_file: Path | None = Field(default=None, description=(
+        "the file that keeps the checkpoint high-water mark outside the database: checkpoint "
+        "takers and clean verifies raise it, verify and audit require that checkpoint "
+        "(unset: SAGAFLEET_HOME/anchor.witness)"))
+    anchor_max_age_seconds: float = Field(default=300.0, gt=0, le=31_536_000, description=(
+        "with an anchor key, verify and audit flag final events older than this that no "
+        "checkpoint covers (set above the time between checkpoints)"))
     # Celery's own tools (celery -A sagafleet.celery inspect/events/control, Flower) need the
     # workers' remote control (pidbox), task events and heartbeats; a broker locked down to
     # the fleet's own queues (no pub/sub, no extra keys) turns them off here.

@@ -34,8 +34,8 @@ from bench_store import PAYLOAD, RAW_TABLE, Appender, RawInserter, interleaved
 
 from events import EventStore, NewEvent
 from events.appending import _CHAINED, _cursor
-from events.hashing import chain_hash
-from events.model import GENESIS_HASH
+from events.hashing import chain_hash, recorded_at_text
+from events.model import GENESIS_HASH, utc_now
 from events.prepare import prepare_events
 from events.store_rules import new_events
 
@@ -56,13 +56,15 @@ class Rung:
         version, tip = self.heads[stream]
         if self.prepare:
             envelopes = new_events(self.store.registry, [NewEvent("Bench", PAYLOAD)])
-            data = prepare_events(stream, envelopes, 1 << 20)[0].data_json
+            prepared = prepare_events(stream, envelopes, 1 << 20, utc_now())[0]
+            data, at = prepared.data_json, prepared.recorded_at_text
         else:
             data = json.dumps(PAYLOAD, separators=(",", ":"), sort_keys=True)
+            at = recorded_at_text(utc_now())
         last = chain_hash(tip, f"{stream}{version + 1}{data}")
         params = {"stream": stream, "expected": version, "tip": tip, "version": version + 1,
                   "last_hash": last, "id": uuid.uuid4(), "type": "Bench", "sv": 1,
-                  "tenant": None, "data": data, "meta": "{}"}
+                  "tenant": None, "data": data, "meta": "{}", "at": at}
         # (creates the stream, several events, notifies, sets the due time)
         statement = _CHAINED[version == 0, False, True, False]
         if self.pool:

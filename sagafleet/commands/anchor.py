@@ -8,7 +8,7 @@ from typing import Any
 
 from events.anchors import take_checkpoint
 from sagafleet import runtime
-from sagafleet.anchor_key import anchor_key
+from sagafleet.anchor_key import anchor_key, anchor_witness
 from sagafleet.commands.rendering import AnchorView
 from sagafleet.exit_codes import ExitCode
 from sagafleet.output import emit_report
@@ -34,6 +34,6 @@ def run_anchor(args: argparse.Namespace, settings: Settings) -> int:
     needed). Safe while the projector anchors too."""
     key = anchor_key(settings, create=True)
     with runtime.primary_side(settings) as ctx:  # a checkpoint is written
-        taken = take_checkpoint(ctx.store, key)
+        taken = take_checkpoint(ctx.store, key, anchor_witness(settings))
     emit_report(AnchorView(taken), as_json=args.json)
     return ExitCode.OK

@@ -24,7 +24,7 @@ from projections import (
 from projections.rebuild import RebuildProgress
 from saga_core.limits import BATCH_EVENTS
 from sagafleet import runtime
-from sagafleet.anchor_key import anchor_key
+from sagafleet.anchor_key import anchor_key, anchor_witness
 from sagafleet.commands.rendering import ProjectionStatusReport, RebuildSummary
 from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
@@ -98,7 +98,7 @@ def run_projector(args: argparse.Namespace, settings: Settings) -> int:
         # Tamper evidence: checkpoints of the log, off the append path (events.anchors).
         anchors = (
             AnchorLoop(ctx.store, anchor_key(settings, create=True),
-                       settings.anchor_interval_seconds).start()
+                       settings.anchor_interval_seconds, anchor_witness(settings)).start()
             if settings.anchor_interval_seconds > 0 else None
         )
         signal.signal(signal.SIGTERM, lambda *_: projector.stop_event.set())

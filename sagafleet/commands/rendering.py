@@ -332,11 +332,16 @@ class AuditView:
     report: AuditReport
 
     def to_json(self) -> dict[str, Any]:
-        """The audit report as data."""
-        return asdict(self.report)
+        """The audit report as data, with ``ok`` and ``tampered`` (as verify's)."""
+        doc = {**asdict(self.report), "ok": self.report.ok, "tampered": self.report.tampered}
+        if self.report.anchors is not None:
+            doc["anchors"] |= {"ok": self.report.anchors.ok,
+                               "protection": self.report.anchors.protection}
+        return doc
 
     def to_text(self) -> str:
-        """A header with the chain check, a line per event, the state as of then."""
+        """A header with the chain check, a line per event, the state as of then, and the
+        integrity checks verify would make of this saga."""
         r = self.report
         chain = "intact" if r.chain_ok else f"BROKEN ({r.chain_break})"
         lines = [f"saga {r.saga_id}: {r.events_total} events, hash chain {chain}"]
@@ -357,6 +362,12 @@ class AuditView:
         if r.state:
             s = r.state.summary
             lines.append(f"state as of {r.at or 'now'}: {s.state} (v{s.stream_version})")
+        if r.snapshot_problem:
+            lines.append(f"snapshot REFUSED: {r.snapshot_problem}")
+        if r.anchors is not None:
+            lines += _anchor_lines(r.anchors)
+        lines.append("integrity: intact" if r.ok else
+                     "integrity: TAMPERED" if r.tampered else "integrity: FAILED")
         return "\n".join(lines)
 
 
@@ -381,7 +392,7 @@ class VerifyView:
         lines = [
             f"{r.projection} v{r.version}: {r.sagas_checked} sagas,"
             f" {r.streams_checked} streams, {r.broken_chains} broken chains,"
-            f" {len(r.lagging)} lagging"
+            f" {r.snapshots_checked} snapshots re-folded, {len(r.lagging)} lagging"
         ]
         for d in r.differences:
             column = f".{d.column}" if d.column else ""
@@ -411,6 +422,10 @@ def _anchor_lines(a: AnchorReport) -> list[str]:
     else:
         covered = f"checkpoints: none yet, {a.events_not_anchored} events not anchored"
     lines = [covered, f"  {a.protection}"]
+    if a.high_water_mark is not None:
+        reach = "" if a.high_water_mark_reached else (
+            " — not checked: this server's WAL has not reached it yet (a lagging standby)")
+        lines.append(f"  high-water mark kept outside the database: {a.high_water_mark}{reach}")
     for f in a.findings:
         where = f" (position {f.position})" if f.position else ""
         lines.append(f"  TAMPERED {f.problem}: {f.message}{where}")

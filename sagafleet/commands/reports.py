@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from typing import Any
 
 from events import InvalidArgument
+from events.anchor_audit import keep_high_water_mark
+from events.anchor_witness import AnchorWitnessError
 from events.model import Position
 from events.sagas import PostgresSagaLog, SagaNotFound
 from projections import (
@@ -37,7 +40,7 @@ from saga_core.contracts import SagaStatus
 from saga_core.limits import KEY_CHARS, POSITION_MAX, SAGA_PAGE_ROWS
 from saga_core.lineage import InvalidLineage, check_trace_id
 from sagafleet import runtime
-from sagafleet.anchor_key import anchor_key
+from sagafleet.anchor_key import anchor_witness, integrity_checks
 from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.commands.rendering import (
     AlertsReport,
@@ -75,7 +78,10 @@ VERIFY_DESCRIPTION = """Every read model equals a fresh fold of the log, every s
 is intact, and the log still holds what its checkpoints anchored: no stream deleted, truncated,
 rewritten or forged below a checkpoint, no checkpoint edited or deleted, every signature the
 configured key's (SAGAFLEET_ANCHOR_KEY / _FILE). Exit 9 (log-tampered) names what was changed;
-exit 7 (verify-failed) a read model that differs or a broken chain."""
+exit 7 (verify-failed) a read model that differs, a broken chain or a snapshot that is not
+the fold it claims to be. The newest checkpoint a clean check found becomes the high-water
+mark in SAGAFLEET_ANCHOR_WITNESS_FILE (SAGAFLEET_HOME/anchor.witness): from then on, that
+checkpoint missing is a finding."""
 
 
 def _json_flag(parser: argparse.ArgumentParser) -> None:
@@ -142,8 +148,15 @@ def register(sub: Any) -> None:
     _reader(alerts)
     alerts.set_defaults(handler=run_alerts)
 
-    audit_p = sub.add_parser("audit", help="a saga's timeline from the log, hash chain checked",
-                             epilog=EXAMPLES, formatter_class=fmt)
+    audit_p = sub.add_parser(
+        "audit", help="a saga's timeline from the log, checked as verify checks it",
+        description="A saga's timeline and state from its log, with the checks verify makes"
+                    " of it: its hash chain and head, its snapshot re-folded, and the"
+                    " checkpoints that bear on it (the anchor key, the high-water mark and"
+                    " SAGAFLEET_ANCHOR_MAX_AGE_SECONDS as verify uses them). Exit 9"
+                    " (log-tampered) when the checkpoints say the log was changed, 7"
+                    " (verify-failed) for a broken chain or a snapshot that is not its fold.",
+        epilog=EXAMPLES, formatter_class=fmt)
     audit_p.add_argument("saga_id")
     audit_p.add_argument(
         "--at", default=None, help="fold only up to this global position (N or XID:N)"
@@ -257,11 +270,14 @@ def run_audit(args: argparse.Namespace, settings: Settings) -> int:
     """Print a saga's timeline (up to --at) and its state as of then (another tenant's saga
     is not found)."""
     at = _audit_position(args.at) if args.at else None
+    checks = integrity_checks(settings)
     with runtime.read_side(settings) as ctx:
         tenant = reader(args, settings, ctx, f"saga {args.saga_id}").tenant
-        report = audit(ctx, args.saga_id, at, tenant=tenant)
+        report = audit(ctx, args.saga_id, at, tenant=tenant, checks=checks)
     emit_report(AuditView(report), as_json=args.json)
-    return ExitCode.OK if report.chain_ok else ExitCode.VERIFY_FAILED
+    if report.tampered:
+        return ExitCode.LOG_TAMPERED
+    return ExitCode.OK if report.ok else ExitCode.VERIFY_FAILED
 
 
 def _audit_position(text: str) -> Position | int:
@@ -289,10 +305,16 @@ def run_verify(args: argparse.Namespace, settings: Settings) -> int:
     the log against its checkpoints. Exit 9 when the log was tampered with, else 7 on a
     difference."""
     expect = _expected_anchor(args.expect_anchor) if args.expect_anchor else None
-    key = anchor_key(settings, create=False)
+    checks = integrity_checks(settings, expect=expect)
     with runtime.read_side(settings) as ctx:
-        report = verify(ctx, key=key, expect=expect)
+        report = verify(ctx, checks=checks)
     emit_report(VerifyView(report), as_json=args.json)
+    if report.anchors is not None:
+        # The verifier's own record: the newest checkpoint it found whole becomes the mark.
+        try:
+            keep_high_water_mark(anchor_witness(settings), report.anchors)
+        except AnchorWitnessError as exc:  # the check stands; only the record is not kept
+            print(f"warning: {exc}", file=sys.stderr)
     if report.tampered:
         return ExitCode.LOG_TAMPERED
     return ExitCode.OK if report.ok else ExitCode.VERIFY_FAILED

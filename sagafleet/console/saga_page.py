@@ -219,6 +219,13 @@ def _timeline(d: SagaDetail) -> Markup:
         verdict = html('<p class="chain-verdict chain-broken" role="alert">Hash chain BROKEN '
                        'at {}: the history from there on was edited or is missing.</p>',
                        h.chain_break or "?")
+    # What verify would also say of this saga: its snapshot, the checkpoints bearing on it.
+    problems = ([f"snapshot refused: {h.snapshot_problem}"] if h.snapshot_problem else []) + (
+        [f"{f.problem}: {f.message}" for f in h.anchors.findings] if h.anchors else [])
+    if problems:
+        verdict = html('{}<div class="chain-verdict chain-broken" role="alert">Integrity '
+                       'findings:<ul>{}</ul></div>', verdict,
+                       join(html('<li>{}</li>', problem) for problem in problems))
     return html(
         '<section id="timeline"><h2>Timeline (audit)</h2>{}<table class="timeline"><thead><tr>'
         '<th>v</th><th>Position</th><th>At</th><th>Event</th><th>Step</th><th>Actor</th>'

@@ -9,11 +9,14 @@ import stat
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from psycopg.types.json import Jsonb
 
-from events import EventStore, NewEvent
+from events import GENESIS_HASH, EventStore, NewEvent
+from events.hashing import recorded_event_hash
 from sagafleet.anchor_key import anchor_key
 from sagafleet.exit_codes import ExitCode
 from sagafleet.migrate import migrate_all
@@ -115,6 +118,63 @@ def test_the_newest_checkpoint_deleted_is_caught_with_the_copy_kept_elsewhere(lo
     assert finding["problem"] == "expected_checkpoint_absent" and finding["checkpoint"] == 1
     malformed = _run(logged, tmp_path, "verify", "--expect-anchor", "latest")
     assert malformed.returncode == ExitCode.INVALID_INPUT and "SEQ:HASH" in malformed.stderr
+
+
+def _rewrite(database: str, stream_id: str) -> None:
+    """Change a stream's first event and recompute its chain and head, as an attacker would."""
+    with EventStore.connect(database, pool_size=2) as store, store.connection() as conn:
+        prev = GENESIS_HASH
+        for event in store.read_stream(stream_id):
+            data = {**event.data, "n": 1000} if event.stream_version == 1 else event.data
+            digest = recorded_event_hash(replace(event, data=data, prev_hash=prev))
+            conn.execute("UPDATE eventstore.events SET data = %s, prev_hash = %s,"
+                         " event_hash = %s WHERE event_id = %s",
+                         (Jsonb(data), prev, digest, event.event_id))
+            prev = digest
+        conn.execute("UPDATE eventstore.streams SET last_hash = %s WHERE stream_id = %s",
+                     (prev, stream_id))
+
+
+def test_every_checkpoint_deleted_and_a_stream_rewritten_exits_9_against_the_mark(
+    logged, tmp_path
+):
+    # given a signed checkpoint, whose taker keeps the high-water mark in SAGAFLEET_HOME
+    taken = json.loads(_run(logged, tmp_path, "anchor", "--json").stdout)
+    marks = json.loads((tmp_path / "anchor.witness").read_text())["marks"]
+    assert [m["seq"] for m in marks.values()] == [taken["seq"]]
+    # when every checkpoint is deleted and a stream rewritten with recomputed hashes
+    _sql(logged, "DELETE FROM eventstore.anchor_heads")
+    _sql(logged, "DELETE FROM eventstore.anchors")
+    _rewrite(logged, "ledger-1")
+    # then verify exits 9, naming the checkpoint the mark kept
+    result = _run(logged, tmp_path, "verify", "--json")
+    assert result.returncode == ExitCode.LOG_TAMPERED, result.stdout + result.stderr
+    (finding,) = json.loads(result.stdout)["anchors"]["findings"]
+    assert finding["problem"] == "checkpoints_below_high_water_mark"
+    assert finding["checkpoint"] == taken["seq"]
+    text = _run(logged, tmp_path, "verify")
+    assert "high-water mark kept outside the database: checkpoint 1" in text.stdout
+    # and a checkpoint taker refuses to anchor the rewritten log afresh
+    again = _run(logged, tmp_path, "anchor", "--json")
+    assert again.returncode == ExitCode.FAILURE
+    assert "high-water mark" in json.loads(again.stdout)["message"]
+    assert _run(logged, tmp_path, "verify").returncode == ExitCode.LOG_TAMPERED
+
+
+def test_a_clean_verify_keeps_its_own_record_of_the_mark(logged, tmp_path):
+    # given checkpoints taken elsewhere (another home: its mark is not this verifier's)
+    assert _run(logged, tmp_path / "taker", "anchor").returncode == ExitCode.OK
+    # when a verifier with a home of its own finds the log whole
+    verifier = tmp_path / "verifier"
+    assert _run(logged, verifier, "verify").returncode == ExitCode.OK
+    # then it keeps the newest checkpoint as its mark, and deleting it is caught next time
+    assert (verifier / "anchor.witness").exists()
+    _sql(logged, "DELETE FROM eventstore.anchor_heads")
+    _sql(logged, "DELETE FROM eventstore.anchors")
+    result = _run(logged, verifier, "verify", "--json")
+    assert result.returncode == ExitCode.LOG_TAMPERED, result.stdout + result.stderr
+    problems = {f["problem"] for f in json.loads(result.stdout)["anchors"]["findings"]}
+    assert problems == {"checkpoints_below_high_water_mark"}
 
 
 def test_a_missing_key_file_is_a_named_setup_error(logged, tmp_path):

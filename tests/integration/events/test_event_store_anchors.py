@@ -11,14 +11,17 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
 
 from events import GENESIS_HASH, EventStore, NewEvent, verify_chain
-from events.anchor_audit import AnchorProblem, AnchorReport, audit_anchors, load_checkpoints
+from events.anchor_audit import AnchorProblem, AnchorReport, audit_anchors
+from events.anchor_reading import load_checkpoints
 from events.anchors import AnchorKey, AnchorLoop, Checkpoint, anchor_hash, take_checkpoint
-from events.hashing import chain_hash, hash_body
+from events.hashing import chain_hash, hash_body, recorded_event_hash
 
 pytestmark = pytest.mark.integration
 
@@ -117,10 +120,7 @@ def test_a_stream_rewritten_with_recomputed_hashes_is_named(store):
     prev = GENESIS_HASH
     for event in events:
         data = {**event.data, "n": 1000} if event.stream_version == 1 else event.data
-        digest = chain_hash(prev, hash_body(
-            stream_id="a", stream_version=event.stream_version, event_id=str(event.event_id),
-            event_type=event.type, schema_version=event.schema_version, data=data,
-            metadata=event.metadata))
+        digest = recorded_event_hash(replace(event, data=data, prev_hash=prev))
         _sql(store, "UPDATE eventstore.events SET data = %s::jsonb, prev_hash = %s,"
                     " event_hash = %s WHERE event_id = %s",
              (json.dumps(data), prev, digest, event.event_id))
@@ -183,9 +183,11 @@ def test_a_forged_stream_inserted_below_a_checkpoint_is_named(store):
             " ORDER BY global_position LIMIT 1").fetchone()  # type: ignore[misc]
     event_id = str(uuid.uuid4())
     data = {"refund_to": "attacker"}
+    # (a row inserted without naming its hash version is layout 1: the content alone)
     digest = chain_hash(GENESIS_HASH, hash_body(
-        stream_id="forged", stream_version=1, event_id=event_id, event_type="Noted",
-        schema_version=1, data=data, metadata={}))
+        hash_version=1, stream_id="forged", stream_version=1, event_id=event_id,
+        event_type="Noted", schema_version=1, data=data, metadata={}, tenant_id=None,
+        recorded_at=datetime.now(UTC)))
     _sql(store, "INSERT INTO eventstore.events (global_position, transaction_id, stream_id,"
                 " stream_version, event_id, event_type, schema_version, data, prev_hash,"
                 " event_hash) OVERRIDING SYSTEM VALUE VALUES (%s, %s::text::xid8, 'forged', 1,"
@@ -279,3 +281,27 @@ def _wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.02)
+
+
+def test_a_database_without_pg_control_system_is_still_named_by_its_oid(fresh_database):
+    # given a login role for which pg_control_system() is not granted (some managed services)
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from events.anchor_witness import database_identity
+
+    role = f"r_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(fresh_database, autocommit=True) as admin:
+        full = database_identity(admin)
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute("REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC")
+        try:
+            params = {**conninfo_to_dict(fresh_database), "user": role}
+            params.pop("password", None)
+            with psycopg.connect(make_conninfo("", **params), autocommit=True) as conn:
+                # then the identity falls back to the database's oid, and the session goes on
+                named = database_identity(conn)
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+        finally:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")
+    assert named == "cluster?/" + full.split("/")[1]

@@ -4,6 +4,7 @@ transaction (savepoint) and a pipelined unit of work, for the same history of ev
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -35,13 +36,14 @@ HISTORY = [
 ]  # fmt: skip
 VERSIONS = [NO_STREAM, 2, 3]  # what each append expects
 
-# Every column but those that legitimately differ (global_position, transaction_id,
-# recorded_at), jsonb as the database prints it.
+# Every column but those that legitimately differ (global_position, transaction_id), jsonb
+# as the database prints it. The recording time is hashed: each store reads a fixed clock.
 STORED = """
 SELECT stream_id, stream_version, event_id, event_type, schema_version, data::text,
-       metadata::text, tenant_id, prev_hash, event_hash
+       metadata::text, tenant_id, recorded_at, hash_version, prev_hash, event_hash
   FROM eventstore.events WHERE stream_id = %s ORDER BY stream_version
 """
+AT = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
 HEAD = "SELECT version, last_hash FROM eventstore.streams WHERE stream_id = %s"
 
 
@@ -120,7 +122,7 @@ def test_every_append_path_stores_byte_identical_rows_and_hashes(
     paths_taken: dict[str, list[str]] = {}
     for name, append_history in PATHS.items():
         # given an empty stream and a store that remembers nothing about it
-        with EventStore.connect(fresh_database, pool_size=2) as store:
+        with EventStore.connect(fresh_database, pool_size=2, clock=lambda: AT) as store:
             store.migrate()
             with store.connection() as conn:
                 conn.execute("DELETE FROM eventstore.events WHERE stream_id = %s", (STREAM,))

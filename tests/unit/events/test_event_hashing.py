@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given
@@ -10,11 +11,14 @@ from hypothesis import strategies as st
 
 from events.hashing import (
     HASH_BODY_FIELDS,
+    HASH_BODY_LAYOUTS,
+    HASH_VERSION,
     body_around_version,
     canonical_json,
     chain_hash,
     hash_body,
     json_string,
+    recorded_at_text,
     sorted_json,
     sorted_json_each,
 )
@@ -34,8 +38,51 @@ values = st.recursive(
 
 def test_the_hash_body_fields_are_listed_in_canonical_key_order() -> None:
     # canonical JSON sorts keys: the templates built from the list must agree with it
-    assert list(HASH_BODY_FIELDS) == sorted(HASH_BODY_FIELDS)
-    assert len(set(HASH_BODY_FIELDS)) == len(HASH_BODY_FIELDS)
+    assert HASH_BODY_FIELDS == HASH_BODY_LAYOUTS[HASH_VERSION]
+    for layout in HASH_BODY_LAYOUTS.values():
+        assert list(layout) == sorted(layout)
+        assert len(set(layout)) == len(layout)
+
+
+def test_layout_1_is_the_body_every_event_before_hash_versions_was_hashed_with() -> None:
+    # given an event as stored before hash versions existed (its hash computed by the code
+    # of that release)
+    body = hash_body(
+        hash_version=1, stream_id="s", stream_version=3, event_id="e", event_type="T",
+        schema_version=1, data={"a": 1}, metadata={"tenant": "acme"}, tenant_id="acme",
+        recorded_at=datetime(2024, 1, 2, tzinfo=UTC))
+    # then layout 1 still hashes the content alone, byte for byte
+    assert body == ('{"data":{"a":1},"event_id":"e","metadata":{"tenant":"acme"},'
+                    '"schema_version":1,"stream_id":"s","stream_version":3,"type":"T"}')
+    assert chain_hash("0" * 64, body) == (
+        "a988d39c7e872660be09206f26ffd34012c8a511dde15a951222aed92bae0525")
+
+
+def test_layout_2_covers_the_tenant_column_the_recording_time_and_its_own_number() -> None:
+    at = datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+    fields = dict(stream_id="s", stream_version=3, event_id="e", event_type="T",
+                  schema_version=1, data={}, metadata={"tenant": "acme"})
+    body = hash_body(hash_version=2, tenant_id="acme", recorded_at=at, **fields)
+    assert json.loads(body) == {
+        "data": {}, "event_id": "e", "hash_version": 2, "metadata": {"tenant": "acme"},
+        "recorded_at": "2024-01-02T03:04:05.000006+00:00", "schema_version": 1,
+        "stream_id": "s", "stream_version": 3, "tenant_id": "acme", "type": "T"}
+    # a time read back in another zone is the same instant, the same body
+    elsewhere = at.astimezone(timezone(timedelta(hours=-7)))
+    assert hash_body(hash_version=2, tenant_id="acme", recorded_at=elsewhere, **fields) == body
+    # and each of the two columns changes it
+    assert hash_body(hash_version=2, tenant_id="other", recorded_at=at, **fields) != body
+    later = at + timedelta(microseconds=1)
+    assert hash_body(hash_version=2, tenant_id="acme", recorded_at=later, **fields) != body
+
+
+def test_a_naive_recording_time_or_an_unknown_layout_is_refused() -> None:
+    with pytest.raises(ValueError, match="timezone"):
+        recorded_at_text(datetime(2024, 1, 2))  # noqa: DTZ001 - the point of the test
+    with pytest.raises(KeyError):
+        hash_body(hash_version=99, stream_id="s", stream_version=1, event_id="e",
+                  event_type="T", schema_version=1, data={}, metadata={}, tenant_id=None,
+                  recorded_at=datetime(2024, 1, 2, tzinfo=UTC))
 
 
 @given(
@@ -45,9 +92,12 @@ def test_the_hash_body_fields_are_listed_in_canonical_key_order() -> None:
     schema=st.integers(min_value=1, max_value=1000),
     data=st.dictionaries(texts, values, max_size=4),
     metadata=st.dictionaries(texts, values, max_size=2),
+    tenant=st.none() | texts,
+    at=st.datetimes(timezones=st.just(UTC)),
 )
-def test_the_body_appends_send_around_the_version_is_the_reference_body(
-    stream_id: str, event_type: str, version: int, schema: int, data: dict, metadata: dict
+def test_the_body_appends_send_around_the_version_is_the_reference_body(  # noqa: PLR0913
+    stream_id: str, event_type: str, version: int, schema: int, data: dict, metadata: dict,
+    tenant: str | None, at: datetime,
 ) -> None:
     # given an event's parts as appends prepare them (canonical texts, JSON literals)
     event_id = "0b6f0a52-8c4b-4f59-9d3c-2f1f7f0c1a11"
@@ -55,9 +105,12 @@ def test_the_body_appends_send_around_the_version_is_the_reference_body(
         {
             "data": canonical_json(data),
             "event_id": json_string(event_id),
+            "hash_version": str(HASH_VERSION),
             "metadata": canonical_json(metadata),
+            "recorded_at": json_string(recorded_at_text(at)),
             "schema_version": str(schema),
             "stream_id": json_string(stream_id),
+            "tenant_id": canonical_json(tenant),
             "type": json_string(event_type),
         }
     )
@@ -65,6 +118,7 @@ def test_the_body_appends_send_around_the_version_is_the_reference_body(
     spliced = around.before + str(version) + around.after
     # then it is exactly the canonical JSON of the HASH_BODY_FIELDS object verification hashes
     assert spliced == around.at(version) == hash_body(
+        hash_version=HASH_VERSION,
         stream_id=stream_id,
         stream_version=version,
         event_id=event_id,
@@ -72,6 +126,8 @@ def test_the_body_appends_send_around_the_version_is_the_reference_body(
         schema_version=schema,
         data=data,
         metadata=metadata,
+        tenant_id=tenant,
+        recorded_at=at,
     )
     assert json.loads(spliced).keys() == set(HASH_BODY_FIELDS)
 

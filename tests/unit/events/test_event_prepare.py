@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 
@@ -10,11 +11,13 @@ from events import InvalidEvent, NewEvent
 from events.hashing import canonical_json
 from events.prepare import prepare_events
 
+AT = datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)  # when the appends record them
+
 
 def test_a_valid_event_is_normalised_as_jsonb_will_return_it() -> None:
     # given data with a tuple and an int key
     (prepared,) = prepare_events(
-        "s", [NewEvent("A", {"t": (1, 2), 3: "x"}, metadata={"tenant": "acme"})], 1024
+        "s", [NewEvent("A", {"t": (1, 2), 3: "x"}, metadata={"tenant": "acme"})], 1024, AT
     )
     # then it is normalised like a JSON round trip, with an id and the tenant picked up
     assert prepared.data == {"t": [1, 2], "3": "x"}
@@ -27,7 +30,7 @@ def test_a_valid_event_is_normalised_as_jsonb_will_return_it() -> None:
     [{"b": 1, "a": 2}, {"t": (1, 2)}, {3: "x", 10: "y"}, {"f": 1.0, "g": 1e16}, {"n": {"z": 0.5}}],
 )
 def test_the_text_sent_is_the_canonical_form_of_what_loads_back(data: dict) -> None:
-    (prepared,) = prepare_events("s", [NewEvent("A", data)], 1024)
+    (prepared,) = prepare_events("s", [NewEvent("A", data)], 1024, AT)
     assert prepared.data_json == canonical_json(prepared.data)
 
 
@@ -50,7 +53,7 @@ def test_the_text_sent_is_the_canonical_form_of_what_loads_back(data: dict) -> N
 )
 def test_bad_input_names_what_is_wrong(stream_id: str, events: object, fragment: str) -> None:
     with pytest.raises(InvalidEvent, match=fragment):
-        prepare_events(stream_id, events, 1024)  # type: ignore[arg-type]
+        prepare_events(stream_id, events, 1024, AT)  # type: ignore[arg-type]
 
 
 def _nested(levels: int, leaf: object = 1) -> object:
@@ -81,11 +84,11 @@ def test_data_too_deep_for_readers_or_circular_is_refused_with_a_typed_error(
     # every reader of the log must be able to walk an event back: deep nesting and cycles
     # are InvalidEvent, never a RecursionError from inside the encoder or a walk
     with pytest.raises(InvalidEvent, match=fragment):
-        prepare_events("s", [NewEvent("A", data)], 10 * 1024 * 1024)
+        prepare_events("s", [NewEvent("A", data)], 10 * 1024 * 1024, AT)
 
 
 def test_data_nested_up_to_the_limit_is_stored_as_is() -> None:
-    (prepared,) = prepare_events("s", [NewEvent("A", {"x": _nested(127)})], 1024)
+    (prepared,) = prepare_events("s", [NewEvent("A", {"x": _nested(127)})], 1024, AT)
     assert prepared.data_json == '{"x":' + "[" * 127 + "1" + "]" * 127 + "}"
 
 
@@ -103,7 +106,7 @@ def test_a_batch_names_the_event_whose_data_is_refused(bad: dict, fragment: str)
     events = [NewEvent("T", {"a": 1}), NewEvent("T", bad), NewEvent("T", {"b": 2})]
     # when it is prepared, then the error names that event
     with pytest.raises(InvalidEvent, match=fragment.replace("(", r"\(").replace(")", r"\)")):
-        prepare_events("s", events, 1024)
+        prepare_events("s", events, 1024, AT)
 
 
 def test_a_batch_is_prepared_as_each_of_its_events_alone() -> None:
@@ -119,6 +122,6 @@ def test_a_batch_is_prepared_as_each_of_its_events_alone() -> None:
         for e, i in zip(events, ids, strict=True)
     ]
     # when prepared together and one at a time, then every prepared field is the same
-    together = prepare_events("s", batch, 1 << 20)
-    alone = [prepare_events("s", [event], 1 << 20)[0] for event in batch]
+    together = prepare_events("s", batch, 1 << 20, AT)
+    alone = [prepare_events("s", [event], 1 << 20, AT)[0] for event in batch]
     assert together == alone
