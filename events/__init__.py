@@ -1,6 +1,7 @@
 """Storing events: the envelope, the type registry, and the PostgreSQL event store."""
 
-from events.chain import ChainBreak, ChainReport, verify_chain
+from events.definition_store.memory import MemoryDefinitions
+from events.definition_store.port import Definitions
 from events.errors import (
     CheckpointConflict,
     ConcurrencyError,
@@ -20,9 +21,8 @@ from events.errors import (
     UnknownSchemaVersion,
     UnregisteredEventModel,
 )
-from events.memory import MemoryDefinitions, MemoryEventStore, MemorySagaLog, MemorySecrets
-from events.migrate import apply_migrations
-from events.model import (
+from events.eventstore.memory import MemoryEventStore
+from events.eventstore.model import (
     ANY,
     EARLIEST,
     GENESIS_HASH,
@@ -39,13 +39,16 @@ from events.model import (
     StreamState,
     new_event_id,
 )
-from events.prepare import DEFAULT_MAX_EVENT_BYTES, MAX_STREAM_ID_LENGTH, MAX_TYPE_LENGTH
-from events.read_only import ReadOnlyEventStore
-from events.registry import EventRegistry, EventSchema, Upcaster
-from events.saga_log import Definitions, SagaLog, Secrets, Unit
-from events.sagas import LoadedSaga, PostgresSagaLog
-from events.store import EventStore, UnitOfWork
-from events.subscription import Batch, GateVerdict, Subscription, stream_version_gate
+from events.eventstore.postgres import EventStore, UnitOfWork
+from events.eventstore.prepare import DEFAULT_MAX_EVENT_BYTES, MAX_STREAM_ID_LENGTH, MAX_TYPE_LENGTH
+from events.eventstore.read_only import ReadOnlyEventStore
+from events.eventstore.registry import EventRegistry, EventSchema, Upcaster
+from events.eventstore.subscription import Batch, GateVerdict, Subscription, stream_version_gate
+from events.integrity.chain import ChainBreak, ChainReport, verify_chain
+from events.migrate import apply_migrations
+from events.saga_log.memory import MemorySagaLog
+from events.saga_log.port import LoadedSaga, SagaLog, Unit
+from events.saga_log.postgres import PostgresSagaLog
 
 __all__ = [
     "ANY",
@@ -80,7 +83,6 @@ __all__ = [
     "MemoryDefinitions",
     "MemoryEventStore",
     "MemorySagaLog",
-    "MemorySecrets",
     "MigrationChecksumMismatch",
     "MigrationError",
     "NewEvent",
@@ -92,7 +94,6 @@ __all__ = [
     "RegistryConflict",
     "SagaLog",
     "ScannedEvent",
-    "Secrets",
     "StoreUnavailable",
     "StreamState",
     "Subscription",

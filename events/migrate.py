@@ -17,8 +17,8 @@ from typing import Any, Final
 
 import psycopg
 
-from events._pg import translated_errors
 from events.errors import MigrationChecksumMismatch, MigrationError
+from events.eventstore.driver import translated_errors
 
 MIGRATIONS_TABLE: Final = "public.sagafleet_migrations"
 """Where applied migrations are recorded, for every namespace."""

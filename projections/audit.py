@@ -14,19 +14,19 @@ from datetime import datetime
 from typing import Any
 
 from events import Position, RecordedEvent
-from events.anchor_audit import AnchorReport
-from events.definitions import check_tenant
-from events.sagas import CorruptSagaStream, SagaNotFound, saga_stream
-from events.snapshots import PostgresSnapshots
-from events.traces import SAGA_TRACE_KEY
+from events.definition_store.port import check_tenant
+from events.eventstore.traces import SAGA_TRACE_KEY
+from events.integrity.anchor_audit import AnchorReport
+from events.saga_log.snapshots import PostgresSnapshots
+from events.saga_log.streams import CorruptSagaStream, SagaNotFound, saga_stream
 from projections.context import ProjectionContext
 from projections.integrity import IntegrityChecks, check_anchors, check_stream, saga_codec
 from projections.masking import mask, mask_input
 from projections.record import replay
 from projections.rows import SagaRows, rows_of
-from saga_core.events import SagaEvent, SagaStarted
-from saga_core.snapshots import SCHEMA as SNAPSHOT_SCHEMA
-from saga_core.state import SagaState
+from saga_core.engine.events import SagaEvent, SagaStarted
+from saga_core.engine.state import SagaState
+from saga_core.engine.state_codec import SCHEMA as SNAPSHOT_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class TimelineEntry:
     data: dict[str, Any]
     trace_id: str | None = None
     """The trace the event belongs to: the OpenTelemetry trace its writer was in
-    (``workers.tracing``), else the saga's lineage trace (``saga_trace_id``)."""
+    (``application.telemetry.tracing``), else the saga's lineage trace (``saga_trace_id``)."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class AuditReport:
     chain_break: str | None
     timeline: list[TimelineEntry]
     state: SagaRows | None
-    # Who and what asked (saga_core.lineage: agent request, model, prompt, trace) and the
+    # Who and what asked (saga_core.agents.lineage: agent request, model, prompt, trace) and the
     # tool-contract snapshot it ran against (the definition's hash); lineage is None for a
     # saga started before lineage existed.
     lineage: dict[str, Any] | None = None

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import Final
 
-from events.sagas import STREAM_PREFIX, CorruptSagaStream
+from events.saga_log.streams import STREAM_PREFIX, CorruptSagaStream
 from projections.context import ProjectionContext
 from projections.record import SagaRecord, fold_event
 from projections.rows import SagaRows, rows_of

@@ -12,9 +12,9 @@ from typing import Any
 import psycopg
 
 from events import EventStore, apply_migrations
-from events.definitions import DefinitionStore
-from events.read_only import ReadOnlyEventStore
-from events.sagas import saga_registry
+from events.definition_store.postgres import DefinitionStore
+from events.eventstore.read_only import ReadOnlyEventStore
+from events.saga_log.streams import saga_registry
 
 
 def migrate(url: str) -> list[str]:

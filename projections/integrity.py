@@ -3,7 +3,8 @@
 For one stream (:func:`check_stream`): every event against its hash with the layout of its own
 hash version, its ``tenant_id`` column against the tenant its metadata names, the chain of
 predecessors, the head row appends continue from, and the stream's snapshot re-folded
-(:mod:`events.snapshot_audit`). For the log (:func:`check_anchors`): the checkpoints, their
+(:mod:`events.integrity.snapshot_audit`). For the log (:func:`check_anchors`): the checkpoints,
+their
 signatures and the high-water mark kept outside the database, over the whole log
 (``verify``) or what bears on one stream (``audit``). Both commands call these two functions,
 so a stream one of them flags, the other flags too.
@@ -15,13 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from events import ChainBreak, RecordedEvent, verify_chain
-from events.anchor_audit import AnchorAge, AnchorReport, audit_anchors
-from events.anchor_witness import AnchorWitness
-from events.anchors import AnchorKey
-from events.chain import with_head
-from events.sagas import SagaCodec
-from events.snapshot_audit import snapshot_finding
-from events.snapshots import StoredSnapshot
+from events.integrity.anchor_audit import AnchorAge, AnchorReport, audit_anchors
+from events.integrity.anchor_witness import AnchorWitness
+from events.integrity.anchors import AnchorKey
+from events.integrity.chain import with_head
+from events.integrity.snapshot_audit import snapshot_finding
+from events.saga_log.snapshots import StoredSnapshot
+from events.saga_log.streams import SagaCodec
 from projections.context import ProjectionContext
 
 

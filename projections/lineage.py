@@ -12,10 +12,10 @@ from datetime import datetime
 from typing import Any
 
 from events import RecordedEvent
-from events.definitions import check_tenant
+from events.definition_store.port import check_tenant
 from projections.context import ProjectionContext
 from projections.masking import mask_input
-from saga_core.events import SagaStarted
+from saga_core.engine.events import SagaStarted
 from saga_core.limits import TRACE_EVENTS
 
 

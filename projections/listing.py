@@ -14,7 +14,7 @@ from datetime import datetime
 from psycopg import sql
 from psycopg.rows import class_row
 
-from events.definitions import check_tenant
+from events.definition_store.port import check_tenant
 from events.errors import InvalidArgument
 from projections.context import ProjectionContext
 from projections.rows import SummaryRow, columns

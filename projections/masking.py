@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from saga_core.definition import SagaDefinition
+from saga_core.definitions.definition import SagaDefinition
 
 MASK: Final = "***"
 """What a secret value is replaced with."""

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from events.definitions import check_tenant
+from events.definition_store.port import check_tenant
 from projections.context import ProjectionContext
 from projections.tables import active_version, table
 

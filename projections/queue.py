@@ -1,7 +1,7 @@
 """The operator queue: what waits for a human, read from the ``operator_queue`` read model.
 
 Which actions answer an entry, and whether a click repeats one, is saga_core's rule
-(:mod:`saga_core.resolution`), applied on the write side when the action is recorded.
+(:mod:`saga_core.engine.resolution`), applied on the write side when the action is recorded.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from psycopg import sql
 from psycopg.rows import class_row
 
-from events.definitions import check_tenant
+from events.definition_store.port import check_tenant
 from projections.context import ProjectionContext
 from projections.rows import QueueRow, columns
 from projections.tables import active_version, table

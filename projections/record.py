@@ -17,13 +17,14 @@ from datetime import datetime
 from typing import Final
 
 from events import EventRegistry, RecordedEvent, ScannedEvent
-from events.definitions import DefinitionStore
-from events.sagas import CorruptSagaStream
+from events.definition_store.postgres import DefinitionStore
+from events.saga_log.streams import CorruptSagaStream
 from projections.masking import secret_values
 from saga_core import evolve
+from saga_core.canonical_json import canonical_json
 from saga_core.contracts import ErrorClass, Receipt, StepKind
-from saga_core.definition import SagaDefinition
-from saga_core.events import (
+from saga_core.definitions.definition import SagaDefinition
+from saga_core.engine.events import (
     ApprovalRequested,
     CompensationStarted,
     Evidence,
@@ -39,8 +40,7 @@ from saga_core.events import (
     StepStarted,
     StepSucceeded,
 )
-from saga_core.keys import canonical_json
-from saga_core.state import SagaState, error_recovered, replace
+from saga_core.engine.state import SagaState, error_recovered, replace
 
 RunKey = tuple[str, StepKind]
 
@@ -196,7 +196,7 @@ def evolve_record(record: SagaRecord, event: SagaEvent, stream_version: int) -> 
             changes["finished_at"] = event.at
     state = evolve(record.state, event)
     if isinstance(event, PlanRevised):
-        # The plan's next version (saga_core.replans): rows name its steps and tools.
+        # The plan's next version (saga_core.agents.replans): rows name its steps and tools.
         changes["definition"] = state.definition
     return _with(
         record,
@@ -249,7 +249,7 @@ def fold_event(
 
 def last_error_recovered(record: SagaRecord) -> bool:
     """Whether the last error was recovered from: the operation it was about has since
-    succeeded by itself (saga_core.state.error_recovered)."""
+    succeeded by itself (saga_core.engine.state.error_recovered)."""
     if record.last_error_run is None:
         return False
     step_id, kind = record.last_error_run

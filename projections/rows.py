@@ -13,7 +13,7 @@ from typing import Any, Literal
 from projections.masking import mask
 from projections.record import NO_TALLY, SagaRecord, last_error_recovered
 from saga_core.contracts import StepKind
-from saga_core.state import RunStatus, StepRun
+from saga_core.engine.state import RunStatus, StepRun
 
 #: Runs in these states are "current": somebody (a worker, a lookup, a human) is on them.
 ACTIVE_RUN_STATES = frozenset(

@@ -26,7 +26,7 @@ from events import (
     SubscriptionBusy,
     stream_version_gate,
 )
-from events.sagas import CorruptSagaStream, saga_id_of, saga_stream
+from events.saga_log.streams import CorruptSagaStream, saga_id_of, saga_stream
 from projections.context import ProjectionContext
 from projections.record import SagaRecord, fold_event
 from projections.rows import SagaRows, rows_of

@@ -28,7 +28,7 @@ from typing import Any
 from psycopg import sql
 from psycopg.rows import class_row
 
-from events.definitions import check_definition_name, check_tenant
+from events.definition_store.port import check_definition_name, check_tenant
 from events.errors import InvalidArgument
 from projections.alerts import AlertThresholds
 from projections.context import ProjectionContext

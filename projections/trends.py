@@ -34,7 +34,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
-from events.definitions import check_tenant
+from events.definition_store.port import check_tenant
 from projections.context import ProjectionContext
 from projections.metrics import TERMINAL
 from projections.tables import active_version, table

@@ -1,6 +1,6 @@
 """Verification: every read-model row equals a fresh fold of the log; every chain is intact;
 every snapshot is the fold it claims to be; the log still holds what its checkpoints
-anchored (events.anchor_audit). The integrity part is :mod:`projections.integrity`, which
+anchored (events.integrity.anchor_audit). The integrity part is :mod:`projections.integrity`, which
 ``audit`` runs on its saga too.
 
 A row reflects its saga up to the ``stream_version`` it records, so each saga is folded
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from events import Position, RecordedEvent
-from events.anchor_audit import AnchorReport
-from events.sagas import CorruptSagaStream, saga_id_of
-from events.snapshots import PostgresSnapshots, StoredSnapshot
+from events.integrity.anchor_audit import AnchorReport
+from events.saga_log.snapshots import PostgresSnapshots, StoredSnapshot
+from events.saga_log.streams import CorruptSagaStream, saga_id_of
 from projections.context import ProjectionContext
 from projections.integrity import (
     IntegrityChecks,
@@ -29,9 +29,9 @@ from projections.record import replay
 from projections.rows import SagaRows, rows_of
 from projections.store import StoredRows, read_rows
 from projections.tables import active_version, subscription_name
+from saga_core.engine.events import SagaEvent
+from saga_core.engine.state_codec import SCHEMA as SNAPSHOT_SCHEMA
 from saga_core.errors import SagaError
-from saga_core.events import SagaEvent
-from saga_core.snapshots import SCHEMA as SNAPSHOT_SCHEMA
 
 SNAPSHOTS_PER_READ = 500
 """How many streams' snapshots verify reads in one query."""

@@ -12,8 +12,9 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Final, NewType
 
-from pydantic import AfterValidator, BaseModel
+from pydantic import AfterValidator
 
+from saga_core.canonical_json import canonical_json
 from saga_core.contracts import StepKind
 from saga_core.errors import KeyReuseError
 from saga_core.limits import JSON_DEPTH
@@ -21,33 +22,7 @@ from saga_core.limits import JSON_DEPTH
 OperationKey = NewType("OperationKey", str)
 
 
-_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
-
-# Built once: json.dumps(**options) constructs an encoder on every call.
-_CANONICAL: Final = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-)
 _json_string: Final[Callable[[str], str]] = json.encoder.encode_basestring
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Turn pydantic models (also nested in dicts/lists) into plain JSON values."""
-    kind = type(obj)
-    # Exact-type checks first: isinstance against BaseModel (an ABC) is slow, and folds
-    # and hashes run this on every event.
-    if kind in _SCALARS:
-        return obj
-    if kind is dict:
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if kind is list or kind is tuple:
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, BaseModel):
-        return obj.model_dump(mode="json")
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [to_jsonable(v) for v in obj]
-    return obj
 
 
 MAX_JSON_DEPTH: Final = JSON_DEPTH.value
@@ -132,11 +107,6 @@ def _finite_json(value: dict[str, Any]) -> dict[str, Any]:
 
 JsonArgs = Annotated[dict[str, Any], AfterValidator(_finite_json)]
 """A JSON object of arguments (finite numbers only), as definitions and plans carry them."""
-
-
-def canonical_json(obj: Any) -> str:
-    """Serialize ``obj`` the one way every process agrees on (NaN is refused, not guessed)."""
-    return _CANONICAL.encode(to_jsonable(obj))
 
 
 def sha256_hex(text: str) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from saga_core.canonical_json import canonical_json
 from saga_core.errors import ErrorKind, SagaError
 
 KIB: Final = 1024
@@ -275,8 +276,6 @@ def measure_json(what: str, value: Any, limit: Limit, *, depth: Limit = JSON_DEP
     ``limit`` items, however many times it repeats them. Only a value proven small by the
     walk is encoded for its exact size, which then costs a small multiple of the limit.
     """
-    from saga_core.keys import canonical_json  # keys imports this module for JSON_DEPTH
-
     total, level, levels = 0, [value], 0
     while level:
         below: list[Any] = []

@@ -1,6 +1,7 @@
 """The last line of defence by value: a known secret found where it must not be is replaced.
 
-Secret inputs are kept out of the log by declaration (placeholders, :mod:`saga_core.secret_flow`);
+Secret inputs are kept out of the log by declaration (placeholders,
+:mod:`saga_core.definitions.secret_flow`);
 this module catches what declaration cannot: a provider that echoes the card token into its
 receipt or its error, a person who pastes it into a reason, a value given in the secret
 field and again in an ordinary one. Given the values a saga keeps secret,
@@ -41,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 from urllib.parse import quote
 
-from saga_core.events import SagaEvent
+from saga_core.engine.events import SagaEvent
 
 SCRUBBED: Final = "[secret]"
 """What a secret value found where it must not be is replaced with."""

@@ -7,7 +7,7 @@ holding it, e.g. a mounted secret), else, with the embedded database only,
 its owner alone. A real deployment without either setting has no key: its checkpoints are
 chained but unsigned, and ``verify`` says so.
 
-The high-water mark (events.anchor_witness) is ``SAGAFLEET_ANCHOR_WITNESS_FILE``, else
+The high-water mark (events.integrity.anchor_witness) is ``SAGAFLEET_ANCHOR_WITNESS_FILE``, else
 ``SAGAFLEET_HOME/anchor.witness``: each process that takes checkpoints or verifies keeps its
 own record there (point several at one shared file to make it one record).
 """
@@ -21,10 +21,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Final
 
-from events.anchor_audit import AnchorAge
-from events.anchor_witness import WITNESS_FILE, AnchorWitness
-from events.anchors import MIN_KEY_BYTES, AnchorKey
-from events.model import utc_now
+from events.eventstore.model import utc_now
+from events.integrity.anchor_audit import AnchorAge
+from events.integrity.anchor_witness import WITNESS_FILE, AnchorWitness
+from events.integrity.anchors import MIN_KEY_BYTES, AnchorKey
 from projections.integrity import IntegrityChecks
 from sagafleet.settings import ConfigurationError, Settings
 

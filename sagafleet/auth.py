@@ -15,9 +15,9 @@ import argparse
 from pathlib import Path
 from typing import Any, Final
 
-from saga_core.authority import Principal, Unauthenticated
+from application.principals.directory import PrincipalDirectory
+from saga_core.access.roles import Principal, Unauthenticated
 from sagafleet.settings import SecretFileUnreadable, Settings, read_secret_file
-from workers.principals import PrincipalDirectory
 
 __all__ = ["TOKEN_FILE_BYTES", "add_token_option", "cli_principal", "token_from"]
 

@@ -42,9 +42,9 @@ def _version() -> str:
 
 
 def roles() -> str:
-    """What each built-in role may do (``saga_core.authority.ROLE_ACTIONS``), and the fleet
+    """What each built-in role may do (``saga_core.access.roles.ROLE_ACTIONS``), and the fleet
     role that alone answers for what no tenant owns."""
-    from saga_core.authority import FLEET_OPERATOR_ROLE, ROLE_ACTIONS
+    from saga_core.access.roles import FLEET_OPERATOR_ROLE, ROLE_ACTIONS
 
     lines = [f"  {role}: {', '.join(sorted(actions))}" for role, actions in ROLE_ACTIONS.items()]
     return ("roles (sagafleet principals add --role R; every principal acts in its own tenant "

@@ -29,10 +29,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from events.definitions import DefinitionConflict
-from events.sagas import LoadedSaga, SagaHistory
+from application.principals.directory import PrincipalConflict, PrincipalDirectory
+from events.definition_store.port import DefinitionConflict
+from events.saga_log.port import LoadedSaga, SagaHistory
 from saga_core import ApprovalPolicy, SagaDefinition
-from saga_core.authority import (
+from saga_core.access.roles import (
     ADMIN_ROLE,
     AGENT_ROLE,
     APPROVER_ROLE,
@@ -41,22 +42,21 @@ from saga_core.authority import (
     PrincipalKind,
 )
 from saga_core.contracts import SagaStatus, StepKind
-from saga_core.errors import SagaError
-from saga_core.events import (
+from saga_core.definitions.validation import validate_definition
+from saga_core.engine.events import (
     ApprovalDenied,
     ApprovalGranted,
     ApprovalRequested,
     ReconciliationResult,
     StepSucceeded,
 )
+from saga_core.engine.state import RunStatus
+from saga_core.errors import SagaError
 from saga_core.examples import trip_definition
-from saga_core.state import RunStatus
-from saga_core.validation import validate_definition
 from sagafleet import sandbox
 from sagafleet.processes import spawn_sagafleet, stop_processes
 from sagafleet.sandbox import TripSandbox, ledger_for_saga, ledger_totals
 from workers.fleet import Fleet
-from workers.principals import PrincipalConflict, PrincipalDirectory
 
 DEMO_DEFINITION = "trip_demo"
 AGENT = "demo-agent"

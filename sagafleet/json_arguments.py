@@ -2,7 +2,7 @@
 for standard input (``start --input``, ``resolve --evidence``).
 
 Read with a bound (no more than one byte past the limit is ever read), parsed by
-:func:`saga_core.documents.load_document` (size and nesting checked on the text): a file
+:func:`saga_core.definitions.documents.load_document` (size and nesting checked on the text): a file
 that cannot be read is :class:`~sagafleet.errors.NotFound` (exit 4), text that is not JSON
 an invalid input (exit 3), each naming the option and where the text came from.
 """
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from saga_core.documents import load_document
+from saga_core.definitions.documents import load_document
 from saga_core.limits import Limit, LimitExceeded
 from sagafleet.errors import NotFound
 

@@ -4,7 +4,7 @@ answering only to the fleet role.
 What they expose is the whole fleet's: the projector's saga figures of every tenant (labelled
 ``tenant``), the dead letters of every tenant and of none, each worker's work for everyone.
 No tenant may read that, so a scrape must carry the API token of a principal whose roles
-allow :attr:`~saga_core.authority.Action.FLEET` (the ``fleet_operator`` role):
+allow :attr:`~saga_core.access.roles.Action.FLEET` (the ``fleet_operator`` role):
 ``Authorization: Bearer sft_…`` (Prometheus: ``authorization: {credentials_file: …}``).
 Without a valid token the answer is 401 (``WWW-Authenticate: Bearer``), with a token whose
 principal lacks the role 403; the token is never echoed, and nothing is read before the
@@ -29,9 +29,9 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from saga_core.authority import Action, NotPermitted, Unauthenticated, check_permitted
+from application.principals.directory import PrincipalDirectory, token_digest
+from saga_core.access.roles import Action, NotPermitted, Unauthenticated, check_permitted
 from saga_core.errors import ErrorKind, SagaError
-from workers.principals import PrincipalDirectory, token_digest
 
 __all__ = ["FleetOnly", "MetricsHttpServer", "WsgiApp"]
 

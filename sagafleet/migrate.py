@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Final
 
 from events import EventStore, apply_migrations
+from events.eventstore.postgres import MIGRATIONS_NAMESPACE
 from events.migrate import MIGRATIONS_TABLE, discover
-from events.store import MIGRATIONS_NAMESPACE
 from saga_core.errors import ErrorKind, SagaError
 
 

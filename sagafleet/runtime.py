@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from events.read_only import ReadOnlyEventStore
-from events.sagas import saga_registry
+from events.eventstore.read_only import ReadOnlyEventStore
+from events.saga_log.streams import saga_registry
 from projections import ProjectionContext
 from saga_core.errors import ErrorKind, SagaError
 from sagafleet import embedded, embedded_state

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
-from saga_core.authority import Principal
+from saga_core.access.roles import Principal
 from saga_core.errors import ErrorKind
 
 __all__ = [

@@ -31,9 +31,9 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from saga_core.engine.state_codec import DEFAULT_SNAPSHOT_EVERY
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.field_errors import field_errors
-from saga_core.snapshots import DEFAULT_SNAPSHOT_EVERY
 
 PREFIX: Final = "SAGAFLEET_"
 SECRET_FILE_BYTES: Final = 64 * 1024
@@ -89,7 +89,8 @@ class Settings(BaseSettings):
     # step, which costs a Sentry quota at volume; 0 sends errors only.
     sentry_traces_sample_rate: float = Field(default=1.0, ge=0, le=1, description=(
         "the share of transactions Sentry traces, 0..1 (errors are always sent)"))
-    # OpenTelemetry (workers.tracing): needs the otel extra; the exporter, endpoint, service
+    # OpenTelemetry (application.telemetry.tracing): needs the otel extra; the exporter, endpoint,
+    # service
     # name and sampler come from the standard OTEL_* variables.
     otel: bool = Field(default=False, description=(
         "trace sagas with OpenTelemetry (pip install 'sagafleet[otel]'; exporter and "
@@ -141,7 +142,7 @@ class Settings(BaseSettings):
         "the tools a fleet runs: package.module:attribute naming a workers.tools.ToolSet (or "
         "a function returning one), e.g. sagafleet.sandbox:trip_tool_set (unset: a worker "
         "refuses to start)"))
-    # Whole-log tamper evidence (events.anchors): the key that signs the log's checkpoints
+    # Whole-log tamper evidence (events.integrity.anchors): the key that signs the log's checkpoints
     # must live outside the database, or whoever can rewrite the log can re-sign it.
     anchor_key: SecretStr | None = Field(default=None, description=(
         "the secret (16+ characters) that signs log checkpoints; keep it out of the database"))
@@ -152,7 +153,8 @@ class Settings(BaseSettings):
         "SAGAFLEET_HOME/anchor.key, made on first use with mode 0600)"))
     anchor_interval_seconds: float = Field(default=10.0, ge=0, le=86_400, description=(
         "time between log checkpoints taken by the projector (0: none)"))
-    # The checkpoint high-water mark (events.anchor_witness) lives outside the database, or
+    # The checkpoint high-water mark (events.integrity.anchor_witness) lives outside the database,
+    # or
     # whoever can delete the newest checkpoints could lower it too.
     anchor_witness_file: Path | None = Field(default=None, description=(
         "the file that keeps the checkpoint high-water mark outside the database: checkpoint "
@@ -168,7 +170,7 @@ class Settings(BaseSettings):
         "workers answer Celery's remote control (inspect, ping) and send task events and "
         "heartbeats, for celery -A sagafleet.celery and Flower (false: a locked-down broker)"))
 
-    # Snapshots of saga state (events.snapshots): a load that folded more events than this
+    # Snapshots of saga state (events.saga_log.snapshots): a load that folded more events than this
     # past a saga's snapshot writes a new one. Small enough that a load folds few events,
     # large enough that writes stay rare (scripts/bench_snapshots.py measures both).
     snapshot_every: int = Field(default=DEFAULT_SNAPSHOT_EVERY, ge=0, le=1_000_000, description=(

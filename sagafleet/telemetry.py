@@ -1,16 +1,16 @@
 """What a long-running sagafleet process reports through: logs, Sentry, OpenTelemetry.
 
 One call at start-up (before the first database connection, so psycopg's instrumentation
-sees every connection), from the settings: the composition of ``workers.logs``,
-``workers.observability`` and ``workers.tracing``.
+sees every connection), from the settings: the composition of ``application.telemetry.logs``,
+``application.telemetry.sentry`` and ``application.telemetry.tracing``.
 """
 
 from __future__ import annotations
 
+from application.telemetry.logs import configure_logging
+from application.telemetry.sentry import init_sentry
+from application.telemetry.tracing import init_tracing
 from sagafleet.settings import Settings, reveal
-from workers.logs import configure_logging
-from workers.observability import init_sentry
-from workers.tracing import init_tracing
 
 
 def start_telemetry(settings: Settings, component: str, level: str | int = "INFO") -> None:

@@ -33,11 +33,11 @@ from bench_databases import drop_database, new_database
 from bench_store import PAYLOAD, RAW_TABLE, Appender, RawInserter, interleaved
 
 from events import EventStore, NewEvent
-from events.appending import _CHAINED, _cursor
-from events.hashing import chain_hash, recorded_at_text
-from events.model import GENESIS_HASH, utc_now
-from events.prepare import prepare_events
-from events.store_rules import new_events
+from events.eventstore.appending import _CHAINED, _cursor
+from events.eventstore.hashing import chain_hash, recorded_at_text
+from events.eventstore.model import GENESIS_HASH, utc_now
+from events.eventstore.prepare import prepare_events
+from events.eventstore.rules import new_events
 
 
 class Rung:

@@ -23,8 +23,8 @@ import psycopg
 from bench_store import PAYLOAD, fill, fresh_database, server
 
 from events import EventStore, NewEvent
-from events.anchor_audit import audit_anchors
-from events.anchors import AnchorKey, take_checkpoint
+from events.integrity.anchor_audit import audit_anchors
+from events.integrity.anchors import AnchorKey, take_checkpoint
 
 
 def _timed(action: Any) -> tuple[float, Any]:

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_databases import drop_database, new_database  # noqa: E402
 
 from projections import Projector  # noqa: E402
-from saga_core.authority import PrincipalKind  # noqa: E402
+from saga_core.access.roles import PrincipalKind  # noqa: E402
 from saga_core.examples import trip_tool_catalogue  # noqa: E402
 from sagafleet import embedded  # noqa: E402
 from sagafleet.console.app import create_app  # noqa: E402

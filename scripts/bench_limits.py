@@ -35,8 +35,8 @@ def _alias_bomb(levels: int, width: int = 9) -> str:
 
 
 def _catalogue() -> Any:
-    from saga_core.catalogue import ToolCatalogue, ToolSpec
     from saga_core.contracts import Semantics
+    from saga_core.definitions.catalogue import ToolCatalogue, ToolSpec
     from saga_core.examples import trip_tool_catalogue
 
     return ToolCatalogue(tools=[*trip_tool_catalogue().tools,
@@ -58,10 +58,11 @@ def _pad(text_of: Any, limit: int) -> str:
 def case_input(name: str) -> tuple[int, Any]:
     """(input size in bytes, a function running the entry on it) for one case."""
     from saga_core import validate_definition, validate_plan
-    from saga_core.definition import InputField, parse_definition
-    from saga_core.documents import load_document
+    from saga_core.agents.plans import parse_plan
+    from saga_core.definitions.definition import InputField, parse_definition
+    from saga_core.definitions.documents import load_document
+    from saga_core.definitions.inputs import validate_input
     from saga_core.examples import trip_definition
-    from saga_core.inputs import validate_input
     from saga_core.limits import (
         DEFINITION_BYTES,
         DEFINITION_STEPS,
@@ -71,7 +72,6 @@ def case_input(name: str) -> tuple[int, Any]:
         SAGA_INPUT_BYTES,
         check_command_message,
     )
-    from saga_core.plans import parse_plan
 
     catalogue = _catalogue()
 
@@ -144,7 +144,7 @@ def _before(levels: int) -> tuple[int, Any]:
     import yaml
 
     from saga_core import validate_definition
-    from saga_core.definition import SagaDefinition
+    from saga_core.definitions.definition import SagaDefinition
 
     text = _alias_bomb(levels)
     catalogue = _catalogue()

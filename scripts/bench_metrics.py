@@ -9,7 +9,8 @@ alternating rounds of the same run:
   (``projections.metrics.collect_platform_metrics``, still what ``sagafleet stats`` shows);
 
 and prints their medians and ratio: the scrape should stay flat while history grows.
-Then it times ``workers.tracing.operation_span`` with no tracer provider configured (the
+Then it times ``application.telemetry.tracing.operation_span`` with no tracer provider configured
+(the
 cost a step pays when tracing is off) against an empty ``with`` block.
 
 Usage: python scripts/bench_metrics.py [--quick] [--sizes N ...] [--rounds N] [--database-url URL]
@@ -34,8 +35,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests/integration/projections"), str(ROOT
 from projection_support import TripScript  # noqa: E402
 from read_model_support import project_all  # noqa: E402
 
-from events.definitions import DefinitionStore  # noqa: E402
-from events.sagas import PostgresSagaLog  # noqa: E402
+from application.telemetry import tracing  # noqa: E402
+from application.telemetry.tracing import operation_span  # noqa: E402
+from events.definition_store.postgres import DefinitionStore  # noqa: E402
+from events.saga_log.postgres import PostgresSagaLog  # noqa: E402
 from projections import ProjectionContext  # noqa: E402
 from projections.metrics import collect_platform_metrics  # noqa: E402
 from projections.prometheus import scrape  # noqa: E402
@@ -43,8 +46,6 @@ from projections.window import collect_window  # noqa: E402
 from saga_core import trip_definition  # noqa: E402
 from sagafleet import embedded  # noqa: E402
 from sagafleet.migrate import migrate_all  # noqa: E402
-from workers import tracing  # noqa: E402
-from workers.tracing import operation_span  # noqa: E402
 
 
 def fresh_database(server_url: str) -> str:

@@ -28,8 +28,8 @@ from bench_databases import drop_database, new_database
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests/integration/projections"))
 from projection_support import TripScript  # noqa: E402
 
-from events.definitions import DefinitionStore  # noqa: E402
-from events.sagas import PostgresSagaLog  # noqa: E402
+from events.definition_store.postgres import DefinitionStore  # noqa: E402
+from events.saga_log.postgres import PostgresSagaLog  # noqa: E402
 from projections import ProjectionContext, ProjectionRunner, rebuild  # noqa: E402
 from saga_core import trip_definition  # noqa: E402
 from sagafleet import embedded  # noqa: E402

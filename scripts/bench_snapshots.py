@@ -35,10 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests/integration/
 from bench_databases import drop_database, new_database  # noqa: E402
 from projection_support import TripScript  # noqa: E402
 
-from events.definitions import DefinitionStore  # noqa: E402
-from events.model import NO_STREAM  # noqa: E402
-from events.sagas import PostgresSagaLog, saga_registry, saga_stream  # noqa: E402
-from events.store import EventStore  # noqa: E402
+from events.definition_store.postgres import DefinitionStore  # noqa: E402
+from events.eventstore.model import NO_STREAM  # noqa: E402
+from events.eventstore.postgres import EventStore  # noqa: E402
+from events.saga_log.postgres import PostgresSagaLog  # noqa: E402
+from events.saga_log.streams import saga_registry, saga_stream
 from saga_core import (  # noqa: E402
     ApprovalGranted,
     ApprovalRequested,
@@ -53,7 +54,7 @@ from saga_core import (  # noqa: E402
     StepScheduled,
     StepStarted,
 )
-from saga_core.snapshots import DEFAULT_SNAPSHOT_EVERY, SCHEMA  # noqa: E402
+from saga_core.engine.state_codec import DEFAULT_SNAPSHOT_EVERY, SCHEMA  # noqa: E402
 from sagafleet import embedded  # noqa: E402
 from sagafleet.migrate import migrate_all  # noqa: E402
 

@@ -47,10 +47,10 @@ import psycopg
 from bench_databases import drop_database, new_database
 
 from events import EventStore, NewEvent, Position, new_event_id
-from events.anchors import AnchorKey, AnchorLoop
-from events.hashing import chain_hash, hash_body
-from events.model import GENESIS_HASH
-from events.subscription import Subscription
+from events.eventstore.hashing import chain_hash, hash_body
+from events.eventstore.model import GENESIS_HASH
+from events.eventstore.subscription import Subscription
+from events.integrity.anchors import AnchorKey, AnchorLoop
 
 FILLER_TIME = datetime(2026, 1, 1, tzinfo=UTC)  # layout 1 does not hash it
 

@@ -42,20 +42,20 @@ from pathlib import Path
 
 from bench_databases import drop_database, new_database
 
-from events.model import NO_STREAM, NewEvent
-from events.saga_log import DueSaga
-from events.sagas import saga_stream
+from application.orchestrator import Clock, utc_now
+from events.eventstore.model import NO_STREAM, NewEvent
+from events.saga_log.port import DueSaga
+from events.saga_log.streams import saga_stream
 from saga_core import evolve
-from saga_core.due import next_due
-from saga_core.events import SagaEvent, StepScheduled
+from saga_core.engine.due import next_due
+from saga_core.engine.events import SagaEvent, StepScheduled
+from saga_core.engine.state import SagaState
 from saga_core.examples import trip_definition, trip_tool_catalogue
-from saga_core.state import SagaState
 from sagafleet import embedded
 from sagafleet.migrate import migrate_all
 from sagafleet.testing import TestClock, TestFleet
 from workers.celery_app import QUEUE_STEPS, broker_redis
 from workers.fleet import Fleet, FleetConfig
-from workers.orchestrator import Clock, utc_now
 from workers.sweeper import Sweeper, SweepReport
 
 TRIP = {
@@ -198,7 +198,7 @@ def timed_cpu(sweeper: Sweeper) -> tuple[float, float, SweepReport]:
 
 
 def explain_due(fleet: Fleet) -> str:
-    from events.store import _DUE_STREAMS
+    from events.eventstore.postgres import _DUE_STREAMS
 
     with fleet.store.connection() as conn:
         rows = conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + _DUE_STREAMS,

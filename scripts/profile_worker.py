@@ -32,8 +32,8 @@ from bench_databases import drop_database  # noqa: E402
 from bench_fleet import TRIP, fresh_database  # noqa: E402
 from memory_tools import trip_tools  # noqa: E402
 
+from application.messages import StepCommand  # noqa: E402
 from workers.fleet import Fleet, FleetConfig  # noqa: E402
-from workers.messages import StepCommand  # noqa: E402
 from workers.tasks import run_step  # noqa: E402
 
 WARM_UP = 20  # sagas run before measuring: prepared statements, caches, imports

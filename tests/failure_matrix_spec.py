@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from saga_core.contracts import ErrorClass, SagaStatus, StepKind
-from saga_core.events import (
+from saga_core.engine.events import (
     CompensationStarted,
     ManualInterventionRequired,
     ReconciliationResult,
@@ -48,8 +48,8 @@ from saga_core.events import (
     StepStarted,
     StepSucceeded,
 )
+from saga_core.engine.state import RunStatus, SagaState
 from saga_core.examples.ledger import TripLedger
-from saga_core.state import RunStatus, SagaState
 
 FWD, COMP = StepKind.FORWARD, StepKind.COMPENSATION
 FORWARD_STEPS = ("hold_flight", "hold_hotel", "capture_payment", "send_itinerary")

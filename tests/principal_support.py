@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from saga_core.authority import Principal, PrincipalKind
-from workers.principals import PrincipalConflict
+from application.principals.directory import PrincipalConflict
+from saga_core.access.roles import Principal, PrincipalKind
 
 
 def token_for(fleet: Any, name: str, roles: Iterable[str] = ("approver",), *,
@@ -39,8 +39,8 @@ def issue_token(database_url: str, name: str, roles: Iterable[str] = ("approver"
                 tenant: str = "default", kind: PrincipalKind = PrincipalKind.PERSON) -> str:
     """A live token of ``name`` in the (migrated) database at ``database_url``, for a
     command-line test to pass as SAGAFLEET_TOKEN."""
+    from application.principals.postgres import PostgresPrincipals
     from events import EventStore
-    from workers.principals_pg import PostgresPrincipals
 
     with EventStore.connect(database_url, pool_size=1) as store:
         return token_for(_Directory(PostgresPrincipals(store)), name, roles, tenant=tenant,

@@ -9,9 +9,9 @@ from typing import Any
 
 from celery import Celery
 
-from saga_core.authority import AGENT_ROLE
+from application.principals.directory import PrincipalConflict
+from saga_core.access.roles import AGENT_ROLE
 from sagafleet.agent import COMMAND_QUEUE, CommandSigner
-from workers.principals import PrincipalConflict
 
 
 def agent_signer(fleet: Any, tenant: str = "default", name: str = "travel-agent", *,

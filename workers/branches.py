@@ -1,7 +1,7 @@
 """How a worker runs one step message: the saga's due branches side by side, then onwards.
 
 A wake-up stands for every step of its saga that is due (see
-:func:`workers.orchestrator.wake_ups`): :class:`SagaBranches` claims the command and its
+:func:`application.orchestrator.wake_ups`): :class:`SagaBranches` claims the command and its
 due siblings in one append, runs each sibling on a branch thread and the command on the
 calling thread, and records each result with a commit that also claims the steps due
 next for this worker, which it then runs in turn without a broker round trip (up to
@@ -28,14 +28,14 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
-from events.sagas import LoadedSaga
+from application.messages import StepCommand
+from application.orchestrator import Committed
+from application.publishing import Publisher
+from events.saga_log.port import LoadedSaga
 from saga_core import ResolvedCommand
+from saga_core.engine.events import SagaEvent
 from saga_core.errors import SagaError
-from saga_core.events import SagaEvent
 from workers.executor import Claimed, StepExecutor
-from workers.messages import StepCommand
-from workers.orchestrator import Committed
-from workers.publisher import Publisher
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ COMMAND_TASK_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType({
     # worker in trouble, and a timed-out command is requeued rather than dropped.
     "acks_on_failure_or_timeout": False,
     # Transient failures are retried for as long as they last (capped backoff in
-    # workers.command_failures); only a command that can never succeed is dead-lettered.
+    # workers.dead_letters.failures); only a command that can never succeed is dead-lettered.
     "max_retries": None,
     "ignore_result": True,
 })

@@ -17,7 +17,7 @@ that instead, in the same commit at the same expected version, and calls no tool
 A receipt is a fact: a worker whose lease expired meanwhile still records it. Any other
 result is recorded only while this worker still holds the claim, and a step this worker
 no longer holds is never acted on. Every append goes through
-:meth:`workers.orchestrator.Orchestrator.commit`; :meth:`StepExecutor.handle` is the plain
+:meth:`application.orchestrator.Orchestrator.commit`; :meth:`StepExecutor.handle` is the plain
 path (one command, nothing claimed ahead), :class:`workers.branches.SagaBranches` the
 fleet's (siblings and next steps claimed in the same commits and run side by side) built
 from the same three steps: :meth:`~StepExecutor.claim`, :meth:`~StepExecutor.call`,
@@ -36,9 +36,17 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Literal
 
-from events.saga_log import Secrets
-from events.sagas import LoadedSaga, SagaNotFound
-from events.secret_inputs import reveal_with
+from application.messages import StepCommand
+from application.orchestrator import ClaimNext, Committed, Orchestrator, WindowLimitReached
+from application.secrets.guard import SecretGuard
+from application.secrets.placeholders import SecretUnavailable, reveal_with
+from application.secrets.port import Secrets
+from application.telemetry.logs import step_log_context
+from application.telemetry.metrics import WorkerMetrics
+from application.telemetry.sentry import step_scope
+from application.telemetry.tracing import operation_span, set_outcome
+from events.saga_log.port import LoadedSaga
+from events.saga_log.streams import SagaNotFound
 from saga_core import (
     KeyReuse,
     ResolvedCommand,
@@ -47,11 +55,11 @@ from saga_core import (
     key_reuse,
     resolve_command,
 )
+from saga_core.approval.totals import window_call
 from saga_core.contracts import ErrorClass, Receipt
-from saga_core.decide import ask_over_window
-from saga_core.definition import SagaDefinition
-from saga_core.errors import EventRejected, TemplateError
-from saga_core.events import (
+from saga_core.definitions.definition import SagaDefinition
+from saga_core.engine.decide import ask_over_window
+from saga_core.engine.events import (
     ReconciliationResult,
     SagaEvent,
     StepFailed,
@@ -59,19 +67,11 @@ from saga_core.events import (
     StepStarted,
     StepSucceeded,
 )
+from saga_core.engine.state import IN_DOUBT, RunStatus, SagaState, evolve
+from saga_core.errors import EventRejected, TemplateError
 from saga_core.keys import check_key_payload
 from saga_core.secret_scrub import SecretNeedles
-from saga_core.state import IN_DOUBT, RunStatus, SagaState, evolve
-from saga_core.totals import window_call
-from workers.logs import step_log_context
-from workers.messages import StepCommand
-from workers.metrics import WorkerMetrics
-from workers.observability import step_scope
-from workers.orchestrator import ClaimNext, Committed, Orchestrator, WindowLimitReached
-from workers.secret_guard import SecretGuard
-from workers.secrets import SecretUnavailable
 from workers.tools import Absent, ToolError, ToolRegistry, Unknown
-from workers.tracing import operation_span, set_outcome
 
 log = logging.getLogger(__name__)
 
@@ -473,7 +473,8 @@ class StepExecutor:
 
 
 def _step_outcome(result: SagaEvent) -> str:
-    """How a tool call ended, for metrics and spans (``workers.metrics.STEP_OUTCOMES``)."""
+    """How a tool call ended, for metrics and spans
+    (``application.telemetry.metrics.STEP_OUTCOMES``)."""
     if isinstance(result, StepSucceeded):
         return "succeeded"
     return "unknown" if isinstance(result, StepOutcomeUnknown) else "failed"

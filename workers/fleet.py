@@ -14,29 +14,32 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
 
+from application.client import SagaClient
+from application.command_signatures import CommandNonces
+from application.gate_windows.postgres import PostgresGateWindows
+from application.orchestrator import Clock, Orchestrator, utc_now
+from application.principals.directory import PrincipalDirectory
+from application.principals.postgres import PostgresPrincipals
+from application.secrets.guard import SecretGuard
+from application.secrets.postgres import SecretVault
+from application.telemetry.metrics import WorkerMetrics
+from application.telemetry.tracing import trace_metadata
 from events import EventStore
-from events.definitions import DefinitionConflict, DefinitionStore
-from events.sagas import PostgresSagaLog, saga_registry
-from saga_core.authority import Principal
-from saga_core.catalogue import ToolCatalogue
+from events.definition_store.port import DefinitionConflict
+from events.definition_store.postgres import DefinitionStore
+from events.saga_log.postgres import PostgresSagaLog
+from events.saga_log.streams import saga_registry
+from saga_core.access.roles import Principal
+from saga_core.definitions.catalogue import ToolCatalogue
+from saga_core.engine.state_codec import DEFAULT_SNAPSHOT_EVERY
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.examples import trip_definition
-from saga_core.snapshots import DEFAULT_SNAPSHOT_EVERY
 from workers.celery_app import BrokerSettings, create_celery_app
-from workers.client import SagaClient
-from workers.dead_letters import DeadLetters
+from workers.dead_letters.store import DeadLetters
 from workers.executor import StepExecutor
-from workers.gate_windows import PostgresGateWindows
-from workers.metrics import WorkerMetrics
-from workers.orchestrator import Clock, Orchestrator, utc_now
-from workers.principals import PrincipalDirectory
-from workers.principals_pg import PostgresPrincipals
 from workers.publisher import RedisStepPublisher
-from workers.secret_guard import SecretGuard
-from workers.secrets import SecretVault
-from workers.signed_commands import CommandNonces
+from workers.tasks import bind_tasks
 from workers.tools import ToolRegistry, ToolSet
-from workers.tracing import trace_metadata
 
 log = logging.getLogger(__name__)
 
@@ -153,8 +156,6 @@ class Fleet:
     @cached_property
     def celery(self):  # type: ignore[no-untyped-def]
         """The Celery app with the fleet's tasks bound to this fleet."""
-        from workers.tasks import bind_tasks
-
         app = create_celery_app(self.config.broker_settings)
         bind_tasks(app, self)
         return app
@@ -166,7 +167,7 @@ class Fleet:
 
     @cached_property
     def command_nonces(self) -> CommandNonces:
-        """Single-use command ids of signed agent commands (``workers.signed_commands``)."""
+        """Single-use command ids of signed agent commands (``application.command_signatures``)."""
         return CommandNonces(self.store)
 
     @cached_property

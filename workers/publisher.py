@@ -24,7 +24,7 @@ import json
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import redis
 from celery import Celery
@@ -33,17 +33,10 @@ from kombu.exceptions import KombuError, OperationalError
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from application.messages import StepCommand
 from workers.celery_app import QUEUE_STEPS, STEP_TASK, broker_redis
-from workers.messages import StepCommand
 
 log = logging.getLogger(__name__)
-
-
-class Publisher(Protocol):
-    """Where step commands go once the events that scheduled them are committed."""
-
-    def publish(self, commands: Sequence[StepCommand]) -> int:
-        """Send the commands; return how many were sent (the rest the sweeper recovers)."""
 
 
 class CeleryPublisher:
@@ -106,6 +99,8 @@ def _batch(producer: Any, size: int) -> contextlib.AbstractContextManager[Any]:
 
 #: What a step message's envelope says of its body (kombu's Redis transport, JSON tasks).
 _CONTENT = {"content-encoding": "utf-8", "content-type": "application/json"}
+
+
 #: Delivery mode 2 (persistent), as Celery's default exchange gives a task message.
 _PERSISTENT = 2
 

@@ -9,10 +9,10 @@ for each item of ``saga_core.due_work``:
   (one commit), and publish what that commit made due.
 
 The :class:`Sweeper` adds the PostgreSQL bookkeeping. A pass reads only the sagas that are
-due: every commit sets its saga's due time (``saga_core.due.next_due``, in the append
+due: every commit sets its saga's due time (``saga_core.engine.due.next_due``, in the append
 itself), and the pass reads ``SagaLog.due(now)`` 500 at a time, sweeps each, and then
 re-times each saga it read, in one statement per chunk (:func:`retimed`): a re-published
-item is not due again before its growing window ends (``saga_core.due.republish_at``,
+item is not due again before its growing window ends (``saga_core.engine.due.republish_at``,
 gaps from the queue wait up to ``republish_max_s``), so with no worker at all the
 copies of one item stay few. A commit between the read and the re-timing wins (the
 deferral applies only at the version read). A chunk's messages are published together,
@@ -49,15 +49,15 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from application.messages import StepCommand
+from application.orchestrator import Committed, Orchestrator
 from events import SubscriptionBusy
-from events.saga_log import DueSaga
-from events.sagas import LoadedSaga, SagaNotFound, saga_id_of
+from events.saga_log.port import DueSaga, LoadedSaga
+from events.saga_log.streams import SagaNotFound, saga_id_of
 from saga_core import due_work
-from saga_core.claims import DueWork
-from saga_core.due import due_key, next_due, republish_at
+from saga_core.engine.claims import DueWork
+from saga_core.engine.due import due_key, next_due, republish_at
 from saga_core.errors import ErrorKind, SagaError
-from workers.messages import StepCommand
-from workers.orchestrator import Committed, Orchestrator
 
 if TYPE_CHECKING:  # the Sweeper's fleet; sweep_saga needs none (the test kit imports it)
     from workers.fleet import Fleet

@@ -3,33 +3,33 @@
 ``sagafleet.step`` is internal: ``[saga_id, step_id, kind, attempt]``. The
 ``sagafleet.commands.*`` tasks let an agent in any language with a Celery client enqueue
 saga commands with JSON keyword arguments, without importing sagafleet. Each takes a
-**signed** command only (README "Signed commands", :mod:`saga_core.signed_commands`):
+**signed** command only (README "Signed commands", :mod:`saga_core.access.signed_envelopes`):
 ``{"envelope": "<JSON text>", "kid": ..., "signature": ...}``, the envelope's ``args``
 being the command's arguments:
 
 * ``sagafleet.commands.start_saga``: ``definition, input, key, reason, lineage`` (``lineage``
   optional: ``agent_request_id, model_name, model_version, prompt_version, trace_id``, see
-  :mod:`saga_core.lineage`; a malformed one is dead-lettered as invalid input)
+  :mod:`saga_core.agents.lineage`; a malformed one is dead-lettered as invalid input)
 * ``sagafleet.commands.cancel_saga``: ``saga_id, reason``
 * ``sagafleet.commands.submit_plan``: ``plan, name, version, input, key, reason, lineage``
   (all but ``plan`` optional; with ``input`` the plan's saga is started too, recording
   ``lineage`` as ``start_saga`` does; ``lineage`` without ``input`` is malformed); or
   ``plan, revises, reason`` for a replan of the running plan saga ``revises``
-  (saga_core.replans), or ``plan, revises_key, reason`` naming it by the idempotency key
+  (saga_core.agents.replans), or ``plan, revises_key, reason`` naming it by the idempotency key
   it was started with
 
 Tenant and actor are the signing key's principal's (``fleet.client_for(principal)``), who
 must hold a role allowing the command (:data:`COMMAND_ACTIONS`). An unsigned, forged
 (bad signature, unknown or revoked key), replayed, expired or not-yet-valid command, or
 one naming a tenant or actor, is dead-lettered with its refusal (kind ``UNAUTHENTICATED``
-or ``FORBIDDEN``) and starts nothing (:mod:`workers.signed_commands`).
+or ``FORBIDDEN``) and starts nothing (:mod:`application.command_signatures`).
 
 No agent command is ever lost
 -----------------------------
 Until a command takes effect, its broker message is the only record of it. So a command
 message is acknowledged only once its outcome is committed — the saga's events, or a dead
 letter (``celery_app.COMMAND_TASK_OPTIONS``: acks late, never acknowledged on a failure or a
-time-out). What a failure means is one rule, :mod:`workers.command_failures`:
+time-out). What a failure means is one rule, :mod:`workers.dead_letters.failures`:
 
 * **transient** (a ``StoreUnavailable`` or any other ``UNAVAILABLE`` error, ``RaceLost``,
   a psycopg/redis/kombu connection error, an ``OSError``, a misconfigured deployment): the
@@ -61,31 +61,120 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from celery import Celery, Task
 from celery.exceptions import Reject
 from kombu.exceptions import KombuError, OperationalError
 
-from saga_core.authority import Action, NotPermitted, check_permitted
+from application.command_signatures import VerifiedCommand, verify_signed_command
+from application.messages import MalformedMessage, StepCommand
+from saga_core.access.roles import Action, NotPermitted, check_permitted
+from saga_core.access.signed_envelopes import Refusal, refused
+from saga_core.agents.lineage import parse_lineage
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.limits import check_command_message
-from saga_core.lineage import parse_lineage
-from saga_core.signed_commands import Refusal, refused
 from workers.branches import SagaBranches
 from workers.celery_app import COMMAND_TASK_OPTIONS, STEP_TASK
-from workers.command_failures import CommandFailure, judge_failure, retry_delay_s
-from workers.dead_letters import DeadLetter, dead_letter_body
-from workers.letter_tenants import letter_tenant
-from workers.messages import MalformedMessage, StepCommand
-from workers.signed_commands import VerifiedCommand, verify_signed_command
-from workers.withholding import withhold_secrets
+from workers.dead_letters.failures import CommandFailure, judge_failure, retry_delay_s
+from workers.dead_letters.store import DeadLetter, dead_letter_body
+from workers.dead_letters.tenants import letter_tenant
+from workers.dead_letters.withholding import withhold_secrets
 
 if TYPE_CHECKING:
-    from workers.client import SagaClient
-    from workers.fleet import Fleet
+    from concurrent.futures import ThreadPoolExecutor
+
+    from application.client import SagaClient
+    from application.command_signatures import CommandNonces
+    from application.orchestrator import Clock
+    from application.principals.directory import PrincipalDirectory
+    from application.secrets.guard import SecretGuard
+    from application.telemetry.metrics import WorkerMetrics
+    from events import EventStore
+    from events.definition_store.port import Definitions
+    from saga_core.access.roles import Principal
+    from saga_core.definitions.catalogue import ToolCatalogue
+    from workers.dead_letters.store import DeadLetters
+    from workers.executor import StepExecutor
+    from workers.publisher import RedisStepPublisher
 
 log = logging.getLogger(__name__)
+
+
+class TaskSettings(Protocol):
+    """The settings the tasks read (``workers.fleet.FleetConfig`` has them)."""
+
+    @property
+    def inline_steps(self) -> int:
+        """Steps a worker may run in turn without a broker round trip."""
+
+    @property
+    def visibility_timeout_s(self) -> float:
+        """How long the broker keeps a taken message before handing it out again."""
+
+
+class TaskFleet(Protocol):
+    """What the fleet's tasks use of the fleet that binds them (``workers.fleet.Fleet``):
+    named here so that the tasks need not import the composition that imports them."""
+
+    @property
+    def config(self) -> TaskSettings:
+        """The fleet's settings."""
+
+    @property
+    def clock(self) -> Clock:
+        """The fleet's clock."""
+
+    @property
+    def catalogue(self) -> ToolCatalogue:
+        """The tool catalogue."""
+
+    @property
+    def store(self) -> EventStore:
+        """The event store."""
+
+    @property
+    def definitions(self) -> Definitions:
+        """Saga definitions."""
+
+    @property
+    def principals(self) -> PrincipalDirectory:
+        """The principal directory (tokens and signing keys)."""
+
+    @property
+    def command_nonces(self) -> CommandNonces:
+        """Single-use command ids of signed commands."""
+
+    @property
+    def dead_letters(self) -> DeadLetters:
+        """Messages that can never succeed."""
+
+    @property
+    def executor(self) -> StepExecutor:
+        """Claims and runs step commands."""
+
+    @property
+    def publisher(self) -> RedisStepPublisher:
+        """Publishes step commands after commits."""
+
+    @property
+    def secret_guard(self) -> SecretGuard:
+        """Looks for secret values wherever this process writes."""
+
+    @property
+    def metrics(self) -> WorkerMetrics:
+        """This process's Prometheus instruments."""
+
+    @property
+    def branches(self) -> ThreadPoolExecutor:
+        """Threads for a saga's parallel branches."""
+
+    @property
+    def celery(self) -> Celery:
+        """The Celery app the tasks are bound to."""
+
+    def client_for(self, principal: Principal) -> SagaClient:
+        """A SagaClient acting as ``principal``."""
 
 START_SAGA = "sagafleet.commands.start_saga"
 CANCEL_SAGA = "sagafleet.commands.cancel_saga"
@@ -103,7 +192,7 @@ COMMAND_ACTIONS: Mapping[str, Action] = MappingProxyType({
 """The action each command asks of its principal's roles (the agent role allows all three)."""
 
 #: A command's effect: (fleet, the verified command) -> None.
-CommandAction = Callable[["Fleet", VerifiedCommand], None]
+CommandAction = Callable[[TaskFleet, VerifiedCommand], None]
 
 
 def keyless_start_key(kid: str, command_id: str) -> str:
@@ -135,7 +224,7 @@ class BrokerUnavailable(SagaError):
     kind = ErrorKind.UNAVAILABLE
 
 
-def run_step(fleet: Fleet, args: Any, kwargs: Any) -> None:
+def run_step(fleet: TaskFleet, args: Any, kwargs: Any) -> None:
     """Handle a step command with its due siblings, then run due follow-ups inline."""
     try:
         command = StepCommand.parse(args, kwargs)
@@ -151,7 +240,7 @@ def run_step(fleet: Fleet, args: Any, kwargs: Any) -> None:
         branches.join()
 
 
-def _dead_letter_step(fleet: Fleet, args: Any, kwargs: Any, reason: str) -> None:
+def _dead_letter_step(fleet: TaskFleet, args: Any, kwargs: Any, reason: str) -> None:
     """Keep a malformed step message; if that fails, log it and let it go: a step message
     is only a wake-up call, and the sweeper re-enqueues from the log whatever is due."""
     try:
@@ -166,7 +255,7 @@ def _dead_letter_step(fleet: Fleet, args: Any, kwargs: Any, reason: str) -> None
         log.warning("dead-lettered %s: %s", STEP_TASK, reason)
 
 
-def bind_tasks(app: Celery, fleet: Fleet) -> None:
+def bind_tasks(app: Celery, fleet: TaskFleet) -> None:
     """Register the fleet's tasks on ``app``, closing over ``fleet`` (no global state)."""
 
     def step(task: Task, *args: Any, **kwargs: Any) -> None:
@@ -181,7 +270,7 @@ def bind_tasks(app: Celery, fleet: Fleet) -> None:
             _command_task(fleet, name, action))
 
 
-def _count_redelivery(fleet: Fleet, task: Task) -> None:
+def _count_redelivery(fleet: TaskFleet, task: Task) -> None:
     """Count a message the broker handed out again (kombu marks a restored message)."""
     delivery = task.request.delivery_info or {}
     if delivery.get("redelivered"):
@@ -205,7 +294,7 @@ def register_task_names(app: Celery) -> None:
         app.task(name=name, shared=False, **options)(not_a_fleet_worker)
 
 
-def _command_task(fleet: Fleet, name: str, action: CommandAction) -> Callable[..., None]:
+def _command_task(fleet: TaskFleet, name: str, action: CommandAction) -> Callable[..., None]:
     def command(task: Task, *args: Any, **kwargs: Any) -> None:
         _count_redelivery(fleet, task)
         run_command(fleet, task, CommandMessage(name, task.request.id, args, kwargs), action)
@@ -214,7 +303,7 @@ def _command_task(fleet: Fleet, name: str, action: CommandAction) -> Callable[..
     return command
 
 
-def run_command(fleet: Fleet, task: Task, message: CommandMessage,
+def run_command(fleet: TaskFleet, task: Task, message: CommandMessage,
                 action: CommandAction) -> None:
     """Take one agent command to its outcome (effect or dead letter), or leave it in the
     broker to be tried again (raises celery's ``Retry`` or ``Reject``)."""
@@ -231,7 +320,7 @@ def run_command(fleet: Fleet, task: Task, message: CommandMessage,
     _retry_later(fleet, task, message, failure)
 
 
-def accepted_command(fleet: Fleet, message: CommandMessage) -> VerifiedCommand:
+def accepted_command(fleet: TaskFleet, message: CommandMessage) -> VerifiedCommand:
     """The message's command once its signature, window, single use and its principal's
     roles allow it; else ``CommandRefused`` (or MalformedMessage, LimitExceeded)."""
     kwargs = _command_arguments(message.args, message.kwargs)
@@ -257,7 +346,7 @@ def _command_arguments(args: Any, kwargs: Any) -> dict[str, Any]:
     return dict(kwargs)
 
 
-def _keep_dead_letter(fleet: Fleet, message: CommandMessage,
+def _keep_dead_letter(fleet: TaskFleet, message: CommandMessage,
                       failure: CommandFailure) -> CommandFailure | None:
     """Dead-letter a command that can never succeed; None once kept, else why it must be
     retried (nothing was kept, so the broker must keep the message)."""
@@ -285,7 +374,7 @@ def _keep_dead_letter(fleet: Fleet, message: CommandMessage,
     return None
 
 
-def _signer_tenant(fleet: Fleet, kwargs: Any) -> str | None:
+def _signer_tenant(fleet: TaskFleet, kwargs: Any) -> str | None:
     """The tenant of the live key that names itself in a signed command (whose definition
     says which input fields are secret), or None when it cannot be told."""
     kid = kwargs.get("kid") if isinstance(kwargs, dict) else None
@@ -298,7 +387,7 @@ def _signer_tenant(fleet: Fleet, kwargs: Any) -> str | None:
     return None if key is None else key.principal.tenant
 
 
-def _retry_later(fleet: Fleet, task: Task, message: CommandMessage,
+def _retry_later(fleet: TaskFleet, task: Task, message: CommandMessage,
                  failure: CommandFailure) -> NoReturn:
     """Publish the command again after a backoff and acknowledge this copy (celery's
     ``Retry``); if the broker cannot take the later copy, requeue this one instead."""
@@ -330,7 +419,7 @@ def republish(app: Celery, letter: DeadLetter) -> None:
         raise BrokerUnavailable(f"could not publish dead letter {letter.id}: {exc}") from exc
 
 
-def _client(fleet: Fleet, command: VerifiedCommand) -> SagaClient:
+def _client(fleet: TaskFleet, command: VerifiedCommand) -> SagaClient:
     """A client acting as the command's key's principal, for a command that crossed the
     broker (a secret input field must come by ref)."""
     return fleet.client_for(command.principal).via_broker()
@@ -342,7 +431,7 @@ def _required(kw: dict[str, Any], name: str) -> Any:
     return kw.pop(name)
 
 
-def _start(fleet: Fleet, command: VerifiedCommand) -> None:
+def _start(fleet: TaskFleet, command: VerifiedCommand) -> None:
     kw = dict(command.envelope.args)
     key = kw.pop("key", None)
     if key is None:
@@ -352,13 +441,13 @@ def _start(fleet: Fleet, command: VerifiedCommand) -> None:
                                   lineage=kw.pop("lineage", None), **_no_more(kw))
 
 
-def _cancel(fleet: Fleet, command: VerifiedCommand) -> None:
+def _cancel(fleet: TaskFleet, command: VerifiedCommand) -> None:
     kw = dict(command.envelope.args)
     _client(fleet, command).cancel(_required(kw, "saga_id"), reason=kw.pop("reason", ""),
                                    **_no_more(kw))
 
 
-def _plan(fleet: Fleet, command: VerifiedCommand) -> None:
+def _plan(fleet: TaskFleet, command: VerifiedCommand) -> None:
     """Register the plan (named by its content unless the command names it) and, when the
     command carries an ``input``, start its saga: keyed by ``key``, else by the command as
     a keyless start is, so a redelivery lands on the same saga."""

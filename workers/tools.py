@@ -1,6 +1,7 @@
 """The tool contract: what a side-effecting tool promises the saga, and the allowlist of tools.
 
-A tool is allowlisted by ``(name, version)`` in a :class:`~saga_core.catalogue.ToolCatalogue`,
+A tool is allowlisted by ``(name, version)`` in a
+:class:`~saga_core.definitions.catalogue.ToolCatalogue`,
 the one owner of what the tool is (dedupe by key, commit horizon, receipt fields, default
 compensation); a :class:`ToolSet` pairs that catalogue with the implementations, registered
 under the catalogue's refs, and a fleet refuses to start when the two disagree.
@@ -19,8 +20,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import ErrorClass, Receipt
+from saga_core.definitions.catalogue import ToolCatalogue
 from saga_core.errors import ErrorKind, SagaError
 from saga_core.errors import UnknownToolError as CatalogueUnknownToolError
 
@@ -93,7 +94,8 @@ class Tool(Protocol):
     """The implementation of one allowlisted tool: its effect and its reconciliation by key.
 
     What the tool *is* (name, version, dedupe by key, commit horizon, receipt fields, default
-    compensation) is the catalogue's :class:`~saga_core.catalogue.ToolSpec`, its one owner;
+    compensation) is the catalogue's :class:`~saga_core.definitions.catalogue.ToolSpec`, its one
+    owner;
     an implementation is bound to a spec by the ``(name, version)`` it is registered under.
     """
 

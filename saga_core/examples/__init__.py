@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from importlib.resources import files
 
-from saga_core.catalogue import ToolCatalogue
-from saga_core.definition import SagaDefinition
-from saga_core.validation import validate_definition
+from saga_core.definitions.catalogue import ToolCatalogue
+from saga_core.definitions.definition import SagaDefinition
+from saga_core.definitions.validation import validate_definition
 
 
 def _read(name: str) -> str:
@@ -27,7 +27,7 @@ def trip_definition() -> SagaDefinition:
 
 def gated_tool_catalogue() -> ToolCatalogue:
     """An example catalogue gating money, deletion, infrastructure and external
-    communication (each tool's ``gate``; see ``saga_core.gates``)."""
+    communication (each tool's ``gate``; see ``saga_core.approval.risk_gates``)."""
     return ToolCatalogue.from_yaml(_read("gated_tools.yaml"))
 
 

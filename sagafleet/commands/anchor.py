@@ -1,12 +1,12 @@
 """``sagafleet anchor``: take a checkpoint of the log now (the projector takes them every
-SAGAFLEET_ANCHOR_INTERVAL_SECONDS; see events.anchors)."""
+SAGAFLEET_ANCHOR_INTERVAL_SECONDS; see events.integrity.anchors)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from events.anchors import take_checkpoint
+from events.integrity.anchors import take_checkpoint
 from sagafleet import runtime
 from sagafleet.anchor_key import anchor_key, anchor_witness
 from sagafleet.commands.rendering import AnchorView

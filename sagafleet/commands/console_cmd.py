@@ -7,12 +7,12 @@ import logging
 import sys
 from typing import Any
 
+from application.telemetry.logs import configure_logging
 from sagafleet.commands.addresses import host_port, plain_http_warning
 from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.security_log import configure_access_log
 from sagafleet.settings import Settings
-from workers.logs import configure_logging
 
 DEFAULT_ADDRESS = "127.0.0.1:8080"
 

@@ -7,7 +7,7 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from events.snapshots import PostgresSnapshots
+from events.saga_log.snapshots import PostgresSnapshots
 from sagafleet import embedded, embedded_state, runtime
 from sagafleet.exit_codes import ExitCode
 from sagafleet.migrate import migrate_all

@@ -24,14 +24,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from application.principals.postgres import PostgresPrincipals
 from sagafleet import runtime
 from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import command_fleet
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
-from workers.dead_letters import DeadLetter, DeadLetters, Resolution
-from workers.principals_pg import PostgresPrincipals
+from workers.dead_letters.store import DeadLetter, DeadLetters, Resolution
 from workers.tasks import republish
 
 EXAMPLES = """examples:

@@ -1,5 +1,5 @@
 """How ``start --dry-run`` and ``plan --dry-run`` report: the plan as text, or as one JSON
-document (the :class:`~saga_core.dry_run.DryRun` itself)."""
+document (the :class:`~saga_core.engine.dry_run.DryRun` itself)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from saga_core.dry_run import DryRun, PlannedOperation
+from saga_core.engine.dry_run import DryRun, PlannedOperation
 
 
 @dataclass(frozen=True)

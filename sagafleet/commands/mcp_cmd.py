@@ -7,6 +7,8 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
+from application.telemetry.logs import configure_logging
+from application.telemetry.tracing import init_tracing
 from sagafleet import extras
 from sagafleet.auth import add_token_option, token_from
 from sagafleet.commands.addresses import host_port, plain_http_warning
@@ -16,8 +18,6 @@ from sagafleet.fleetcli import build_fleet, command_fleet
 from sagafleet.output import emit
 from sagafleet.security_log import configure_access_log
 from sagafleet.settings import Settings
-from workers.logs import configure_logging
-from workers.tracing import init_tracing
 
 if TYPE_CHECKING:
     from sagafleet.gateway import TokenCache

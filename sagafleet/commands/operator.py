@@ -5,7 +5,7 @@ record one typed operator event through the workers' SagaClient on an already mi
 database; a second identical click records nothing. Each acts as the principal its API
 token proves (``--token-file PATH`` or ``SAGAFLEET_TOKEN``; :mod:`sagafleet.auth`): the
 tenant and the recorded actor are the principal's, whatever else is typed. Which resolve
-actions fit a paused saga is saga_core's rule (:mod:`saga_core.resolution`).
+actions fit a paused saga is saga_core's rule (:mod:`saga_core.engine.resolution`).
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ import argparse
 from collections.abc import Callable
 from typing import Any, cast
 
+from application.client import SagaClient
+from application.views import SagaView
 from projections import operator_queue
 from saga_core.contracts import StepKind
-from saga_core.events import OperatorActionName
+from saga_core.engine.events import OperatorActionName
+from saga_core.engine.resolution import OPERATOR_ACTIONS, OperatorRequest
 from saga_core.limits import INPUT_TEXT_BYTES, QUEUE_PAGE_ROWS
-from saga_core.resolution import OPERATOR_ACTIONS, OperatorRequest
 from sagafleet import runtime
 from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.commands.rendering import QueueReport, ResolveReport, SagaReport
@@ -29,8 +31,6 @@ from sagafleet.fleetcli import command_fleet
 from sagafleet.json_arguments import json_argument
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
-from workers.client import SagaClient
-from workers.views import SagaView
 
 EXAMPLES = """examples:
   sagafleet queue

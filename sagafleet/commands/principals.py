@@ -1,6 +1,7 @@
 """``sagafleet principals add|list|revoke|rotate`` and ``principals keys add|revoke``.
 
-The principal directory (:mod:`workers.principals`) is administered like the schema: with
+The principal directory (:mod:`application.principals.directory`) is administered like the schema:
+with
 the database, not with a token. Whoever can reach the database URL (``SAGAFLEET_DATABASE_URL``
 or the embedded server under ``SAGAFLEET_HOME``) already holds every secret of the fleet, so
 these commands take no token; that is also how the first principals come to exist (an admin
@@ -21,14 +22,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from saga_core.authority import ROLE_ACTIONS, PrincipalKind
+from application.principals.directory import Issued, PrincipalRecord
+from application.principals.postgres import PostgresPrincipals
+from saga_core.access.roles import ROLE_ACTIONS, PrincipalKind
 from sagafleet import runtime
 from sagafleet.errors import InvalidInput, NotFound
 from sagafleet.exit_codes import ExitCode
 from sagafleet.output import emit
 from sagafleet.settings import Settings
-from workers.principals import Issued, PrincipalRecord
-from workers.principals_pg import PostgresPrincipals
 
 PUBLIC_KEY_BYTES = 4096
 """Longest public key file read (a PEM Ed25519 key is 113 bytes)."""

@@ -12,7 +12,8 @@ import os
 import signal
 from typing import Any
 
-from events.anchors import AnchorLoop
+from application.principals.postgres import PostgresPrincipals
+from events.integrity.anchors import AnchorLoop
 from projections import (
     PROJECTIONS,
     ProjectionContext,
@@ -32,7 +33,6 @@ from sagafleet.metrics_http import FleetOnly, MetricsHttpServer
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
 from sagafleet.telemetry import start_telemetry
-from workers.principals_pg import PostgresPrincipals
 
 EXAMPLES = """examples:
   sagafleet projector --metrics-port 9464
@@ -95,7 +95,7 @@ def run_projector(args: argparse.Namespace, settings: Settings) -> int:
         projector = Projector(ctx, batch_size=args.batch, poll_s=args.poll).start()
         server = (_metrics_server(ctx, settings, "0.0.0.0", args.metrics_port).start()  # noqa: S104
                   if args.metrics_port else None)
-        # Tamper evidence: checkpoints of the log, off the append path (events.anchors).
+        # Tamper evidence: checkpoints of the log, off the append path (events.integrity.anchors).
         anchors = (
             AnchorLoop(ctx.store, anchor_key(settings, create=True),
                        settings.anchor_interval_seconds, anchor_witness(settings)).start()

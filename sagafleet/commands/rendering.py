@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from events.anchor_audit import AnchorReport
-from events.anchors import Checkpoint
+from application.views import SagaView
+from events.integrity.anchor_audit import AnchorReport
+from events.integrity.anchors import Checkpoint
 from projections import (
     Alert,
     AuditReport,
@@ -24,8 +25,7 @@ from projections import (
     VerifyReport,
 )
 from projections.lineage import TraceReport
-from saga_core.totals import running_totals_text
-from workers.views import SagaView
+from saga_core.approval.totals import running_totals_text
 
 
 def _pct(value: float) -> str:
@@ -166,7 +166,7 @@ class QueueReport:
 
 
 def _correction_lines(details: Any) -> list[str]:
-    """The pivot's correction an escalation offers (saga_core.corrections: ``details.
+    """The pivot's correction an escalation offers (saga_core.engine.corrections: ``details.
     correction``): what it runs, what it does and what it does not undo."""
     offer = details.get("correction") if isinstance(details, dict) else None
     if not isinstance(offer, dict):

@@ -18,11 +18,15 @@ import re
 import sys
 from typing import Any
 
+from application.client import saga_id_for_key
+from application.principals.postgres import PostgresPrincipals
+from application.views import view_of
 from events import InvalidArgument
-from events.anchor_audit import keep_high_water_mark
-from events.anchor_witness import AnchorWitnessError
-from events.model import Position
-from events.sagas import PostgresSagaLog, SagaNotFound
+from events.eventstore.model import Position
+from events.integrity.anchor_audit import keep_high_water_mark
+from events.integrity.anchor_witness import AnchorWitnessError
+from events.saga_log.postgres import PostgresSagaLog
+from events.saga_log.streams import SagaNotFound
 from projections import (
     AlertThresholds,
     ProjectionContext,
@@ -35,10 +39,10 @@ from projections import (
     verify,
 )
 from projections.lineage import find_trace
-from saga_core.authority import Action, Principal, check_permitted
+from saga_core.access.roles import Action, Principal, check_permitted
+from saga_core.agents.lineage import InvalidLineage, check_trace_id
 from saga_core.contracts import SagaStatus
 from saga_core.limits import KEY_CHARS, POSITION_MAX, SAGA_PAGE_ROWS
-from saga_core.lineage import InvalidLineage, check_trace_id
 from sagafleet import runtime
 from sagafleet.anchor_key import anchor_witness, integrity_checks
 from sagafleet.auth import add_token_option, cli_principal
@@ -55,9 +59,6 @@ from sagafleet.errors import NotFound, UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
-from workers.client import saga_id_for_key
-from workers.principals_pg import PostgresPrincipals
-from workers.views import view_of
 
 DEFAULT_LIST_ROWS = 100
 """How many sagas one ``sagafleet list`` shows unless --limit says otherwise."""

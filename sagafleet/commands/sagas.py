@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from saga_core.definition import check_definition_document
-from saga_core.documents import Syntax, load_document
+from application.client import MAX_WAIT_SECONDS, Waited
+from application.telemetry.tracing import init_tracing
+from saga_core.agents.lineage import FIELDS as LINEAGE_FIELDS
+from saga_core.agents.lineage import Lineage, parse_lineage
+from saga_core.definitions.definition import check_definition_document
+from saga_core.definitions.documents import Syntax, load_document
 from saga_core.limits import DEFINITION_BYTES, INPUT_TEXT_BYTES
-from saga_core.lineage import FIELDS as LINEAGE_FIELDS
-from saga_core.lineage import Lineage, parse_lineage
 from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.commands.dry_run_report import DryRunReport
 from sagafleet.commands.rendering import RegisteredDefinition, SagaReport
@@ -28,8 +30,6 @@ from sagafleet.fleetcli import command_fleet, watching_fleet
 from sagafleet.json_arguments import json_argument, read_at_most
 from sagafleet.output import emit_report
 from sagafleet.settings import Settings
-from workers.client import MAX_WAIT_SECONDS, Waited
-from workers.tracing import init_tracing
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

@@ -18,13 +18,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from application.client import DEFAULT_SECRET_TTL, MAX_SECRET_TTL, MIN_SECRET_TTL
 from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.errors import InvalidInput, NotFound, UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import command_fleet
 from sagafleet.output import emit
 from sagafleet.settings import Settings
-from workers.client import DEFAULT_SECRET_TTL, MAX_SECRET_TTL, MIN_SECRET_TTL
 
 
 def register(sub: Any) -> None:

@@ -10,12 +10,12 @@ How to add a page (the contract every page module keeps; it stays stable):
   read side and the client are blocking) or ``async def``.
 * Every path but ``/sign-in`` and ``/static/`` is signed in by the gate before the page runs
   (:mod:`sagafleet.console.gate`). The principal: ``viewer = viewer_of(request)``;
-  ``viewer.principal`` (a ``saga_core.authority.Principal``: tenant, name, kind, roles) and
+  ``viewer.principal`` (a ``saga_core.access.roles.Principal``: tenant, name, kind, roles) and
   ``viewer.tenant``.
 * Read: ``console.read`` is the read side (a ``projections.ProjectionContext``: read models and
   the log). Always pass ``tenant=viewer.tenant`` to the projections' readers; a saga of another
   tenant must look exactly like a saga that does not exist (404).
-* Act: ``console.client(viewer)`` is the ``workers.client.SagaClient`` acting as the
+* Act: ``console.client(viewer)`` is the ``application.client.SagaClient`` acting as the
   principal: the same calls and the same server-side permission checks as the CLI
   (``sagafleet/commands/operator.py``). Never decide permissions in a page; to hide a button
   ask ``viewer.principal.allowed()`` / ``has_role`` (the server refuses anyway).

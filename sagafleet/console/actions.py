@@ -28,18 +28,18 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from saga_core.authority import OPERATOR_ROLE, Action, Principal, PrincipalKind
+from application.client import InvalidRequest, SagaClient
+from application.views import SagaView
+from saga_core.access.roles import OPERATOR_ROLE, Action, Principal, PrincipalKind
 from saga_core.contracts import StepKind
+from saga_core.engine.resolution import OPERATOR_ACTIONS
 from saga_core.errors import ErrorKind, SagaError, SagaMoved
 from saga_core.limits import REASON_CHARS
-from saga_core.resolution import OPERATOR_ACTIONS
 from sagafleet.console.core import Console, note_error, status_of
 from sagafleet.console.gate import Form, form_of, viewer_of
 from sagafleet.console.markup import Markup, csrf_field, html, join
 from sagafleet.console.sessions import Viewer
 from sagafleet.console.signin import safe_next
-from workers.client import InvalidRequest, SagaClient
-from workers.views import SagaView
 
 __all__ = ["DONE_MESSAGES", "approval_forms", "approve_form", "cancel_form", "deny_form",
            "done_notice", "may", "may_approve", "may_deny", "resolve_form", "routes",

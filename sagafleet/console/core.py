@@ -14,6 +14,7 @@ from typing import Final
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from application.client import SagaClient
 from projections import ProjectionContext
 from projections.alerts import AlertThresholds
 from saga_core.errors import ErrorKind, SagaError
@@ -24,7 +25,6 @@ from sagafleet.console.markup import Markup
 from sagafleet.console.sessions import SessionStore, Viewer
 from sagafleet.console.throttle import SignInThrottle
 from sagafleet.security_log import EVENT_OF_KIND, note_refusal
-from workers.client import SagaClient
 from workers.fleet import Fleet
 
 __all__ = ["STATUS_OF_KIND", "Console", "note_error", "status_of"]

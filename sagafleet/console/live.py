@@ -1,9 +1,11 @@
 """Live updates: one LISTEN connection per process, fanned out to the pages' event streams.
 
-The store's appends ``pg_notify('eventstore_events')`` (:mod:`events.appending`). A page must
+The store's appends ``pg_notify('eventstore_events')`` (:mod:`events.eventstore.appending`). A page
+must
 not refresh on the append itself: the read models it shows move only when the projector has
 applied the event. So the hub's thread, woken by a notification
-(:class:`events.subscription.Notifications`, a dedicated connection), watches the read models'
+(:class:`events.eventstore.subscription.Notifications`, a dedicated connection), watches the read
+models'
 progress (the stored subscription checkpoints, one small query) for a short while and
 announces ``moved`` to every subscriber each time that progress changes (at most twice a
 second: each announcement makes every open page fetch its fragment). A quiet log still
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from events import EventStore
-from events.subscription import Notifications
+from events.eventstore.subscription import Notifications
 from saga_core.errors import ErrorKind, SagaError
 
 __all__ = ["HEARTBEAT_S", "MAX_SUBSCRIBERS", "LiveHub", "LiveLimits", "StreamOwner",

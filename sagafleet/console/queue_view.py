@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from events.definitions import DefinitionNotFound
+from events.definition_store.port import DefinitionNotFound
 from projections import ProjectionContext, QueueRow, StepRunRow, SummaryRow, operator_queue
 from projections.store import read_rows
 from projections.tables import active_version
+from saga_core.approval.totals import running_totals_text
 from saga_core.contracts import StepKind
-from saga_core.definition import SagaDefinition
-from saga_core.resolution import ACTION_EFFECTS, OPERATOR_ACTIONS
-from saga_core.state import FORWARD_DONE, RunStatus
-from saga_core.totals import running_totals_text
+from saga_core.definitions.definition import SagaDefinition
+from saga_core.engine.resolution import ACTION_EFFECTS, OPERATOR_ACTIONS
+from saga_core.engine.state import FORWARD_DONE, RunStatus
 
 __all__ = ["GateView", "QueueItem", "ResolveChoice", "queue_item", "queue_items"]
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from application.principals.directory import PrincipalDirectory, PrincipalNotFound
 from events import Position
 from events.errors import InvalidArgument
 from projections import (
@@ -27,8 +28,7 @@ from projections import (
     saga_alerts,
 )
 from projections.rows import QueueRow, SagaRows, StepRunRow, SummaryRow
-from saga_core.definition import SagaDefinition
-from workers.principals import PrincipalDirectory, PrincipalNotFound
+from saga_core.definitions.definition import SagaDefinition
 
 APPROVAL_EVENTS = {"ApprovalRequested": "requested", "ApprovalGranted": "granted",
                    "ApprovalDenied": "denied"}

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from projections import BudgetStanding, TimelineEntry
 from projections.rows import QueueRow, StepRunRow
 from saga_core.contracts import SagaStatus
-from saga_core.state import error_recovered
+from saga_core.engine.state import error_recovered
 from sagafleet.console.markup import Markup, html, join, pretty_json, url_part
 from sagafleet.console.saga_detail import ApprovalLine, SagaDetail
 from sagafleet.console.sagas_list import last_error

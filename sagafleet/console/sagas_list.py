@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
+from application.client import saga_id_for_key
 from events.errors import InvalidArgument
 from projections import BrowsePage, SagaCursor, SagaFilter
 from projections.rows import SummaryRow
@@ -22,7 +23,6 @@ from saga_core.contracts import SagaStatus
 from saga_core.limits import KEY_CHARS, NAME_CHARS
 from sagafleet.console.markup import Markup, html, join, url_part
 from sagafleet.console.step_graph import state_class
-from workers.client import saga_id_for_key
 
 DEFAULT_ROWS, MAX_ROWS = 50, 200
 MAX_SUGGESTED = 200

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from events.definitions import DefinitionStore
-from events.read_only import ReadOnlyEventStore
+from events.definition_store.postgres import DefinitionStore
+from events.eventstore.read_only import ReadOnlyEventStore
 from projections import ProjectionContext, Projector
 from projections.alerts import AlertThresholds
 from projections.prometheus import DEFAULT_WINDOW_S

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Final
 
+from application.orchestrator import Clock, utc_now
+from application.principals.directory import PrincipalDirectory, PrincipalNotFound
 from events import EventStore
-from saga_core.authority import Principal
-from workers.orchestrator import Clock, utc_now
-from workers.principals import PrincipalDirectory, PrincipalNotFound
+from saga_core.access.roles import Principal
 
 __all__ = ["OpenedSession", "SessionPolicy", "SessionStore", "Viewer", "csrf_token_for"]
 

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from saga_core.authority import Unauthenticated
+from saga_core.access.roles import Unauthenticated
 from sagafleet.console.core import Console
 from sagafleet.console.gate import FORM_BYTES, SESSION_COOKIE, SIGNIN_COOKIE
 from sagafleet.console.layout import sign_in_frame

@@ -16,8 +16,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from saga_core.definition import SagaDefinition
-from saga_core.state import RunStatus
+from saga_core.definitions.definition import SagaDefinition
+from saga_core.engine.state import RunStatus
 from sagafleet.console.markup import Markup, html, join
 
 NODE_W, NODE_H, COMP_H = 190, 56, 36

@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final
 
+from application.orchestrator import Clock, utc_now
 from events import EventStore
-from events._pg import translated_errors
-from workers.orchestrator import Clock, utc_now
+from events.eventstore.driver import translated_errors
 
 __all__ = ["PREFIX_CHARS", "WAITING_PER_KEY", "SignInFailures", "SignInThrottle",
            "ThrottleKeys", "ThrottlePolicy", "ThrottleVerdict", "throttle_keys"]

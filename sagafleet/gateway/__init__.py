@@ -6,6 +6,7 @@ token)`` for stdio, ``RequestBearer()`` behind :class:`BearerAuth` for HTTP — 
 ``gateway_functions(...)`` with a :class:`FunctionRouter` called as a principal.
 """
 
+from application.client import PLAN_NAME_PREFIX as PLAN_PREFIX  # its public name here
 from sagafleet.gateway.binding import (
     Caller,
     NoCaller,
@@ -24,7 +25,6 @@ from sagafleet.gateway.function_schemas import (
 from sagafleet.gateway.http_auth import BearerAuth
 from sagafleet.gateway.mcp_server import build_mcp_server
 from sagafleet.gateway.service import GatewayService
-from workers.client import PLAN_NAME_PREFIX as PLAN_PREFIX  # its public name here
 
 __all__ = [
     "PLAN_PREFIX",

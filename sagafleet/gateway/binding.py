@@ -1,6 +1,6 @@
 """Who a tool call acts as: the principal proven by a token, never a name the caller types.
 
-Tenant and actor of every call come from a :class:`~saga_core.authority.Principal` that the
+Tenant and actor of every call come from a :class:`~saga_core.access.roles.Principal` that the
 fleet's principal directory proved from an API token:
 
 * over stdio the server runs as the principal of the token it was started with
@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, Final, Protocol
 
-from saga_core.authority import Principal, Unauthenticated
+from saga_core.access.roles import Principal, Unauthenticated
 from sagafleet.security_log import PRINCIPAL_SCOPE_KEY
 
 Authenticate = Callable[[str], Principal]

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from saga_core.contracts import Semantics
-from saga_core.definition import ApprovalPolicy, SagaDefinition, StepDefinition
-from saga_core.templates import references
+from saga_core.definitions.definition import ApprovalPolicy, SagaDefinition, StepDefinition
+from saga_core.definitions.templates import references
 
 _UNDO: dict[Semantics, str] = {
     Semantics.READ_ONLY: "nothing to undo (no effect)",

@@ -17,11 +17,11 @@ from typing import Any, Literal
 
 from mcp.types import Tool as McpTool
 
-from saga_core.authority import Principal
-from saga_core.definition import SagaDefinition
+from saga_core.access.roles import Principal
+from saga_core.agents.lineage import lineage_json_schema
+from saga_core.definitions.definition import SagaDefinition
 from saga_core.errors import Problem, SagaError
 from saga_core.limits import KEY_CHARS
-from saga_core.lineage import lineage_json_schema
 from sagafleet.gateway.binding import choosing_arguments
 from sagafleet.gateway.errors import ArgumentsRejected, BindingRefused, tool_error
 from sagafleet.gateway.service import GatewayService

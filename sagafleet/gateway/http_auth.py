@@ -33,7 +33,7 @@ import anyio.to_thread
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 
-from saga_core.authority import Principal, Unauthenticated
+from saga_core.access.roles import Principal, Unauthenticated
 from saga_core.errors import ErrorKind, SagaError
 from sagafleet.gateway.binding import TokenCache, bearer_token, choosing_headers
 from sagafleet.gateway.errors import BindingRefused, tool_error

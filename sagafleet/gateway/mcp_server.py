@@ -27,10 +27,10 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError
 
-from saga_core.authority import Principal
+from saga_core.access.roles import Principal
+from saga_core.agents.lineage import lineage_json_schema
+from saga_core.agents.plans import PlannedAction
 from saga_core.errors import SagaError
-from saga_core.lineage import lineage_json_schema
-from saga_core.plans import PlannedAction
 from sagafleet.gateway.binding import Caller, choosing_arguments
 from sagafleet.gateway.errors import ArgumentsRejected, BindingRefused, problems_of, tool_error
 from sagafleet.gateway.service import GatewayService

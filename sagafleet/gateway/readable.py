@@ -3,7 +3,7 @@
 Secret inputs (``InputField.secret``) and secret tool arguments never appear in clear: the
 input is redacted by field, and every other string is scrubbed of the values the log or the
 definition holds in clear (older sagas); the service then looks for the vault's values of
-every saga an answer names (``GatewayService``, ``workers.secret_guard``), so a receipt or
+every saga an answer names (``GatewayService``, ``application.secrets.guard``), so a receipt or
 an error message that echoes one cannot leak it either.
 """
 
@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from application.secrets.guard import in_clear
+from application.views import SagaView
 from events import verify_chain
-from events.sagas import LoadedSaga, SagaHistory, saga_stream
-from saga_core.events import SagaStarted
+from events.saga_log.port import LoadedSaga, SagaHistory
+from events.saga_log.streams import saga_stream
+from saga_core.engine.events import SagaStarted
 from saga_core.secret_scrub import SCRUBBED, SecretNeedles, scrub_document
-from workers.secret_guard import in_clear
-from workers.views import SagaView
 
 REDACTED = SCRUBBED
 _EMPTY: tuple[Any, ...] = (None, "", False, [], {})

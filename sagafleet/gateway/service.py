@@ -1,11 +1,11 @@
 """The agent gateway's operations, independent of transport: each call acts as a principal.
 
-Every method takes the :class:`~saga_core.authority.Principal` the call acts as (proven by a
+Every method takes the :class:`~saga_core.access.roles.Principal` the call acts as (proven by a
 token at the MCP server; an in-process agent for a trusted program's function router): its
 tenant scopes what the call sees, its name is the actor the log records, and its roles must
-allow the operation (:func:`~saga_core.authority.check_permitted`: starting, proposing a
+allow the operation (:func:`~saga_core.access.roles.check_permitted`: starting, proposing a
 plan and depositing a secret are ``start``; cancelling is ``cancel``; the rest ``read``), or
-the call is :class:`~saga_core.authority.NotPermitted` before anything is done.
+the call is :class:`~saga_core.access.roles.NotPermitted` before anything is done.
 
 The MCP server and the function-calling router both call these methods; they return
 JSON-ready dicts or raise typed :class:`~saga_core.errors.SagaError` subclasses, which the
@@ -14,7 +14,7 @@ come from people through the operator commands.
 
 Every answer about a saga is looked through for the secret values of each saga it names,
 and of the secret fields the call itself gave, before it is returned (the last line of
-defence by value, ``workers.secret_guard``: counted at the place ``answer``).
+defence by value, ``application.secrets.guard``: counted at the place ``answer``).
 """
 
 from __future__ import annotations
@@ -25,27 +25,27 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from saga_core.authority import Action, Principal, check_permitted
-from saga_core.definition import SagaDefinition
-from saga_core.errors import PlanRejected, Problem
-from saga_core.limits import AGENT_REASON_CHARS, KEY_CHARS
-from saga_core.lineage import FIELDS as LINEAGE_FIELDS
-from saga_core.lineage import lineage_problem
-from saga_core.plans import AgentPlan, check_plan_document
-from saga_core.secret_scrub import NO_NEEDLES, SecretNeedles
-from sagafleet.gateway.describe import describe_definition, outlook, step_semantics
-from sagafleet.gateway.errors import ArgumentsRejected, problems_of
-from sagafleet.gateway.readable import audit_timeline, compact_status
-from workers.client import (
+from application.client import (
     DEFAULT_SECRET_TTL,
     MAX_SECRET_TTL,
     MIN_SECRET_TTL,
     PLAN_NAME_PREFIX,
     SagaClient,
 )
+from application.secrets.guard import SecretGuard
+from application.secrets.inputs import split_secrets
+from saga_core.access.roles import Action, Principal, check_permitted
+from saga_core.agents.lineage import FIELDS as LINEAGE_FIELDS
+from saga_core.agents.lineage import lineage_problem
+from saga_core.agents.plans import AgentPlan, check_plan_document
+from saga_core.definitions.definition import SagaDefinition
+from saga_core.errors import PlanRejected, Problem
+from saga_core.limits import AGENT_REASON_CHARS, KEY_CHARS
+from saga_core.secret_scrub import NO_NEEDLES, SecretNeedles
+from sagafleet.gateway.describe import describe_definition, outlook, step_semantics
+from sagafleet.gateway.errors import ArgumentsRejected, problems_of
+from sagafleet.gateway.readable import audit_timeline, compact_status
 from workers.fleet import Fleet
-from workers.secret_guard import SecretGuard
-from workers.secrets import split_secrets
 
 # Definitions registered from agent plans; kept out of list_sagas (they are per request,
 # and one tenant's plan is no business of another tenant).
@@ -101,7 +101,7 @@ class GatewayService:
         lineage: dict[str, Any] | None = None, dry_run: bool = False,
     ) -> dict[str, Any]:
         """Validate the input and start the saga; the same key returns the same saga.
-        ``lineage``: who and what asks (saga_core.lineage), recorded on the saga. With
+        ``lineage``: who and what asks (saga_core.agents.lineage), recorded on the saga. With
         ``dry_run``: what the start would do (graph, resolved arguments, operation keys,
         gates, compensations, budget), nothing written and no tool called."""
         client = self._client(who, Action.START, "a saga")

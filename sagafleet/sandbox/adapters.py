@@ -19,8 +19,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import ErrorClass, Receipt
+from saga_core.definitions.catalogue import ToolCatalogue
 from saga_core.errors import SagaError
 from saga_core.examples import trip_tool_catalogue
 from sagafleet.sandbox._db import ConnectionSource

@@ -12,6 +12,7 @@
 The README's section "Testing your sagas" documents the whole kit.
 """
 
+from application.principals.memory import MemoryPrincipals
 from sagafleet.testing.clock import TestClock
 from sagafleet.testing.fleet import FleetMisconfigured, NeverIdle, TestFleet
 from sagafleet.testing.payout import PayoutBooks, PayoutTools
@@ -25,7 +26,6 @@ from sagafleet.testing.tools import (
     WorkerCrashed,
 )
 from sagafleet.testing.trip import TripLedger, TripTools
-from workers.principals_memory import MemoryPrincipals
 
 __all__ = [
     "CommittedEffect",

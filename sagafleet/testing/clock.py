@@ -23,7 +23,8 @@ class TestClock:
         return self._now
 
     def __call__(self) -> datetime:
-        # The fleet's roles take a clock as a zero-argument callable (workers.orchestrator.Clock).
+        # The fleet's roles take a clock as a zero-argument callable
+        # (application.orchestrator.Clock).
         return self._now
 
     def advance(self, seconds: float) -> datetime:

@@ -4,7 +4,7 @@ What runs is the production code — ``saga_core`` decides, the ``Orchestrator``
 the ``StepExecutor`` claims and calls tools, the ``SagaClient`` starts and approves —
 over in-memory ports instead of PostgreSQL and Redis:
 
-* the log, definitions and secrets: the in-memory implementations of ``events.saga_log``;
+* the log, definitions and secrets: the in-memory implementations of ``events.saga_log.port``;
 * the broker: a :class:`RecordingPublisher`, a FIFO the fleet drains in order;
 * time: a :class:`TestClock` that moves only when the test says so;
 * the tools: whatever tool set is given (by default the trip tools in memory).
@@ -23,30 +23,34 @@ from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from events.memory import MemoryDefinitions, MemoryGateWindows, MemorySagaLog, MemorySecrets
-from events.model import Position, RecordedEvent
-from events.sagas import LoadedSaga, saga_id_of, saga_stream
+from application.client import SagaClient
+from application.gate_windows.memory import MemoryGateWindows
+from application.messages import StepCommand
+from application.orchestrator import Orchestrator
+from application.principals.memory import MemoryPrincipals
+from application.secrets.guard import SecretGuard
+from application.secrets.memory import MemorySecrets
+from application.telemetry.metrics import WorkerMetrics
+from events.definition_store.memory import MemoryDefinitions
+from events.eventstore.model import Position, RecordedEvent
+from events.saga_log.memory import MemorySagaLog
+from events.saga_log.port import LoadedSaga
+from events.saga_log.streams import saga_id_of, saga_stream
 from saga_core import SagaDefinition
-from saga_core.authority import Principal, PrincipalKind
-from saga_core.checks import compensation_deadline
+from saga_core.access.roles import Principal, PrincipalKind
+from saga_core.definitions.validation import validate_definition
+from saga_core.engine.condition_rules import compensation_deadline
+from saga_core.engine.events import SagaEvent
+from saga_core.engine.state import RunStatus, SagaState
+from saga_core.engine.stops import deadline, limits_apply
 from saga_core.errors import ErrorKind, SagaError
-from saga_core.events import SagaEvent
 from saga_core.examples import trip_definition
-from saga_core.state import RunStatus, SagaState
-from saga_core.stops import deadline, limits_apply
-from saga_core.validation import validate_definition
 from sagafleet.testing.clock import TestClock
 from sagafleet.testing.publisher import RecordingPublisher
 from sagafleet.testing.tools import InMemoryTools, WorkerCrashed
 from sagafleet.testing.trip import TripTools
 from workers.branches import SagaBranches
-from workers.client import SagaClient
 from workers.executor import StepExecutor
-from workers.messages import StepCommand
-from workers.metrics import WorkerMetrics
-from workers.orchestrator import Orchestrator
-from workers.principals_memory import MemoryPrincipals
-from workers.secret_guard import SecretGuard
 from workers.sweeper import sweep_saga
 from workers.tools import ToolSet
 
@@ -263,7 +267,7 @@ class TestFleet:
         return self.log.store.events_of_trace(tenant, trace_id)
 
     def state(self, saga_id: str) -> SagaState:
-        """The saga's folded state (``saga_core.state.SagaState``)."""
+        """The saga's folded state (``saga_core.engine.state.SagaState``)."""
         return self.log.load(saga_id).state
 
 

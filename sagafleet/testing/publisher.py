@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from workers.messages import StepCommand
+from application.messages import StepCommand
 
 
 class RecordingPublisher:

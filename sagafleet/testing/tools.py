@@ -29,8 +29,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import ErrorClass, Receipt
+from saga_core.definitions.catalogue import ToolCatalogue
 from saga_core.errors import SagaError
 from sagafleet.testing.clock import TestClock
 from workers.tools import Absent, LookupResult, ToolError, ToolRegistry, ToolSet, Unknown

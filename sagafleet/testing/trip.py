@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from saga_core.catalogue import ToolCatalogue
 from saga_core.contracts import ErrorClass, Receipt
+from saga_core.definitions.catalogue import ToolCatalogue
 from saga_core.examples import trip_tool_catalogue
 from saga_core.examples.ledger import TripLedger
 from sagafleet.testing.clock import TestClock

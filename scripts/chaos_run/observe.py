@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
-from events.sagas import STREAM_PREFIX
+from events.saga_log.streams import STREAM_PREFIX
 from saga_core.contracts import SagaStatus
 
 

@@ -34,7 +34,7 @@ from chaos_run.agent import AGENT_ACTOR, AGENT_TENANT, AgentPlan, AgentSender, C
 from chaos_run.broker import BrokerSnapshot, snapshot
 from chaos_run.faults import LEASE_S, FleetProcesses, Injector, fault_schedule
 from chaos_run.verdicts import acted_commands, judge_commands, judge_sagas
-from saga_core.authority import ADMIN_ROLE, AGENT_ROLE, APPROVER_ROLE, Principal, PrincipalKind
+from saga_core.access.roles import ADMIN_ROLE, AGENT_ROLE, APPROVER_ROLE, Principal, PrincipalKind
 from saga_core.errors import SagaError
 from sagafleet import embedded, sandbox
 from sagafleet.agent import CommandSigner

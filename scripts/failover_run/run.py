@@ -45,7 +45,7 @@ from psycopg import sql
 
 from failover_run.servers import SENTINEL_MASTER, Servers
 from failover_run.witness import Witness
-from saga_core.authority import ADMIN_ROLE, AGENT_ROLE, APPROVER_ROLE, PrincipalKind
+from saga_core.access.roles import ADMIN_ROLE, AGENT_ROLE, APPROVER_ROLE, PrincipalKind
 from sagafleet import sandbox
 from sagafleet.demo import (
     APPROVER,

@@ -13,12 +13,16 @@ from importlib.resources import files
 import pytest
 from contract_support import Ports
 
+from application.gate_windows.memory import MemoryGateWindows
+from application.gate_windows.postgres import PostgresGateWindows
+from application.secrets.memory import MemorySecrets
+from application.secrets.postgres import SecretVault
 from events import EventStore, apply_migrations
-from events.definitions import DefinitionStore
-from events.memory import MemoryDefinitions, MemoryGateWindows, MemorySagaLog, MemorySecrets
-from events.sagas import PostgresSagaLog, saga_registry
-from workers.gate_windows import PostgresGateWindows
-from workers.secrets import SecretVault
+from events.definition_store.memory import MemoryDefinitions
+from events.definition_store.postgres import DefinitionStore
+from events.saga_log.memory import MemorySagaLog
+from events.saga_log.postgres import PostgresSagaLog
+from events.saga_log.streams import saga_registry
 
 
 def _memory() -> Iterator[Ports]:

@@ -6,11 +6,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from events.model import NO_STREAM, AppendResult
-from events.saga_log import Definitions, GateWindows, SagaLog, Secrets
+from application.gate_windows.port import GateWindows
+from application.secrets.port import Secrets
+from events.definition_store.port import Definitions
+from events.eventstore.model import NO_STREAM, AppendResult
+from events.saga_log.port import SagaLog
 from saga_core import SagaDefinition
 from saga_core.contracts import SagaStatus
-from saga_core.events import CancelRequested, SagaFinished, SagaStarted
+from saga_core.engine.events import CancelRequested, SagaFinished, SagaStarted
 from saga_core.examples import trip_definition
 
 

@@ -11,7 +11,11 @@ import pytest
 from contract_support import Ports, started, variant
 
 from events import NO_STREAM, InvalidArgument
-from events.definitions import DefinitionConflict, DefinitionNotFound, SharedDefinitionName
+from events.definition_store.port import (
+    DefinitionConflict,
+    DefinitionNotFound,
+    SharedDefinitionName,
+)
 from saga_core.examples import trip_definition
 
 

@@ -9,7 +9,7 @@ import pytest
 from contract_support import T0, Ports, finished, note, registered, started
 
 from events import NO_STREAM, ConcurrencyError
-from events.saga_log import DueSaga
+from events.saga_log.port import DueSaga
 
 LATER = T0 + timedelta(hours=1)
 

@@ -11,7 +11,7 @@ from decimal import Decimal
 import pytest
 from contract_support import T0, Ports
 
-from saga_core.totals import WindowCall, WindowTotal
+from saga_core.approval.totals import WindowCall, WindowTotal
 
 HOUR = timedelta(hours=1)
 WINDOW = "payments.capture:amount"

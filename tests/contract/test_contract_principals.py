@@ -14,17 +14,17 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from events import EventStore, apply_migrations
-from saga_core.authority import Principal, PrincipalKind, Unauthenticated
-from workers.principals import (
+from application.principals.directory import (
     BAD_TOKEN,
     InvalidPrincipal,
     PrincipalConflict,
     PrincipalDirectory,
     PrincipalNotFound,
 )
-from workers.principals_memory import MemoryPrincipals
-from workers.principals_pg import PostgresPrincipals
+from application.principals.memory import MemoryPrincipals
+from application.principals.postgres import PostgresPrincipals
+from events import EventStore, apply_migrations
+from saga_core.access.roles import Principal, PrincipalKind, Unauthenticated
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

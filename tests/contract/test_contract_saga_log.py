@@ -6,11 +6,11 @@ import pytest
 from contract_support import Ports, finished, note, registered, start, started
 
 from events import ANY, NO_STREAM, ConcurrencyError, InvalidArgument, InvalidEvent, NewEvent
-from events.chain import verify_chain
-from events.hashing import recorded_event_hash
-from events.sagas import CorruptSagaStream, SagaNotFound, saga_stream
+from events.eventstore.hashing import recorded_event_hash
+from events.integrity.chain import verify_chain
+from events.saga_log.streams import CorruptSagaStream, SagaNotFound, saga_stream
 from saga_core.contracts import SagaStatus
-from saga_core.events import SagaFinished, SagaStarted
+from saga_core.engine.events import SagaFinished, SagaStarted
 
 
 def test_a_saga_that_was_never_started_is_not_found(ports: Ports) -> None:

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from contract_support import T0, Ports, registered, started
 
+from application.secrets.placeholders import SecretRefRejected
 from events import NO_STREAM
-from events.secret_inputs import SecretRefRejected
 
 CARD = {"number": "4111 1111 1111 1111", "cvc": "123"}
 LATER = T0 + timedelta(minutes=15)

@@ -16,9 +16,9 @@ import pytest
 from contract_support import Ports, note, start
 from psycopg.types.json import Jsonb
 
-from events.sagas import SagaNotFound, saga_stream
-from events.snapshots import StoredSnapshot
-from saga_core.snapshots import DEFAULT_SNAPSHOT_EVERY, SCHEMA, encode_state
+from events.saga_log.snapshots import StoredSnapshot
+from events.saga_log.streams import SagaNotFound, saga_stream
+from saga_core.engine.state_codec import DEFAULT_SNAPSHOT_EVERY, SCHEMA, encode_state
 
 MANY = DEFAULT_SNAPSHOT_EVERY + 8  # more events than a load folds before it writes a snapshot
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from contract_support import Ports, note, registered, start, started, variant
 
+from application.secrets.placeholders import SecretUnavailable, placeholder
 from events import NO_STREAM, ConcurrencyError, InvalidArgument
-from events.definitions import DefinitionConflict, DefinitionNotFound
-from events.sagas import SagaNotFound
-from events.secret_inputs import SecretUnavailable, placeholder
+from events.definition_store.port import DefinitionConflict, DefinitionNotFound
+from events.saga_log.streams import SagaNotFound
 from saga_core.examples import trip_definition
 
 CARD = {"number": "4111 1111 1111 1111", "cvc": "123"}

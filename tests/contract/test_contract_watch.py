@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from contract_support import Ports, finished, note, registered, start, started
 
-from events.model import NO_STREAM
+from events.eventstore.model import NO_STREAM
 
 # Generous: the wait returns as soon as the wake-up arrives; this only bounds a failure.
 WAKE_DEADLINE_S = 30.0

@@ -27,19 +27,19 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from events.sagas import LoadedSaga
+from application.messages import StepCommand
+from application.orchestrator import Clock, utc_now
+from events.saga_log.port import LoadedSaga
 from saga_core import due_work
 from saga_core.contracts import SagaStatus, StepKind
-from saga_core.events import SagaEvent, StepStarted
-from saga_core.state import RunStatus
+from saga_core.engine.events import SagaEvent, StepStarted
+from saga_core.engine.state import RunStatus
 from sagafleet import sandbox
 from sagafleet.migrate import migrate_all
 from sagafleet.processes import spawn_sagafleet, stop_processes
 from sagafleet.sandbox import ConnectionSource, FaultInjector, TripSandbox
 from workers.celery_app import broker_redis
 from workers.fleet import Fleet, FleetConfig
-from workers.messages import StepCommand
-from workers.orchestrator import Clock, utc_now
 from workers.sweeper import Sweeper
 
 LEASE_S = 2.0

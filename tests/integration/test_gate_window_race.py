@@ -11,23 +11,24 @@ from importlib.resources import files
 
 import pytest
 
+from application.client import SagaClient
+from application.gate_windows.postgres import PostgresGateWindows
+from application.messages import StepCommand
+from application.orchestrator import Orchestrator
+from application.secrets.postgres import SecretVault
 from events import EventStore, apply_migrations
-from events.definitions import DefinitionStore
-from events.sagas import PostgresSagaLog, saga_registry
+from events.definition_store.postgres import DefinitionStore
+from events.saga_log.postgres import PostgresSagaLog
+from events.saga_log.streams import saga_registry
 from saga_core import AgentPlan, PlannedAction
-from saga_core.authority import Principal
-from saga_core.catalogue import ToolCatalogue
-from saga_core.events import ApprovalRequested, StepStarted
+from saga_core.access.roles import Principal
+from saga_core.approval.totals import TENANT_WINDOW_SCOPE
+from saga_core.definitions.catalogue import ToolCatalogue
+from saga_core.engine.events import ApprovalRequested, StepStarted
 from saga_core.examples import trip_tool_catalogue
-from saga_core.totals import TENANT_WINDOW_SCOPE
 from sagafleet.testing.publisher import RecordingPublisher
 from sagafleet.testing.trip import TripTools
-from workers.client import SagaClient
 from workers.executor import StepExecutor, StepOutcome
-from workers.gate_windows import PostgresGateWindows
-from workers.messages import StepCommand
-from workers.orchestrator import Orchestrator
-from workers.secrets import SecretVault
 
 pytestmark = pytest.mark.integration
 

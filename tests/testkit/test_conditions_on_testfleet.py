@@ -4,7 +4,7 @@ kit: the payout example on the real orchestration code, in memory, on a test clo
 from __future__ import annotations
 
 from saga_core.contracts import SagaStatus, StepKind
-from saga_core.events import (
+from saga_core.engine.events import (
     DeadlineMissed,
     ManualInterventionRequired,
     PostconditionNotObserved,
@@ -13,8 +13,8 @@ from saga_core.events import (
     SagaEvent,
     StepSucceeded,
 )
+from saga_core.engine.state import RunStatus
 from saga_core.examples import payout_definition
-from saga_core.state import RunStatus
 from sagafleet.testing import Fault, PayoutTools, TestFleet
 
 F, C = StepKind.FORWARD, StepKind.COMPENSATION

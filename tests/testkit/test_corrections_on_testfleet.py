@@ -12,10 +12,10 @@ import pytest
 
 from saga_core import SagaDefinition, ToolCatalogue
 from saga_core.contracts import Receipt, SagaStatus, StepKind
+from saga_core.engine.events import ManualInterventionRequired, OperatorAction, StepStarted
+from saga_core.engine.resolution import resolution_options
 from saga_core.errors import OperatorActionRejected
-from saga_core.events import ManualInterventionRequired, OperatorAction, StepStarted
 from saga_core.keys import operation_key
-from saga_core.resolution import resolution_options
 from sagafleet.testing import InMemoryTools, TestFleet
 
 F, C = StepKind.FORWARD, StepKind.COMPENSATION

@@ -10,8 +10,8 @@ import pytest
 from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import StepKind
+from saga_core.engine.events import StepStarted
 from saga_core.errors import InputValidationError
-from saga_core.events import StepStarted
 from sagafleet.testing import TestFleet, TripTools
 
 BIG_TRIP = {**TRIP_INPUT, "amount": 250_000}  # above 1000.00: the capture needs approval

@@ -25,7 +25,7 @@ from failure_matrix_spec import (
 from kit_harness import TRIP_TOOLS
 from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
-from saga_core.events import SagaEvent
+from saga_core.engine.events import SagaEvent
 from sagafleet.testing import TestFleet, TripLedger, TripTools
 
 

@@ -14,7 +14,7 @@ from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
 from saga_core import AgentPlan, PlannedAction, SagaDefinition, ToolCatalogue
 from saga_core.contracts import ErrorClass, Receipt, SagaStatus, StepKind
-from saga_core.events import (
+from saga_core.engine.events import (
     ApprovalRequested,
     ManualInterventionRequired,
     ReconciliationResult,

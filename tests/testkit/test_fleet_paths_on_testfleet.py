@@ -6,19 +6,19 @@ from __future__ import annotations
 import pytest
 from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
-from events.sagas import SagaNotFound
+from application.client import IdempotencyConflict, InvalidRequest, SagaClient
+from application.messages import StepCommand
+from events.saga_log.streams import SagaNotFound
 from saga_core.contracts import SagaStatus, StepKind
-from saga_core.errors import ApprovalAltered, ApprovalExpired, ApprovalReplayed, NothingToResolve
-from saga_core.events import (
+from saga_core.engine.events import (
     ApprovalGranted,
     ApprovalRequested,
     CancelRequested,
     StepStarted,
     StepSucceeded,
 )
+from saga_core.errors import ApprovalAltered, ApprovalExpired, ApprovalReplayed, NothingToResolve
 from sagafleet.testing import TestFleet, TripTools
-from workers.client import IdempotencyConflict, InvalidRequest, SagaClient
-from workers.messages import StepCommand
 
 EXPENSIVE = {**TRIP_INPUT, "amount": 250_000}  # the capture waits for a human
 

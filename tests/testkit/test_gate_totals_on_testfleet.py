@@ -8,11 +8,11 @@ from datetime import timedelta
 from typing import Any
 
 from saga_core import AgentPlan, PlannedAction, action_step_id
-from saga_core.catalogue import ToolCatalogue
+from saga_core.approval.totals import TENANT_WINDOW_SCOPE
 from saga_core.contracts import SagaStatus, StepKind
-from saga_core.events import ApprovalRequested, StepStarted
+from saga_core.definitions.catalogue import ToolCatalogue
+from saga_core.engine.events import ApprovalRequested, StepStarted
 from saga_core.examples import trip_tool_catalogue
-from saga_core.totals import TENANT_WINDOW_SCOPE
 from sagafleet.testing import TestFleet
 from sagafleet.testing.tools import Fault
 from sagafleet.testing.trip import TripTools

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from trip_inputs import TRIP_INPUT
 
+from application.messages import StepCommand
 from saga_core import OperatorActionRejected, SagaDefinition, ToolCatalogue
 from saga_core.contracts import Receipt, SagaStatus, StepKind
-from saga_core.events import ManualInterventionRequired, StepStarted, StepSucceeded
-from saga_core.state import RunStatus
+from saga_core.engine.events import ManualInterventionRequired, StepStarted, StepSucceeded
+from saga_core.engine.state import RunStatus
 from sagafleet.testing import Fault, InMemoryTools, TestFleet, TripTools
-from workers.messages import StepCommand
 
 F = StepKind.FORWARD
 

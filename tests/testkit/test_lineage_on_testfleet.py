@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from trip_inputs import TRIP_INPUT
 
-from events.memory import MemorySagaLog
-from events.sagas import saga_stream
-from saga_core.events import SagaStarted
-from saga_core.lineage import InvalidLineage, Lineage
+from events.saga_log.memory import MemorySagaLog
+from events.saga_log.streams import saga_stream
+from saga_core.agents.lineage import InvalidLineage, Lineage
+from saga_core.engine.events import SagaStarted
 from sagafleet.testing import TestFleet
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

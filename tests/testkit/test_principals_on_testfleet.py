@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from trip_inputs import TRIP_INPUT
 
-from saga_core.authority import NotPermitted, PrincipalKind, Unauthenticated
+from saga_core.access.roles import NotPermitted, PrincipalKind, Unauthenticated
 from saga_core.contracts import SagaStatus
-from saga_core.events import ApprovalGranted
+from saga_core.engine.events import ApprovalGranted
 from saga_core.examples import trip_definition
 from sagafleet.testing import TestFleet
 

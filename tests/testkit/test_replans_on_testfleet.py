@@ -11,7 +11,7 @@ import pytest
 
 from saga_core import AgentPlan, PlannedAction, RevisionRefused, action_step_id
 from saga_core.contracts import Receipt, SagaStatus, StepKind
-from saga_core.events import PlanRevised, StepStarted
+from saga_core.engine.events import PlanRevised, StepStarted
 from sagafleet.testing import TestFleet
 
 FLIGHT = PlannedAction(tool="flights.hold",

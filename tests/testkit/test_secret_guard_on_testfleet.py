@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from trip_inputs import TRIP_INPUT
 
+from application.telemetry.logs import StepContextFilter
 from saga_core import AgentPlan, PlannedAction
 from saga_core.contracts import ErrorClass, Receipt, SagaStatus
-from saga_core.events import CancelRequested, PlanRevised, SagaStarted
+from saga_core.engine.events import CancelRequested, PlanRevised, SagaStarted
 from saga_core.examples import trip_definition, trip_tool_catalogue
 from saga_core.secret_scrub import SCRUBBED
 from sagafleet.testing import TestFleet
 from sagafleet.testing.tools import Fault, InMemoryTools
-from workers.logs import StepContextFilter
 from workers.tools import ToolError
 
 CANARY = "tok_CANARY_b41d9e07_testkit"

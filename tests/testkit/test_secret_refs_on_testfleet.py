@@ -9,12 +9,13 @@ from datetime import timedelta
 import pytest
 from trip_inputs import TRIP_INPUT
 
+from application.client import IdempotencyConflict, InvalidRequest
+from application.secrets.inputs import RawSecretRefused
+from application.secrets.placeholders import SecretRefRejected
 from saga_core.contracts import SagaStatus
+from saga_core.engine.events import SagaStarted
 from saga_core.errors import ErrorKind, InputValidationError
-from saga_core.events import SagaStarted
 from sagafleet.testing import TestFleet
-from workers.client import IdempotencyConflict, InvalidRequest
-from workers.secrets import RawSecretRefused, SecretRefRejected
 
 TOKEN = "tok_visa_by_ref_7731"
 

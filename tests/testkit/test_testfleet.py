@@ -11,7 +11,7 @@ from trip_inputs import TRIP_INPUT
 
 from saga_core import SagaDefinition, ToolCatalogue
 from saga_core.contracts import Receipt, SagaStatus
-from saga_core.events import ApprovalRequested, BudgetExceeded, SagaStarted, StepSucceeded
+from saga_core.engine.events import ApprovalRequested, BudgetExceeded, SagaStarted, StepSucceeded
 from saga_core.examples import trip_definition
 from sagafleet.testing import (
     FleetMisconfigured,

@@ -1,7 +1,7 @@
 """``/dead-letters``: agent commands that could never succeed — list, show, requeue, discard.
 
 Each letter belongs to the tenant its message proved when it was kept
-(``workers.letter_tenants``), and answers only to it (``workers.dead_letters`` filters every
+(``workers.dead_letters.tenants``), and answers only to it (``workers.dead_letters`` filters every
 read and action by the signed-in principal): a principal whose roles allow dead letters
 (``operator``) lists, opens and resolves its own tenant's letters; another tenant's letter is
 "not found" (404), as one that never existed. A letter no tenant is proven to own (unsigned,
@@ -9,7 +9,7 @@ forged, malformed) shows only to the ``fleet_operator`` role. Everyone else is t
 of its tenant's letters are open and which role would show them — never their content.
 
 Requeue and discard are forms (CSRF-checked by the gate), each asking for a reason, done as
-the signed-in principal through :class:`~workers.dead_letters.DeadLetters` (which checks the
+the signed-in principal through :class:`~workers.dead_letters.store.DeadLetters` (which checks the
 permission again and resolves a letter once: a second click says it was already done).
 """
 
@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from saga_core.authority import Action, check_permitted
+from saga_core.access.roles import Action, check_permitted
 from saga_core.errors import ErrorKind, SagaError
 from sagafleet.console.core import Console
 from sagafleet.console.gate import form_of, viewer_of
@@ -30,7 +30,7 @@ from sagafleet.console.layout import NavLink
 from sagafleet.console.markup import Markup, csrf_field, html, join, pretty_json
 from sagafleet.console.pages.health import STYLESHEET
 from sagafleet.console.sessions import Viewer
-from workers.dead_letters import DeadLetter, DeadLetterStatus, Resolution
+from workers.dead_letters.store import DeadLetter, DeadLetterStatus, Resolution
 from workers.tasks import republish
 
 NAV = NavLink(40, "Dead letters", "/dead-letters")

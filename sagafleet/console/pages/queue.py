@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from saga_core.authority import Action
+from saga_core.access.roles import Action
 from sagafleet.console.actions import (
     approve_form,
     cancel_form,

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from events.sagas import SagaNotFound
+from events.saga_log.streams import SagaNotFound
 from projections import browse_sagas
 from saga_core.errors import ErrorKind, SagaError
 from sagafleet.console.core import Console

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from saga_core.authority import Action
+from saga_core.access.roles import Action
 from sagafleet.console.core import Console
 from sagafleet.console.gate import viewer_of
 from sagafleet.console.layout import NavLink

@@ -17,12 +17,12 @@ from principal_support import issue_token
 from prometheus_client import make_wsgi_app
 from prometheus_client.parser import text_string_to_metric_families
 
+from application.principals.postgres import PostgresPrincipals
+from application.telemetry.metrics import WorkerMetrics
 from events import EventStore
 from projections import ProjectionContext, exporter_app
 from projections.prometheus import ALERT_KINDS
 from sagafleet.metrics_http import FleetOnly, MetricsHttpServer
-from workers.metrics import WorkerMetrics
-from workers.principals_pg import PostgresPrincipals
 
 MONITORING = Path(__file__).resolve().parents[3] / "examples" / "monitoring"
 # A metric name in PromQL: sagafleet_… (and `up`, which Prometheus itself adds per target).

@@ -16,7 +16,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from events import GENESIS_HASH, EventStore, NewEvent
-from events.hashing import recorded_event_hash
+from events.eventstore.hashing import recorded_event_hash
 from sagafleet.anchor_key import anchor_key
 from sagafleet.exit_codes import ExitCode
 from sagafleet.migrate import migrate_all

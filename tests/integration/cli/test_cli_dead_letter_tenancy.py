@@ -18,7 +18,7 @@ import pytest
 from events import EventStore
 from saga_core.errors import ErrorKind
 from sagafleet.exit_codes import ExitCode
-from workers.dead_letters import DeadLetters, dead_letter_body
+from workers.dead_letters.store import DeadLetters, dead_letter_body
 
 START = "sagafleet.commands.start_saga"
 

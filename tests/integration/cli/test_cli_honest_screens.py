@@ -18,7 +18,7 @@ from read_model_support import project_database
 from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import SagaStatus
-from saga_core.events import ApprovalDenied, ApprovalGranted
+from saga_core.engine.events import ApprovalDenied, ApprovalGranted
 from sagafleet.exit_codes import ExitCode
 from workers.fleet import Fleet
 

@@ -8,12 +8,13 @@ from pathlib import Path
 
 from test_cli_behaves import bare_env, sagafleet
 
-from events.definitions import DefinitionStore
-from events.model import NO_STREAM
-from events.sagas import PostgresSagaLog, saga_registry, saga_stream
-from events.store import EventStore
+from events.definition_store.postgres import DefinitionStore
+from events.eventstore.model import NO_STREAM
+from events.eventstore.postgres import EventStore
+from events.saga_log.postgres import PostgresSagaLog
+from events.saga_log.streams import saga_registry, saga_stream
 from saga_core import CancelRequested, SagaStarted, trip_definition
-from saga_core.snapshots import DEFAULT_SNAPSHOT_EVERY, SCHEMA
+from saga_core.engine.state_codec import DEFAULT_SNAPSHOT_EVERY, SCHEMA
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

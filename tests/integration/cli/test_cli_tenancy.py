@@ -21,10 +21,10 @@ from principal_support import issue_token
 from read_model_support import project_database
 from trip_inputs import TRIP_INPUT
 
+from application.messages import StepCommand
 from saga_core import due_work, trip_definition
 from sagafleet.exit_codes import ExitCode
 from workers.fleet import Fleet
-from workers.messages import StepCommand
 
 pytestmark = pytest.mark.integration
 

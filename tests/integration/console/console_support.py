@@ -10,7 +10,7 @@ from typing import Any
 from principal_support import token_for
 from starlette.testclient import TestClient
 
-from saga_core.authority import PrincipalKind
+from saga_core.access.roles import PrincipalKind
 from saga_core.errors import ErrorKind, SagaError
 from sagafleet.console.sessions import SessionPolicy
 

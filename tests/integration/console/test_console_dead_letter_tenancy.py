@@ -13,7 +13,7 @@ from console_support import csrf_of
 
 from saga_core.errors import ErrorKind
 from workers.celery_app import QUEUE_COMMANDS, broker_redis
-from workers.dead_letters import dead_letter_body
+from workers.dead_letters.store import dead_letter_body
 from workers.fleet import Fleet
 
 START = "sagafleet.commands.start_saga"

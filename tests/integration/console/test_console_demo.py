@@ -15,7 +15,7 @@ from console_support import POLICY, csrf_of, sign_in
 from read_model_support import project_all
 from starlette.testclient import TestClient
 
-from saga_core.events import ApprovalGranted
+from saga_core.engine.events import ApprovalGranted
 from saga_core.examples import trip_tool_catalogue
 from sagafleet.console.app import create_app
 from sagafleet.console.service import console_for

@@ -15,7 +15,7 @@ from saga_core.errors import ErrorKind
 from sagafleet.console.app import create_app
 from sagafleet.console.service import console_for
 from workers.celery_app import QUEUE_COMMANDS, broker_redis
-from workers.dead_letters import dead_letter_body
+from workers.dead_letters.store import dead_letter_body
 from workers.fleet import Fleet, FleetConfig
 
 START = "sagafleet.commands.start_saga"

@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import SagaStatus, StepKind
-from saga_core.events import ApprovalGranted
+from saga_core.engine.events import ApprovalGranted
 from sagafleet.console.core import Console
 from sagafleet.sandbox.faults import Boundary
 

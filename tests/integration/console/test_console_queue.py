@@ -9,7 +9,7 @@ from console_support import CARD, csrf_of, events_of, start_waiting_capture
 from read_model_support import project_all
 from starlette.testclient import TestClient
 
-from saga_core.events import ApprovalGranted
+from saga_core.engine.events import ApprovalGranted
 from sagafleet.console.core import Console
 
 pytestmark = pytest.mark.integration

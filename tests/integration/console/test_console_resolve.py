@@ -10,9 +10,9 @@ import pytest
 from console_support import events_of, start_waiting_capture
 from read_model_support import project_all
 
+from application.orchestrator import Orchestrator, utc_now
 from saga_core.contracts import SagaStatus
-from saga_core.events import ApprovalDenied, CancelRequested, OperatorAction
-from workers.orchestrator import Orchestrator, utc_now
+from saga_core.engine.events import ApprovalDenied, CancelRequested, OperatorAction
 
 pytestmark = pytest.mark.integration
 

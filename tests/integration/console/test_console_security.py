@@ -15,7 +15,7 @@ from read_model_support import project_all
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from saga_core.authority import PrincipalKind
+from saga_core.access.roles import PrincipalKind
 from sagafleet.console.app import create_app
 from sagafleet.console.core import Console
 from sagafleet.console.headers import CONTENT_SECURITY_POLICY

@@ -20,13 +20,13 @@ import pytest
 from read_model_support import project_all
 from starlette.testclient import TestClient
 
-from events.definitions import DefinitionStore
-from events.sagas import PostgresSagaLog
+from application.client import saga_id_for_key
+from events.definition_store.postgres import DefinitionStore
+from events.saga_log.postgres import PostgresSagaLog
 from saga_core import payload_hash, trip_definition
 from saga_core.contracts import SagaStatus, StepKind
-from saga_core.events import ApprovalGranted
+from saga_core.engine.events import ApprovalGranted
 from sagafleet.console.core import Console
-from workers.client import saga_id_for_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "projections"))
 from projection_support import SECRET_CARD, T0, TripScript  # noqa: E402

@@ -14,7 +14,7 @@ from psycopg_pool import ConnectionPool
 
 from events import EventStore, NewEvent
 from events.errors import StoreUnavailable
-from events.lending import RETURN_EVERY, ConnectionLender
+from events.eventstore.lending import RETURN_EVERY, ConnectionLender
 
 pytestmark = pytest.mark.integration
 

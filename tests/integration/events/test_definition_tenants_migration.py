@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from events import EventStore, apply_migrations
-from events.definitions import DefinitionStore, SharedDefinitionName
-from events.store import MIGRATIONS_NAMESPACE
+from events.definition_store.port import SharedDefinitionName
+from events.definition_store.postgres import DefinitionStore
+from events.eventstore.postgres import MIGRATIONS_NAMESPACE
 from saga_core import SagaDefinition, trip_definition
 
 pytestmark = pytest.mark.integration

@@ -18,10 +18,10 @@ import psycopg
 import pytest
 
 from events import GENESIS_HASH, EventStore, NewEvent, verify_chain
-from events.anchor_audit import AnchorProblem, AnchorReport, audit_anchors
-from events.anchor_reading import load_checkpoints
-from events.anchors import AnchorKey, AnchorLoop, Checkpoint, anchor_hash, take_checkpoint
-from events.hashing import chain_hash, hash_body, recorded_event_hash
+from events.eventstore.hashing import chain_hash, hash_body, recorded_event_hash
+from events.integrity.anchor_audit import AnchorProblem, AnchorReport, audit_anchors
+from events.integrity.anchor_reading import load_checkpoints
+from events.integrity.anchors import AnchorKey, AnchorLoop, Checkpoint, anchor_hash, take_checkpoint
 
 pytestmark = pytest.mark.integration
 
@@ -287,7 +287,7 @@ def test_a_database_without_pg_control_system_is_still_named_by_its_oid(fresh_da
     # given a login role for which pg_control_system() is not granted (some managed services)
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from events.anchor_witness import database_identity
+    from events.integrity.anchor_witness import database_identity
 
     role = f"r_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(fresh_database, autocommit=True) as admin:

@@ -428,7 +428,7 @@ def test_a_caller_error_raised_at_once_in_a_pipelined_unit_of_work_rolls_it_back
 
 def test_read_streams_reads_several_whole_streams_in_one_query(store: EventStore) -> None:
     from events import InvalidArgument
-    from events.store_rules import MAX_STREAMS_PER_READ
+    from events.eventstore.rules import MAX_STREAMS_PER_READ
 
     # given two streams and one that was never written
     store.append("a", [NewEvent("A1", {}), NewEvent("A2", {})], expected_version=0)

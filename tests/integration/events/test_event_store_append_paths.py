@@ -10,7 +10,7 @@ from uuid import UUID
 
 import pytest
 
-import events.appending as appending
+import events.eventstore.appending as appending
 from events import NO_STREAM, EventStore, NewEvent, verify_chain
 
 pytestmark = pytest.mark.integration

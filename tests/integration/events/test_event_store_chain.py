@@ -146,7 +146,7 @@ def test_awkward_stream_ids_and_types_hash_alike_in_sql_and_python(
 def test_appends_whose_chain_is_computed_client_side_verify_like_the_rest(
     store: EventStore, stream_id: str, event_type: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import events.appending as appending
+    import events.eventstore.appending as appending
 
     computed: list[int] = []
     real = appending._chained_insert

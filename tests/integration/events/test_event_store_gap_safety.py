@@ -84,7 +84,7 @@ def test_an_xid_inversion_is_caught_by_the_stream_version_gate(store: EventStore
 def test_read_all_walks_the_cursor_index_without_sorting(store: EventStore) -> None:
     # given a log (the planner is told sorting is off-limits, so only an index can order it)
     store.append("s", [NewEvent("E", {"n": n}) for n in range(50)])
-    from events.reading import _READ_ALL
+    from events.eventstore.reading import _READ_ALL
 
     with store.connection() as conn, conn.transaction():
         conn.execute("SET LOCAL enable_sort = off")

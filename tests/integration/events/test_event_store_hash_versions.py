@@ -18,8 +18,8 @@ import psycopg
 import pytest
 
 from events import GENESIS_HASH, EventStore, NewEvent, apply_migrations, verify_chain
-from events.hashing import chain_hash, hash_body
-from events.sagas import saga_registry
+from events.eventstore.hashing import chain_hash, hash_body
+from events.saga_log.streams import saga_registry
 
 pytestmark = pytest.mark.integration
 

@@ -121,7 +121,7 @@ def test_chains_written_before_0005_still_verify_and_continue_after_it(
     import shutil
 
     from events import NewEvent, verify_chain
-    from events.hashing import canonical_json, json_string
+    from events.eventstore.hashing import canonical_json, json_string
 
     # given a database migrated up to 0004, with a stream appended by 0004's function
     source = Path(__file__).parents[3] / "events" / "migrations"

@@ -1,5 +1,6 @@
 """The store's row maker reads data and metadata as JSON text and parses them itself
-(events._pg.stored_event_row): it must hand back exactly what psycopg's own jsonb loading
+(events.eventstore.driver.stored_event_row): it must hand back exactly what psycopg's own jsonb
+loading
 does, the slow obvious reference path, for every kind of JSON value jsonb stores."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from standby_cluster import StandbyPair, standby_pair, wait_for_replay
 
 from events import EventStore, NewEvent
 from events.errors import ReadOnlyStore
-from events.read_only import ReadOnlyEventStore
+from events.eventstore.read_only import ReadOnlyEventStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from events import EARLIEST, EventStore, NewEvent, apply_migrations
-from events.model import DueStream
-from events.store import _DUE_STREAMS, MIGRATIONS_NAMESPACE
+from events.eventstore.model import DueStream
+from events.eventstore.postgres import _DUE_STREAMS, MIGRATIONS_NAMESPACE
 
 pytestmark = pytest.mark.integration
 

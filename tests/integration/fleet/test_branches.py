@@ -10,10 +10,10 @@ from itertools import groupby
 
 from trip_inputs import TRIP_INPUT
 
+from application.messages import StepCommand
 from saga_core.contracts import SagaStatus, StepKind
 from workers.branches import SagaBranches
 from workers.celery_app import QUEUE_STEPS, broker_redis
-from workers.messages import StepCommand
 
 
 def _handle_trip_message(fleet, kind: type[SagaBranches], saga_id: str) -> list[list[str]]:

@@ -19,7 +19,7 @@ from projections.context import ProjectionContext
 from projections.queue import operator_queue
 from projections.runner import ProjectionRunner
 from saga_core.contracts import SagaStatus, StepKind
-from saga_core.events import BudgetExceeded, CompensationStarted, StepStarted
+from saga_core.engine.events import BudgetExceeded, CompensationStarted, StepStarted
 from saga_core.examples import trip_definition
 from sagafleet.commands.rendering import SagaReport
 from sagafleet.sandbox import Boundary, ledger_for_saga

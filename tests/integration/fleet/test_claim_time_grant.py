@@ -9,11 +9,11 @@ from datetime import timedelta
 from fleet_harness import events_of, shifted_fleet
 from trip_inputs import TRIP_INPUT
 
-from saga_core.authority import Principal, PrincipalKind
+from application.messages import StepCommand
+from saga_core.access.roles import Principal, PrincipalKind
 from saga_core.contracts import SagaStatus, StepKind
-from saga_core.events import ApprovalGranted, ApprovalRequested, StepStarted
+from saga_core.engine.events import ApprovalGranted, ApprovalRequested, StepStarted
 from sagafleet.sandbox import ledger_for_saga
-from workers.messages import StepCommand
 
 F = StepKind.FORWARD
 CAPTURE = "capture_payment"

@@ -16,11 +16,11 @@ from celery.exceptions import Reject, Retry
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from application.command_signatures import VerifiedCommand
 from events import StoreUnavailable
 from saga_core.examples import trip_tool_catalogue
 from sagafleet.agent import CommandSigner
 from workers.fleet import Fleet, FleetConfig
-from workers.signed_commands import VerifiedCommand
 from workers.tasks import START_SAGA, CommandMessage, run_command
 
 DOWN = "redis://127.0.0.1:1/0"

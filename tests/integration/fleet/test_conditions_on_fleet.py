@@ -25,7 +25,7 @@ from projections.audit import audit
 from projections.queue import operator_queue
 from saga_core import SagaDefinition
 from saga_core.contracts import SagaStatus, StepKind
-from saga_core.events import (
+from saga_core.engine.events import (
     CompensationStarted,
     DeadlineMissed,
     ManualInterventionRequired,
@@ -35,7 +35,7 @@ from saga_core.events import (
     SagaEvent,
     StepFailed,
 )
-from saga_core.state import RunStatus
+from saga_core.engine.state import RunStatus
 from sagafleet.processes import spawn_sagafleet, stop_processes
 from workers.fleet import Fleet, FleetConfig
 

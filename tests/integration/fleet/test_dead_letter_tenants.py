@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from signed_agent import agent_signer, bare_celery, send
 from trip_inputs import TRIP_INPUT
 
-from saga_core.authority import AUDITOR_ROLE
+from saga_core.access.roles import AUDITOR_ROLE
 from sagafleet.agent import CommandSigner
 from workers.celery_app import QUEUE_STEPS, STEP_TASK
 

@@ -13,10 +13,10 @@ from fleet_harness import events_of
 from principal_support import authenticated
 from trip_inputs import TRIP_INPUT
 
+from application.messages import StepCommand
 from saga_core.contracts import StepKind
-from saga_core.events import ApprovalDenied, ApprovalGranted, SagaEvent
+from saga_core.engine.events import ApprovalDenied, ApprovalGranted, SagaEvent
 from sagafleet.demo import Operator
-from workers.messages import StepCommand
 
 CAPTURE = "capture_payment"
 ABOVE_GATE = {**TRIP_INPUT, "amount": 150_000}  # over the catalogue's capture gate

@@ -18,7 +18,7 @@ from principal_support import authenticated, issue_token
 from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import SagaStatus, StepKind
-from saga_core.events import StepStarted
+from saga_core.engine.events import StepStarted
 from sagafleet.exit_codes import ExitCode
 from sagafleet.gateway.function_schemas import FunctionRouter
 from sagafleet.gateway.service import GatewayService

@@ -12,9 +12,10 @@ from fleet_harness import redis_client
 from principal_support import authenticated, person
 from trip_inputs import TRIP_INPUT
 
-from saga_core.authority import PrincipalKind
+from application.messages import StepCommand
+from saga_core.access.roles import PrincipalKind
 from saga_core.contracts import SagaStatus, StepKind
-from saga_core.events import (
+from saga_core.engine.events import (
     ApprovalRequested,
     CancelRequested,
     ReconciliationResult,
@@ -22,7 +23,6 @@ from saga_core.events import (
     StepSucceeded,
 )
 from sagafleet.sandbox import ledger_for_saga
-from workers.messages import StepCommand
 
 
 def _events(fleet, saga_id):
@@ -61,9 +61,9 @@ def test_happy_path_completes_with_one_trip_and_one_charge(fleet, workers, wait_
 
 def test_a_version_registered_by_another_process_is_started_on_at_once(fleet):
     # given a client that has started "tour" v1 (so it knows v1 as the highest version)
-    from events.definitions import DefinitionStore
+    from application.client import SagaClient
+    from events.definition_store.postgres import DefinitionStore
     from saga_core.examples import trip_definition
-    from workers.client import SagaClient
 
     v1 = {**trip_definition().model_dump(mode="json"), "name": "tour", "version": 1}
     # (an authenticated agent that may also register definitions, as an admin)
@@ -236,7 +236,7 @@ def test_cancel_while_waiting_for_approval_releases_the_holds(fleet, workers, wa
 
 
 def test_load_many_folds_each_saga_like_load_and_names_missing_ones(fleet):
-    from events.sagas import SagaNotFound
+    from events.saga_log.streams import SagaNotFound
 
     # given two started sagas (no worker runs them) and an id that names no saga
     client = fleet.client()

@@ -18,13 +18,13 @@ import pytest
 from fleet_harness import LEASE_S, QUEUE_WAIT_S, worker_env
 from principal_support import authenticated, person
 
+from application.messages import StepCommand
 from saga_core import OperatorActionRejected
 from saga_core.contracts import Receipt, SagaStatus, StepKind
-from saga_core.events import ManualInterventionRequired, StepStarted, StepSucceeded
-from saga_core.state import RunStatus
+from saga_core.engine.events import ManualInterventionRequired, StepStarted, StepSucceeded
+from saga_core.engine.state import RunStatus
 from sagafleet.processes import spawn_sagafleet, stop_processes
 from workers.fleet import Fleet, FleetConfig
-from workers.messages import StepCommand
 
 TOOLSETS = Path(__file__).parent / "toolsets"
 sys.path.insert(0, str(TOOLSETS))

@@ -16,9 +16,9 @@ from principal_support import issue_token
 from signed_agent import agent_signer, bare_celery
 from trip_inputs import TRIP_INPUT
 
-from events.sagas import saga_stream
+from events.saga_log.streams import saga_stream
 from saga_core.contracts import SagaStatus
-from saga_core.events import SagaStarted
+from saga_core.engine.events import SagaStarted
 from sagafleet.exit_codes import ExitCode
 
 pytestmark = pytest.mark.integration

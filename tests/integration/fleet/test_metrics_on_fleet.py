@@ -10,7 +10,7 @@ from trip_inputs import TRIP_INPUT
 
 from projections import ProjectionContext, collect_metrics
 from saga_core.contracts import SagaStatus
-from saga_core.events import SagaFinished, SagaStarted, StepStarted
+from saga_core.engine.events import SagaFinished, SagaStarted, StepStarted
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from signed_agent import agent_signer, bare_celery, send
 from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import SagaStatus, StepKind
-from saga_core.events import CancelRequested, SagaStarted, StepSucceeded
+from saga_core.engine.events import CancelRequested, SagaStarted, StepSucceeded
 from workers.fleet import Fleet
 from workers.tasks import keyless_start_key
 

@@ -10,9 +10,10 @@ import pytest
 from celery import Celery
 from celery.signals import before_task_publish
 
+from application.messages import StepCommand
+from application.publishing import Publisher
 from workers.celery_app import QUEUE_STEPS, BrokerSettings, broker_redis, create_celery_app
-from workers.messages import StepCommand
-from workers.publisher import CeleryPublisher, Publisher, RedisStepPublisher
+from workers.publisher import CeleryPublisher, RedisStepPublisher
 
 pytestmark = pytest.mark.integration
 

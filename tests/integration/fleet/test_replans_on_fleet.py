@@ -35,7 +35,7 @@ from projections.audit import audit
 from projections.queue import operator_queue
 from saga_core import AgentPlan, PlannedAction, RevisionRefused, action_step_id
 from saga_core.contracts import SagaStatus, StepKind
-from saga_core.events import OperatorAction, PlanRevised, SagaEvent, StepStarted
+from saga_core.engine.events import OperatorAction, PlanRevised, SagaEvent, StepStarted
 from saga_core.keys import operation_key
 from sagafleet.cli import main
 from sagafleet.exit_codes import ExitCode

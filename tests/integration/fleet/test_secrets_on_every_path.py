@@ -38,7 +38,7 @@ from trip_inputs import TRIP_INPUT
 from saga_core.contracts import SagaStatus
 from sagafleet.processes import spawn_sagafleet, stop_processes
 from sagafleet.sandbox import ledger_for_saga
-from workers.withholding import SIGNATURE_WITHHELD
+from workers.dead_letters.withholding import SIGNATURE_WITHHELD
 
 # Distinctive values, one per path, so that a leak says where it came from.
 SECRETS = {

@@ -21,8 +21,8 @@ from signed_agent import agent_signer, bare_celery, send
 from trip_inputs import TRIP_INPUT, by_secret_ref
 
 from projections import ProjectionContext, collect_platform_metrics
-from saga_core.authority import AUDITOR_ROLE
-from saga_core.events import CancelRequested
+from saga_core.access.roles import AUDITOR_ROLE
+from saga_core.engine.events import CancelRequested
 from sagafleet.agent import CommandSigner
 from workers.fleet import Fleet
 from workers.tasks import keyless_start_key

@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from signed_agent import agent_signer, bare_celery, send
 from trip_inputs import TRIP_INPUT, by_secret_ref
 
-from saga_core.signed_commands import ENVELOPE_FIELDS, SIGNED_FIELDS
-from workers.signed_commands import verify_signed_command
+from application.command_signatures import verify_signed_command
+from saga_core.access.signed_envelopes import ENVELOPE_FIELDS, SIGNED_FIELDS
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 

@@ -7,11 +7,11 @@ from principal_support import person
 from psycopg.types.json import Jsonb
 from trip_inputs import TRIP_INPUT
 
-from events.sagas import saga_stream
-from events.snapshot_audit import snapshot_finding
-from events.snapshots import PostgresSnapshots
+from events.integrity.snapshot_audit import snapshot_finding
+from events.saga_log.snapshots import PostgresSnapshots
+from events.saga_log.streams import saga_stream
 from saga_core.contracts import SagaStatus
-from saga_core.snapshots import SCHEMA
+from saga_core.engine.state_codec import SCHEMA
 from sagafleet.sandbox import ledger_for_saga
 
 

@@ -9,13 +9,13 @@ from typing import Any
 from fleet_harness import track_until
 from trip_inputs import TRIP_INPUT
 
+from application.messages import StepCommand
+from application.orchestrator import MAX_RACES, utc_now
 from events import ConcurrencyError
-from events.sagas import saga_stream
+from events.saga_log.streams import saga_stream
 from saga_core.contracts import StepKind
-from saga_core.events import SagaEvent, StepOutcomeUnknown
+from saga_core.engine.events import SagaEvent, StepOutcomeUnknown
 from workers.executor import Claimed
-from workers.messages import StepCommand
-from workers.orchestrator import MAX_RACES, utc_now
 from workers.sweeper import Sweeper
 
 

@@ -14,11 +14,11 @@ import pytest
 from fleet_harness import SandboxFleet, build_fleet, track_until
 from trip_inputs import TRIP_INPUT
 
-from events.saga_log import DueSaga
-from events.sagas import CorruptSagaStream
+from application.messages import StepCommand
+from application.orchestrator import utc_now
+from events.saga_log.port import DueSaga
+from events.saga_log.streams import CorruptSagaStream
 from saga_core.contracts import StepKind
-from workers.messages import StepCommand
-from workers.orchestrator import utc_now
 from workers.sweeper import Sweeper
 
 FAR = datetime.max.replace(tzinfo=utc_now().tzinfo) - timedelta(days=1)

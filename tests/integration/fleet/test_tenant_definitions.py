@@ -12,13 +12,13 @@ import pytest
 from principal_support import authenticated
 from trip_inputs import TRIP_INPUT
 
-from events.definitions import DefinitionNotFound, SharedDefinitionName
-from events.sagas import SagaNotFound
+from application.client import SagaClient
+from events.definition_store.port import DefinitionNotFound, SharedDefinitionName
+from events.saga_log.streams import SagaNotFound
 from saga_core import SagaDefinition, trip_definition
-from saga_core.authority import Principal
+from saga_core.access.roles import Principal
 from saga_core.errors import ErrorKind
 from sagafleet.gateway import GatewayService
-from workers.client import SagaClient
 from workers.fleet import Fleet
 
 

@@ -12,11 +12,12 @@ import psycopg
 import pytest
 from trip_inputs import TRIP_INPUT
 
+from application.client import MAX_WAIT_SECONDS, InvalidRequest
 from events import EventStore
-from events.sagas import PostgresSagaLog, SagaNotFound, saga_registry
+from events.saga_log.postgres import PostgresSagaLog
+from events.saga_log.streams import SagaNotFound, saga_registry
 from saga_core.contracts import SagaStatus
-from saga_core.events import SagaFinished
-from workers.client import MAX_WAIT_SECONDS, InvalidRequest
+from saga_core.engine.events import SagaFinished
 
 # Generous bound on waits that must settle (they return as soon as they do).
 SETTLE_DEADLINE_S = 120.0

@@ -13,7 +13,7 @@ from mcp import ClientSession
 from principal_support import token_for
 from trip_inputs import TRIP_INPUT as FLEET_TRIP_INPUT
 
-from saga_core.authority import PrincipalKind
+from saga_core.access.roles import PrincipalKind
 from workers.fleet import Fleet
 
 # The trip input of every fleet test, with a token easy to search for in outputs.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gateway_support import TRIP_INPUT, recorded
 
-from saga_core.authority import Principal, PrincipalKind
+from saga_core.access.roles import Principal, PrincipalKind
 from sagafleet.gateway import FunctionRouter, GatewayService
 
 

@@ -17,7 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from test_mcp_http import INITIALIZE, START_CALL, _post
 
-from saga_core.authority import PrincipalKind
+from saga_core.access.roles import PrincipalKind
 
 pytestmark = pytest.mark.integration
 

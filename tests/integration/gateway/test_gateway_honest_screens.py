@@ -8,7 +8,7 @@ from fleet_harness import drive, drive_until_it_asks
 from gateway_support import TRIP_INPUT
 from principal_support import person
 
-from saga_core.authority import Principal
+from saga_core.access.roles import Principal
 from saga_core.contracts import SagaStatus
 from sagafleet.gateway import FunctionRouter, GatewayService
 from sagafleet.sandbox.faults import Boundary

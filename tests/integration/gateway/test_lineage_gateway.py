@@ -10,8 +10,8 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from saga_core.authority import Principal
-from saga_core.events import SagaStarted
+from saga_core.access.roles import Principal
+from saga_core.engine.events import SagaStarted
 from sagafleet.gateway import FunctionRouter, GatewayService
 
 TRACE = "5b8aa5a2d2c872e8321cf37308d69df2"

@@ -16,8 +16,8 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from saga_core.authority import PrincipalKind
-from saga_core.events import SagaStarted
+from saga_core.access.roles import PrincipalKind
+from saga_core.engine.events import SagaStarted
 
 MCP_HEADERS = {"accept": "application/json, text/event-stream",
                "content-type": "application/json"}

@@ -18,8 +18,8 @@ from gateway_support import TRIP_INPUT, call, principal_token, recorded
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from saga_core.authority import PrincipalKind
-from saga_core.events import SagaStarted
+from saga_core.access.roles import PrincipalKind
+from saga_core.engine.events import SagaStarted
 from sagafleet.exit_codes import ExitCode
 from workers.sweeper import Sweeper
 

@@ -7,7 +7,7 @@ import time
 
 from gateway_support import TRIP_INPUT
 
-from saga_core.authority import Principal
+from saga_core.access.roles import Principal
 from sagafleet.gateway import FunctionRouter, GatewayService
 
 # Generous bound on the whole wait; each saga_wait call blocks 60 s at most.

@@ -219,7 +219,7 @@ def test_hostile_cli_arguments_get_a_named_exit_code_never_a_traceback(database,
 
 
 def test_malformed_client_arguments_are_refused_by_name_before_any_write(fleet, database):
-    from workers.client import InvalidRequest
+    from application.client import InvalidRequest
 
     client = person(fleet, "hostile", ("agent", "approver", "operator"))
     saga = client.start("trip", TRIP_INPUT, key="hostile-args").saga_id

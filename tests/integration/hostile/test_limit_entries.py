@@ -20,8 +20,9 @@ from fleet_harness import worker_env
 from principal_support import person
 from trip_inputs import TRIP_INPUT
 
+from application.client import InvalidRequest
+from saga_core.canonical_json import canonical_json
 from saga_core.examples import trip_definition
-from saga_core.keys import canonical_json
 from saga_core.limits import (
     COMMAND_MESSAGE_BYTES,
     DEFINITION_BYTES,
@@ -33,7 +34,6 @@ from saga_core.limits import (
     LimitExceeded,
 )
 from sagafleet.exit_codes import ExitCode
-from workers.client import InvalidRequest
 
 
 def _padded(document: dict[str, Any], field: str, size: int) -> dict[str, Any]:

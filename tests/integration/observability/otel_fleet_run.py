@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
     InMemorySpanExporter,
 )
 
-from workers.tracing import init_tracing  # noqa: E402
+from application.telemetry.tracing import init_tracing  # noqa: E402
 
 DEADLINE_S = 120.0
 JOINED_TRACE = "8f1c2b3a4d5e6f708192a3b4c5d6e7f8"

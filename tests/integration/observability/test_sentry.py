@@ -33,7 +33,7 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
 def test_without_a_dsn_sentry_is_never_initialised() -> None:
     result = _run("""
         import sentry_sdk
-        from workers.observability import init_sentry, step_scope
+        from application.telemetry.sentry import init_sentry, step_scope
         assert init_sentry(None, component="worker") is False
         with step_scope("s-1", "hold_flight", "forward", "flights.hold"):
             pass
@@ -54,7 +54,7 @@ def test_with_a_dsn_errors_carry_saga_step_and_tool_tags() -> None:
         # when a process with SAGAFLEET_SENTRY_DSN set reports an error inside a step
         result = _run(f"""
             import sentry_sdk
-            from workers.observability import init_sentry, step_scope
+            from application.telemetry.sentry import init_sentry, step_scope
             assert init_sentry("http://public@127.0.0.1:{port}/1", component="worker")
             def call_tool():
                 card_token = "tok_local_secret_9f3a"  # a revealed secret in a frame's locals

@@ -159,7 +159,7 @@ def test_without_the_otel_extra_tracing_is_absent_and_free() -> None:
     code = textwrap.dedent("""
         import sys
         sys.modules["opentelemetry"] = None  # what an absent package looks like to import
-        from workers import tracing
+        from application.telemetry import tracing
         assert not tracing.tracing_available()
         # then a span is the shared do-nothing object, and no metadata is added
         with tracing.operation_span("saga.step", saga_id="s", tool="t") as span:

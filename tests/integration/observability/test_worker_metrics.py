@@ -14,10 +14,10 @@ from principal_support import token_for
 from prometheus_client.parser import text_string_to_metric_families
 from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
+from application.messages import StepCommand
+from application.orchestrator import commands_due
 from saga_core.contracts import SagaStatus
-from saga_core.events import CancelRequested, StepStarted
-from workers.messages import StepCommand
-from workers.orchestrator import commands_due
+from saga_core.engine.events import CancelRequested, StepStarted
 
 DEADLINE_S = 60.0
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from events.definitions import DefinitionStore
-from events.sagas import PostgresSagaLog
+from events.definition_store.postgres import DefinitionStore
+from events.saga_log.postgres import PostgresSagaLog
 from projections.context import ProjectionContext
 from saga_core import trip_definition
 

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
-from events.sagas import PostgresSagaLog
+from events.saga_log.postgres import PostgresSagaLog
 from saga_core import SagaDefinition
 from saga_core.contracts import StepKind
-from saga_core.events import SagaFinished, SagaStarted
+from saga_core.engine.events import SagaFinished, SagaStarted
 from saga_core.examples import trip_definition
 from sagafleet.testing import TestClock, TestFleet, TripTools
 

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from events import UnitOfWork
-from events.sagas import PostgresSagaLog
+from events.saga_log.postgres import PostgresSagaLog
 from saga_core import operation_key, payload_hash, trip_definition
 from saga_core.contracts import ErrorClass, Receipt, SagaStatus, StepKind
-from saga_core.events import (
+from saga_core.engine.events import (
     ApprovalRequested,
     CompensationStarted,
     Evidence,

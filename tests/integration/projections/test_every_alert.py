@@ -12,12 +12,13 @@ from psycopg import sql
 from read_model_support import project_all
 from trip_inputs import TRIP_INPUT
 
-from events.sagas import PostgresSagaLog, saga_stream
+from events.saga_log.postgres import PostgresSagaLog
+from events.saga_log.streams import saga_stream
 from projections import AlertThresholds, ProjectionContext, audit, business_alerts
 from projections.prometheus import scrape
 from projections.tables import active_version, table
 from saga_core.contracts import StepKind
-from saga_core.events import ApprovalGranted
+from saga_core.engine.events import ApprovalGranted
 from saga_core.examples import trip_definition
 from sagafleet.testing import TestClock, TestFleet, TripTools
 

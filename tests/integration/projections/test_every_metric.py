@@ -11,10 +11,10 @@ from metrics_fleet_run import Run, copy_into, run_scenarios
 from prometheus_client.parser import text_string_to_metric_families
 from read_model_support import project_all
 
-from events.sagas import PostgresSagaLog
+from events.saga_log.postgres import PostgresSagaLog
 from projections import ProjectionContext, collect_metrics
 from projections.prometheus import scrape
-from saga_core.events import SagaEvent
+from saga_core.engine.events import SagaEvent
 from sagafleet.testing import TestFleet
 
 pytestmark = pytest.mark.integration

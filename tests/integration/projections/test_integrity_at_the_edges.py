@@ -21,19 +21,20 @@ from psycopg.types.json import Jsonb
 from read_model_support import project_all
 
 from events import GENESIS_HASH, EventStore, verify_chain
-from events.anchor_audit import AnchorAge, AnchorProblem
-from events.anchor_witness import AnchorWitness, CheckpointChainLowered
-from events.anchors import AnchorKey, take_checkpoint
-from events.definitions import DefinitionStore
-from events.hashing import recorded_event_hash
-from events.sagas import PostgresSagaLog, saga_stream
-from events.snapshots import PostgresSnapshots, StoredSnapshot
+from events.definition_store.postgres import DefinitionStore
+from events.eventstore.hashing import recorded_event_hash
+from events.integrity.anchor_audit import AnchorAge, AnchorProblem
+from events.integrity.anchor_witness import AnchorWitness, CheckpointChainLowered
+from events.integrity.anchors import AnchorKey, take_checkpoint
+from events.saga_log.postgres import PostgresSagaLog
+from events.saga_log.snapshots import PostgresSnapshots, StoredSnapshot
+from events.saga_log.streams import saga_stream
 from projections import audit, verify
 from projections.context import ProjectionContext
 from projections.integrity import IntegrityChecks
 from saga_core.contracts import SagaStatus
-from saga_core.snapshots import SCHEMA
-from saga_core.state import RunStatus
+from saga_core.engine.state import RunStatus
+from saga_core.engine.state_codec import SCHEMA
 
 pytestmark = pytest.mark.integration
 

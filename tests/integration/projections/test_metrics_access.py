@@ -22,15 +22,15 @@ from prometheus_client import make_wsgi_app
 from prometheus_client.parser import text_string_to_metric_families
 from read_model_support import project_all
 
+from application.principals.postgres import PostgresPrincipals
+from application.telemetry.metrics import WorkerMetrics
 from events import EventStore
-from events.sagas import PostgresSagaLog
+from events.saga_log.postgres import PostgresSagaLog
 from projections import ProjectionContext, exporter_app
 from saga_core.errors import ErrorKind
 from sagafleet import embedded
 from sagafleet.metrics_http import FleetOnly, MetricsHttpServer
-from workers.dead_letters import DeadLetters, dead_letter_body
-from workers.metrics import WorkerMetrics
-from workers.principals_pg import PostgresPrincipals
+from workers.dead_letters.store import DeadLetters, dead_letter_body
 
 pytestmark = pytest.mark.integration
 

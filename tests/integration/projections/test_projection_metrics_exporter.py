@@ -12,10 +12,10 @@ from projection_support import TripScript
 from prometheus_client.parser import text_string_to_metric_families
 from read_model_support import project_all
 
-from events.sagas import PostgresSagaLog
+from application.principals.postgres import PostgresPrincipals
+from events.saga_log.postgres import PostgresSagaLog
 from projections import ProjectionContext, exporter_app
 from sagafleet.metrics_http import FleetOnly, MetricsHttpServer
-from workers.principals_pg import PostgresPrincipals
 
 pytestmark = pytest.mark.integration
 

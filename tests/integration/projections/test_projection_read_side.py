@@ -8,7 +8,7 @@ import pytest
 from principal_support import issue_token
 from projection_support import SECRET_CARD, TripScript
 
-from events.sagas import PostgresSagaLog
+from events.saga_log.postgres import PostgresSagaLog
 from projections import (
     ProjectionContext,
     ProjectionRunner,

@@ -8,7 +8,7 @@ import pytest
 from projection_support import SECRET_CARD, TripScript
 
 from events import CheckpointConflict, Position
-from events.sagas import PostgresSagaLog
+from events.saga_log.postgres import PostgresSagaLog
 from projections import ProjectionContext, ProjectionRunner, rebuild, verify
 from projections.store import read_rows
 from sagafleet.cli import main

@@ -7,7 +7,7 @@ import pytest
 from projection_support import TripScript
 
 from events import Batch, SubscriptionBusy, UnitOfWork
-from events.sagas import PostgresSagaLog
+from events.saga_log.postgres import PostgresSagaLog
 from projections import ProjectionContext, ProjectionRunner, verify
 from projections.store import read_rows
 from saga_core.contracts import SagaStatus

@@ -14,7 +14,8 @@ from projection_support import TripScript
 from read_model_support import project_all
 
 from events.errors import InvalidArgument
-from events.sagas import PostgresSagaLog, SagaNotFound
+from events.saga_log.postgres import PostgresSagaLog
+from events.saga_log.streams import SagaNotFound
 from projections import (
     ProjectionContext,
     SagaCursor,

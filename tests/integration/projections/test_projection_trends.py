@@ -8,7 +8,7 @@ import pytest
 from projection_support import T0, TripScript
 from read_model_support import project_all
 
-from events.sagas import PostgresSagaLog
+from events.saga_log.postgres import PostgresSagaLog
 from projections import ProjectionContext
 from projections.trends import TrendWindow, UnknownWindow, collect_trends
 

@@ -18,10 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 from standby_cluster import StandbyPair, standby_pair, wait_for_replay
 
-from events.definitions import DefinitionStore
+from events.definition_store.postgres import DefinitionStore
 from events.errors import ReadOnlyStore
-from events.read_only import ReadOnlyEventStore
-from events.sagas import PostgresSagaLog
+from events.eventstore.read_only import ReadOnlyEventStore
+from events.saga_log.postgres import PostgresSagaLog
 from projections import ProjectionContext, ProjectionRunner
 from projections.prometheus import scrape
 from projections.store import read_rows

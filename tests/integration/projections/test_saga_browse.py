@@ -12,7 +12,7 @@ from projection_support import T0, TripScript
 from read_model_support import project_all
 
 from events.errors import InvalidArgument
-from events.sagas import PostgresSagaLog
+from events.saga_log.postgres import PostgresSagaLog
 from projections import ProjectionContext, SagaCursor, SagaFilter, browse_sagas
 from projections.rows import SummaryRow
 from projections.store import read_rows

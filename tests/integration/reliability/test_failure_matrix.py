@@ -41,8 +41,9 @@ from fleet_harness import (
 )
 from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
-from events.sagas import LoadedSaga
-from saga_core.events import (
+from application.orchestrator import utc_now
+from events.saga_log.port import LoadedSaga
+from saga_core.engine.events import (
     ReconciliationResult,
     StepFailed,
     StepOutcomeUnknown,
@@ -50,7 +51,6 @@ from saga_core.events import (
     StepSucceeded,
 )
 from sagafleet.sandbox import FaultInjector, build_trip_sandbox, ledger_for_saga
-from workers.orchestrator import utc_now
 
 
 @dataclass

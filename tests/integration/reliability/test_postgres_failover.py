@@ -23,7 +23,7 @@ import pytest
 
 from events import EventStore, NewEvent
 from events.errors import StoreUnavailable
-from events.read_only import ReadOnlyEventStore
+from events.eventstore.read_only import ReadOnlyEventStore
 from sagafleet.console.live import LiveHub, StreamOwner
 from sagafleet.system_postgres import Control, find_bin_dir, run_as_user
 

@@ -25,9 +25,10 @@ from fleet_harness import (
 from principal_support import issue_token, person
 from trip_inputs import BOUNCING_INPUT, TRIP_INPUT
 
+from application.messages import StepCommand
+from application.orchestrator import commands_due
 from saga_core.contracts import SagaStatus, StepKind
-from saga_core.errors import ApprovalExpired
-from saga_core.events import (
+from saga_core.engine.events import (
     ApprovalGranted,
     ApprovalRequested,
     ReconciliationResult,
@@ -37,10 +38,9 @@ from saga_core.events import (
     StepStarted,
     StepSucceeded,
 )
+from saga_core.errors import ApprovalExpired
 from sagafleet.sandbox import ledger_for_saga
 from workers.fleet import Fleet, FleetConfig
-from workers.messages import StepCommand
-from workers.orchestrator import commands_due
 from workers.sweeper import Sweeper
 
 

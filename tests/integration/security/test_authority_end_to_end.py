@@ -24,7 +24,7 @@ from read_model_support import project_database
 from signed_agent import agent_signer, bare_celery, send
 from trip_inputs import TRIP_INPUT
 
-from saga_core.authority import PrincipalKind
+from saga_core.access.roles import PrincipalKind
 from saga_core.contracts import SagaStatus
 from saga_core.errors import ApprovalOutOfScope
 from sagafleet.exit_codes import ExitCode

@@ -47,17 +47,17 @@ from signed_agent import agent_signer, bare_celery, send
 from starlette.testclient import TestClient
 from trip_inputs import TRIP_INPUT
 
+from application.client import saga_id_for_key
 from projections import ProjectionContext
 from projections.status import projection_status
-from saga_core.authority import PrincipalKind
+from saga_core.access.roles import PrincipalKind
 from saga_core.contracts import SagaStatus
+from saga_core.engine.events import PlanRevised, SagaStarted
 from saga_core.errors import PlanRejected
-from saga_core.events import PlanRevised, SagaStarted
 from sagafleet.console.app import create_app
 from sagafleet.console.service import console_for
 from sagafleet.console.sessions import SessionPolicy
 from sagafleet.processes import spawn_sagafleet, stop_processes
-from workers.client import saga_id_for_key
 
 CANARY = f"tok_CANARY_{uuid.uuid4().hex}"
 TENANT = "canary"

@@ -19,10 +19,10 @@ from kombu import Connection, Exchange, Producer
 from principal_support import authenticated, person, token_for
 from trip_inputs import TRIP_INPUT
 
-from events.sagas import SagaNotFound
+from events.saga_log.streams import SagaNotFound
 from saga_core.contracts import SagaStatus
+from saga_core.engine.events import ApprovalGranted, SagaStarted
 from saga_core.errors import ApprovalAltered, ApprovalExpired, ApprovalReplayed
-from saga_core.events import ApprovalGranted, SagaStarted
 from sagafleet.exit_codes import ExitCode
 from sagafleet.sandbox import ledger_for_saga
 

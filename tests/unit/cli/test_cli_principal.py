@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from saga_core.authority import PrincipalKind, Unauthenticated
+from application.principals.memory import MemoryPrincipals
+from saga_core.access.roles import PrincipalKind, Unauthenticated
 from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.settings import Settings
-from workers.principals_memory import MemoryPrincipals
 
 
 def parsed(*argv: str) -> argparse.Namespace:

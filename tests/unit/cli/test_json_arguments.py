@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from saga_core.documents import MalformedDocument
+from saga_core.definitions.documents import MalformedDocument
 from saga_core.limits import INPUT_TEXT_BYTES, Limit, LimitExceeded
 from sagafleet.errors import NotFound
 from sagafleet.json_arguments import json_argument

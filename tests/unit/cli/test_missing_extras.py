@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
+from application.telemetry.sentry import init_sentry
 from saga_core.errors import MissingExtra
 from sagafleet.cli import main
 from sagafleet.exit_codes import ExitCode
-from workers.observability import init_sentry
 
 
 @pytest.mark.parametrize("argv", [["tools", "export"], ["mcp"], ["mcp", "--http", "127.0.0.1:1"]])

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from application.client import saga_id_for_key
 from events import Position
 from events.errors import InvalidArgument
 from saga_core import trip_definition
@@ -16,7 +17,6 @@ from sagafleet.console.markup import Markup
 from sagafleet.console.saga_detail import parse_at
 from sagafleet.console.sagas_list import parse_query, search_ids
 from sagafleet.console.step_graph import NOT_STARTED, layout, step_graph
-from workers.client import saga_id_for_key
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

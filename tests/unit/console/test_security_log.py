@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from saga_core.authority import Principal, PrincipalKind
+from saga_core.access.roles import Principal, PrincipalKind
 from sagafleet.security_log import (
     ACCESS_LOGGER,
     PRINCIPAL_SCOPE_KEY,

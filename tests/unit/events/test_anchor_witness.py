@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from events.anchor_witness import AnchorWitness, AnchorWitnessError, HighWaterMark
+from events.integrity.anchor_witness import AnchorWitness, AnchorWitnessError, HighWaterMark
 
 
 def _mark(seq: int) -> HighWaterMark:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from events.hashing import (
+from events.eventstore.hashing import (
     HASH_BODY_FIELDS,
     HASH_BODY_LAYOUTS,
     HASH_VERSION,

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from events.model import new_event_id, new_event_ids
+from events.eventstore.model import new_event_id, new_event_ids
 
 
 def test_fresh_ids_are_version_7_and_distinct_across_many_blocks() -> None:

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 from events import InvalidEvent, NewEvent
-from events.hashing import canonical_json
-from events.prepare import prepare_events
+from events.eventstore.hashing import canonical_json
+from events.eventstore.prepare import prepare_events
 
 AT = datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)  # when the appends record them
 

@@ -61,7 +61,7 @@ def test_generated_event_ids_are_version_7_and_time_ordered() -> None:
 def test_ids_drawn_in_a_batch_are_distinct_version_7_uuids_like_any_other() -> None:
     import uuid
 
-    from events.model import new_event_ids
+    from events.eventstore.model import new_event_ids
 
     batch = new_event_ids(500)
     assert len(set(batch)) == 500

@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from events import ANY, NO_STREAM, ConcurrencyError, InvalidArgument, NewEvent
-from events.chain import verify_chain
-from events.memory import MemoryEventStore
+from events.eventstore.memory import MemoryEventStore
+from events.integrity.chain import verify_chain
 
 
 def _event(n: int = 1) -> NewEvent:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from psycopg.conninfo import conninfo_to_dict
 
-from events.read_only import READ_ONLY_OPTION, read_only_conninfo
+from events.eventstore.read_only import READ_ONLY_OPTION, read_only_conninfo
 
 
 def test_a_url_without_options_gets_the_read_only_option() -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from events.memory import MemoryDefinitions, MemorySagaLog
-from events.model import NO_STREAM
-from events.sagas import saga_stream
+from events.definition_store.memory import MemoryDefinitions
+from events.eventstore.model import NO_STREAM
+from events.saga_log.memory import MemorySagaLog
+from events.saga_log.streams import saga_stream
 from saga_core import CancelRequested, SagaStarted, trip_definition
-from saga_core.snapshots import SCHEMA
+from saga_core.engine.state_codec import SCHEMA
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -8,8 +8,8 @@ import hashlib
 import uuid
 from datetime import UTC, datetime
 
-from events.model import Position, RecordedEvent
-from events.snapshots import StoredSnapshot, snapshot_problem, text_hash
+from events.eventstore.model import Position, RecordedEvent
+from events.saga_log.snapshots import StoredSnapshot, snapshot_problem, text_hash
 
 
 def test_the_text_hash_is_what_postgresql_computes_of_its_jsonb_text() -> None:

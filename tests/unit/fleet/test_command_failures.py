@@ -7,15 +7,15 @@ import pytest
 import redis.exceptions
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from application.client import IdempotencyConflict
+from application.messages import MalformedMessage
+from application.orchestrator import RaceLost
 from events import StoreUnavailable
 from events.errors import EventStoreError
-from events.sagas import SagaNotFound
+from events.saga_log.streams import SagaNotFound
 from saga_core.errors import ErrorKind, InputValidationError, Problem
 from sagafleet.migrate import DatabaseNotMigrated
-from workers.client import IdempotencyConflict
-from workers.command_failures import MAX_RETRY_DELAY_S, judge_failure, retry_delay_s
-from workers.messages import MalformedMessage
-from workers.orchestrator import RaceLost
+from workers.dead_letters.failures import MAX_RETRY_DELAY_S, judge_failure, retry_delay_s
 
 
 def _wrapped(driver_error: Exception) -> EventStoreError:

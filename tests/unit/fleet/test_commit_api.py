@@ -8,20 +8,22 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from application.client import SagaClient
+from application.messages import StepCommand
+from application.orchestrator import ClaimNext, Orchestrator, RaceLost
+from application.secrets.memory import MemorySecrets
 from events import ConcurrencyError
-from events.memory import MemoryDefinitions, MemorySagaLog, MemorySecrets
-from events.sagas import LoadedSaga
-from saga_core.authority import Principal
-from saga_core.catalogue import ToolCatalogue
+from events.definition_store.memory import MemoryDefinitions
+from events.saga_log.memory import MemorySagaLog
+from events.saga_log.port import LoadedSaga
+from saga_core.access.roles import Principal
 from saga_core.contracts import StepKind
+from saga_core.definitions.catalogue import ToolCatalogue
+from saga_core.definitions.validation import validate_definition
+from saga_core.engine.events import SagaEvent, StepOutcomeUnknown, StepScheduled, StepStarted
+from saga_core.engine.state import SagaState
 from saga_core.errors import SagaError
-from saga_core.events import SagaEvent, StepOutcomeUnknown, StepScheduled, StepStarted
 from saga_core.examples import trip_definition, trip_tool_catalogue
-from saga_core.state import SagaState
-from saga_core.validation import validate_definition
-from workers.client import SagaClient
-from workers.messages import StepCommand
-from workers.orchestrator import ClaimNext, Orchestrator, RaceLost
 from workers.sweeper import sweep_saga
 
 TRIP_INPUT = {

@@ -6,10 +6,10 @@ import json
 
 from trip_inputs import TRIP_INPUT
 
-from events.memory import MemoryDefinitions
+from events.definition_store.memory import MemoryDefinitions
 from saga_core.examples import trip_definition, trip_tool_catalogue
 from workers.celery_app import STEP_TASK
-from workers.withholding import SIGNATURE_WITHHELD, WITHHELD, withhold_secrets
+from workers.dead_letters.withholding import SIGNATURE_WITHHELD, WITHHELD, withhold_secrets
 
 START = "sagafleet.commands.start_saga"
 TOKEN = TRIP_INPUT["card_token"]

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from application.client import IdempotencyConflict, InvalidRequest
 from events import ConcurrencyError, StoreUnavailable, UnknownEventType
-from events.definitions import DefinitionConflict, DefinitionNotFound
-from events.sagas import SagaNotFound
+from events.definition_store.port import DefinitionConflict, DefinitionNotFound
+from events.saga_log.streams import SagaNotFound
 from projections import UnknownProjection
 from saga_core.errors import (
     ApprovalNotPending,
@@ -26,7 +27,6 @@ from sagafleet.errors import EXIT_CODES, InvalidInput, NotFound, UsageError, exi
 from sagafleet.exit_codes import ExitCode
 from sagafleet.gateway.errors import HINTS, ArgumentsRejected, BindingRefused, tool_error
 from sagafleet.settings import ConfigurationError
-from workers.client import IdempotencyConflict, InvalidRequest
 from workers.tools import ToolSetError
 
 ROOMS = ("saga_core", "events", "workers", "projections", "sagafleet")

@@ -12,13 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from sagafleet.settings import ConfigurationError, Settings
-from workers.logs import (
+from application.telemetry.logs import (
     JsonLinesFormatter,
     StepContextFilter,
     configure_logging,
     step_log_context,
 )
+from sagafleet.settings import ConfigurationError, Settings
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """While a tool runs, a worker's log lines never carry the saga's secret values: not in the
-message, its arguments, an ``extra=`` field or an exception's text (workers.logs)."""
+message, its arguments, an ``extra=`` field or an exception's text (application.telemetry.logs)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import io
 import json
 import logging
 
-from events.memory import MemorySecrets
+from application.secrets.guard import SecretGuard
+from application.secrets.memory import MemorySecrets
+from application.telemetry.logs import JsonLinesFormatter, StepContextFilter, step_log_context
+from application.telemetry.metrics import WorkerMetrics
 from saga_core.secret_scrub import SCRUBBED, SecretNeedles
-from workers.logs import JsonLinesFormatter, StepContextFilter, step_log_context
-from workers.metrics import WorkerMetrics
-from workers.secret_guard import SecretGuard
 
 TOKEN = "tok_live_LOGLEAK_4711"
 

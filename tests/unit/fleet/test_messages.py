@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from application.messages import MalformedMessage, StepCommand
 from saga_core.contracts import StepKind
-from workers.messages import MalformedMessage, StepCommand
 
 
 def test_valid_message_round_trips() -> None:

@@ -8,10 +8,10 @@ from datetime import timedelta
 
 from trip_inputs import TRIP_INPUT
 
+from application.messages import StepCommand
 from saga_core.contracts import StepKind
-from saga_core.due import next_due, republish_at
+from saga_core.engine.due import next_due, republish_at
 from sagafleet.testing import TestClock, TestFleet
-from workers.messages import StepCommand
 from workers.sweeper import retimed, retimed_afresh, sweep_saga
 
 QUEUE_WAIT = timedelta(seconds=10)

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from saga_core.authority import Principal, PrincipalKind, Unauthenticated
+from application.principals.memory import MemoryPrincipals
+from saga_core.access.roles import Principal, PrincipalKind, Unauthenticated
 from sagafleet.commands.mcp_cmd import MCP_EPILOG
 from sagafleet.gateway import NoCaller, RequestBearer, StartedAs, TokenCache
 from sagafleet.gateway.binding import (
@@ -17,7 +18,6 @@ from sagafleet.gateway.binding import (
     bearer_token,
     choosing_headers,
 )
-from workers.principals_memory import MemoryPrincipals
 
 
 class Clock:

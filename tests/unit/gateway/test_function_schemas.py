@@ -6,9 +6,9 @@ import anyio
 import pytest
 from jsonschema import Draft202012Validator
 
+from saga_core.definitions.inputs import validate_input
 from saga_core.errors import InputValidationError
 from saga_core.examples import trip_definition, trip_tool_catalogue
-from saga_core.inputs import validate_input
 from sagafleet.gateway import (
     GatewayService,
     NoCaller,

@@ -8,10 +8,10 @@ from typing import Any
 import anyio
 import pytest
 
+from application.principals.memory import MemoryPrincipals
 from saga_core.errors import ErrorKind, SagaError
 from sagafleet.gateway import BearerAuth, TokenCache
 from sagafleet.gateway.binding import PRINCIPAL_SCOPE_KEY
-from workers.principals_memory import MemoryPrincipals
 
 
 class RecordingApp:

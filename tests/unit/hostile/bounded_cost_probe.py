@@ -19,15 +19,15 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from saga_core import validate_definition, validate_plan
-from saga_core.catalogue import ToolCatalogue, ToolSpec
+from saga_core.agents.plans import parse_plan
 from saga_core.contracts import Semantics
-from saga_core.definition import InputField, parse_definition
-from saga_core.documents import Syntax, load_document
+from saga_core.definitions.catalogue import ToolCatalogue, ToolSpec
+from saga_core.definitions.definition import InputField, parse_definition
+from saga_core.definitions.documents import Syntax, load_document
+from saga_core.definitions.inputs import validate_input
 from saga_core.errors import SagaError
 from saga_core.examples import trip_definition, trip_tool_catalogue
-from saga_core.inputs import validate_input
 from saga_core.limits import DEFINITION_BYTES, INPUT_TEXT_BYTES, PLAN_BYTES
-from saga_core.plans import parse_plan
 
 CATALOGUE = ToolCatalogue(tools=[*trip_tool_catalogue().tools,
                                  ToolSpec(name="lookup", semantics=Semantics.READ_ONLY)])
@@ -143,7 +143,7 @@ def unbounded_register(levels: int) -> None:
     """The register path before issue 20 (PyYAML's plain safe loader), for the control."""
     import yaml
 
-    from saga_core.definition import SagaDefinition
+    from saga_core.definitions.definition import SagaDefinition
 
     document = yaml.safe_load(alias_bomb(levels))
     document.pop("a0", None)

@@ -15,12 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from application.messages import MalformedMessage, StepCommand
 from saga_core import AgentPlan, SagaDefinition, validate_definition, validate_plan
+from saga_core.definitions.inputs import validate_input
+from saga_core.definitions.templates import parse_reference
 from saga_core.errors import DefinitionError, PlanRejected, SagaError
 from saga_core.examples import trip_definition, trip_tool_catalogue
-from saga_core.inputs import validate_input
-from saga_core.templates import parse_reference
-from workers.messages import MalformedMessage, StepCommand
 
 CATALOGUE = trip_tool_catalogue()
 TRIP = trip_definition()

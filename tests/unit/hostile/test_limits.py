@@ -13,20 +13,22 @@ from typing import Any
 
 import pytest
 
+from application.messages import MalformedMessage, StepCommand
 from saga_core import validate_definition, validate_plan
-from saga_core.catalogue import ToolCatalogue, ToolSpec
+from saga_core.agents.plans import AgentPlan, PlannedAction, check_plan_document
+from saga_core.canonical_json import canonical_json
 from saga_core.contracts import Semantics
-from saga_core.definition import (
+from saga_core.definitions.catalogue import ToolCatalogue, ToolSpec
+from saga_core.definitions.definition import (
     InputField,
     SagaDefinition,
     check_definition_document,
     parse_definition,
 )
-from saga_core.documents import MalformedDocument, load_document
+from saga_core.definitions.documents import MalformedDocument, load_document
+from saga_core.definitions.inputs import validate_input
 from saga_core.errors import ErrorKind
 from saga_core.examples import trip_definition
-from saga_core.inputs import validate_input
-from saga_core.keys import canonical_json
 from saga_core.limits import (
     ALL_LIMITS,
     BATCH_EVENTS,
@@ -48,8 +50,6 @@ from saga_core.limits import (
     check_command_message,
     measure_json,
 )
-from saga_core.plans import AgentPlan, PlannedAction, check_plan_document
-from workers.messages import MalformedMessage, StepCommand
 
 LOOKUP = ToolCatalogue(tools=[ToolSpec(name="lookup", semantics=Semantics.READ_ONLY)])
 
@@ -315,7 +315,7 @@ def test_a_step_message_of_exactly_the_limit_parses_and_a_byte_more_is_malformed
 
 def test_audit_at_accepts_positions_up_to_bigint_and_refuses_past_it() -> None:
     from events import InvalidArgument
-    from events.model import Position
+    from events.eventstore.model import Position
     from sagafleet.commands.reports import _audit_position
 
     top = POSITION_MAX.value

@@ -24,7 +24,7 @@ from saga_core import (
     payload_hash,
     resolve_command,
 )
-from saga_core.authority import Principal, PrincipalKind
+from saga_core.access.roles import Principal, PrincipalKind
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 F, C = StepKind.FORWARD, StepKind.COMPENSATION

@@ -42,7 +42,7 @@ from saga_core import (
     validate_definition,
     validate_plan,
 )
-from saga_core.stops import deadline
+from saga_core.engine.stops import deadline
 
 QUEUE_WAIT = timedelta(seconds=5)
 #: What one call of each trip tool costs in these scenarios (one call of every forward step: 5).

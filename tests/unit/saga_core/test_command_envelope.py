@@ -10,8 +10,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from saga_core.errors import ErrorKind
-from saga_core.signed_commands import (
+from saga_core.access.signed_envelopes import (
     CLOCK_SKEW,
     MAX_LIFETIME,
     CommandRefused,
@@ -20,6 +19,7 @@ from saga_core.signed_commands import (
     parse_envelope,
     signed_parts,
 )
+from saga_core.errors import ErrorKind
 from sagafleet.agent import CommandSigner
 
 START = "sagafleet.commands.start_saga"
@@ -150,7 +150,7 @@ def test_the_signer_refuses_a_lifetime_the_fleet_would_refuse() -> None:
 
 def test_the_agent_module_keeps_the_fleets_wire_contract() -> None:
     # sagafleet.agent imports neither saga_core nor workers: its copy must stay equal
-    from saga_core import signed_commands
+    from saga_core.access import signed_envelopes as signed_commands
     from sagafleet import agent
     from workers import celery_app, tasks
 

@@ -23,7 +23,7 @@ from saga_core import (
     trip_tool_catalogue,
     validate_definition,
 )
-from saga_core.authority import Principal, PrincipalKind
+from saga_core.access.roles import Principal, PrincipalKind
 from saga_core.contracts import ErrorClass
 from saga_core.errors import ApprovalAltered, ApprovalReplayed, ErrorKind
 

@@ -1,5 +1,5 @@
 """Invariants, postconditions, step timeouts, compensation deadlines and forward preconditions:
-the pure rules (saga_core.checks and decide), on the payout example."""
+the pure rules (saga_core.engine.condition_rules and decide), on the payout example."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ import pytest
 from core_harness import C, F, Saga, kinds
 
 from saga_core import ErrorClass, OperatorAction, Receipt, SagaStatus, due_work
-from saga_core.decisions import (
+from saga_core.engine.decision_types import (
     BeginCompensation,
     Escalate,
     MissDeadline,
     ObservePostcondition,
     Reconcile,
 )
-from saga_core.events import DeadlineMissed, PostconditionNotObserved, PostconditionObserved
+from saga_core.engine.events import DeadlineMissed, PostconditionNotObserved, PostconditionObserved
+from saga_core.engine.state import RunStatus
 from saga_core.examples import payout_definition
-from saga_core.state import RunStatus
 
 INPUT = {"source": "acc-a", "destination": "acc-b", "amount": 500}
 DEBIT = Receipt(resource_id="DB-1", version=1, status="posted",
@@ -189,8 +189,8 @@ def test_a_timeout_under_policy_retry_looks_the_call_up_before_any_retry() -> No
     data = payout_definition().model_dump(mode="json")
     data["steps"][1]["on_timeout"] = "retry"
     from saga_core import SagaDefinition
+    from saga_core.definitions.validation import validate_definition
     from saga_core.examples import payout_tool_catalogue
-    from saga_core.validation import validate_definition
     definition = validate_definition(SagaDefinition.model_validate(data), payout_tool_catalogue())
     saga = _debited(Saga(definition, dict(INPUT)))
     saga.claim("credit")
@@ -266,8 +266,8 @@ def test_a_failed_forward_precondition_follows_the_declared_policy(
     policy: str, first: str
 ) -> None:
     from saga_core import SagaDefinition
+    from saga_core.definitions.validation import validate_definition
     from saga_core.examples import payout_tool_catalogue
-    from saga_core.validation import validate_definition
     data = payout_definition().model_dump(mode="json")
     data["steps"][0]["on_precondition_failed"] = policy
     definition = validate_definition(SagaDefinition.model_validate(data), payout_tool_catalogue())

@@ -25,13 +25,13 @@ from saga_core import (
     fold,
     load_event,
 )
-from saga_core.conditions import Postcondition, ReceiptCondition
-from saga_core.decisions import MissDeadline, MissPostcondition, ObservePostcondition
-from saga_core.events import PostconditionObserved
+from saga_core.definitions.conditions import Postcondition, ReceiptCondition
+from saga_core.definitions.validation import validate_definition
+from saga_core.engine.decision_types import MissDeadline, MissPostcondition, ObservePostcondition
+from saga_core.engine.events import PostconditionObserved
+from saga_core.engine.state import RunStatus
 from saga_core.examples import payout_definition, payout_tool_catalogue, trip_definition
 from saga_core.limits import LimitExceeded
-from saga_core.state import RunStatus
-from saga_core.validation import validate_definition
 
 # Three trip logs (completed; compensated after an operator's mark_compensated; in flight
 # after a transient failure), their definition and folded states, recorded with the code of

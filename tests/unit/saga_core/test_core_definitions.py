@@ -31,7 +31,7 @@ from saga_core import (
     validate_input,
     validate_plan,
 )
-from saga_core.definition import InputField
+from saga_core.definitions.definition import InputField
 from saga_core.limits import LimitExceeded
 
 
@@ -383,8 +383,8 @@ def test_text_the_log_cannot_hold_is_refused_by_name_in_inputs_and_arguments() -
 
 
 def test_a_template_string_is_parsed_once_but_resolved_against_each_context() -> None:
+    from saga_core.definitions.templates import TemplateContext, resolve_template
     from saga_core.errors import TemplateError
-    from saga_core.templates import TemplateContext, resolve_template
 
     template = {"to": "${input.email}", "note": "saga ${saga.id}: $${literal} ${input.n}"}
     first = TemplateContext(saga_id="s1", input={"email": "a@x.io", "n": [1, 2]})

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from test_core_properties import Driver, definitions
 
 from saga_core import SagaDefinition, SagaState, ToolCatalogue, due_work, validate_definition
-from saga_core.budgets import SagaBudget
-from saga_core.due import due_key, next_due, republish_at
+from saga_core.definitions.budgets import SagaBudget
+from saga_core.engine.due import due_key, next_due, republish_at
 
 TICK = timedelta(microseconds=1)
 

@@ -29,9 +29,9 @@ from saga_core import (
     validate_definition,
     validate_plan,
 )
+from saga_core.approval.risk_gates import ExternalRecipient
 from saga_core.contracts import ErrorClass
 from saga_core.examples import gated_tool_catalogue
-from saga_core.gates import ExternalRecipient
 
 # -- the model ---------------------------------------------------------------------------------
 

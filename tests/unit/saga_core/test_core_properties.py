@@ -49,7 +49,7 @@ from saga_core import (
     resolve_command,
     validate_definition,
 )
-from saga_core.due import next_due
+from saga_core.engine.due import next_due
 
 F, C = StepKind.FORWARD, StepKind.COMPENSATION
 S = Semantics

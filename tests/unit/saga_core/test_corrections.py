@@ -1,4 +1,4 @@
-"""Corrections (saga_core.corrections): the pivot's declared repair as a typed operator
+"""Corrections (saga_core.engine.corrections): the pivot's declared repair as a typed operator
 action, offered only past a succeeded pivot when a later step fails."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from saga_core import (
     SagaStatus,
     ScheduleCompensation,
 )
-from saga_core.corrections import correction_offer
+from saga_core.engine.corrections import correction_offer
+from saga_core.engine.resolution import OperatorRequest, resolution_options, resolve_escalation
 from saga_core.errors import EventRejected, OperatorActionRejected
-from saga_core.resolution import OperatorRequest, resolution_options, resolve_escalation
 
 ORDER = SagaDefinition.model_validate({
     "name": "order", "version": 1,

@@ -1,4 +1,4 @@
-"""saga_core.dry_run, pure: the trip's start planned from the SagaStarted a start records,
+"""saga_core.engine.dry_run, pure: the trip's start planned from the SagaStarted a start records,
 with no store, broker, tool or clock."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import StepKind
-from saga_core.dry_run import DryRun, PlannedStep, plan_start, start_event
+from saga_core.engine.dry_run import DryRun, PlannedStep, plan_start, start_event
 from saga_core.examples import trip_definition
 from saga_core.keys import operation_key
 

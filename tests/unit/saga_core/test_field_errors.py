@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from saga_core.definition import parse_definition
+from saga_core.definitions.definition import parse_definition
 from saga_core.errors import DefinitionError
 from saga_core.field_errors import PART_CHARS, field_errors
 

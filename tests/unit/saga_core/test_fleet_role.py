@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from saga_core.authority import (
+from saga_core.access.roles import (
     FLEET_OPERATOR_ROLE,
     ROLE_ACTIONS,
     Action,

@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from saga_core.gates import ExternalRecipient, RiskGate
-from saga_core.recipients import (
+from saga_core.approval.recipients import (
     MAX_RECIPIENT_CHARS,
     MAX_RECIPIENT_TEXTS,
     Recipient,
     ascii_domain,
     parse_recipients,
 )
+from saga_core.approval.risk_gates import ExternalRecipient, RiskGate
 
 RULE = ExternalRecipient(arg="to", internal_domains=["example.com", "bücher.example"])
 

@@ -18,12 +18,12 @@ from saga_core import (
     check_claim,
     validate_plan,
 )
-from saga_core.approvals import check_approval
-from saga_core.catalogue import ToolCatalogue
-from saga_core.dry_run import plan_start, start_event
+from saga_core.approval.answers import check_approval
+from saga_core.approval.risk_gates import AmountLimit
+from saga_core.approval.totals import may_have_moved, running_total, window_call, window_releases
+from saga_core.definitions.catalogue import ToolCatalogue
+from saga_core.engine.dry_run import plan_start, start_event
 from saga_core.examples import trip_tool_catalogue
-from saga_core.gates import AmountLimit
-from saga_core.totals import may_have_moved, running_total, window_call, window_releases
 
 ABOVE = AmountLimit(arg="amount", limit=100_000)
 

@@ -26,7 +26,7 @@ from saga_core import (
     resolve_escalation,
     validate_definition,
 )
-from saga_core.state import RunStatus, error_recovered
+from saga_core.engine.state import RunStatus, error_recovered
 
 GATE = ApprovalPolicy(required=True, request_ttl_s=600)
 

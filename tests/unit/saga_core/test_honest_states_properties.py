@@ -24,7 +24,8 @@ from hypothesis import event as covered
 from hypothesis import strategies as st
 from test_core_properties import Driver, definitions, play
 
-from events.sagas import LoadedSaga
+from application.views import view_of
+from events.saga_log.port import LoadedSaga
 from projections.record import replay
 from projections.rows import ACTIVE_RUN_STATES, rows_of
 from saga_core import (
@@ -37,7 +38,7 @@ from saga_core import (
     check_approval,
     validate_definition,
 )
-from saga_core.events import (
+from saga_core.engine.events import (
     ApprovalDenied,
     ApprovalGranted,
     ApprovalRequested,
@@ -57,8 +58,7 @@ from saga_core.events import (
     StepStarted,
     StepSucceeded,
 )
-from saga_core.state import WAITING, RunStatus, SagaState
-from workers.views import view_of
+from saga_core.engine.state import WAITING, RunStatus, SagaState
 
 F, C = StepKind.FORWARD, StepKind.COMPENSATION
 #: What no operation of a finished saga may be in: somebody would be waiting on it.

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from saga_core import InputValidationError, validate_input
-from saga_core.catalogue import ToolCatalogue
-from saga_core.definition import SagaDefinition, parse_definition
+from saga_core.definitions.catalogue import ToolCatalogue
+from saga_core.definitions.definition import SagaDefinition, parse_definition
+from saga_core.definitions.input_schema import FORMATS
+from saga_core.definitions.validation import validate_definition
 from saga_core.errors import DefinitionError, Problem
 from saga_core.examples import trip_definition, trip_tool_catalogue
-from saga_core.input_schema import FORMATS
 from saga_core.limits import LimitExceeded
-from saga_core.validation import validate_definition
 from tests.trip_inputs import TRIP_INPUT
 
 TRAVELLER: dict[str, Any] = {

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from saga_core.authority import role_problems
-from saga_core.definition import definition_name_problem
-from workers.principals import name_problems
+from application.principals.directory import name_problems
+from saga_core.access.roles import role_problems
+from saga_core.definitions.definition import definition_name_problem
 
 
 @pytest.mark.parametrize("name", ["trip", "trip.v2", "plan-ab_1", "t" * 128])

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from saga_core.gates import ExternalRecipient
-from saga_core.recipients import (
+from saga_core.approval.recipients import (
     MAX_RECIPIENT_CHARS,
     ascii_domain,
     parse_recipients,
     read_ascii_domain,
     read_recipient_text,
 )
+from saga_core.approval.risk_gates import ExternalRecipient
 
 TEXTS = [
     "ada@example.com", "ADA@EXAMPLE.COM", "Ada Lovelace <ada@example.com>",

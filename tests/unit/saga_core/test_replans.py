@@ -1,4 +1,4 @@
-"""Replans keep their keys (failure table row 4): the mapping rules of saga_core.replans."""
+"""Replans keep their keys (failure table row 4): the mapping rules of saga_core.agents.replans."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from saga_core import (
     trip_tool_catalogue,
     validate_plan,
 )
-from saga_core.events import dump_event, load_event
+from saga_core.engine.events import dump_event, load_event
 
 FLIGHT = PlannedAction(tool="flights.hold", args={"flight_id": "LH1", "passenger_email": "a@b"})
 HOTEL = PlannedAction(

@@ -21,7 +21,7 @@ from saga_core import (
     resolve_escalation,
     trip_definition,
 )
-from saga_core.resolution import escalation_alternatives
+from saga_core.engine.resolution import escalation_alternatives
 
 
 def paused_on_capture_compensation() -> Saga:

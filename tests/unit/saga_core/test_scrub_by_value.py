@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from saga_core.contracts import Receipt, StepKind
-from saga_core.events import StepSucceeded
+from saga_core.engine.events import StepSucceeded
 from saga_core.secret_scrub import (
     SCRUBBED,
     Scrubbed,

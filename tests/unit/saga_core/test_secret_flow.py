@@ -1,5 +1,6 @@
 """Secrets are tainted values: a secret input goes whole into secret arguments, and nowhere
-else (saga_core.secret_flow), for hand-written definitions, agent plans and replans alike."""
+else (saga_core.definitions.secret_flow), for hand-written definitions, agent plans and replans
+alike."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from saga_core import (
     trip_tool_catalogue,
     validate_plan,
 )
-from saga_core.catalogue import ToolCatalogue
+from saga_core.definitions.catalogue import ToolCatalogue
+from saga_core.definitions.validation import validate_definition
 from saga_core.errors import DefinitionError
-from saga_core.validation import validate_definition
 
 CARD = "${input.card_token}"
 CAPTURE = {"amount": 100, "currency": "EUR", "card_token": CARD}

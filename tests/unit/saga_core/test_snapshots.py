@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_core_properties import Driver, definitions, play
 
-import saga_core.snapshots as snapshots
+import saga_core.engine.state_codec as snapshots
 from saga_core import SagaDefinition, SagaState, evolve
-from saga_core.snapshots import SnapshotUnreadable, decode_state, encode_state
+from saga_core.engine.state_codec import SnapshotUnreadable, decode_state, encode_state
 
 
 def through_json(state: SagaState) -> object:

@@ -15,7 +15,7 @@ from selenium.webdriver.common.by import By
 from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import SagaStatus
-from saga_core.events import ApprovalDenied, ApprovalGranted
+from saga_core.engine.events import ApprovalDenied, ApprovalGranted
 
 GATED = TRIP_INPUT | {"amount": 250_000}  # above the trip's 1000.00 capture limit
 

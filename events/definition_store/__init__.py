@@ -1,0 +1,1 @@
+"""events.definition_store."""

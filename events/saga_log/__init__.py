@@ -1,0 +1,1 @@
+"""events.saga_log.port."""

@@ -1,0 +1,1 @@
+"""saga_core.agents."""

@@ -1,0 +1,1 @@
+"""workers.dead_letters."""
