@@ -155,10 +155,10 @@ def _components(graph: dict[str, set[str]]) -> list[set[str]]:
     stack: list[str] = []
     found: list[set[str]] = []
     counter = 0
-    for root in graph:
+    for root, edges in graph.items():
         if root in index:
             continue
-        work = [(root, iter(sorted(graph[root])))]
+        work = [(root, iter(sorted(edges)))]
         index[root] = low[root] = counter
         counter += 1
         stack.append(root)
