@@ -36,7 +36,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -57,8 +57,10 @@ from events.integrity.anchor_reading import (
 from events.integrity.anchor_witness import (
     AnchorWitness,
     HighWaterMark,
+    PromotionLoss,
     database_identity,
     reached,
+    timeline,
     wal_position,
 )
 from events.integrity.anchors import AnchorKey, Checkpoint, anchor_hash
@@ -126,6 +128,11 @@ class AnchorReport:
     reached_mark: HighWaterMark | None = None
     """The newest checkpoint seen, with a WAL position by which it was there: what a clean
     check may record as the new high-water mark."""
+    lost_in_promotion: HighWaterMark | None = None
+    """The mark, when its checkpoint is absent because this server was promoted since it was
+    taken (asynchronous replication's lost tail, not a table write): not a finding."""
+    promotion_losses: list[PromotionLoss] = field(default_factory=list)
+    """Marks lowered earlier for that reason, as the witness file records them."""
 
     @property
     def ok(self) -> bool:
@@ -169,8 +176,9 @@ def audit_anchors(  # noqa: PLR0913 - what the check is asked to hold the log to
     high-water mark, which must be too; ``age`` (with a key) how old a final event may get
     unanchored; ``stream_id`` narrows the check to what bears on that stream."""
     with translated_errors(context="checking the checkpoints"), store.connection() as conn:
-        identity = database_identity(conn)
+        identity, line = database_identity(conn), timeline(conn)
         mark = witness.mark(identity) if witness is not None else None
+        losses = witness.promotions(identity) if witness is not None else []
         if stream_id is None:
             totals = checkpoint_totals(conn)
             checkpoints, checked = load_checkpoints(conn), None
@@ -190,8 +198,13 @@ def audit_anchors(  # noqa: PLR0913 - what the check is asked to hold the log to
         if expect is not None:
             findings += _witness_findings(checkpoints, expect)
         mark_reached = mark is None or reached(conn, mark)
+        lost_mark = None
         if mark is not None and mark_reached:
-            findings += _mark_findings(checkpoints, mark, newest)
+            below = _mark_findings(checkpoints, mark, newest)
+            if below and mark.lost_by_promotion(line):
+                lost_mark = mark
+            else:
+                findings += below
         named = _head_findings(conn, stream_id)
         findings += named
         gone = {f.stream_id for f in named}
@@ -221,14 +234,25 @@ def audit_anchors(  # noqa: PLR0913 - what the check is asked to hold the log to
         high_water_mark=mark,
         high_water_mark_reached=mark_reached,
         database=identity,
-        reached_mark=HighWaterMark(last.seq, last.anchor_hash, seen_at) if last else None,
+        reached_mark=HighWaterMark(last.seq, last.anchor_hash, seen_at, line) if last else None,
+        lost_in_promotion=lost_mark,
+        promotion_losses=losses,
     )
 
 
 def keep_high_water_mark(witness: AnchorWitness, report: AnchorReport) -> bool:
     """Record the newest checkpoint of a clean report as the high-water mark (the verifier's
     own record); whether the mark moved. A report with findings moves nothing."""
-    if not report.ok or report.reached_mark is None or not report.database:
+    if not report.ok or not report.database:
+        return False
+    lost = report.lost_in_promotion
+    if lost is not None and report.reached_mark is not None \
+            and report.reached_mark.timeline is not None:
+        witness.lower(report.database, report.reached_mark, PromotionLoss(
+            lost, report.reached_mark.timeline, report.reached_mark.seq,
+            datetime.now(UTC).isoformat(timespec="seconds")))
+        return True
+    if report.reached_mark is None:
         return False
     return witness.advance(report.database, report.reached_mark)
 

@@ -18,6 +18,15 @@ A file holds one mark per database, keyed by what no table write can change: the
 system identifier and the database's oid (a database dropped and created again, or a new
 cluster, is another database, with no mark yet). The WAL position lets a hot standby that
 has not replayed that far yet say "not reached", not "deleted".
+
+A mark also records the WAL timeline it was taken on. A standby promoted to primary starts a
+new timeline; with asynchronous replication, what the old primary wrote after the standby's
+last replayed record — checkpoints included — is not on the new one. A marked checkpoint
+absent from a server on a *later* timeline was lost with that replication lag, not deleted by
+a table write (no table write moves the timeline): verify reports it as
+:attr:`~events.integrity.anchor_audit.AnchorReport.lost_in_promotion`, not as tampering, and
+the next taker (or clean verify) lowers the mark to the chain the new primary holds,
+recording the loss in the file's ``promotions`` list, which ``verify`` keeps showing.
 """
 
 from __future__ import annotations
@@ -57,6 +66,12 @@ SELECT coalesce(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
                      ELSE pg_current_wal_lsn() END, '0/0')::text
 """
 
+# The timeline of a primary's WAL (the first 8 hex digits of its WAL file's name); a standby
+# in recovery has none of its own yet: NULL.
+_TIMELINE = """
+SELECT CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_walfile_name(pg_current_wal_lsn()) END
+"""
+
 _REACHED = """
 SELECT coalesce(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
                      ELSE pg_current_wal_lsn() END, '0/0') >= %s::text::pg_lsn
@@ -84,9 +99,37 @@ class HighWaterMark:
     seq: int
     anchor_hash: str
     wal: str
+    timeline: int | None = None
+    """The WAL timeline the mark was taken on (None: a standby's, or a mark from before
+    timelines were recorded)."""
 
     def __str__(self) -> str:
         return f"checkpoint {self.seq} ({self.anchor_hash[:16]}…)"
+
+    def lost_by_promotion(self, timeline_now: int | None) -> bool:
+        """Whether a server on ``timeline_now`` was promoted since this mark was taken: then
+        the marked checkpoint, if absent, went with the old primary's unreplicated tail."""
+        return (self.timeline is not None and timeline_now is not None
+                and timeline_now > self.timeline)
+
+
+@dataclass(frozen=True)
+class PromotionLoss:
+    """A mark lowered because the checkpoint it named was lost when a standby was promoted."""
+
+    lost: HighWaterMark
+    timeline: int
+    """The new primary's timeline, where the lowering happened."""
+    lowered_to: int | None
+    """The checkpoint the mark was lowered to (None: the new primary held none)."""
+    at: str
+    """When the mark was lowered (ISO 8601, UTC)."""
+
+    def __str__(self) -> str:
+        to = f"checkpoint {self.lowered_to}" if self.lowered_to else "no checkpoint"
+        return (f"{self.lost} (timeline {self.lost.timeline}) was lost when a standby was"
+                f" promoted (timeline {self.timeline}); the mark was lowered to {to} at"
+                f" {self.at}")
 
 
 def database_identity(conn: psycopg.Connection[Any]) -> str:
@@ -103,6 +146,12 @@ def wal_position(conn: psycopg.Connection[Any]) -> str:
     """How far the server's WAL goes now (a primary's written, a standby's replayed)."""
     row = conn.execute(_WAL_AT).fetchone()
     return str(row[0]) if row else "0/0"
+
+
+def timeline(conn: psycopg.Connection[Any]) -> int | None:
+    """The primary's WAL timeline (one more at each standby promotion); None on a standby."""
+    row = conn.execute(_TIMELINE).fetchone()
+    return int(str(row[0])[:8], 16) if row and row[0] else None
 
 
 def reached(conn: psycopg.Connection[Any], mark: HighWaterMark) -> bool:
@@ -129,16 +178,41 @@ class AnchorWitness:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._locked():
-                marks = self._read()
-                known = marks.get(identity)
+                doc = self._document()
+                known = doc.marks.get(identity)
                 if known is not None and known.seq >= mark.seq:
                     return False
-                marks[identity] = mark
-                self._write(marks)
+                doc.marks[identity] = mark
+                self._write(doc)
         except OSError as exc:
             raise AnchorWitnessError(
                 f"the anchor witness {self.path} cannot be written: {exc}") from None
         return True
+
+    def lower(self, identity: str, mark: HighWaterMark | None, loss: PromotionLoss) -> None:
+        """After a promotion lost the marked checkpoint: replace the mark with ``mark`` (the
+        newest checkpoint the new primary holds; None: none) and record the loss. Only for a
+        mark :meth:`HighWaterMark.lost_by_promotion` says a promotion lost."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._locked():
+                doc = self._document()
+                known = doc.marks.get(identity)
+                if known != loss.lost:
+                    return  # another process lowered (or raised) it meanwhile
+                if mark is None:
+                    doc.marks.pop(identity, None)
+                else:
+                    doc.marks[identity] = mark
+                doc.promotions.setdefault(identity, []).append(loss)
+                self._write(doc)
+        except OSError as exc:
+            raise AnchorWitnessError(
+                f"the anchor witness {self.path} cannot be written: {exc}") from None
+
+    def promotions(self, identity: str) -> list[PromotionLoss]:
+        """Every mark lowered after a promotion lost it, oldest first."""
+        return list(self._document().promotions.get(identity, []))
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -151,33 +225,66 @@ class AnchorWitness:
             os.close(fd)  # releases the lock
 
     def _read(self) -> dict[str, HighWaterMark]:
+        return self._document().marks
+
+    def _document(self) -> _Document:
         try:
             text = self.path.read_text("utf-8")
         except FileNotFoundError:
-            return {}
+            return _Document({}, {})
         except OSError as exc:
             raise AnchorWitnessError(
                 f"the anchor witness {self.path} cannot be read: {exc}") from None
         try:
             doc = json.loads(text)
-            return {
-                str(identity): HighWaterMark(int(m["seq"]), str(m["anchor_hash"]), str(m["wal"]))
-                for identity, m in doc["marks"].items()
+            marks = {str(identity): _mark(m) for identity, m in doc["marks"].items()}
+            promotions = {
+                str(identity): [
+                    PromotionLoss(_mark(p["lost"]), int(p["timeline"]),
+                                  None if p["lowered_to"] is None else int(p["lowered_to"]),
+                                  str(p["at"]))
+                    for p in losses]
+                for identity, losses in doc.get("promotions", {}).items()
             }
         except (ValueError, KeyError, TypeError, AttributeError):
             raise AnchorWitnessError(
                 f"{self.path} is not an anchor witness file (fix or remove it)") from None
+        return _Document(marks, promotions)
 
-    def _write(self, marks: dict[str, HighWaterMark]) -> None:
-        doc = {"marks": {identity: {"seq": m.seq, "anchor_hash": m.anchor_hash, "wal": m.wal}
-                         for identity, m in sorted(marks.items())}}
+    def _write(self, doc: _Document) -> None:
+        out_doc: dict[str, Any] = {
+            "marks": {identity: _mark_json(m) for identity, m in sorted(doc.marks.items())}}
+        if doc.promotions:
+            out_doc["promotions"] = {
+                identity: [{"lost": _mark_json(p.lost), "timeline": p.timeline,
+                            "lowered_to": p.lowered_to, "at": p.at} for p in losses]
+                for identity, losses in sorted(doc.promotions.items())}
         draft = self.path.with_name(f".{self.path.name}.{os.getpid()}.{secrets.token_hex(4)}")
         try:
             with open(draft, "w", encoding="utf-8") as out:
-                json.dump(doc, out, indent=2, sort_keys=True)
+                json.dump(out_doc, out, indent=2, sort_keys=True)
                 out.write("\n")
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(draft, self.path)
         finally:
             draft.unlink(missing_ok=True)
+
+
+@dataclass
+class _Document:
+    marks: dict[str, HighWaterMark]
+    promotions: dict[str, list[PromotionLoss]]
+
+
+def _mark(m: dict[str, Any]) -> HighWaterMark:
+    line = m.get("timeline")
+    return HighWaterMark(int(m["seq"]), str(m["anchor_hash"]), str(m["wal"]),
+                         None if line is None else int(line))
+
+
+def _mark_json(m: HighWaterMark) -> dict[str, Any]:
+    out: dict[str, Any] = {"seq": m.seq, "anchor_hash": m.anchor_hash, "wal": m.wal}
+    if m.timeline is not None:
+        out["timeline"] = m.timeline
+    return out

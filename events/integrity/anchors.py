@@ -49,7 +49,9 @@ from events.integrity.anchor_witness import (
     AnchorWitness,
     CheckpointChainLowered,
     HighWaterMark,
+    PromotionLoss,
     database_identity,
+    timeline,
     wal_position,
 )
 
@@ -182,36 +184,59 @@ def take_checkpoint(
     """Anchor everything below the horizon not yet anchored; None when nothing new is final.
 
     With ``witness``, the checkpoint taken becomes its high-water mark, and a chain that no
-    longer holds the marked checkpoint is refused (CheckpointChainLowered), nothing taken.
+    longer holds the marked checkpoint is refused (CheckpointChainLowered), nothing taken —
+    unless this server was promoted since the mark was taken (a later WAL timeline): then the
+    checkpoint went with the old primary's unreplicated tail, the chain carries on from what
+    the new primary holds, and the witness lowers its mark and records the loss.
     Safe to call from several processes at once (they take turns on an advisory lock)."""
-    identity = mark = None
+    identity = mark = line = None
     if witness is not None:
         with store.connection() as conn:
-            identity = database_identity(conn)
+            identity, line = database_identity(conn), timeline(conn)
         mark = witness.mark(identity)
     with store.transaction() as unit:
-        taken = _take_on(unit.connection, key, mark)
-    if taken is not None and witness is not None and identity is not None:
-        # A WAL position read after the commit: the checkpoint is in the log by then.
-        with store.connection() as conn:
-            at = wal_position(conn)
-        witness.advance(identity, HighWaterMark(taken.seq, taken.anchor_hash, at))
+        taken, lost = _take_on(unit.connection, key, mark, line)
+    if witness is None or identity is None:
+        return taken
+    # A WAL position read after the commit: the checkpoint is in the log by then.
+    with store.connection() as conn:
+        at = wal_position(conn)
+        newest = (HighWaterMark(taken.seq, taken.anchor_hash, at, line) if taken is not None
+                  else _newest_mark(conn, at, line) if lost else None)
+    if lost and mark is not None and line is not None:
+        loss = PromotionLoss(mark, line, newest.seq if newest else None,
+                             datetime.now(UTC).isoformat(timespec="seconds"))
+        log.warning("anchor high-water mark lowered: %s", loss)
+        witness.lower(identity, newest, loss)
+    elif newest is not None:
+        witness.advance(identity, newest)
     return taken
 
 
+def _newest_mark(conn: psycopg.Connection[Any], at: str, line: int | None) -> HighWaterMark | None:
+    row = conn.execute(_LAST).fetchone()
+    return HighWaterMark(int(row[0]), str(row[1]), at, line) if row else None
+
+
 def _take_on(
-    conn: psycopg.Connection[Any], key: AnchorKey | None, mark: HighWaterMark | None
-) -> Checkpoint | None:
+    conn: psycopg.Connection[Any], key: AnchorKey | None, mark: HighWaterMark | None,
+    line: int | None,
+) -> tuple[Checkpoint | None, bool]:
+    """The checkpoint taken (None: nothing new is final) and whether the marked checkpoint
+    was lost by a promotion."""
+    lost = False
     with translated_errors(context="taking a checkpoint"):
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (ANCHOR_LOCK_KEY,))
         if mark is not None:
             found = conn.execute(_AT_SEQ, (mark.seq,)).fetchone()
             if found is None or found[0] != mark.anchor_hash:
-                now = "absent" if found is None else "replaced"
-                raise CheckpointChainLowered(
-                    f"the log's checkpoints no longer hold {mark}, the high-water mark kept"
-                    f" outside the database ({now}): checkpoints were deleted or replaced;"
-                    " not anchoring over them (see `sagafleet verify`)")
+                lost = mark.lost_by_promotion(line)
+                if not lost:
+                    now = "absent" if found is None else "replaced"
+                    raise CheckpointChainLowered(
+                        f"the log's checkpoints no longer hold {mark}, the high-water mark"
+                        f" kept outside the database ({now}): checkpoints were deleted or"
+                        " replaced; not anchoring over them (see `sagafleet verify`)")
         # Read after the lock: a checkpoint another taker just committed is seen here.
         last = conn.execute(_LAST).fetchone()
         seq, prev_hash, after = (
@@ -221,7 +246,7 @@ def _take_on(
         )
         upto = horizon_on(conn)
         if upto is None or upto <= after:
-            return None
+            return None, lost
         params = (str(after.transaction_id), after.global_position,
                   str(upto.transaction_id), upto.global_position)
         # prepare=False: a custom plan sees the real slice and walks the cursor index (a
@@ -246,7 +271,7 @@ def _take_on(
             for h in heads:
                 copy.write_row((seq, h.stream_id, h.stream_version, h.events, h.event_hash))
     return Checkpoint(seq, prev_hash, after, upto, events, taken_at, heads, digest, key_id,
-                      signature)
+                      signature), lost
 
 
 class AnchorLoop:

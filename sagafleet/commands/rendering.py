@@ -426,6 +426,15 @@ def _anchor_lines(a: AnchorReport) -> list[str]:
         reach = "" if a.high_water_mark_reached else (
             " — not checked: this server's WAL has not reached it yet (a lagging standby)")
         lines.append(f"  high-water mark kept outside the database: {a.high_water_mark}{reach}")
+    if a.lost_in_promotion is not None:
+        lines.append(
+            f"  LOST IN A PROMOTION: {a.lost_in_promotion}, taken on timeline"
+            f" {a.lost_in_promotion.timeline}, is not on this server, which was promoted since"
+            " (a later WAL timeline): it went with the old primary's unreplicated tail"
+            " (asynchronous replication), not with a table write; the mark is lowered to the"
+            " chain this server holds")
+    for loss in a.promotion_losses:
+        lines.append(f"  earlier promotion: {loss}")
     for f in a.findings:
         where = f" (position {f.position})" if f.position else ""
         lines.append(f"  TAMPERED {f.problem}: {f.message}{where}")

@@ -467,7 +467,11 @@ def run_verify(env: dict[str, str]) -> dict[str, Any]:
         found = None
     if not isinstance(found, dict):
         found = {}
+    anchors = found.get("anchors") or {}
+    lost = [anchors["lost_in_promotion"]] if anchors.get("lost_in_promotion") else []
     return {"ran": True, "clean": done.returncode == 0, "exit_code": done.returncode,
+            # checkpoints a standby promotion lost with the unreplicated tail (async only)
+            "checkpoints_lost_in_promotion": len(lost + anchors.get("promotion_losses", [])),
             "differences": len(found.get("differences", [])) if found else None,
             "broken_chains": found.get("broken_chains"),
             "lagging": len(found.get("lagging", [])) if found else None,

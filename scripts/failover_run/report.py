@@ -40,7 +40,10 @@ def render(report: dict[str, Any]) -> str:
         f"{direct['missing_after_failover_started_again']} (of {direct['acknowledged']})",
         "sagafleet verify:                 " + (
             "clean" if report["verify"]["clean"]
-            else f"NOT CLEAN ({report['verify']['differences']} differences)"),
+            else f"NOT CLEAN ({report['verify']['differences']} differences, exit"
+                 f" {report['verify']['exit_code']})")
+        + (f"; checkpoints lost with the tail: {lost}"
+           if (lost := report["verify"].get("checkpoints_lost_in_promotion")) else ""),
         f"written to the fleet's database:  {report['log']['events']} events "
         f"({report['log']['events_per_saga']} a saga), {report['log']['wal_bytes']} bytes of "
         f"WAL ({report['log']['wal_bytes_per_saga']} a saga)" if report.get("log") else

@@ -347,6 +347,9 @@ class FailoverRun(ChaosRun):
         if synchronous and self.restarted_directly:
             violations.append(f"{len(self.restarted_directly)} acknowledged starts missing "
                               "after the failover with synchronous replication")
+        if synchronous and verify.get("checkpoints_lost_in_promotion"):
+            violations.append(f"{verify['checkpoints_lost_in_promotion']} checkpoints lost in"
+                              " the promotion with synchronous replication")
         if verify["ran"] and not verify["clean"]:
             violations.append(f"sagafleet verify: {verify['differences']} differences, "
                               f"exit {verify['exit_code']}")

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
 import pytest
 
-from events.integrity.anchor_witness import AnchorWitness, AnchorWitnessError, HighWaterMark
+from events.integrity.anchor_witness import (
+    AnchorWitness,
+    AnchorWitnessError,
+    HighWaterMark,
+    PromotionLoss,
+)
 
 
 def _mark(seq: int) -> HighWaterMark:
@@ -60,3 +66,38 @@ def test_an_unwritable_place_is_a_named_error(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(AnchorWitnessError, match="cannot be written"):
         AnchorWitness(blocker / "anchor.witness").advance("db", _mark(1))
+
+
+def test_a_mark_from_before_timelines_reads_as_one_without_a_timeline(tmp_path: Path) -> None:
+    path = tmp_path / "anchor.witness"
+    path.write_text(json.dumps({"marks": {"db": {"seq": 2, "anchor_hash": "ab", "wal": "0/1"}}}))
+    mark = AnchorWitness(path).mark("db")
+    assert mark == HighWaterMark(2, "ab", "0/1", None)
+    # and such a mark is never taken for one a promotion lost
+    assert not mark.lost_by_promotion(7)
+
+
+def test_only_a_later_timeline_means_a_promotion_lost_the_mark() -> None:
+    mark = HighWaterMark(5, "ab", "0/9", timeline=2)
+    assert mark.lost_by_promotion(3)
+    assert not mark.lost_by_promotion(2)
+    assert not mark.lost_by_promotion(1)
+    assert not mark.lost_by_promotion(None)  # a standby: no timeline of its own
+
+
+def test_lowering_replaces_the_mark_and_keeps_the_loss(tmp_path: Path) -> None:
+    witness = AnchorWitness(tmp_path / "anchor.witness")
+    lost = HighWaterMark(5, "ab", "0/9", timeline=1)
+    witness.advance("db", lost)
+    loss = PromotionLoss(lost, 2, 4, "2026-12-03T23:00:00+00:00")
+    witness.lower("db", HighWaterMark(4, "cd", "0/A", timeline=2), loss)
+    again = AnchorWitness(witness.path)  # as another process reads it
+    assert again.mark("db") == HighWaterMark(4, "cd", "0/A", timeline=2)
+    assert again.promotions("db") == [loss]
+    assert again.promotions("other") == []
+    # a lowering whose mark another process already moved does nothing
+    witness.lower("db", None, PromotionLoss(lost, 3, None, "2026-12-03T23:01:00+00:00"))
+    assert again.mark("db") == HighWaterMark(4, "cd", "0/A", timeline=2)
+    assert len(again.promotions("db")) == 1
+    # and raising continues from the lowered mark
+    assert witness.advance("db", HighWaterMark(5, "ef", "0/B", timeline=2))
