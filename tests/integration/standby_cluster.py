@@ -77,6 +77,18 @@ def standby_pair() -> Iterator[StandbyPair]:
 
 
 @contextmanager
+def migrated_standby_pair() -> Iterator[StandbyPair]:
+    """:func:`standby_pair` with the event store migrated on the primary and replayed."""
+    from events import EventStore  # the helper's other users need no store
+
+    with standby_pair() as started:
+        with EventStore.connect(started.primary) as primary:
+            primary.migrate()
+        wait_for_replay(started.primary, started.standby)
+        yield started
+
+
+@contextmanager
 def _started_pair(bin_dir: Path, root: Path, user: str | None) -> Iterator[StandbyPair]:
     primary = Control(bin_dir, root / "primary", user)
     standby = Control(bin_dir, root / "replicas" / "standby", user)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from standby_cluster import StandbyPair, standby_pair, wait_for_replay
+from standby_cluster import StandbyPair, migrated_standby_pair, wait_for_replay
 
 from events import EventStore, NewEvent
 from events.integrity.anchor_audit import (
@@ -36,10 +36,7 @@ PROMOTE_TIMEOUT_S = 60.0
 @pytest.fixture
 def pair() -> Iterator[StandbyPair]:
     """A primary and a hot standby of it, for one test (it promotes the standby)."""
-    with standby_pair() as started:
-        with EventStore.connect(started.primary) as primary:
-            primary.migrate()
-        wait_for_replay(started.primary, started.standby)
+    with migrated_standby_pair() as started:
         yield started
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from log_reading import read_everything, read_until
-from standby_cluster import StandbyPair, standby_pair, wait_for_replay
+from standby_cluster import StandbyPair, migrated_standby_pair, wait_for_replay
 
 from events import EventStore, NewEvent
 from events.errors import ReadOnlyStore
@@ -22,10 +22,7 @@ SOURCE = "SAGAFLEET_READ_DATABASE_URL"
 @pytest.fixture(scope="module")
 def pair() -> Iterator[StandbyPair]:
     """A primary and a hot standby of it, shared by this module's tests."""
-    with standby_pair() as started:
-        with EventStore.connect(started.primary) as primary:
-            primary.migrate()
-        wait_for_replay(started.primary, started.standby)
+    with migrated_standby_pair() as started:
         yield started
 
 
