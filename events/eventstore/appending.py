@@ -7,8 +7,9 @@
       yes -> the chained insert: hashes computed here; the head is created, or moved
              only from that version and hash, and the events stored  -- one statement
              wrote nothing (the stream exists, or moved on) -> the append function
-      no  -> the append function, eventstore.append_events: lock or create the head,
-             check the version (SF409 otherwise), chain on the server, store
+      no  -> the append function, eventstore.append_events (append.sql, beside this
+             module): lock or create the head, check the version (SF409 otherwise),
+             chain on the server, store
                                                                      -- one statement
 
 Both hash the same body (events.eventstore.hashing.body_around_version): the chained insert here,
