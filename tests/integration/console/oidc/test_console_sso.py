@@ -13,14 +13,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from conftest import (
+from console_support import POLICY, csrf_of
+from oidc_provider import (
     CONSOLE_URL,
     OidcProviderProcess,
     ProviderBrowser,
     free_port,
     oidc_env,
 )
-from console_support import POLICY, csrf_of
 from principal_support import token_for
 from starlette.testclient import TestClient
 
