@@ -59,12 +59,25 @@ ACCOUNTS: dict[str, Any] = {  # by login, which the provider makes the subject (
 }
 
 
+NODE_FEATURES = ("process.exit(typeof URL.parse === 'function' && "
+                 "typeof require('node:crypto').hash === 'function' ? 0 : 1)")
+"""What oidc-provider 9 calls that older node lacks (URL.parse, crypto.hash: node 20.18+)."""
+
+
 def need_node() -> tuple[str, str]:
+    """node and npm, new enough for oidc-provider 9; else the test is skipped, saying why."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         pytest.skip("the single sign-on tests run a real OpenID provider (npm oidc-provider) "
                     "and need node and npm on PATH (.ci/run installs them: apt-get install "
                     "nodejs npm)")
+    probe = subprocess.run([node, "-e", NODE_FEATURES], capture_output=True, timeout=60,
+                           check=False)
+    if probe.returncode != 0:
+        version = subprocess.run([node, "--version"], capture_output=True, text=True,
+                                 timeout=60, check=False).stdout.strip()
+        pytest.skip(f"node {version} is too old for oidc-provider 9 (it needs URL.parse and "
+                    "crypto.hash: node 20.18 or later)")
     return node, npm
 
 
