@@ -30,6 +30,7 @@ from sagafleet.console.app import create_app
 from sagafleet.console.core import Console
 from sagafleet.console.gate import SESSION_COOKIE
 from sagafleet.console.service import console_for
+from sagafleet.console.sessions import SessionStore
 from sagafleet.console.sso.provider import OidcProvider
 from sagafleet.console.sso.signin import SsoSignIn
 from sagafleet.security_log import SECURITY_LOGGER
@@ -125,7 +126,9 @@ def test_a_person_in_a_mapped_group_signs_in_and_becomes_a_person_principal(
     assert query["code_challenge_method"] == ["S256"] and len(query["code_challenge"][0]) == 43
     assert query["state"][0] and query["nonce"][0] and "code_verifier" not in query
 
-    answer = callback(web, ProviderBrowser().sign_in(authorization, "ada"))
+    at_provider = ProviderBrowser()
+    answer = callback(web, at_provider.sign_in(authorization, "ada"))
+    assert at_provider.interactions == 2  # the provider's login form, then its consent
     assert answer.status_code == 200, answer.text
     assert "Signed in as ada (tenant default) through Test IdP" in unescape(answer.text)
     assert '<meta http-equiv="refresh" content="0;url=/queue">' in unescape(answer.text)
@@ -287,6 +290,30 @@ def test_a_single_sign_on_session_is_a_session_like_a_tokens(
     assert out.status_code == 303 and out.headers["location"] == "/sign-in"
     assert signed_out(web)
     assert rows(fleet, "SELECT count(*) FROM fleet.console_sessions") == [(0,)]
+
+
+def test_a_single_sign_on_session_ends_after_the_idle_timeout_as_a_tokens_does(
+        fleet: Fleet, provider: OidcProviderProcess, clock: Clock) -> None:
+    console = console_for(fleet, POLICY)
+    console.sessions = SessionStore(fleet.store, fleet.principals, POLICY, clock.now)
+    settings = settings_for(provider.issuer)
+    console.sso = SsoSignIn(settings, fleet.store, console.sessions, clock=clock.now)
+    with TestClient(create_app(console), base_url=CONSOLE_URL, follow_redirects=False) as web:
+        assert sso_sign_in(web, "ada").status_code == 200
+        assert not signed_out(web)
+        clock.shift += POLICY.idle + timedelta(seconds=1)
+        assert signed_out(web)
+
+
+def test_a_console_with_the_wrong_client_secret_says_the_provider_refused_it(
+        fleet: Fleet, provider: OidcProviderProcess, clock: Clock) -> None:
+    wrong = settings_for(provider.issuer, SAGAFLEET_OIDC_CLIENT_SECRET="not-the-secret")
+    console = console_for(fleet, POLICY)
+    console.sso = SsoSignIn(wrong, fleet.store, console.sessions, clock=clock.now)
+    with TestClient(create_app(console), base_url=CONSOLE_URL, follow_redirects=False) as web:
+        answer = sso_sign_in(web, "ada")
+    assert answer.status_code == 502
+    assert "refused the exchange (HTTP 401, invalid_client)" in unescape(answer.text)
 
 
 def test_without_single_sign_on_the_sign_in_page_has_only_the_token_form(
