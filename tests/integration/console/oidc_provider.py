@@ -27,7 +27,6 @@ import socket
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from html import unescape
 from pathlib import Path
@@ -260,6 +259,3 @@ class ProviderBrowser:
         url, answer = self.submit(url, answer.text)
         assert url.startswith(CONSOLE_URL), (answer.status, answer.text[:500])
         return url
-
-
-ProviderBrowserFactory = Callable[[], ProviderBrowser]

@@ -21,6 +21,7 @@ from sagafleet.console.sso.id_token import (
 from sagafleet.console.sso.person import person_of
 from sagafleet.console.sso.provider import metadata_of
 from sagafleet.console.sso.refusal import ProviderUnavailable, SsoRefused
+from sagafleet.console.sso.signin import code_challenge
 from sagafleet.settings import ConfigurationError, Settings
 from sagafleet.sso_settings import OidcSettings, oidc_settings, parse_role_map
 
@@ -256,7 +257,14 @@ def test_a_name_claim_that_cannot_name_a_principal_is_refused() -> None:
     assert caught.value.code == "no_name" and "must match" in str(caught.value)
 
 
-# -- the provider's discovery document ----------------------------------------------------
+# -- PKCE and the provider's discovery document -------------------------------------------
+
+
+def test_the_pkce_challenge_is_rfc_7636s_s256_of_the_verifier() -> None:
+    # RFC 7636, appendix B
+    assert code_challenge("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk") == \
+        "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+
 
 
 def test_a_discovery_document_of_another_issuer_is_refused() -> None:
