@@ -81,7 +81,7 @@ def person_of(token: VerifiedIdToken, settings: OidcSettings) -> SsoPerson:
         listed = ", ".join(groups[:10]) if groups else "none"
         raise SsoRefused(
             "no_mapped_group",
-            f"{name} is in no group that grants a console role (groups: {listed}; mapped: "
-            f"{', '.join(sorted(settings.role_map))}); ask an administrator to add you to one",
+            f"{name} is in no group that grants a console role (your groups: {listed}); ask "
+            "an administrator to add you to one",
             status=403)
     return SsoPerson(token.issuer, token.subject, tenant, name, roles, groups)
