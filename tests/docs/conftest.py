@@ -248,6 +248,8 @@ def parse_command_line(argv: tuple[str, ...]) -> argparse.Namespace:
         sub.exit_on_error = False
     try:
         return parser.parse_args(list(argv))
+    except argparse.ArgumentError as exc:
+        raise ParserRefused(str(exc)) from None
     except SystemExit as exc:  # --help or --version: documented, and fine
         if exc.code not in (0, None):
             raise ParserRefused(f"exit {exc.code}: {messages}") from None
