@@ -135,7 +135,8 @@ def check_definition(document: dict[str, Any]) -> None:
 
 
 DEFINITION_KEYS = {"name", "version", "description", "retry_budget", "budget", "input",
-                   "steps", "invariant"}
+                   "steps", "invariant", "default_retry", "escalation_deadline_s",
+                   "max_approval_requests"}
 
 
 def evaluate_yaml(example: Example) -> None:
