@@ -199,3 +199,17 @@ def test_the_tutorial_shows_the_definition_file_it_runs() -> None:
     shipped = yaml.safe_load((DOCS / "examples" / "onboarding-approval.yaml").read_text())
     assert shipped in shown
     assert shipped["steps"][-1]["approval"]["required"] is True
+
+
+# --- the architecture page ------------------------------------------------------------------
+
+
+def test_the_architecture_page_states_the_rules_the_architecture_test_checks() -> None:
+    from tests.unit.test_architecture import MAY_IMPORT
+
+    page = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `([a-z_]+)` \| ([^|]+) \|", page, flags=re.M)
+    stated = {room: ({room for room in MAY_IMPORT} if cell.strip() == "every room"
+                     else set(re.findall(r"`([a-z_]+)`", cell)))
+              for room, cell in rows if room in MAY_IMPORT}
+    assert stated == MAY_IMPORT
