@@ -213,3 +213,12 @@ def test_the_architecture_page_states_the_rules_the_architecture_test_checks() -
                      else set(re.findall(r"`([a-z_]+)`", cell)))
               for room, cell in rows if room in MAY_IMPORT}
     assert stated == MAY_IMPORT
+
+
+def test_the_runbook_lists_every_operator_action_as_the_code_describes_it() -> None:
+    from saga_core.engine.resolution import ACTION_EFFECTS, OPERATOR_ACTIONS
+
+    page = (DOCS / "operations.md").read_text(encoding="utf-8")
+    runbook = page[page.index("## Runbook"):]
+    rows = re.findall(r"^\| `([a-z_]+)` \| (.*) \|$", runbook, flags=re.M)
+    assert rows == [(action, ACTION_EFFECTS[action]) for action in OPERATOR_ACTIONS]
