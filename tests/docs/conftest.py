@@ -1,6 +1,6 @@
-"""The docs cannot drift from the code: every code block of README.md and docs/**/*.md is
-checked against the real thing (Sybil finds the blocks; ``tests/docs/test_code_blocks.py``
-runs them).
+"""The docs cannot drift from the code: every code block of README.md, docs/**/*.md and
+examples/README.md is checked against the real thing (Sybil finds the blocks;
+``tests/docs/test_code_blocks.py`` runs them).
 
 * ``python`` blocks run, in order, one namespace per page (a block after
   ``<!-- docs: imports-only -->`` needs servers to run, so only its imports run: the names
@@ -41,8 +41,8 @@ NOT_YET_MERGED: frozenset[str] = frozenset({"dev", "--seen-version"})
 
 
 def documents() -> list[Path]:
-    """Every page the docs tests read: the README and the site's pages."""
-    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+    """Every page the docs tests read: the README, the site's pages, the examples' guide."""
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md")), ROOT / "examples" / "README.md"]
 
 
 def page_id(path: Path) -> str:
