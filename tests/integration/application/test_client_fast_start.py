@@ -17,13 +17,12 @@ from datetime import UTC, datetime
 
 import psycopg
 import pytest
-from fleet_harness import LEASE_S, QUEUE_WAIT_S, SandboxFleet, install_everything
+from fleet_harness import SandboxFleet, build_fleet, install_everything
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from trip_inputs import TRIP_INPUT
 
 from events.saga_log.streams import saga_stream
-from workers.fleet import FleetConfig
 
 pytestmark = pytest.mark.integration
 
@@ -60,10 +59,11 @@ def second_database(pg_server_url: str) -> Iterator[str]:
 
 
 def _fleet(database: str, broker: str) -> SandboxFleet:
-    fleet = SandboxFleet(FleetConfig(database_url=database, broker_url=broker, lease_s=LEASE_S,
-                                     queue_wait_s=QUEUE_WAIT_S, worker_id="fast-start"),
-                         clock=_fixed_clock)
-    fleet.register_builtin_definitions()
+    """The harness's test fleet (the trip registered), on the fixed clock: its orchestrator,
+    which reads the clock, is built on first use, after the clock is set here."""
+    fleet = build_fleet(database, broker, worker_id="fast-start")
+    assert "orchestrator" not in vars(fleet), "the fleet's orchestrator was built too early"
+    fleet.clock = _fixed_clock
     return fleet
 
 

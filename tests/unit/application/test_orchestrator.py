@@ -1,5 +1,6 @@
-"""The orchestrator on the in-memory saga log (no servers): what a commit plans, records,
-claims ahead and leaves to publish; the one retry loop after a lost race; a sweep of one saga.
+"""The orchestrator on a TestFleet's in-memory saga log (no servers): what a commit plans,
+records, claims ahead and leaves to publish; the one retry loop after a lost race; a sweep of
+one saga.
 
 (Absorbs the former tests/unit/fleet/test_commit_api.py.)
 """
@@ -7,7 +8,7 @@ claims ahead and leaves to publish; the one retry loop after a lost race; a swee
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
@@ -15,16 +16,11 @@ from application.claiming import ClaimAhead
 from application.client import SagaClient
 from application.messages import StepCommand
 from application.orchestrator import MAX_RACES, Orchestrator, RaceLost
-from application.secrets.memory import MemorySecrets
 from events import ConcurrencyError
-from events.definition_store.memory import MemoryDefinitions
-from events.saga_log.memory import MemorySagaLog
 from events.saga_log.port import LoadedSaga
 from saga_core import resolve_command
 from saga_core.access.roles import Principal
 from saga_core.contracts import StepKind
-from saga_core.definitions.catalogue import ToolCatalogue
-from saga_core.definitions.validation import validate_definition
 from saga_core.engine.events import (
     CancelRequested,
     StepOutcomeUnknown,
@@ -32,7 +28,7 @@ from saga_core.engine.events import (
     StepStarted,
 )
 from saga_core.errors import SagaError
-from saga_core.examples import trip_definition, trip_tool_catalogue
+from sagafleet.testing import TestClock, TestFleet
 from workers.sweeper import sweep_saga
 
 TRIP_INPUT = {
@@ -41,16 +37,6 @@ TRIP_INPUT = {
 }
 LEASE = timedelta(seconds=30)
 AHEAD = ClaimAhead(worker_id="w1", lease=LEASE)
-
-
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2026, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 class Published:
@@ -75,8 +61,15 @@ class RacesLost:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def fleet() -> TestFleet:
+    """The test kit's fleet: the trip definition on its tools' catalogue, in memory."""
+    return TestFleet()
+
+
+@pytest.fixture
+def clock(fleet: TestFleet) -> TestClock:
+    """The fleet's clock, moved by hand."""
+    return fleet.clock
 
 
 @pytest.fixture
@@ -85,36 +78,39 @@ def races_lost() -> RacesLost:
 
 
 @pytest.fixture
-def orchestrator(clock: Clock, races_lost: RacesLost) -> Orchestrator:
-    definitions = MemoryDefinitions()
-    catalogue: ToolCatalogue = trip_tool_catalogue()
-    definitions.register_shared(validate_definition(trip_definition(), catalogue))
-    return Orchestrator(MemorySagaLog(definitions), clock, queue_wait=timedelta(seconds=10),
-                        on_race_lost=races_lost)
+def orchestrator(fleet: TestFleet, races_lost: RacesLost) -> Orchestrator:
+    """An orchestrator of its own on the fleet's log, telling ``races_lost`` of lost races."""
+    return Orchestrator(fleet.log, fleet.clock, queue_wait=timedelta(seconds=10),
+                        on_race_lost=races_lost, windows=fleet.gate_windows)
 
 
-def _started(orchestrator: Orchestrator, published: Published) -> LoadedSaga:
-    definitions = orchestrator.log.definitions  # type: ignore[attr-defined]
-    client = SagaClient(orchestrator, definitions, trip_tool_catalogue(),
-                        secrets=MemorySecrets(), publisher=published,
-                        principal=Principal.in_process_agent("default", "agent"))
-    return orchestrator.log.load(client.start("trip", TRIP_INPUT, key="k").saga_id)
+@pytest.fixture
+def started(fleet: TestFleet, orchestrator: Orchestrator):
+    """Start a trip through a client on ``orchestrator``, publishing to ``published``."""
+
+    def start(published: Published) -> LoadedSaga:
+        client = SagaClient(orchestrator, fleet.definitions, fleet.catalogue,
+                            secrets=fleet.secrets, publisher=published,
+                            principal=Principal.in_process_agent("default", "agent"))
+        return orchestrator.log.load(client.start("trip", TRIP_INPUT, key="k").saga_id)
+
+    return start
 
 
-def test_a_start_commits_once_and_wakes_one_worker_for_the_parallel_holds(orchestrator):
+def test_a_start_commits_once_and_wakes_one_worker_for_the_parallel_holds(orchestrator, started):
     # given a client that publishes after its commit
     published = Published()
     # when it starts a trip, whose two holds may run side by side
-    loaded = _started(orchestrator, published)
+    loaded = started(published)
     # then both holds are scheduled in the start's own commit, and one message went out
     scheduled = [e.step_id for e in loaded.events if isinstance(e, StepScheduled)]
     assert sorted(scheduled) == ["hold_flight", "hold_hotel"]
     assert [c.step_id for c in published.commands] == [scheduled[0]]
 
 
-def test_a_plan_is_a_value_that_writes_nothing_until_written(orchestrator, clock):
+def test_a_plan_is_a_value_that_writes_nothing_until_written(orchestrator, started, clock):
     # given a started trip
-    loaded = _started(orchestrator, Published())
+    loaded = started(Published())
     cancel = CancelRequested(at=clock(), actor="ops", reason="changed my mind")
     # when a commit is planned on it
     plan = orchestrator.plan_commit(loaded, [cancel], actor="ops")
@@ -131,9 +127,9 @@ def test_a_plan_is_a_value_that_writes_nothing_until_written(orchestrator, clock
     assert orchestrator.log.load(loaded.saga_id).version == committed.loaded.version
 
 
-def test_a_commit_that_claims_ahead_takes_the_due_steps_in_the_same_append(orchestrator):
+def test_a_commit_that_claims_ahead_takes_the_due_steps_in_the_same_append(orchestrator, started):
     # given a started trip
-    loaded = _started(orchestrator, Published())
+    loaded = started(Published())
     # when a worker commits asking to claim ahead
     committed = orchestrator.commit(loaded, [], claim_ahead=AHEAD)
     # then both holds are claimed in one append and nothing is left to wake anyone for
@@ -152,9 +148,9 @@ def test_a_commit_that_claims_ahead_takes_the_due_steps_in_the_same_append(orche
         assert event.lease_expires_at == event.at + LEASE
 
 
-def test_a_commit_on_a_stale_saga_is_refused_and_writes_nothing(orchestrator):
+def test_a_commit_on_a_stale_saga_is_refused_and_writes_nothing(orchestrator, started):
     # given a saga someone else wrote to after we read it
-    stale = _started(orchestrator, Published())
+    stale = started(Published())
     moved = orchestrator.commit(stale, [], claim_ahead=AHEAD).loaded
     # when we commit on what we read, then the log refuses it and keeps what it had
     with pytest.raises(ConcurrencyError):
@@ -162,10 +158,10 @@ def test_a_commit_on_a_stale_saga_is_refused_and_writes_nothing(orchestrator):
     assert orchestrator.log.load(stale.saga_id).version == moved.version
 
 
-def test_attempts_read_the_saga_afresh_after_a_lost_race_and_count_it(orchestrator,
+def test_attempts_read_the_saga_afresh_after_a_lost_race_and_count_it(orchestrator, started,
                                                                        races_lost):
     # given a saga someone else wrote to after we read it
-    stale = _started(orchestrator, Published())
+    stale = started(Published())
     orchestrator.commit(stale, [], claim_ahead=AHEAD)
     # when we write in the orchestrator's retry loop, starting from what we read
     seen: list[int] = []
@@ -180,9 +176,9 @@ def test_attempts_read_the_saga_afresh_after_a_lost_race_and_count_it(orchestrat
     assert committed.claimed == () and races_lost.count == 1
 
 
-def test_attempts_end_after_the_first_that_lost_no_race(orchestrator, races_lost):
+def test_attempts_end_after_the_first_that_lost_no_race(orchestrator, started, races_lost):
     # given a started saga
-    loaded = _started(orchestrator, Published())
+    loaded = started(Published())
     # when an attempt writes nothing at all
     tries = [attempt.loaded.version for attempt in orchestrator.attempts(
         loaded.saga_id, known=loaded)]
@@ -190,9 +186,9 @@ def test_attempts_end_after_the_first_that_lost_no_race(orchestrator, races_lost
     assert tries == [loaded.version] and races_lost.count == 0
 
 
-def test_attempts_let_any_other_error_out_at_once(orchestrator, races_lost):
+def test_attempts_let_any_other_error_out_at_once(orchestrator, started, races_lost):
     # given a started saga and an attempt that fails for a reason other than a race
-    loaded = _started(orchestrator, Published())
+    loaded = started(Published())
     tries = 0
     # then the error leaves the loop on the first attempt, uncounted
     with pytest.raises(KeyError):
@@ -203,9 +199,9 @@ def test_attempts_let_any_other_error_out_at_once(orchestrator, races_lost):
     assert tries == 1 and races_lost.count == 0
 
 
-def test_attempts_give_up_with_race_lost_which_is_a_saga_error(orchestrator, races_lost):
+def test_attempts_give_up_with_race_lost_which_is_a_saga_error(orchestrator, started, races_lost):
     # given a saga whose every commit meets a moved stream
-    loaded = _started(orchestrator, Published())
+    loaded = started(Published())
     tries = 0
     # then the loop gives up with RaceLost, which callers catch as a SagaError
     with pytest.raises(RaceLost) as caught:
@@ -217,12 +213,12 @@ def test_attempts_give_up_with_race_lost_which_is_a_saga_error(orchestrator, rac
     assert tries == MAX_RACES and races_lost.count == MAX_RACES
 
 
-def test_advance_records_what_decide_says_is_due_now(orchestrator, clock):
+def test_advance_records_what_decide_says_is_due_now(orchestrator, started, clock):
     # given a trip whose holds a worker claimed, then died
-    loaded = orchestrator.commit(_started(orchestrator, Published()), [],
+    loaded = orchestrator.commit(started(Published()), [],
                                  claim_ahead=AHEAD).loaded
     # when the saga is advanced after the lease ran out
-    clock.now += LEASE + timedelta(seconds=1)
+    clock.advance((LEASE + timedelta(seconds=1)).total_seconds())
     committed = orchestrator.advance(loaded.saga_id)
     # then both expired claims are recorded as outcomes to reconcile
     unknown = [e for e in committed.events if isinstance(e, StepOutcomeUnknown)]
@@ -230,13 +226,13 @@ def test_advance_records_what_decide_says_is_due_now(orchestrator, clock):
 
 
 def test_sweeping_a_saga_records_an_expired_claim_and_publishes_nothing_itself(
-    orchestrator, clock
+    orchestrator, started, clock
 ):
     # given a trip whose holds were claimed by a worker that then died
-    loaded = orchestrator.commit(_started(orchestrator, Published()), [],
+    loaded = orchestrator.commit(started(Published()), [],
                                  claim_ahead=AHEAD).loaded
     # when the sweep comes after the lease ran out
-    clock.now += LEASE + timedelta(seconds=1)
+    clock.advance((LEASE + timedelta(seconds=1)).total_seconds())
     swept = sweep_saga(orchestrator, loaded, timedelta(seconds=10))
     # then both expired claims are recorded as outcomes to reconcile, and both lookups
     # (each a message of its own) are the sweep's wake-ups for the caller to publish
