@@ -53,24 +53,31 @@
     return false;
   }
 
+  function keyOf(child) {
+    // A line is known by its id; a child without one by its tag and classes.
+    return child.id ? "#" + child.id : child.tagName + "." + child.className;
+  }
+
   function merge(element, fresh) {
-    // Keep the children in hand (by id) where they are; replace every other child.
+    // Keep the children in hand where they are; replace every other child.
     var kept = {};
     Array.prototype.slice.call(element.children).forEach(function (child) {
-      if (child.id && inHand(child)) { kept[child.id] = child; } else { child.remove(); }
+      if (inHand(child) && !kept[keyOf(child)]) { kept[keyOf(child)] = child; } else {
+        child.remove();
+      }
     });
     var cursor = element.firstChild;
     Array.prototype.slice.call(fresh.children).forEach(function (child) {
-      var old = child.id ? kept[child.id] : null;
+      var old = kept[keyOf(child)];
       if (old) {
         old.classList.remove("gone");
-        delete kept[child.id];
+        delete kept[keyOf(child)];
         cursor = old.nextSibling;
       } else {
         element.insertBefore(child, cursor);
       }
     });
-    Object.keys(kept).forEach(function (id) { kept[id].classList.add("gone"); });
+    Object.keys(kept).forEach(function (key) { kept[key].classList.add("gone"); });
   }
 
   function refresh(element) {
