@@ -55,6 +55,10 @@ DONE_MESSAGES: Final = {
     "resolved": "Recorded the operator action on",
     "cancelled": "Asked to cancel",
     "unchanged": "Nothing new was recorded (the same action was already there) for",
+    "claimed": "You are on a request of",
+    "taken_over": "You took over the claim on a request of",
+    "already_yours": "You were already on the request of",
+    "released": "You let go of the request of",
 }
 """The notices a redirect after an action may ask for (by code: never text from the URL)."""
 

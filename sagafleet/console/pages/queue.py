@@ -21,10 +21,11 @@ from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from saga_core.access.roles import Action, PrincipalKind
+from application.client import InvalidRequest
+from saga_core.access.roles import Action, NotPermitted, PrincipalKind
 from saga_core.limits import REASON_CHARS
 from sagafleet.console.actions import (
     approve_form,
@@ -36,8 +37,9 @@ from sagafleet.console.actions import (
     may_deny,
     resolve_form,
 )
+from sagafleet.console.claims import Claim, ClaimStore, RequestKey
 from sagafleet.console.core import Console
-from sagafleet.console.gate import viewer_of
+from sagafleet.console.gate import form_of, viewer_of
 from sagafleet.console.layout import NavLink
 from sagafleet.console.markup import Markup, csrf_field, html, join, pretty_json
 from sagafleet.console.pages.queue_line import render_line
@@ -64,6 +66,8 @@ NAV = NavLink(10, "Queue", "/queue")
 def routes(console: Console) -> list[BaseRoute]:
     """The queue page and its live fragment."""
 
+    claims = ClaimStore(console.fleet.store)
+
     def listing(request: Request) -> tuple[Viewer, QueueQuery, Markup]:
         viewer = viewer_of(request)
         query = parse_queue_query(request.query_params)
@@ -74,7 +78,9 @@ def routes(console: Console) -> list[BaseRoute]:
         items = queue_items_of(read, rows, tenant=viewer.tenant, now=now,
                                directory=console.fleet.principals)
         counts = queue_counts(read, query, tenant=viewer.tenant, now=now)
-        return viewer, query, queue_list(viewer, items, counts, query, after=after, now=now)
+        held = claims.open_claims(viewer.tenant, sorted({row.saga_id for row in rows}))
+        return viewer, query, queue_list(viewer, items, counts, query, after=after, now=now,
+                                         claims=held)
 
     def queue_page(request: Request) -> Response:
         viewer, query, listed = listing(request)
@@ -91,8 +97,66 @@ def routes(console: Console) -> list[BaseRoute]:
     def queue_fragment(request: Request) -> Response:
         return console.fragment(listing(request)[2])
 
+    def claim(request: Request) -> Response:
+        """Claim a request ("I'm on it", or take a colleague's claim over) or let go of one."""
+        viewer = viewer_of(request)
+        form = form_of(request)
+        if not _may_claim(viewer):
+            raise NotPermitted(f"{viewer.principal.name!r} cannot answer queue requests, so "
+                               "claims none")
+        key = RequestKey(form.text("saga_id"), form.text("entry"), form.text("step"),
+                         form.text("kind"))
+        if not _in_queue(console, viewer.tenant, key):
+            raise InvalidRequest("no such request waits in the queue (answered meanwhile?): "
+                                 "reload the queue")
+        now = datetime.now(UTC)
+        if form.text("claim") == "release":
+            outcome = claims.release(viewer.tenant, key, viewer.principal.name, now)
+        else:
+            outcome = claims.claim(viewer.tenant, key, viewer.principal.name, now)
+        query = urlencode({"done": outcome.value, "saga": key.saga_id})
+        return RedirectResponse(f"/queue?{query}", status_code=303)
+
     return [Route("/queue", queue_page, methods=["GET"]),
-            Route("/queue/fragment", queue_fragment, methods=["GET"])]
+            Route("/queue/fragment", queue_fragment, methods=["GET"]),
+            Route("/queue/claim", claim, methods=["POST"])]
+
+
+def _in_queue(console: Console, tenant: str, key: RequestKey) -> bool:
+    """Whether the request waits in the tenant's queue (read on the primary)."""
+    found = queue_page_rows(console.fresh, QueueQuery(search=key.saga_id), tenant=tenant,
+                            now=datetime.now(UTC), limit=PAGE_SIZE)[0]
+    return any((r.saga_id, r.entry, r.step_id, r.kind) == key.params() for r in found)
+
+
+def _may_claim(viewer: Viewer) -> bool:
+    """A person who may answer something in the queue (never an agent or an auditor)."""
+    principal = viewer.principal
+    return principal.kind is PrincipalKind.PERSON and (
+        _answers_some(viewer) or may(principal, Action.RESOLVE))
+
+
+def _claim_part(viewer: Viewer, item: QueueItem, held: Claim | None) -> Markup:
+    """Who is on the request, and the button to claim it, take it over or let go."""
+    row = item.row
+    mine = held is not None and held.claimed_by == viewer.principal.name
+    shown = Markup("")
+    if held is not None:
+        shown = html('<span class="claim{}">{} on it since <time datetime="{}">{}</time>'
+                     '</span>', " mine" if mine else "", "You are" if mine
+                     else f"{held.claimed_by} is", held.claimed_at.isoformat(),
+                     held.claimed_at.astimezone(UTC).strftime("%H:%M UTC"))
+    if not _may_claim(viewer):
+        return shown
+    label = "Let go" if mine else ("Take over" if held is not None else "I'm on it")
+    return shown + html(
+        '<form method="post" action="/queue/claim" class="claim-form">{}'
+        '<input type="hidden" name="saga_id" value="{}"><input type="hidden" name="entry" '
+        'value="{}"><input type="hidden" name="step" value="{}"><input type="hidden" '
+        'name="kind" value="{}"><button type="submit" name="claim" value="{}" '
+        'class="link">{}</button></form>',
+        csrf_field(viewer), row.saga_id, row.entry, row.step_id, row.kind,
+        "release" if mine else "claim", label)
 
 
 def _answers_some(viewer: Viewer) -> bool:
@@ -171,7 +235,8 @@ def _bulk_form(viewer: Viewer) -> Markup:
 
 
 def queue_list(viewer: Viewer, items: list[QueueItem], counts: QueueCounts,
-               query: QueueQuery, *, after: QueueCursor | None, now: datetime) -> Markup:
+               query: QueueQuery, *, after: QueueCursor | None, now: datetime,
+               claims: dict[RequestKey, Claim] | None = None) -> Markup:
     """The counts, the lines and the pager (what the live fragment holds)."""
     tally = html(
         '<p class="counts muted" aria-live="polite"><span class="count-approvals">{} '
@@ -186,7 +251,10 @@ def queue_list(viewer: Viewer, items: list[QueueItem], counts: QueueCounts,
         return tally + html('<p class="empty muted">{}</p>', empty)
     selectable = _answers_some(viewer) and viewer.principal.kind is PrincipalKind.PERSON
     lines = join(render_line(viewer, item, now, anchor=queue_anchor(item.row),
-                             selectable=selectable and item.is_approval, claim=Markup(""),
+                             selectable=selectable and item.is_approval,
+                             claim=_claim_part(viewer, item, (claims or {}).get(RequestKey(
+                                 item.row.saga_id, item.row.entry, item.row.step_id,
+                                 item.row.kind))),
                              evidence=_evidence(viewer, item)) for item in items)
     pager = Markup("")
     if after is not None or query.after is not None:

@@ -28,6 +28,9 @@ from sagafleet.console.sessions import Viewer
 
 __all__ = ["bulk_value", "gate_reason_text", "render_line", "time_left_text"]
 
+GENERIC_REASON: Final = "the definition's approval policy applies"
+"""What a gate says when only the definition asks for a person: shown only when nothing more
+specific was said."""
 _ABOVE: Final = re.compile(r"\b(?P<arg>[A-Za-z_][\w.]*) is above (?P<limit>\d+(?:\.\d+)?)\b")
 
 
@@ -60,7 +63,10 @@ def gate_reason_text(reasons: tuple[str, ...] | list[str], fallback: str, *,
                      amount_arg: str | None, currency: str | None) -> str:
     """Why a person is asked, in the gate's own words, with the amount limit written in the
     request's currency when the gate judged that amount (``amount is above €1,000.00``);
-    ``fallback`` (the queue row's reason) when the gate gave no reason."""
+    ``fallback`` (the queue row's reason) when the gate gave no reason. The generic
+    "approval policy applies" is left out beside a specific reason."""
+    specific = [reason for reason in reasons if reason != GENERIC_REASON]
+    reasons = specific or list(reasons)
     if not reasons:
         return fallback
 

@@ -105,6 +105,14 @@ def test_the_gate_reason_names_the_limit_in_the_requests_currency() -> None:
     assert text == "amount is above $1,000.00"
 
 
+def test_the_generic_policy_reason_gives_way_to_a_specific_one() -> None:
+    reasons = ["catalogue gate: amount is above 100000", "the definition's approval policy applies"]
+    assert gate_reason_text(reasons, "x", amount_arg="amount", currency="EUR") == (
+        "amount is above €1,000.00")
+    assert gate_reason_text(reasons[1:], "x", amount_arg="amount", currency="EUR") == (
+        "the definition's approval policy applies")
+
+
 def test_a_reason_about_another_argument_or_without_currency_stays_as_the_gate_wrote_it() -> None:
     reasons = ["catalogue gate: nights is above 7", "recipient is outside corp.example"]
     assert gate_reason_text(reasons, "x", amount_arg="amount", currency="USD") == (
