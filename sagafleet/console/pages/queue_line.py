@@ -190,8 +190,9 @@ def render_line(viewer: Viewer, item: QueueItem, now: datetime, *, anchor: str,
         'data-entry="{}"><div class="line">{}<div class="ask">'
         '<span class="badge">{}</span>{}{}{}{}<span class="why">{}</span>{}{}</div>'
         '<div class="answer">{}</div></div>'
-        '<details class="evidence"><summary>Evidence · saga <a class="saga" href="/sagas/{}">'
-        '<code>{}</code></a></summary>{}</details></article>',
+        '<details class="evidence"><summary>Evidence and context</summary>'
+        '<p class="saga-link">Saga <a class="saga" href="/sagas/{}"><code>{}</code></a></p>'
+        '{}</details></article>',
         anchor, row.saga_id, row.step_id, row.entry, select, entry,
         html('<span class="badge urgent">urgent</span>') if item.urgent else "",
         _what(item), _how_much(item), _who(item), why, _countdown(item, now), claim,

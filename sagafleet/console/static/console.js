@@ -181,8 +181,22 @@
     });
   }
 
+  function reachableScrollers() {
+    // A table or a block of JSON wider (or taller) than its box scrolls inside itself; a
+    // keyboard user reaches it with Tab to scroll it (WCAG 2.1.1).
+    var boxes = document.querySelectorAll("main table, main pre");
+    for (var i = 0; i < boxes.length; i++) {
+      var box = boxes[i];
+      var scrolls = box.scrollWidth > box.clientWidth || box.scrollHeight > box.clientHeight;
+      if (scrolls && !box.hasAttribute("tabindex")) { box.setAttribute("tabindex", "0"); }
+    }
+  }
+
   function start() {
     tickCountdowns();
+    reachableScrollers();
+    window.addEventListener("resize", reachableScrollers);
+    document.addEventListener("sagafleet:refreshed", reachableScrollers);
     connect();
   }
 
