@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from application.client import InvalidRequest
-from projections import QueueRow
+from projections import QueueRow, TimelineEntry
 from saga_core.contracts import StepKind
 from saga_core.errors import ErrorKind
 from saga_core.examples import trip_definition
@@ -27,6 +27,7 @@ from sagafleet.console.pages.queue_query import (
     parse_queue_query,
 )
 from sagafleet.console.pages.saga_context import context_of
+from sagafleet.console.pages.saga_gantt import gantt_bars, render_gantt
 from sagafleet.console.queue_view import queue_item
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -229,3 +230,39 @@ def test_the_context_names_starter_reason_and_lineage_and_masks_secret_input() -
 def test_without_the_definition_no_input_is_shown_and_an_unknown_starter_says_so() -> None:
     context = context_of("s-1", {"actor": "batch", "input": {"card_token": "tok"}}, None, None)
     assert context.input == {} and context.starter_text == "batch (not in the directory)"
+
+
+# -- the saga's step runs on one time axis ---------------------------------------------------
+
+
+def _entry(version: int, event_type: str, second: int, step: str | None = None,
+           kind: str = "forward") -> TimelineEntry:
+    return TimelineEntry(
+        stream_version=version, position=f"1:{version}", global_position=version,
+        type=event_type, at=NOW + timedelta(seconds=second), recorded_at=NOW, actor=None,
+        step_id=step, kind=kind if step else None, operation_key=None, receipt=None,
+        approval=None, event_hash="h", prev_hash="p", data={})
+
+
+def test_each_attempt_and_each_wait_for_a_person_is_a_bar_and_open_ones_run_to_now() -> None:
+    timeline = [_entry(1, "SagaStarted", 0), _entry(2, "StepStarted", 1, "hold_hotel"),
+                _entry(3, "StepFailed", 2, "hold_hotel"),
+                _entry(4, "StepStarted", 4, "hold_hotel"),
+                _entry(5, "StepSucceeded", 6, "hold_hotel"),
+                _entry(6, "ApprovalRequested", 6, "capture_payment"),
+                _entry(7, "ApprovalDenied", 16, "capture_payment"),
+                _entry(8, "StepStarted", 17, "hold_hotel", "compensation")]
+    bars = gantt_bars(timeline, NOW + timedelta(seconds=20))
+    assert [(b.step_id, b.kind, b.what, b.outcome) for b in bars] == [
+        ("hold_hotel", "forward", "attempt 1", "failed"),
+        ("hold_hotel", "forward", "attempt 2", "succeeded"),
+        ("capture_payment", "forward", "waiting for a person", "denied"),
+        ("hold_hotel", "compensation", "attempt 1", "running")]
+    assert bars[-1].end == NOW + timedelta(seconds=20)
+    drawn = str(render_gantt(bars, start=NOW, until=NOW + timedelta(seconds=20)))
+    assert drawn.count("<rect") == 4 and "hold_hotel (compensation)" in drawn
+    assert "style=" not in drawn  # the Content-Security-Policy refuses inline styles
+
+
+def test_no_step_run_yet_is_said_in_words() -> None:
+    assert "No step has started yet" in str(render_gantt([], start=NOW, until=NOW))
