@@ -220,18 +220,24 @@ def _filters(query: QueueQuery) -> Markup:
 
 def _bulk_form(viewer: Viewer) -> Markup:
     """Answer the selected requests at once, each with this reason (each still bound to the
-    version its line showed, and to four eyes: the server checks every one)."""
-    if not _answers_some(viewer) or viewer.principal.kind is not PrincipalKind.PERSON:
+    version its line showed, and to four eyes: the server checks every one). Only the answers
+    the viewer's roles can give are drawn."""
+    principal = viewer.principal
+    if not _answers_some(viewer) or principal.kind is not PrincipalKind.PERSON:
         return Markup("")
+    approves = any(may_approve(principal, role) for role in principal.roles
+                   if role not in ("auditor", "admin"))
     return html(
+        '<button type="submit" form="bulk" class="default-guard" disabled hidden '
+        'tabindex="-1"></button>'
         '<form id="bulk" class="bulk" method="post" action="/actions/bulk" data-once>{}'
-        '<button type="submit" class="default-guard" disabled hidden tabindex="-1"></button>'
         '<span class="muted">Selected:</span><label class="sr-only" for="bulk-reason">Reason '
         'for the selected requests</label><input id="bulk-reason" type="text" name="reason" '
         'required maxlength="{}" placeholder="reason for all selected" autocomplete="off">'
-        '<button type="submit" name="decision" value="approve">Approve selected</button>'
-        '<button type="submit" name="decision" value="deny">Deny selected</button></form>',
-        csrf_field(viewer), REASON_CHARS.value)
+        '{}<button type="submit" name="decision" value="deny">Deny selected</button></form>',
+        csrf_field(viewer), REASON_CHARS.value,
+        html('<button type="submit" name="decision" value="approve">Approve selected'
+             '</button>') if approves else "")
 
 
 def queue_list(viewer: Viewer, items: list[QueueItem], counts: QueueCounts,

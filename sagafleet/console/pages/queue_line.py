@@ -143,15 +143,18 @@ def _decide_form(viewer: Viewer, item: QueueItem, *, approve: bool, deny: bool,
              'Approve</button>') if approve else Markup(""),
         html('<button type="submit" name="decision" value="deny" class="danger">Deny'
              '</button>') if deny else Markup("")])
+    form_id = f"decide-{row.saga_id}-{row.step_id}-{row.kind}"
     return html(
-        '<form method="post" action="/actions/decide" class="decide{}" data-once>{}'
-        # The default button: disabled, so Enter in the reason submits nothing.
-        '<button type="submit" class="default-guard" disabled hidden tabindex="-1">'
-        '</button><label class="sr-only" for="{}-reason">Reason for {} {}</label>'
+        # The form's default button comes first in the document and is disabled, so Enter in
+        # the reason submits nothing; it sits outside the form, so a look for the form's
+        # buttons finds Approve and Deny.
+        '<button type="submit" form="{}" class="default-guard" disabled hidden tabindex="-1">'
+        '</button><form method="post" action="/actions/decide" class="decide{}" id="{}" '
+        'data-once>{}<label class="sr-only" for="{}-reason">Reason for {} {}</label>'
         '<input id="{}-reason" type="text" name="reason" required maxlength="{}" '
         'placeholder="reason" autocomplete="off">{}</form>',
-        " approve" if approve else "", hidden, ident, row.step_id, row.saga_id[:8], ident,
-        REASON_CHARS.value, buttons)
+        form_id, " approve" if approve else "", form_id, hidden, ident, row.step_id,
+        row.saga_id[:8], ident, REASON_CHARS.value, buttons)
 
 
 def _answer(viewer: Viewer, item: QueueItem, return_to: str) -> Markup:

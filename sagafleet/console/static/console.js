@@ -3,7 +3,8 @@
 // Live updates: every element with a data-live="URL" attribute is refreshed when the server's
 // event stream (/live) says the read models moved: the script fetches URL (a server-rendered,
 // already escaped fragment of the same page) and merges it in. A child of the element that a
-// person is working on (focus inside it, a reason typed, a box ticked: "in hand") is kept
+// person is working on (focus inside it, a reason typed, a box ticked, evidence opened: "in
+// hand") is kept
 // exactly as it is, in place, while every other child is replaced by the fresh one; a kept
 // child whose entry has left the fragment is marked "gone" (answered elsewhere) rather than
 // removed. So a refresh never throws away what a person typed, and never freezes the list.
@@ -39,6 +40,9 @@
   function inHand(child) {
     if (child.contains(document.activeElement) && document.activeElement !== document.body) {
       return true;
+    }
+    if (child.matches("details[open]") || child.querySelector("details[open]")) {
+      return true; // evidence a person opened to read
     }
     var fields = child.querySelectorAll("input, textarea, select");
     for (var i = 0; i < fields.length; i++) {

@@ -15,10 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser_support import sign_in, wait_until
+from browser_support import WAIT_S, sign_in, wait_until
 from principal_support import token_for
+from selenium.common.exceptions import (
+    ElementNotInteractableException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
 from trip_inputs import TRIP_INPUT
 
 from saga_core.engine.events import ApprovalDenied, ApprovalGranted
@@ -56,6 +62,15 @@ def _viewport(driver, width: int, height: int, *, dark: bool = False) -> None:
         "width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
     driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [
         {"name": "prefers-color-scheme", "value": "dark" if dark else "light"}]})
+
+
+def _on(driver, selector: str, act) -> None:
+    """Do ``act`` to the element ``selector`` names, looked up afresh when a live refresh
+    replaced it between the look and the act (until it is in hand, a line may be)."""
+    WebDriverWait(driver, WAIT_S, poll_frequency=0.1, ignored_exceptions=(
+        NoSuchElementException, StaleElementReferenceException,
+        ElementNotInteractableException)).until(
+        lambda d: act(d.find_element(By.CSS_SELECTOR, selector)) or True)
 
 
 def _record(name: str, value: object) -> None:
@@ -103,11 +118,13 @@ def test_with_four_waiting_the_first_approve_is_above_the_fold_and_three_interac
         By.CSS_SELECTOR, "#queue article.queue-item")) >= 4)
     wait_until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".live-status.on"))
     # then the first request's Approve is visible without scrolling at 1280x800
-    button = _first_approve(browser)
+    _first_approve(browser)
     box = browser.execute_script(
-        "const r = arguments[0].getBoundingClientRect();"
+        "const b = document.querySelector("
+        "  '#queue article.queue-item form.decide button[value=approve]');"
+        "const r = b.getBoundingClientRect();"
         "return {top: r.top, bottom: r.bottom, fold: window.innerHeight,"
-        "        scrollY: window.scrollY};", button)
+        "        scrollY: window.scrollY, saga: b.closest('article').dataset.saga};")
     assert box["scrollY"] == 0 and box["bottom"] <= box["fold"], box
     heights = browser.execute_script(
         "return Array.from(document.querySelectorAll('#queue article.queue-item'))"
@@ -117,12 +134,12 @@ def test_with_four_waiting_the_first_approve_is_above_the_fold_and_three_interac
     _record("line_height_px", round(max(heights), 1))
     browser.save_screenshot(str(SHOTS / "queue-four-waiting-1280x800.png"))
     # when she types a reason and presses Approve on the first line
-    line = button.find_element(By.XPATH, "./ancestor::article")
-    saga_id = line.get_attribute("data-saga")
-    line.find_element(By.CSS_SELECTOR, "form.decide input[name=reason]").send_keys(
-        "customer confirmed")
+    saga_id = box["saga"]
+    _on(browser, f"{_line(saga_id)} form.decide input[name=reason]",
+        lambda field: field.send_keys("customer confirmed"))
     interactions += 1  # 2: the reason
-    line.find_element(By.CSS_SELECTOR, "form.decide button[value=approve]").click()
+    _on(browser, f"{_line(saga_id)} form.decide button[value=approve]",
+        lambda approve: approve.click())
     interactions += 1  # 3: Approve
     notice = wait_until(browser, lambda d: d.find_element(By.CSS_SELECTOR, "p.notice.ok").text)
     # then it is approved, three interactions after the token
@@ -187,11 +204,9 @@ def test_a_live_refresh_keeps_the_line_being_typed_in_and_moves_the_rest(
     assert len(waiting) >= 2
     typed, ticked = waiting[0], waiting[1]
     # given a half-typed reason in one line (focus in it) and another line's box ticked
-    wait_until(browser, lambda d: d.find_element(
-        By.CSS_SELECTOR, f"{_line(ticked)} input.select")).click()
-    field = wait_until(browser, lambda d: d.find_element(
-        By.CSS_SELECTOR, f"{_line(typed)} form.decide input[name=reason]"))
-    field.send_keys("checking with the cust")
+    _on(browser, f"{_line(ticked)} input.select", lambda box: box.click())
+    _on(browser, f"{_line(typed)} form.decide input[name=reason]",
+        lambda field: field.send_keys("checking with the cust"))
     # when a new request arrives and the list refreshes
     newcomer = fleet.client().start("trip", GATED | {"nights": 9}, key="on-call-new").saga_id
     wait_until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, _line(newcomer)))
