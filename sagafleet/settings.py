@@ -6,7 +6,7 @@ pydantic traceback). Secrets are ``SecretStr`` — they print as ``**********`` 
 also be given as ``SAGAFLEET_<FIELD>_FILE``, a file holding it (a Docker or Kubernetes secret
 mounted into the container), so it never needs to be in the environment at all.
 
-Adding a setting is one field with a default and a ``description``: ``--help``, the README
+Adding a setting is one field with a default and a ``description``: ``--help``, docs/operations.md
 table and the ``_FILE`` variant of a secret are all generated from the fields.
 """
 
@@ -212,6 +212,35 @@ class Settings(BaseSettings):
         "(logger sagafleet.access: method, path without its query, status, client, "
         "principal); refusals are always in the security log (logger sagafleet.security)"))
 
+    # Single sign-on to the console with OpenID Connect (sagafleet.sso_settings checks these
+    # together when the console starts; unset issuer: tokens only).
+    oidc_issuer: str | None = Field(default=None, description=(
+        "the OpenID provider's issuer URL (https; http only on loopback): the console offers "
+        "single sign-on through it (unset: API tokens only)"))
+    oidc_client_id: str | None = Field(default=None, description=(
+        "the console's client id at the OpenID provider"))
+    oidc_client_secret: SecretStr | None = Field(default=None, description=(
+        "the console's client secret at the OpenID provider (confidential client)"))
+    oidc_redirect_url: str | None = Field(default=None, description=(
+        "the console's callback URL registered at the provider, ending in /sign-in/oidc/callback"))
+    oidc_role_map: str | None = Field(default=None, description=(
+        "groups to console roles, group=role pairs separated by commas "
+        "(ops-approvers=operator,auditors=auditor); a person in no mapped group is refused"))
+    oidc_tenant: str | None = Field(default=None, description=(
+        "the tenant every single-sign-on person belongs to (or set oidc_tenant_claim)"))
+    oidc_tenant_claim: str | None = Field(default=None, description=(
+        "the ID-token claim naming a person's tenant (or set oidc_tenant)"))
+    oidc_scopes: str = Field(default="openid profile email", description=(
+        "the scopes the console asks the provider for (must include openid)"))
+    oidc_groups_claim: str = Field(default="groups", description=(
+        "the ID-token claim listing a person's groups"))
+    oidc_name_claim: str = Field(default="preferred_username", description=(
+        "the ID-token claim a new person's principal is named after"))
+    oidc_provider_name: str = Field(default="single sign-on", description=(
+        "what the sign-in page's button calls the provider (Sign in with …)"))
+    oidc_clock_skew_seconds: float = Field(default=60.0, ge=0, le=600, description=(
+        "how far the provider's clock may be off when ID-token times are checked"))
+
     @model_validator(mode="after")
     def _sentinel_master_with_sentinel_url(self) -> Settings:
         """A Sentinel broker URL names Sentinels, so it needs the master's name; the name
@@ -261,7 +290,7 @@ class Settings(BaseSettings):
     @classmethod
     def variables(cls) -> list[Variable]:
         """Every variable the settings read, in field order, each ``_FILE`` variant after
-        its secret: what ``--help`` and the README list."""
+        its secret: what ``--help`` and docs/operations.md list."""
         out: list[Variable] = []
         for name, field in cls.model_fields.items():
             out.append(Variable(env_name(name), _shown(field.default), field.description or "",
@@ -287,7 +316,7 @@ class Settings(BaseSettings):
 
     @classmethod
     def markdown_table(cls) -> str:
-        """The README's settings table: variable, default, meaning."""
+        """The settings table of docs/operations.md: variable, default, meaning."""
         rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
         for var in cls.variables():
             mark = " (secret)" if var.secret else ""

@@ -39,6 +39,7 @@ from sagafleet.console.gate import FRAGMENT_HEADER, VIEWER_KEY, Gate
 from sagafleet.console.headers import SecurityHeaders, security_headers
 from sagafleet.console.layout import NavLink, sign_in_frame
 from sagafleet.console.markup import html
+from sagafleet.console.sso import routes as sso_routes
 from sagafleet.security_log import RequestLog
 
 __all__ = ["HOME", "create_app", "page_modules"]
@@ -66,6 +67,8 @@ def create_app(console: Console, *, modules: Iterable[ModuleType] | None = None)
     routes: list[BaseRoute] = [Route("/", _home, methods=["GET"]),
                                Route("/favicon.ico", _favicon, methods=["GET"])]
     routes += signin.routes(console)
+    if console.sso is not None:
+        routes += sso_routes.routes(console.sso, console.sessions)
     routes += stream.routes(console)
     routes += actions.routes(console)
     for module in chosen:

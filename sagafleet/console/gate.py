@@ -58,7 +58,8 @@ FORM_BYTES: Final = 64 * 1024
 FORM_FIELDS: Final = 100
 """The most fields a form may have."""
 PUBLIC_PREFIXES: Final = ("/static/",)
-PUBLIC_PATHS: Final = frozenset({"/sign-in", "/favicon.ico", "/healthz"})  # /healthz: liveness
+PUBLIC_PATHS: Final = frozenset({"/sign-in", "/favicon.ico", "/healthz",  # /healthz: liveness
+                                  "/sign-in/oidc", "/sign-in/oidc/callback"})  # single sign-on
 VIEWER_KEY: Final = "sagafleet.viewer"
 FORM_KEY: Final = "sagafleet.form"
 SAFE_METHODS: Final = frozenset({"GET", "HEAD"})
