@@ -42,6 +42,7 @@ from sagafleet.console.core import Console
 from sagafleet.console.gate import form_of, viewer_of
 from sagafleet.console.layout import NavLink
 from sagafleet.console.markup import Markup, csrf_field, html, join, pretty_json
+from sagafleet.console.pages.queue_items import GateView, QueueItem, queue_items_of
 from sagafleet.console.pages.queue_line import render_line
 from sagafleet.console.pages.queue_query import (
     PAGE_SIZE,
@@ -54,8 +55,7 @@ from sagafleet.console.pages.queue_query import (
     queue_page_rows,
 )
 from sagafleet.console.pages.saga_context import render_context
-from sagafleet.console.queue_view import GateView, QueueItem, queue_items_of
-from sagafleet.console.saga_page import queue_anchor  # the saga page links here
+from sagafleet.console.pages.saga_markup import queue_anchor  # the saga page links here
 from sagafleet.console.sessions import Viewer
 
 __all__ = ["NAV", "routes"]

@@ -23,7 +23,7 @@ from saga_core.limits import REASON_CHARS
 from sagafleet.console.actions import may_approve, may_deny
 from sagafleet.console.amounts import format_amount
 from sagafleet.console.markup import Markup, csrf_field, html, join, url_part
-from sagafleet.console.queue_view import QueueItem
+from sagafleet.console.pages.queue_items import QueueItem
 from sagafleet.console.sessions import Viewer
 
 __all__ = ["bulk_value", "gate_reason_text", "render_line", "time_left_text"]

@@ -33,9 +33,9 @@ from sagafleet.console.markup import Markup, html, url_part
 from sagafleet.console.pages.saga_context import context_of, render_context
 from sagafleet.console.pages.saga_export import saga_export
 from sagafleet.console.pages.saga_gantt import gantt_bars, render_gantt
-from sagafleet.console.saga_detail import SagaDetail, parse_at, saga_detail
-from sagafleet.console.saga_page import render_not_found, render_saga, render_saga_live
-from sagafleet.console.sagas_list import (
+from sagafleet.console.pages.saga_markup import render_not_found, render_saga, render_saga_live
+from sagafleet.console.pages.saga_reading import SagaDetail, parse_at, saga_detail
+from sagafleet.console.pages.sagas_markup import (
     parse_query,
     render_list,
     render_page,

@@ -17,6 +17,7 @@ from saga_core.errors import ErrorKind
 from saga_core.examples import trip_definition
 from sagafleet.console.actions import BulkTarget
 from sagafleet.console.amounts import Money, format_amount, money_of
+from sagafleet.console.pages.queue_items import queue_item
 from sagafleet.console.pages.queue_line import bulk_value, gate_reason_text, time_left_text
 from sagafleet.console.pages.queue_query import (
     BadQueueFilter,
@@ -28,7 +29,6 @@ from sagafleet.console.pages.queue_query import (
 )
 from sagafleet.console.pages.saga_context import context_of
 from sagafleet.console.pages.saga_gantt import gantt_bars, render_gantt
-from sagafleet.console.queue_view import queue_item
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

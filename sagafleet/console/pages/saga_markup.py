@@ -15,8 +15,8 @@ from projections.rows import QueueRow, StepRunRow
 from saga_core.contracts import SagaStatus
 from saga_core.engine.state import error_recovered
 from sagafleet.console.markup import Markup, html, join, pretty_json, url_part
-from sagafleet.console.saga_detail import ApprovalLine, SagaDetail
-from sagafleet.console.sagas_list import last_error
+from sagafleet.console.pages.saga_reading import ApprovalLine, SagaDetail
+from sagafleet.console.pages.sagas_markup import last_error
 from sagafleet.console.step_graph import NOT_RUN, NOT_STARTED, state_class, step_graph
 
 NOTHING = Markup("")
