@@ -33,14 +33,13 @@ from projections import ProjectionContext, QueueRow
 from projections.rows import columns
 from projections.tables import active_version, table
 from saga_core.errors import ErrorKind, SagaError
+from sagafleet.console.pages.queue_items import URGENT_WITHIN  # its one owner
 
 __all__ = ["PAGE_SIZE", "BadQueueFilter", "QueueCounts", "QueueCursor", "QueueQuery",
            "QueueSort", "parse_queue_query", "queue_counts", "queue_page_rows"]
 
 PAGE_SIZE: Final = 100
 """Entries per page."""
-URGENT_WITHIN: Final = timedelta(minutes=10)
-"""An entry whose deadline is this close counts as urgent."""
 MAX_FILTER_CHARS: Final = 200
 MAX_AGE: Final = timedelta(days=366)
 _AGE: Final = re.compile(r"(\d{1,6})([mhd])")
