@@ -64,7 +64,8 @@ def create_app(console: Console, *, modules: Iterable[ModuleType] | None = None)
     chosen = list(page_modules() if modules is None else modules)
     console.nav[:] = sorted(m.NAV for m in chosen if isinstance(getattr(m, "NAV", None),
                                                                 NavLink))
-    routes: list[BaseRoute] = [Route("/", _home, methods=["GET"])]
+    routes: list[BaseRoute] = [Route("/", _home, methods=["GET"]),
+                               Route("/favicon.ico", _favicon, methods=["GET"])]
     routes += signin.routes(console)
     if console.sso is not None:
         routes += sso_routes.routes(console.sso, console.sessions)
@@ -95,6 +96,13 @@ def create_app(console: Console, *, modules: Iterable[ModuleType] | None = None)
 
 def _home(request: Request) -> Response:
     return RedirectResponse(HOME, status_code=303)
+
+
+def _favicon(request: Request) -> Response:
+    """The icon a browser asks for by its old name (pages link the SVG itself)."""
+    icon = files("sagafleet.console").joinpath("static", "favicon.svg").read_bytes()
+    return Response(icon, media_type="image/svg+xml",
+                    headers={"Cache-Control": "public, max-age=86400"})
 
 
 def _internal_error(request: Request, exc: Exception) -> Response:

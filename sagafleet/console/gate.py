@@ -72,6 +72,7 @@ class Form(Mapping[str, str]):
     """A posted form's fields (a repeated field: its last value); read-only."""
 
     def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        self._pairs = tuple(pairs)
         self._fields = dict(pairs)
 
     def __getitem__(self, key: str) -> str:
@@ -86,6 +87,10 @@ class Form(Mapping[str, str]):
     def text(self, name: str, default: str = "") -> str:
         """The field's value stripped of surrounding space, or ``default``."""
         return self._fields.get(name, default).strip()
+
+    def all_of(self, name: str) -> list[str]:
+        """Every value of a repeated field (checkboxes of one name), in order."""
+        return [value for key, value in self._pairs if key == name]
 
 
 def viewer_of(request: Request) -> Viewer:

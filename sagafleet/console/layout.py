@@ -41,6 +41,7 @@ def _document(title: str, header: Markup, body: Markup, refresh_to: str | None =
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{}'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         '<title>{} · sagafleet</title>'
+        '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">'
         '<link rel="stylesheet" href="/static/console.css">'
         '<script src="/static/console.js" defer></script></head>'
         '<body>{}<main id="main">{}</main></body></html>',

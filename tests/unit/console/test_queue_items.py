@@ -7,7 +7,7 @@ from typing import Any
 
 from projections import QueueRow, StepRunRow
 from saga_core.examples import trip_definition
-from sagafleet.console.queue_view import queue_item
+from sagafleet.console.pages.queue_items import queue_item
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
