@@ -333,10 +333,10 @@ def answer_each(client: SagaClient, targets: Sequence[BulkTarget], *, decision: 
             if decision == "approve":
                 client.approve(target.saga_id, target.step_id, kind=target.kind,
                                action_hash=target.action_hash, reason=reason,
-                               expected_version=target.seen_version)
+                               seen_version=target.seen_version)
             else:
                 client.deny(target.saga_id, target.step_id, kind=target.kind, reason=reason,
-                            expected_version=target.seen_version)
+                            seen_version=target.seen_version)
         except SagaError as exc:
             outcomes.append(BulkOutcome(target, False, str(exc)))
         else:
