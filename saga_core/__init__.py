@@ -124,7 +124,6 @@ from saga_core.errors import (
     TemplateError,
     UnknownToolError,
 )
-from saga_core.examples import trip_definition, trip_tool_catalogue
 from saga_core.keys import OperationKey, action_hash, check_key_payload, operation_key, payload_hash
 
 __all__ = [
@@ -264,8 +263,6 @@ __all__ = [
     "resolve_command",
     "resolve_escalation",
     "resolve_template",
-    "trip_definition",
-    "trip_tool_catalogue",
     "validate_definition",
     "validate_input",
     "validate_plan",

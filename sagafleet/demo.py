@@ -52,8 +52,9 @@ from saga_core.engine.events import (
 )
 from saga_core.engine.state import RunStatus
 from saga_core.errors import SagaError
-from saga_core.examples import trip_definition
 from sagafleet import sandbox
+from sagafleet.example_sagas import trip_definition
+from sagafleet.example_sagas.registration import register_trip
 from sagafleet.processes import spawn_sagafleet, stop_processes
 from sagafleet.sandbox import TripSandbox, ledger_for_saga, ledger_totals
 from workers.fleet import Fleet
@@ -319,7 +320,7 @@ def start_waiting(fleet: Fleet, client: Any, options: DemoOptions, started: floa
     (nobody in the demo answers them); returns their ids."""
     if options.waiting <= 0:
         return []
-    fleet.register_builtin_definitions()
+    register_trip(fleet)
     return [client.start("trip", {**trip_input(1000 + i, options.seed),
                                   "amount": WAITING_AMOUNT},
                          key=f"demo-waiting-{options.seed}-{started}-{i}",

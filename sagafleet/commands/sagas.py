@@ -25,6 +25,7 @@ from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.commands.dry_run_report import DryRunReport
 from sagafleet.commands.rendering import RegisteredDefinition, SagaReport
 from sagafleet.errors import InvalidInput, NotFound, UsageError
+from sagafleet.example_sagas.registration import register_trip
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import command_fleet, watching_fleet
 from sagafleet.json_arguments import json_argument, read_at_most
@@ -131,7 +132,7 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
                                      version=args.version, reason=args.reason)
             emit_report(DryRunReport(planned), as_json=args.json)
             return ExitCode.OK
-        fleet.register_builtin_definitions()
+        register_trip(fleet)
         view = client.start(args.definition, data, key=args.key, version=args.version,
                             reason=args.reason, lineage=lineage)
     finally:

@@ -22,7 +22,7 @@ from trip_inputs import TRIP_INPUT
 
 from application.client import InvalidRequest
 from saga_core.canonical_json import canonical_json
-from saga_core.examples import trip_definition
+from sagafleet.example_sagas import trip_definition
 from saga_core.limits import (
     COMMAND_MESSAGE_BYTES,
     DEFINITION_BYTES,

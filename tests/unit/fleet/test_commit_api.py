@@ -23,7 +23,7 @@ from saga_core.definitions.validation import validate_definition
 from saga_core.engine.events import SagaEvent, StepOutcomeUnknown, StepScheduled, StepStarted
 from saga_core.engine.state import SagaState
 from saga_core.errors import SagaError
-from saga_core.examples import trip_definition, trip_tool_catalogue
+from sagafleet.example_sagas import trip_definition, trip_tool_catalogue
 from workers.sweeper import sweep_saga
 
 TRIP_INPUT = {

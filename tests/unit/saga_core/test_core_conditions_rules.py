@@ -30,7 +30,7 @@ from saga_core.definitions.validation import validate_definition
 from saga_core.engine.decision_types import MissDeadline, MissPostcondition, ObservePostcondition
 from saga_core.engine.events import PostconditionObserved
 from saga_core.engine.state import RunStatus
-from saga_core.examples import payout_definition, payout_tool_catalogue, trip_definition
+from sagafleet.example_sagas import payout_definition, payout_tool_catalogue, trip_definition
 from saga_core.limits import LimitExceeded
 
 # Three trip logs (completed; compensated after an operator's mark_compensated; in flight
