@@ -26,6 +26,7 @@ from sagafleet.exit_codes import ExitCode, describe
 
 EXAMPLES = (
     "examples:\n"
+    "  sagafleet dev\n"
     "  sagafleet demo --sagas 50 --workers 2\n"
     "  sagafleet db migrate\n"
     "  sagafleet db url --show-password\n"
@@ -52,6 +53,8 @@ class Command:
 
 _C = "sagafleet.commands."
 COMMANDS: Final[tuple[Command, ...]] = (
+    Command("dev", _C + "dev", "a local fleet in one command: servers, worker, sweeper, "
+            "projector and console; Ctrl-C stops it all"),
     Command("demo", _C + "demo",
             "run trip sagas on a real fleet with injected faults and print a summary"),
     Command("db", _C + "db", "database schema and URL"),

@@ -62,7 +62,6 @@ def case_input(name: str) -> tuple[int, Any]:
     from saga_core.definitions.definition import InputField, parse_definition
     from saga_core.definitions.documents import load_document
     from saga_core.definitions.inputs import validate_input
-    from sagafleet.example_sagas import trip_definition
     from saga_core.limits import (
         DEFINITION_BYTES,
         DEFINITION_STEPS,
@@ -72,6 +71,7 @@ def case_input(name: str) -> tuple[int, Any]:
         SAGA_INPUT_BYTES,
         check_command_message,
     )
+    from sagafleet.example_sagas import trip_definition
 
     catalogue = _catalogue()
 

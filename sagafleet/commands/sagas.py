@@ -95,9 +95,9 @@ def _lineage_option(parser: argparse.ArgumentParser) -> None:
         "stdin")
 
 
-def run_register(args: argparse.Namespace, settings: Settings) -> int:
-    """Validate a definition file against the configured tool catalogue and store it."""
-    path = Path(args.file)
+def read_definition_file(path: Path) -> dict[str, Any]:
+    """The definition document a YAML (``.yaml``/``.yml``) or JSON file holds, checked for
+    shape: ``NotFound`` if it cannot be read, ``InvalidInput`` naming the file otherwise."""
     try:
         with path.open("rb") as file:
             text = read_at_most(file, DEFINITION_BYTES, f"definition file {path}")
@@ -108,6 +108,12 @@ def run_register(args: argparse.Namespace, settings: Settings) -> int:
     if not isinstance(document, dict):
         raise InvalidInput(f"{path} must hold one definition (a mapping)")
     check_definition_document(document, f"definition file {path}")
+    return document
+
+
+def run_register(args: argparse.Namespace, settings: Settings) -> int:
+    """Validate a definition file against the configured tool catalogue and store it."""
+    document = read_definition_file(Path(args.file))
     fleet = command_fleet(settings)
     try:
         principal = cli_principal(args, settings, fleet.principals)

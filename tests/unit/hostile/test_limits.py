@@ -28,7 +28,6 @@ from saga_core.definitions.definition import (
 from saga_core.definitions.documents import MalformedDocument, load_document
 from saga_core.definitions.inputs import validate_input
 from saga_core.errors import ErrorKind
-from sagafleet.example_sagas import trip_definition
 from saga_core.limits import (
     ALL_LIMITS,
     BATCH_EVENTS,
@@ -50,6 +49,7 @@ from saga_core.limits import (
     check_command_message,
     measure_json,
 )
+from sagafleet.example_sagas import trip_definition
 
 LOOKUP = ToolCatalogue(tools=[ToolSpec(name="lookup", semantics=Semantics.READ_ONLY)])
 

@@ -15,8 +15,8 @@ from saga_core.definitions.definition import SagaDefinition, parse_definition
 from saga_core.definitions.input_schema import FORMATS
 from saga_core.definitions.validation import validate_definition
 from saga_core.errors import DefinitionError, Problem
-from sagafleet.example_sagas import trip_definition, trip_tool_catalogue
 from saga_core.limits import LimitExceeded
+from sagafleet.example_sagas import trip_definition, trip_tool_catalogue
 from tests.trip_inputs import TRIP_INPUT
 
 TRAVELLER: dict[str, Any] = {
