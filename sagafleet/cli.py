@@ -126,9 +126,11 @@ def roles() -> str:
 def epilog() -> str:
     """``--help``'s tail, built from its sources: examples, the roles, every ``SAGAFLEET_*``
     variable, every exit code (what ``--write-epilog`` stores in :data:`EPILOG_FILE`)."""
+    from sagafleet.sandbox.settings import SandboxSettings
     from sagafleet.settings import Settings
 
-    return EXAMPLES + "\n" + roles() + "\n" + Settings.describe() + "\n\n" + describe()
+    return (EXAMPLES + "\n" + roles() + "\n" + Settings.describe() + "\n\n"
+            + SandboxSettings.describe() + "\n\n" + describe())
 
 
 def stored_epilog() -> str:
