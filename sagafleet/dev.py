@@ -44,7 +44,7 @@ from saga_core.access.roles import (
 )
 from saga_core.definitions.catalogue import ToolCatalogue
 from saga_core.errors import ErrorKind, SagaError
-from sagafleet import embedded, embedded_state, runtime, sandbox
+from sagafleet import embedded_leases, runtime, sandbox
 from sagafleet.commands.sagas import read_definition_file
 from sagafleet.example_sagas import trip_tool_catalogue
 from sagafleet.example_sagas.registration import register_trip
@@ -177,49 +177,61 @@ def run(settings: Settings, options: DevOptions, out: TextIO = sys.stdout) -> No
     if console_answers(options.port):
         raise DevSetupError(f"sagafleet dev --port {options.port}: something already listens "
                             "on 127.0.0.1 there; choose another port")
-    before = embedded_state.state(settings.home)
     children = DevFleet()
+    # A lease on the embedded servers: a demo or another dev on this home keeps them up
+    # until the last one leaves; servers that ran before any lease stay running.
     try:
-        with _sigterm_as_interrupt():
-            ends = runtime.endpoints(settings, need_broker=True)
-            assert ends.broker_url is not None  # need_broker=True
-            migrate_all(ends.database_url)
-            if options.tools is None:
-                sandbox.install(ends.database_url)  # the example's providers' ledgers
-            # This process only registers and issues tokens: the catalogue is all it needs.
-            fleet = Fleet(FleetConfig(database_url=ends.database_url,
-                                      broker_url=ends.broker_url), catalogue)
+        with embedded_leases.lease(settings.home, postgres=settings.embedded_database,
+                                   redis=settings.embedded_broker), _sigterm_as_interrupt():
             try:
-                settings.home.mkdir(parents=True, exist_ok=True)
-                agent_token, agent_file = issue_token(
-                    fleet.principals, AGENT, PrincipalKind.AGENT, AGENT_ROLES, settings.home)
-                token, operator_file = issue_token(
-                    fleet.principals, OPERATOR, PrincipalKind.PERSON, OPERATOR_ROLES,
-                    settings.home)
-                registered = _register(fleet, agent_token, documents, options)
+                _bring_up(settings, options, catalogue=catalogue, documents=documents,
+                          children=children, out=out)
+                while (gone := children.ended()) is None:
+                    time.sleep(0.5)
+                code = children.procs[gone].returncode
+                raise DevSetupError(f"sagafleet dev: the {gone} stopped on its own (exit "
+                                    f"{code}); see {children.logs[gone]}")
             finally:
-                fleet.close()
-            reference = options.tools or sandbox.TOOL_SET
-            env = child_env(ends.database_url, ends.broker_url, reference)
-            log_dir = settings.home / "dev-logs"
-            log_dir.mkdir(parents=True, exist_ok=True)
-            children.start("worker", ["worker"], env, log_dir)
-            children.start("sweeper", ["sweeper"], env, log_dir)
-            children.start("projector", ["projector"], env, log_dir)
-            children.start("console", ["console", "--http", f"127.0.0.1:{options.port}",
-                                       "--no-projector"], env, log_dir)
-            _wait_for_console(children, options.port)
-            _announce(out, settings=settings, options=options, reference=reference,
-                      registered=registered, children=children, token=token,
-                      agent_file=agent_file, operator_file=operator_file)
-            while (gone := children.ended()) is None:
-                time.sleep(0.5)
-            raise DevSetupError(f"sagafleet dev: the {gone} stopped on its own (exit "
-                                f"{children.procs[gone].returncode}); see {children.logs[gone]}")
+                children.stop()
     finally:
-        children.stop()
-        _stop_embedded(settings, before)
         print("sagafleet dev: stopped", file=out, flush=True)
+
+
+def _bring_up(settings: Settings, options: DevOptions, *, catalogue: ToolCatalogue,
+              documents: list[dict[str, object]], children: DevFleet, out: TextIO) -> None:
+    """Servers, schema, definitions and principals; then the four children, announced once
+    the console answers."""
+    ends = runtime.endpoints(settings, need_broker=True)
+    assert ends.broker_url is not None  # need_broker=True
+    migrate_all(ends.database_url)
+    if options.tools is None:
+        sandbox.install(ends.database_url)  # the example's providers' ledgers
+    # This process only registers and issues tokens: the catalogue is all it needs.
+    fleet = Fleet(FleetConfig(database_url=ends.database_url,
+                              broker_url=ends.broker_url), catalogue)
+    try:
+        settings.home.mkdir(parents=True, exist_ok=True)
+        agent_token, agent_file = issue_token(
+            fleet.principals, AGENT, PrincipalKind.AGENT, AGENT_ROLES, settings.home)
+        token, operator_file = issue_token(
+            fleet.principals, OPERATOR, PrincipalKind.PERSON, OPERATOR_ROLES,
+            settings.home)
+        registered = _register(fleet, agent_token, documents, options)
+    finally:
+        fleet.close()
+    reference = options.tools or sandbox.TOOL_SET
+    env = child_env(ends.database_url, ends.broker_url, reference)
+    log_dir = settings.home / "dev-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    children.start("worker", ["worker"], env, log_dir)
+    children.start("sweeper", ["sweeper"], env, log_dir)
+    children.start("projector", ["projector"], env, log_dir)
+    children.start("console", ["console", "--http", f"127.0.0.1:{options.port}",
+                               "--no-projector"], env, log_dir)
+    _wait_for_console(children, options.port)
+    _announce(out, settings=settings, options=options, reference=reference,
+              registered=registered, children=children, token=token,
+              agent_file=agent_file, operator_file=operator_file)
 
 
 def _register(fleet: Fleet, agent_token: str, documents: list[dict[str, object]],
@@ -285,12 +297,3 @@ def _announce(out: TextIO, *, settings: Settings, options: DevOptions, reference
         "Ctrl-C stops everything.",
     ]
     print("\n".join(lines), file=out, flush=True)
-
-
-def _stop_embedded(settings: Settings, before: embedded_state.EmbeddedState) -> None:
-    """Stop the embedded servers this command started (not configured ones, not ones that
-    already ran: those belong to someone else)."""
-    if settings.embedded_database and not before.postgres:
-        embedded.stop_postgres(settings.home)
-    if settings.embedded_broker and not before.redis:
-        embedded.stop_redis(settings.home)
