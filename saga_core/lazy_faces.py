@@ -35,24 +35,28 @@ def lazy_face(
     package: str, init_file: str
 ) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of a face whose exports are imported on first use;
-    an exported name, once imported, becomes an ordinary attribute of the package."""
-    sources: dict[str, tuple[str, str]] = {}
+    an exported name, once imported, becomes an ordinary attribute of the package.
 
-    def known() -> dict[str, tuple[str, str]]:
-        if not sources:
-            sources.update(face_sources(init_file))
-        return sources
+    A name that is also a module of the package (``saga_core.canonical_json``, the function,
+    beside ``saga_core/canonical_json.py``) is bound at once: importing that module sets the
+    package's attribute of that name to the module, which would hide the lazy export."""
+    sources = face_sources(init_file)
+    face = sys.modules[package]
+    here = Path(init_file).parent
+    for name, (module, attribute) in sources.items():
+        if (here / f"{name}.py").exists() or (here / name / "__init__.py").exists():
+            setattr(face, name, getattr(importlib.import_module(module), attribute))
 
     def get(name: str) -> object:
         try:
-            module, attribute = known()[name]
+            module, attribute = sources[name]
         except KeyError:
             raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
         value = getattr(importlib.import_module(module), attribute)
-        setattr(sys.modules[package], name, value)
+        setattr(face, name, value)
         return value
 
     def names() -> list[str]:
-        return sorted(set(known()) | set(vars(sys.modules[package])))
+        return sorted(set(sources) | set(vars(face)))
 
     return get, names

@@ -68,6 +68,8 @@ def run_worker(args: argparse.Namespace, settings: Settings) -> int:
         return ExitCode.USAGE
     start_telemetry(settings, "worker", args.loglevel)
     fleet = build_fleet(settings, tools=tools)
+    # The example trip, only where this fleet can run its tools (the sandbox's; a
+    # command line with no tool set checks against the example catalogue).
     register_trip(fleet)
     # solo or threads: one process, so its own registry holds every task's metrics (a
     # prefork pool would need prometheus_client's multiprocess mode instead).

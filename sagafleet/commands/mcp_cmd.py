@@ -101,6 +101,8 @@ def run_mcp(args: argparse.Namespace, settings: Settings) -> int:
             caller = StartedAs(tokens, token)
         else:
             caller = RequestBearer()
+        # The example trip, only where this fleet can run its tools (the sandbox's; a
+        # command line with no tool set checks against the example catalogue).
         register_trip(fleet)
         server = build_mcp_server(GatewayService(fleet), caller)
         if address is None:
@@ -148,6 +150,8 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
 
     fleet = command_fleet(settings)
     try:
+        # The example trip, only where this fleet can run its tools (the sandbox's; a
+        # command line with no tool set checks against the example catalogue).
         register_trip(fleet)
         service = GatewayService(fleet)
         # Only the tool list is read: this server acts for nobody, so it needs no token; the

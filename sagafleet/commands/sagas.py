@@ -138,6 +138,8 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
                                      version=args.version, reason=args.reason)
             emit_report(DryRunReport(planned), as_json=args.json)
             return ExitCode.OK
+        # The example trip, only where this fleet can run its tools (the sandbox's; a
+        # command line with no tool set checks against the example catalogue).
         register_trip(fleet)
         view = client.start(args.definition, data, key=args.key, version=args.version,
                             reason=args.reason, lineage=lineage)
