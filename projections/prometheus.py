@@ -6,7 +6,7 @@ projection status (lag) and the business alerts, and yields metric families;
 ``prometheus_client`` writes the exposition (``# HELP``/``# TYPE``, escaping, ``_total``).
 Labels are bounded: ``tenant``, ``definition``, ``tool``, ``kind``, ``state``, ``quantile``,
 ``projection``, ``version``, ``status``, ``refusal``, ``alert`` — never a saga id.
-README "Metrics" lists every name.
+docs/operations.md "Metrics" lists every name.
 
 This is the platform's view, every tenant's at once: a saga family and the dead letters
 carry a ``tenant`` label (a definition's name is its tenant's, so two tenants' series never

@@ -8,7 +8,7 @@ measuring itself stops as soon as a limit is passed, so even an in-process value
 shared references (a list holding itself a billion times over) is refused in bounded time.
 
 A violation is a :class:`LimitExceeded` (``ErrorKind.INVALID_INPUT``) that names the limit,
-the thing measured and the size seen. The README's "Limits" table lists the same values;
+the thing measured and the size seen. The table of docs/limits.md lists the same values;
 ``tests/unit/hostile/test_limits_table.py`` keeps the two equal.
 """
 
@@ -26,7 +26,7 @@ KIB: Final = 1024
 
 @dataclass(frozen=True)
 class Limit:
-    """One declared bound: its name (as errors and the README say it), value, unit and why."""
+    """One declared bound: its name (as errors and docs/limits.md say it), value, unit and why."""
 
     name: str
     value: int
@@ -49,7 +49,7 @@ class LimitExceeded(SagaError):
     """
 
     kind = ErrorKind.INVALID_INPUT
-    hint = "make the input smaller; the README's Limits table lists every limit"
+    hint = "make the input smaller; docs/limits.md lists every limit"
 
     def __init__(self, limit: Limit, what: str, seen: int, *, at_least: bool = False) -> None:
         self.limit = limit
@@ -240,7 +240,7 @@ ALL_LIMITS: Final[tuple[Limit, ...]] = (
     COMMAND_MESSAGE_BYTES, STEP_MESSAGE_BYTES, POSITION_MAX, QUEUE_PAGE_ROWS, SAGA_PAGE_ROWS,
     BATCH_EVENTS, TRACE_EVENTS,
 )
-"""Every limit, in the README table's order."""
+"""Every limit, in the order of docs/limits.md's table."""
 
 
 # -- measuring without amplifying ----------------------------------------------------------

@@ -16,7 +16,7 @@ use it without sagafleet's database, broker or pydantic::
 
 Each call signs a new envelope with a fresh ``command_id`` (a command is single-use:
 publish the *same* ``(name, kwargs)`` again to retry a publish, never sign again for
-that), valid from now for ``lifetime_s`` seconds. The layout is README "Signed commands";
+that), valid from now for ``lifetime_s`` seconds. The layout is docs/agents.md "Signed commands";
 the worker's checks are ``saga_core.access.signed_envelopes`` and
 ``application.command_signatures``.
 """
@@ -33,7 +33,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-# The wire contract, as README "Signed commands" documents it for every language. The
+# The wire contract, as docs/agents.md "Signed commands" documents it for every language. The
 # fleet's own copy is saga_core.access.signed_envelopes / workers.tasks (this module imports
 # neither,
 # so that an agent needs no pydantic or database driver); tests/unit/test_agent_signer.py

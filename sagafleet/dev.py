@@ -22,6 +22,7 @@ the person's is printed, to paste into the console's sign-in page.
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import socket
@@ -43,6 +44,8 @@ from saga_core.access.roles import (
     PrincipalKind,
 )
 from saga_core.definitions.catalogue import ToolCatalogue
+from saga_core.definitions.definition import parse_definition
+from saga_core.definitions.validation import validate_definition
 from saga_core.errors import ErrorKind, SagaError
 from sagafleet import embedded_leases, runtime, sandbox
 from sagafleet.commands.sagas import read_definition_file
@@ -102,13 +105,32 @@ class DevFleet:
         stop_processes(self.procs.values())
 
 
+def check_tools_reference(reference: str) -> None:
+    """Before anything starts: ``reference`` looks like ``package.module:attribute``, the
+    module imports and has the attribute; :class:`DevSetupError` naming it otherwise. (The
+    tool set itself is built later, once the database it may need exists.)"""
+    module_name, sep, attribute = reference.partition(":")
+    if not sep or not module_name or not attribute:
+        raise DevSetupError(f"sagafleet dev --tools {reference}: must look like "
+                            "'package.module:attribute'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise DevSetupError(f"sagafleet dev --tools {reference}: cannot import {module_name}: "
+                            f"{exc} (is its directory on PYTHONPATH?)") from None
+    if not hasattr(module, attribute):
+        raise DevSetupError(f"sagafleet dev --tools {reference}: {module_name} has no "
+                            f"{attribute!r}")
+
+
 def check_tools(reference: str) -> ToolCatalogue:
-    """The catalogue of the tool set ``reference`` names, after checking that it loads and
+    """The catalogue of the tool set ``reference`` names, after checking that it builds and
     that its catalogue and implementations agree (what a worker will check at its start);
-    :class:`DevSetupError` naming it otherwise."""
+    :class:`DevSetupError` naming it otherwise. Built with the environment the worker will
+    have (the database URL set), since a tool set may connect to its providers."""
     try:
         tools = load_tool_set(reference)
-    except SagaError as exc:
+    except Exception as exc:  # the user's own factory may raise anything: name it, once
         raise DevSetupError(f"sagafleet dev --tools {reference}: {exc}") from None
     try:
         tools.check()
@@ -172,7 +194,8 @@ def run(settings: Settings, options: DevOptions, out: TextIO = sys.stdout) -> No
     never: a child that died on its own is a :class:`DevSetupError`; Ctrl-C propagates after
     the clean stop (exit 130)."""
     # Everything that can be refused is refused before anything starts.
-    catalogue = trip_tool_catalogue() if options.tools is None else check_tools(options.tools)
+    if options.tools is not None:
+        check_tools_reference(options.tools)
     documents = read_definitions(options.definitions)
     if console_answers(options.port):
         raise DevSetupError(f"sagafleet dev --port {options.port}: something already listens "
@@ -184,8 +207,8 @@ def run(settings: Settings, options: DevOptions, out: TextIO = sys.stdout) -> No
         with embedded_leases.lease(settings.home, postgres=settings.embedded_database,
                                    redis=settings.embedded_broker), _sigterm_as_interrupt():
             try:
-                _bring_up(settings, options, catalogue=catalogue, documents=documents,
-                          children=children, out=out)
+                _bring_up(settings, options, documents=documents, children=children,
+                          out=out)
                 while (gone := children.ended()) is None:
                     time.sleep(0.5)
                 code = children.procs[gone].returncode
@@ -197,30 +220,36 @@ def run(settings: Settings, options: DevOptions, out: TextIO = sys.stdout) -> No
         print("sagafleet dev: stopped", file=out, flush=True)
 
 
-def _bring_up(settings: Settings, options: DevOptions, *, catalogue: ToolCatalogue,
+def _bring_up(settings: Settings, options: DevOptions, *,
               documents: list[dict[str, object]], children: DevFleet, out: TextIO) -> None:
     """Servers, schema, definitions and principals; then the four children, announced once
     the console answers."""
     ends = runtime.endpoints(settings, need_broker=True)
     assert ends.broker_url is not None  # need_broker=True
     migrate_all(ends.database_url)
+    reference = options.tools or sandbox.TOOL_SET
+    env = child_env(ends.database_url, ends.broker_url, reference)
     if options.tools is None:
         sandbox.install(ends.database_url)  # the example's providers' ledgers
+        catalogue = trip_tool_catalogue()
+    else:
+        # Built as the worker will build it: with the resolved URLs in the environment (a
+        # tool set may open its providers' database from SAGAFLEET_DATABASE_URL).
+        os.environ.update(env)
+        catalogue = check_tools(options.tools)
     # This process only registers and issues tokens: the catalogue is all it needs.
     fleet = Fleet(FleetConfig(database_url=ends.database_url,
                               broker_url=ends.broker_url), catalogue)
     try:
         settings.home.mkdir(parents=True, exist_ok=True)
-        agent_token, agent_file = issue_token(
+        _, agent_file = issue_token(
             fleet.principals, AGENT, PrincipalKind.AGENT, AGENT_ROLES, settings.home)
         token, operator_file = issue_token(
             fleet.principals, OPERATOR, PrincipalKind.PERSON, OPERATOR_ROLES,
             settings.home)
-        registered = _register(fleet, agent_token, documents, options)
+        registered = _register(fleet, documents, options)
     finally:
         fleet.close()
-    reference = options.tools or sandbox.TOOL_SET
-    env = child_env(ends.database_url, ends.broker_url, reference)
     log_dir = settings.home / "dev-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     children.start("worker", ["worker"], env, log_dir)
@@ -234,23 +263,28 @@ def _bring_up(settings: Settings, options: DevOptions, *, catalogue: ToolCatalog
               agent_file=agent_file, operator_file=operator_file)
 
 
-def _register(fleet: Fleet, agent_token: str, documents: list[dict[str, object]],
+def _register(fleet: Fleet, documents: list[dict[str, object]],
               options: DevOptions) -> list[str]:
-    """Register the user's definitions as ``dev-agent`` in the default tenant or, with no
-    tool set and no definitions, the example trip in the shared set; return what was."""
+    """Register the user's definition files or, with no tool set and no definitions, the
+    example trip; return what was registered.
+
+    Both go to the shared set every tenant sees: a local fleet's principals may be of any
+    tenant (the tutorial's are ``acme``'s), and whoever runs ``sagafleet dev --definitions``
+    is the operator registering them. A file whose content changed without a version bump
+    is refused by name (a registered name and version never changes its content)."""
     if not options.definitions:
         if options.tools is None:
             register_trip(fleet)
             return ["trip (the example, on the sandbox providers)"]
         return []
-    client = fleet.client_for(fleet.authenticate(agent_token))
     names = []
     for path, document in zip(options.definitions, documents, strict=True):
         try:
-            client.register_definition(document)
+            definition = validate_definition(parse_definition(document), fleet.catalogue)
+            fleet.definitions.register_shared(definition, registered_by="sagafleet dev")
         except SagaError as exc:
             raise DevSetupError(f"sagafleet dev --definitions {path}: {exc}") from None
-        names.append(f"{document.get('name')} v{document.get('version')} ({path})")
+        names.append(f"{definition.name} v{definition.version} ({path})")
     return names
 
 
@@ -292,8 +326,8 @@ def _announce(out: TextIO, *, settings: Settings, options: DevOptions, reference
         f"    {token}",
         f"    (also in {operator_file})",
         f"  start sagas as {AGENT} (agent, admin), in another shell:",
-        f"    SAGAFLEET_HOME={home} SAGAFLEET_TOKEN_FILE={agent_file} sagafleet start trip "
-        "--input @trip.json",
+        f"    SAGAFLEET_HOME={home} SAGAFLEET_TOKEN_FILE={agent_file} sagafleet start "
+        f"{'trip' if options.tools is None else 'DEFINITION'} --input @input.json",
         "Ctrl-C stops everything.",
     ]
     print("\n".join(lines), file=out, flush=True)

@@ -6,7 +6,7 @@ pydantic traceback). Secrets are ``SecretStr`` — they print as ``**********`` 
 also be given as ``SAGAFLEET_<FIELD>_FILE``, a file holding it (a Docker or Kubernetes secret
 mounted into the container), so it never needs to be in the environment at all.
 
-Adding a setting is one field with a default and a ``description``: ``--help``, the README
+Adding a setting is one field with a default and a ``description``: ``--help``, docs/operations.md
 table and the ``_FILE`` variant of a secret are all generated from the fields.
 """
 
@@ -89,7 +89,7 @@ class EnvironmentSettings(BaseSettings):
     @classmethod
     def variables(cls) -> list[Variable]:
         """Every variable the settings read, in field order, each ``_FILE`` variant after
-        its secret: what ``--help`` and the README list."""
+        its secret: what ``--help`` and docs/operations.md list."""
         out: list[Variable] = []
         for name, field in cls.model_fields.items():
             out.append(Variable(env_name(name), _shown(field.default), field.description or "",
@@ -125,7 +125,7 @@ class EnvironmentSettings(BaseSettings):
 
     @classmethod
     def markdown_table(cls) -> str:
-        """The README's settings table: variable, default, meaning."""
+        """The settings table of docs/operations.md: variable, default, meaning."""
         return "\n".join(["| variable | default | meaning |", "| --- | --- | --- |",
                           *cls.markdown_rows()])
 

@@ -1,7 +1,7 @@
-"""Write (or check) the README's settings table from the Settings fields.
+"""Write (or check) the settings table of docs/operations.md from the Settings fields.
 
-    python scripts/settings_table.py          # rewrite the table in README.md
-    python scripts/settings_table.py --check  # exit 1 when README.md's table is stale
+    python scripts/settings_table.py          # rewrite the table in docs/operations.md
+    python scripts/settings_table.py --check  # exit 1 when the table is stale
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from pathlib import Path
 from sagafleet.sandbox.settings import SandboxSettings
 from sagafleet.settings import Settings
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
 BEGIN = "<!-- settings-table:"
 END = "<!-- /settings-table -->"
 
 
-def readme_with_table(text: str) -> str:
-    """``text`` (the README) with the block between the markers replaced by the table."""
+def page_with_table(text: str) -> str:
+    """``text`` (docs/operations.md) with the block between the markers replaced by the table."""
     start = text.index(BEGIN)
     head_end = text.index("\n", start) + 1
     stop = text.index(END, head_end)
@@ -29,14 +29,15 @@ def readme_with_table(text: str) -> str:
 
 def main(argv: list[str]) -> int:
     """Rewrite the table, or with --check report whether it is current."""
-    text = README.read_text(encoding="utf-8")
-    fresh = readme_with_table(text)
+    text = PAGE.read_text(encoding="utf-8")
+    fresh = page_with_table(text)
     if "--check" in argv:
         if fresh != text:
-            print("README.md's settings table is stale: run python scripts/settings_table.py")
+            print("docs/operations.md: the settings table is stale: "
+                  "run python scripts/settings_table.py")
             return 1
         return 0
-    README.write_text(fresh, encoding="utf-8")
+    PAGE.write_text(fresh, encoding="utf-8")
     return 0
 
 

@@ -218,8 +218,8 @@ def _sentinel_master_client(broker_url: str, master: str, **options: Any) -> red
             params.update(username=parsed.username or None, password=unquote(parsed.password))
         if parsed.path.strip("/").isdigit() and "db" not in params:
             params["db"] = int(parsed.path.strip("/"))
-    found = Sentinel(sentinels, socket_timeout=5, socket_connect_timeout=2)  # type: ignore[no-untyped-call]
-    client: redis.Redis = found.master_for(master, redis.Redis, **params)  # type: ignore[no-untyped-call]
+    found = Sentinel(sentinels, socket_timeout=5, socket_connect_timeout=2)  # type: ignore[no-untyped-call,unused-ignore]
+    client: redis.Redis = found.master_for(master, redis.Redis, **params)  # type: ignore[no-untyped-call,unused-ignore]
     return client
 
 

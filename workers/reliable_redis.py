@@ -60,7 +60,7 @@ whenever it connects. After a failover the channel's connections to the old mast
 kombu reconnects (Celery's consumer restarts) and the new pool finds the promoted replica.
 What the take recorded travels with the data: the Lua script is replicated as one unit, so
 the new master holds a message either in its queue or in the unacked hash, never neither
-(see README "Past one machine" for what an asynchronous Redis replica can still drop).
+(see docs/failover.md for what an asynchronous Redis replica can still drop).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 ``sagafleet.step`` is internal: ``[saga_id, step_id, kind, attempt]``. The
 ``sagafleet.commands.*`` tasks let an agent in any language with a Celery client enqueue
 saga commands with JSON keyword arguments, without importing sagafleet. Each takes a
-**signed** command only (README "Signed commands", :mod:`saga_core.access.signed_envelopes`):
+**signed** command only (docs/agents.md "Signed commands",
+:mod:`saga_core.access.signed_envelopes`):
 ``{"envelope": "<JSON text>", "kid": ..., "signature": ...}``, the envelope's ``args``
 being the command's arguments:
 

@@ -3,7 +3,7 @@
 The onboarding saga calls three providers: a CRM (accounts), a ticket desk and a mailer.
 Here each is a table in PostgreSQL (schema ``onboarding``), so the example runs anywhere the
 fleet runs; in your deployment they are the HTTP APIs you already call. What carries over
-is the contract every tool keeps (README "Your own tools"):
+is the contract every tool keeps (docs/definitions.md "Your own tools"):
 
 * ``execute(args, key)`` passes the operation key to the provider as its idempotency key
   (here: the primary key of the row), so a retry with the same key changes nothing;

@@ -1,6 +1,6 @@
 """Signed agent commands: the message layout, the envelope, and the pure checks of both.
 
-A ``sagafleet.commands.*`` message carries exactly three keyword arguments (README,
+A ``sagafleet.commands.*`` message carries exactly three keyword arguments (docs/agents.md,
 "Signed commands")::
 
     {"envelope": "<JSON text>", "kid": "<signing key id>",
@@ -94,8 +94,8 @@ class CommandRefused(SagaError):
 class CommandUnauthenticated(CommandRefused, Unauthenticated):
     """The message does not prove that a live key of the fleet signed this command now."""
 
-    hint = ("sign the command with sagafleet.agent.CommandSigner (or as README 'Signed "
-            "commands' describes) using a live key, and send it before it expires")
+    hint = ("sign the command with sagafleet.agent.CommandSigner (or as docs/agents.md 'Signed"
+            " commands' describes) using a live key, and send it before it expires")
 
     def __init__(self, refusal: Refusal, detail: str) -> None:
         self.refusal = refusal
@@ -161,7 +161,8 @@ def signed_parts(kwargs: Mapping[str, Any]) -> SignedParts:
     missing = [name for name in SIGNED_FIELDS if name not in kwargs]
     if missing:
         raise refused(Refusal.UNSIGNED,
-                      f"a command must be signed: missing {missing} (README 'Signed commands')")
+                      f"a command must be signed: missing {missing} "
+                      "(docs/agents.md 'Signed commands')")
     extra = sorted(set(kwargs) - set(SIGNED_FIELDS))
     if extra:
         raise refused(Refusal.UNSIGNED,

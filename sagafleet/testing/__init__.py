@@ -9,7 +9,7 @@
     fleet.run_until_idle()
     assert client.status(saga.saga_id).status == "COMPLETED"
 
-The README's section "Testing your sagas" documents the whole kit.
+docs/testing.md documents the whole kit.
 """
 
 from application.principals.memory import MemoryPrincipals

@@ -208,17 +208,6 @@ def test_the_fleet_needs_no_server_at_all(monkeypatch: pytest.MonkeyPatch) -> No
     assert fleet.state(saga_id).status is SagaStatus.COMPLETED
 
 
-def test_the_readmes_test_kit_example_runs_as_written() -> None:
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Testing your sagas: `sagafleet.testing`", 1)[1]
-    example = section.split("```python\n", 1)[1].split("```", 1)[0]
-    namespace: dict[str, Any] = {"trip_input": TRIP_INPUT}
-    exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102
-    namespace["test_a_trip_survives_a_lost_payment_response"]()
-
-
 def test_a_time_limit_passing_while_an_approval_waits_compensates_at_the_limit() -> None:
     # given a trip version with a 30-minute limit whose capture waits for an approval
     fleet = TestFleet()

@@ -1,4 +1,4 @@
-"""The README's "Signed commands" scheme is what the fleet verifies: the documented layout
+"""The "Signed commands" scheme of docs/agents.md is what the fleet verifies: the documented layout
 matches what the Python helper signs, and the Node.js example, run for real when ``node``
 is on the machine, signs a command the fleet acts on."""
 
@@ -20,13 +20,13 @@ from trip_inputs import TRIP_INPUT, by_secret_ref
 from application.command_signatures import verify_signed_command
 from saga_core.access.signed_envelopes import ENVELOPE_FIELDS, SIGNED_FIELDS
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "agents.md"
 
 
 def _section() -> str:
-    text = README.read_text()
-    start = text.index("### Signed commands")
-    return text[start:text.index("\n## ", start)]
+    text = PAGE.read_text()
+    start = text.index("## Signed commands")
+    return text[start:text.index("\n## ", start + 1)]
 
 
 def _table_names(section: str, header: str) -> list[str]:
@@ -48,7 +48,7 @@ def _node_example() -> str:
 
 
 def test_the_documented_layout_is_what_the_python_helper_signs_and_the_fleet_reads(fleet):
-    # given the README's tables of the message and the envelope
+    # given the page's tables of the message and the envelope
     section = _section()
     assert _table_names(section, "kwarg") == list(SIGNED_FIELDS)
     assert _table_names(section, "field") == list(ENVELOPE_FIELDS)
@@ -85,7 +85,7 @@ def test_the_node_example_signs_a_command_the_fleet_acts_on(fleet, broker, worke
     (tmp_path / "sign-command.js").write_text(_node_example())
     args = {"definition": "trip", "key": "from-node", "reason": "signed in Node",
             "input": by_secret_ref(fleet.client(tenant="acme"), TRIP_INPUT)}
-    # when the README's example runs
+    # when the page's example runs
     done = subprocess.run(
         ["node", str(tmp_path / "sign-command.js")], capture_output=True, text=True,  # noqa: S607
         timeout=60, check=False,

@@ -1,5 +1,5 @@
 """Settings come from SAGAFLEET_* variables once; a bad one is named in the error; secrets
-never print and can come from files (Docker secrets); --help and the README list every
+never print and can come from files (Docker secrets); --help and docs/operations.md list every
 variable because both are generated from the fields."""
 
 from __future__ import annotations
@@ -134,17 +134,17 @@ def test_describe_lists_every_field_and_every_file_variant_and_nothing_else() ->
         assert field.description in described.replace("\n      ", " ")
 
 
-def test_readme_settings_table_is_the_generated_one() -> None:
+def test_the_operations_page_settings_table_is_the_generated_one() -> None:
     spec = importlib.util.spec_from_file_location("settings_table",
                                                   ROOT / "scripts" / "settings_table.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert module.readme_with_table(readme) == readme, (
-        "README.md's settings table is stale: run python scripts/settings_table.py")
+    page = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert module.page_with_table(page) == page, (
+        "docs/operations.md's settings table is stale: run python scripts/settings_table.py")
     for var in Settings.variables():
-        assert f"`{var.name}`" in readme
+        assert f"`{var.name}`" in page
 
 
 @pytest.mark.parametrize(("url", "shown"), [

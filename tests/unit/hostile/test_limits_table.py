@@ -1,4 +1,4 @@
-"""The README's Limits table says what saga_core.limits declares: every limit, its value
+"""The Limits table of docs/limits.md says what saga_core.limits declares: every limit, its value
 and its reason, in the same order (a changed value must change the documentation too)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from saga_core.limits import ALL_LIMITS, Limit
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "limits.md"
 
 
 def _value(limit: Limit) -> str:
@@ -20,10 +20,9 @@ def _value(limit: Limit) -> str:
     return f"{value:,} {limit.unit}".replace(",", " ")
 
 
-def test_the_readme_table_lists_every_limit_with_its_value_and_reason_in_order() -> None:
-    # given the README's Limits section
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Limits"):]
+def test_the_docs_table_lists_every_limit_with_its_value_and_reason_in_order() -> None:
+    # given the Limits page
+    section = PAGE.read_text(encoding="utf-8")
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     # then it has one row per declared limit, as declared
     expected = [f"| `{limit.name}` | {_value(limit)} | {' '.join(limit.why.split())} |"
