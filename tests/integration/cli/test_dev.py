@@ -24,6 +24,7 @@ from sagafleet import cli, embedded, embedded_state
 from sagafleet.demo import trip_input
 from sagafleet.exit_codes import ExitCode
 
+CUSTOM_TOOLS = Path(__file__).resolve().parents[3] / "examples" / "custom_tools"
 STARTUP_S = 300.0
 """Bound on a start-up on a loaded machine (a safety net that ends a hung test, not a
 threshold the test measures)."""
@@ -62,31 +63,62 @@ def home() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+class DevRun:
+    """A ``sagafleet dev`` subprocess, read up to its ready line."""
+
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        self.port = _free_port()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "sagafleet", "dev", "--port", str(self.port), *args],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.children: list[int] = []
+        printed: list[str] = []
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            printed.append(line)
+            self.children += [int(pid) for pid in re.findall(r"pid (\d+),", line)]
+            if line.startswith("Ctrl-C stops everything"):
+                break
+        self.shown = "".join(printed)
+
+    def interrupt(self) -> str:
+        """Ctrl-C, and the rest of what it printed."""
+        self.process.send_signal(signal.SIGINT)
+        return self.process.communicate(timeout=STARTUP_S)[0]
+
+    def kill_leftovers(self) -> None:
+        """Whatever a failed test left running."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        for pid in self.children:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _stops_everything(dev: DevRun, home: Path) -> None:
+    # when Ctrl-C reaches it
+    rest = dev.interrupt()
+    # then it exits 130 having stopped every process and server it started
+    assert dev.process.returncode == ExitCode.INTERRUPTED, rest
+    assert "sagafleet dev: stopped" in rest
+    assert [pid for pid in dev.children if _alive(pid)] == []
+    assert embedded_state.state(home) == embedded_state.EmbeddedState(False, False)
+
+
 def test_dev_runs_a_local_fleet_that_settles_a_saga_and_ctrl_c_stops_all_of_it(
     home: Path,
 ) -> None:
     # given `sagafleet dev` on a bare home: no URL configured, nothing running
-    port = _free_port()
     env = _env(home)
-    dev = subprocess.Popen([sys.executable, "-m", "sagafleet", "dev", "--port", str(port)],
-                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert dev.stdout is not None
-    printed: list[str] = []
-    children: list[int] = []
+    dev = DevRun(env)
     try:
-        # when it says it is ready
-        for line in dev.stdout:
-            printed.append(line)
-            children += [int(pid) for pid in re.findall(r"pid (\d+),", line)]
-            if line.startswith("Ctrl-C stops everything"):
-                break
-        shown = "".join(printed)
-        assert "Ctrl-C stops everything" in shown, shown
-        # then it names the four processes and where the console is
-        assert len(children) == 4 and all(_alive(pid) for pid in children)
-        assert f"http://127.0.0.1:{port}/" in shown
+        # when it says it is ready, it names the four processes and where the console is
+        assert "Ctrl-C stops everything" in dev.shown, dev.shown
+        assert len(dev.children) == 4 and all(_alive(pid) for pid in dev.children)
+        assert f"http://127.0.0.1:{dev.port}/" in dev.shown
         token = (home / "dev-operator.token").read_text().strip()
-        assert token in shown
+        assert token in dev.shown
 
         # and a saga started through the client (the command line) runs on its worker
         agent = {**env, "SAGAFLEET_TOKEN_FILE": str(home / "dev-agent.token")}
@@ -110,27 +142,47 @@ def test_dev_runs_a_local_fleet_that_settles_a_saga_and_ctrl_c_stops_all_of_it(
 
         # and the console answers over HTTP (sign-in required)
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as page:
+            with urllib.request.urlopen(f"http://127.0.0.1:{dev.port}/", timeout=30) as page:
                 status = page.status
         except urllib.error.HTTPError as refused:
             status = refused.code
         assert status in (200, 303, 401)
 
-        # when Ctrl-C reaches it
-        dev.send_signal(signal.SIGINT)
-        rest = dev.communicate(timeout=STARTUP_S)[0]
-        # then it exits 130 having stopped every process and server it started
-        assert dev.returncode == ExitCode.INTERRUPTED, rest
-        assert "sagafleet dev: stopped" in rest
-        assert [pid for pid in children if _alive(pid)] == []
-        assert embedded_state.state(home) == embedded_state.EmbeddedState(False, False)
+        _stops_everything(dev, home)
     finally:
-        if dev.poll() is None:
-            dev.kill()
-            dev.wait()
-        for pid in children:
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        dev.kill_leftovers()
+
+
+def test_dev_runs_your_own_tools_and_definitions_for_any_tenant(home: Path) -> None:
+    # given the onboarding example's tools and definition, as the README's five commands
+    env = {**_env(home), "PYTHONPATH": str(CUSTOM_TOOLS)}
+    dev = DevRun(env, "--tools", "onboarding_tools:tool_set", "--definitions",
+                 str(CUSTOM_TOOLS / "onboarding.yaml"))
+    try:
+        assert "Ctrl-C stops everything" in dev.shown, dev.shown
+        assert "definition:  onboarding v1" in dev.shown
+        # the example's providers keep their records in tables of their own
+        url = _sagafleet(env, "db", "url", "--show-password").stdout.strip()
+        subprocess.run([sys.executable, str(CUSTOM_TOOLS / "onboarding_tools.py"), "install"],
+                       env={**env, "SAGAFLEET_DATABASE_URL": url}, check=True, timeout=120)
+        # when an agent of another tenant than dev's own starts the saga
+        token = home / "bot.token"
+        added = _sagafleet(env, "principals", "add", "bot", "--kind", "agent", "--role", "agent",
+                           "--tenant", "acme", "--save-token", str(token))
+        assert added.returncode == 0, added.stderr
+        bot = {**env, "SAGAFLEET_TOKEN_FILE": str(token)}
+        started = _sagafleet(bot, "start", "onboarding", "--input",
+                             f"@{CUSTOM_TOOLS / 'onboarding-input.json'}", "--key", "first",
+                             "--json")
+        assert started.returncode == 0, started.stdout + started.stderr
+        saga_id = json.loads(started.stdout)["saga_id"]
+        # then the worker runs the user's tools to the end
+        waited = _sagafleet(bot, "wait", saga_id, "--timeout", "120", "--json")
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+        assert json.loads(waited.stdout)["saga"]["status"] == "COMPLETED"
+        _stops_everything(dev, home)
+    finally:
+        dev.kill_leftovers()
 
 
 def test_a_malformed_tool_set_is_refused_by_name_before_anything_starts(
