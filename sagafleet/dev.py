@@ -9,9 +9,12 @@ process it started, and the embedded servers if it started them; a child that di
 own stops the rest too, and the command fails naming it and its log.
 
 What it runs: the user's tool set (``--tools package.module:attribute``) and definition files
-(``--definitions PATH ...``), or, with neither, the example trip on the sandbox providers.
-Both are checked before anything starts: a bad tool set or definition file is a typed error
-naming it, and no process is left behind.
+(``--definitions PATH ...``, registered in the shared set every tenant sees), or, with
+neither, the example trip on the sandbox providers. What can be checked without a database
+is checked before anything starts (the tool set's module and attribute, each file's shape);
+the tool set is built, and each definition validated against its catalogue, once the
+database is up and before any child starts. Either way a bad tool set or definition file is
+a :class:`DevSetupError` naming it, and nothing is left running.
 
 Who acts: ``dev-agent`` (roles agent and admin: starts sagas, registers definitions) and
 ``dev-operator`` (a person with the approver and operator roles: signs in to the console,
