@@ -43,6 +43,7 @@ ROOMS: Final = (
     Room(MIGRATIONS_NAMESPACE, files("events").joinpath("migrations")),
     Room("fleet", files("workers").joinpath("migrations")),
     Room("projections", files("projections").joinpath("migrations")),
+    Room("console", files("sagafleet.console").joinpath("migrations")),
 )
 """Every room whose schema ``sagafleet db migrate`` applies."""
 

@@ -282,6 +282,35 @@ class Settings(EnvironmentSettings):
         "(logger sagafleet.access: method, path without its query, status, client, "
         "principal); refusals are always in the security log (logger sagafleet.security)"))
 
+    # Single sign-on to the console with OpenID Connect (sagafleet.sso_settings checks these
+    # together when the console starts; unset issuer: tokens only).
+    oidc_issuer: str | None = Field(default=None, description=(
+        "the OpenID provider's issuer URL (https; http only on loopback): the console offers "
+        "single sign-on through it (unset: API tokens only)"))
+    oidc_client_id: str | None = Field(default=None, description=(
+        "the console's client id at the OpenID provider"))
+    oidc_client_secret: SecretStr | None = Field(default=None, description=(
+        "the console's client secret at the OpenID provider (confidential client)"))
+    oidc_redirect_url: str | None = Field(default=None, description=(
+        "the console's callback URL registered at the provider, ending in /sign-in/oidc/callback"))
+    oidc_role_map: str | None = Field(default=None, description=(
+        "groups to console roles, group=role pairs separated by commas "
+        "(ops-approvers=operator,auditors=auditor); a person in no mapped group is refused"))
+    oidc_tenant: str | None = Field(default=None, description=(
+        "the tenant every single-sign-on person belongs to (or set oidc_tenant_claim)"))
+    oidc_tenant_claim: str | None = Field(default=None, description=(
+        "the ID-token claim naming a person's tenant (or set oidc_tenant)"))
+    oidc_scopes: str = Field(default="openid profile email", description=(
+        "the scopes the console asks the provider for (must include openid)"))
+    oidc_groups_claim: str = Field(default="groups", description=(
+        "the ID-token claim listing a person's groups"))
+    oidc_name_claim: str = Field(default="preferred_username", description=(
+        "the ID-token claim a new person's principal is named after"))
+    oidc_provider_name: str = Field(default="single sign-on", description=(
+        "what the sign-in page's button calls the provider (Sign in with …)"))
+    oidc_clock_skew_seconds: float = Field(default=60.0, ge=0, le=600, description=(
+        "how far the provider's clock may be off when ID-token times are checked"))
+
     @model_validator(mode="after")
     def _sentinel_master_with_sentinel_url(self) -> Settings:
         """A Sentinel broker URL names Sentinels, so it needs the master's name; the name

@@ -77,8 +77,10 @@ def run_console(args: argparse.Namespace, settings: Settings) -> int:
     running = open_console(settings, run_projector=not args.no_projector)
     try:
         scheme = "https" if args.tls_cert else "http"
-        print(f"sagafleet console: {scheme}://{host}:{port}/ (sign in with an API token)",
-              flush=True)
+        sso = running.console.sso
+        also = f" or through {sso.settings.provider_name}" if sso is not None else ""
+        print(f"sagafleet console: {scheme}://{host}:{port}/ (sign in with an API token"
+              f"{also})", flush=True)
         warning = None if args.tls_cert else plain_http_warning(
             "sagafleet console", host, port, "the API tokens people sign in with and their "
             "session cookies")

@@ -8,7 +8,10 @@ it is now. The same click twice records one grant, denial, cancel or action (the
 rule), and the form's script disables its button after the first click.
 
 Routes (``POST``, CSRF-checked by the gate): ``/actions/approve``, ``/actions/deny``,
-``/actions/resolve``, ``/actions/cancel``. A success redirects (303) to the form's
+``/actions/decide`` (a queue line's one form: ``decision`` is approve or deny),
+``/actions/resolve``, ``/actions/cancel``, and ``/actions/bulk`` (the selected requests
+answered one by one with one reason, each bound to its version: a page of per-item
+outcomes). A success redirects (303) to the form's
 ``return_to`` (a path of this site) with ``done`` and ``saga`` in the query, which
 :func:`done_notice` turns into a message. The forms are built here so that every page that
 offers an action (the queue, a saga's page) offers the same one: :func:`approve_form`,
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlencode
 
@@ -37,13 +41,13 @@ from saga_core.errors import ErrorKind, SagaError, SagaMoved
 from saga_core.limits import REASON_CHARS
 from sagafleet.console.core import Console, note_error, status_of
 from sagafleet.console.gate import Form, form_of, viewer_of
-from sagafleet.console.markup import Markup, csrf_field, html, join
+from sagafleet.console.markup import Markup, csrf_field, html, join, url_part
 from sagafleet.console.sessions import Viewer
 from sagafleet.console.signin import safe_next
 
-__all__ = ["DONE_MESSAGES", "approval_forms", "approve_form", "cancel_form", "deny_form",
-           "done_notice", "may", "may_approve", "may_deny", "resolve_form", "routes",
-           "saga_state_box"]
+__all__ = ["DONE_MESSAGES", "BulkOutcome", "BulkTarget", "answer_each", "approval_forms",
+           "approve_form", "cancel_form", "deny_form", "done_notice", "may", "may_approve",
+           "may_deny", "resolve_form", "routes", "saga_state_box"]
 
 DONE_MESSAGES: Final = {
     "approved": "Approved",
@@ -51,6 +55,10 @@ DONE_MESSAGES: Final = {
     "resolved": "Recorded the operator action on",
     "cancelled": "Asked to cancel",
     "unchanged": "Nothing new was recorded (the same action was already there) for",
+    "claimed": "You are on a request of",
+    "taken_over": "You took over the claim on a request of",
+    "already_yours": "You were already on the request of",
+    "released": "You let go of the request of",
 }
 """The notices a redirect after an action may ask for (by code: never text from the URL)."""
 
@@ -248,6 +256,16 @@ def _deny(client: SagaClient, form: Form) -> str:
     return "denied"
 
 
+def _decide(client: SagaClient, form: Form) -> str:
+    """A queue line's one form: its pressed button names the decision."""
+    decision = form.text("decision")
+    if decision == "approve":
+        return _approve(client, form)
+    if decision == "deny":
+        return _deny(client, form)
+    raise InvalidRequest("decision must be approve or deny (press one of the line's buttons)")
+
+
 def _resolve(client: SagaClient, form: Form) -> str:
     action = _required(form, "action")
     if action not in OPERATOR_ACTIONS:
@@ -269,9 +287,90 @@ def _cancel(client: SagaClient, form: Form) -> str:
 
 Perform = Callable[[SagaClient, Form], str]
 
+MAX_BULK: Final = 100
+"""The most requests one bulk answer may name (a queue page's worth)."""
+
+
+@dataclass(frozen=True)
+class BulkTarget:
+    """One selected request, as its queue line drew it."""
+
+    saga_id: str
+    step_id: str
+    kind: StepKind
+    seen_version: int
+    action_hash: str | None
+
+    @classmethod
+    def parse(cls, value: str) -> BulkTarget:
+        """A line's "select" value (``saga|step|kind|version|hash``; InvalidRequest if not)."""
+        parts = value.split("|")
+        if len(parts) != 5 or not parts[0] or not parts[1] or not parts[3].isdigit() \
+                or parts[2] not in StepKind._value2member_map_:
+            raise InvalidRequest("a selected request must be saga|step|kind|version|hash, as "
+                                 "the queue drew it: reload the queue")
+        return cls(parts[0], parts[1], StepKind(parts[2]), int(parts[3]), parts[4] or None)
+
+
+@dataclass(frozen=True)
+class BulkOutcome:
+    """What one request of a bulk answer came to: recorded, or why not."""
+
+    target: BulkTarget
+    recorded: bool
+    message: str
+
+
+def answer_each(client: SagaClient, targets: Sequence[BulkTarget], *, decision: str,
+                reason: str) -> list[BulkOutcome]:
+    """Approve or deny every target, one at a time, each bound to the version its line
+    showed and checked by the server as a single answer (role, four eyes, expiry); one
+    refusal stops nothing else."""
+    outcomes = []
+    for target in targets:
+        try:
+            if decision == "approve":
+                client.approve(target.saga_id, target.step_id, kind=target.kind,
+                               action_hash=target.action_hash, reason=reason,
+                               expected_version=target.seen_version)
+            else:
+                client.deny(target.saga_id, target.step_id, kind=target.kind, reason=reason,
+                            expected_version=target.seen_version)
+        except SagaError as exc:
+            outcomes.append(BulkOutcome(target, False, str(exc)))
+        else:
+            outcomes.append(BulkOutcome(target, True, "approved" if decision == "approve"
+                                        else "denied"))
+    return outcomes
+
+
+def _bulk_targets(form: Form) -> list[BulkTarget]:
+    values = form.all_of("item")
+    if not values:
+        raise InvalidRequest("select at least one request (the box at the start of its line)")
+    if len(values) > MAX_BULK:
+        raise InvalidRequest(f"answer at most {MAX_BULK} requests at once")
+    return list(dict.fromkeys(BulkTarget.parse(value) for value in values))
+
+
+def _bulk_page(outcomes: Sequence[BulkOutcome], decision: str) -> Markup:
+    done = sum(1 for o in outcomes if o.recorded)
+    rows = join(html('<tr class="{}"><td><a href="/sagas/{}"><code>{}</code></a></td>'
+                     '<td>{} ({})</td><td>{}</td><td>{}</td></tr>',
+                     "ok" if o.recorded else "refused", url_part(o.target.saga_id),
+                     o.target.saga_id, o.target.step_id, o.target.kind,
+                     o.target.seen_version, html("<b>{}</b>", o.message) if o.recorded
+                     else html('<span class="error">not recorded: {}</span>', o.message))
+                for o in outcomes)
+    verb = "approve" if decision == "approve" else "deny"
+    return html('<h1>Bulk {}: {} of {} recorded</h1><table class="bulk-results"><thead><tr>'
+                '<th>saga</th><th>step</th><th>version shown</th><th>outcome</th></tr>'
+                '</thead><tbody>{}</tbody></table><p><a href="/queue">Back to the queue</a>'
+                '</p>', verb, done, len(outcomes), rows)
+
 
 def routes(console: Console) -> list[BaseRoute]:
-    """The four action routes."""
+    """The action routes."""
 
     def endpoint(perform: Perform) -> Callable[[Request], Response]:
         def act(request: Request) -> Response:
@@ -287,8 +386,22 @@ def routes(console: Console) -> list[BaseRoute]:
 
         return act
 
+    def bulk(request: Request) -> Response:
+        viewer = viewer_of(request)
+        form = form_of(request)
+        decision = form.text("decision")
+        if decision not in ("approve", "deny"):
+            raise InvalidRequest("decision must be approve or deny (press one of the buttons)")
+        outcomes = answer_each(console.client(viewer), _bulk_targets(form), decision=decision,
+                               reason=_required(form, "reason"))
+        refused = not any(o.recorded for o in outcomes)
+        return console.page(request, "Bulk answer", _bulk_page(outcomes, decision),
+                            status=409 if refused else 200)
+
     return [Route("/actions/approve", endpoint(_approve), methods=["POST"]),
+            Route("/actions/bulk", bulk, methods=["POST"]),
             Route("/actions/deny", endpoint(_deny), methods=["POST"]),
+            Route("/actions/decide", endpoint(_decide), methods=["POST"]),
             Route("/actions/resolve", endpoint(_resolve), methods=["POST"]),
             Route("/actions/cancel", endpoint(_cancel), methods=["POST"])]
 

@@ -39,6 +39,7 @@ from sagafleet.console.gate import FRAGMENT_HEADER, VIEWER_KEY, Gate
 from sagafleet.console.headers import SecurityHeaders, security_headers
 from sagafleet.console.layout import NavLink, sign_in_frame
 from sagafleet.console.markup import html
+from sagafleet.console.sso import routes as sso_routes
 from sagafleet.security_log import RequestLog
 
 __all__ = ["HOME", "create_app", "page_modules"]
@@ -63,8 +64,11 @@ def create_app(console: Console, *, modules: Iterable[ModuleType] | None = None)
     chosen = list(page_modules() if modules is None else modules)
     console.nav[:] = sorted(m.NAV for m in chosen if isinstance(getattr(m, "NAV", None),
                                                                 NavLink))
-    routes: list[BaseRoute] = [Route("/", _home, methods=["GET"])]
+    routes: list[BaseRoute] = [Route("/", _home, methods=["GET"]),
+                               Route("/favicon.ico", _favicon, methods=["GET"])]
     routes += signin.routes(console)
+    if console.sso is not None:
+        routes += sso_routes.routes(console.sso, console.sessions)
     routes += stream.routes(console)
     routes += actions.routes(console)
     for module in chosen:
@@ -92,6 +96,13 @@ def create_app(console: Console, *, modules: Iterable[ModuleType] | None = None)
 
 def _home(request: Request) -> Response:
     return RedirectResponse(HOME, status_code=303)
+
+
+def _favicon(request: Request) -> Response:
+    """The icon a browser asks for by its old name (pages link the SVG itself)."""
+    icon = files("sagafleet.console").joinpath("static", "favicon.svg").read_bytes()
+    return Response(icon, media_type="image/svg+xml",
+                    headers={"Cache-Control": "public, max-age=86400"})
 
 
 def _internal_error(request: Request, exc: Exception) -> Response:

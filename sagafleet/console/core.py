@@ -23,6 +23,7 @@ from sagafleet.console.layout import NavLink, fragment_response, page_response
 from sagafleet.console.live import LiveHub
 from sagafleet.console.markup import Markup
 from sagafleet.console.sessions import SessionStore, Viewer
+from sagafleet.console.sso.signin import SsoSignIn
 from sagafleet.console.throttle import SignInThrottle
 from sagafleet.security_log import EVENT_OF_KIND, note_refusal
 from workers.fleet import Fleet
@@ -73,6 +74,8 @@ class Console:
     """Filled by ``create_app`` from the page modules' ``NAV``."""
     alert_thresholds: AlertThresholds = field(default_factory=AlertThresholds)
     """The business alerts' thresholds, the exporter's (the metrics window's)."""
+    sso: SsoSignIn | None = None
+    """Single sign-on through the company's OpenID provider, when configured."""
 
     def read_after(self, request: Request) -> ProjectionContext:
         """Where a page reads: :attr:`fresh` right after an action (its redirect carries

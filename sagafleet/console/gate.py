@@ -58,7 +58,8 @@ FORM_BYTES: Final = 64 * 1024
 FORM_FIELDS: Final = 100
 """The most fields a form may have."""
 PUBLIC_PREFIXES: Final = ("/static/",)
-PUBLIC_PATHS: Final = frozenset({"/sign-in", "/favicon.ico", "/healthz"})  # /healthz: liveness
+PUBLIC_PATHS: Final = frozenset({"/sign-in", "/favicon.ico", "/healthz",  # /healthz: liveness
+                                  "/sign-in/oidc", "/sign-in/oidc/callback"})  # single sign-on
 VIEWER_KEY: Final = "sagafleet.viewer"
 FORM_KEY: Final = "sagafleet.form"
 SAFE_METHODS: Final = frozenset({"GET", "HEAD"})
@@ -71,6 +72,7 @@ class Form(Mapping[str, str]):
     """A posted form's fields (a repeated field: its last value); read-only."""
 
     def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        self._pairs = tuple(pairs)
         self._fields = dict(pairs)
 
     def __getitem__(self, key: str) -> str:
@@ -85,6 +87,10 @@ class Form(Mapping[str, str]):
     def text(self, name: str, default: str = "") -> str:
         """The field's value stripped of surrounding space, or ``default``."""
         return self._fields.get(name, default).strip()
+
+    def all_of(self, name: str) -> list[str]:
+        """Every value of a repeated field (checkboxes of one name), in order."""
+        return [value for key, value in self._pairs if key == name]
 
 
 def viewer_of(request: Request) -> Viewer:

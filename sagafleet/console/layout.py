@@ -33,15 +33,19 @@ def _checked(body: object) -> Markup:
     return body
 
 
-def _document(title: str, header: Markup, body: Markup) -> Markup:
+def _document(title: str, header: Markup, body: Markup, refresh_to: str | None = None) -> Markup:
+    # refresh_to: a page that moves on by itself (after single sign-on: see sso.routes).
+    refresh = html('<meta http-equiv="refresh" content="0;url={}">', refresh_to) \
+        if refresh_to else Markup("")
     return html(
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{}'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         '<title>{} · sagafleet</title>'
+        '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">'
         '<link rel="stylesheet" href="/static/console.css">'
         '<script src="/static/console.js" defer></script></head>'
         '<body>{}<main id="main">{}</main></body></html>',
-        title, header, body)
+        refresh, title, header, body)
 
 
 def _navigation(viewer: Viewer, nav: Sequence[NavLink], current: str) -> Markup:
@@ -72,7 +76,10 @@ def fragment_response(body: Markup, *, status: int = 200) -> HTMLResponse:
     return HTMLResponse(str(_checked(body)), status_code=status)
 
 
-def sign_in_frame(title: str, body: Markup, *, status: int = 200) -> HTMLResponse:
-    """A page for someone not signed in (the sign-in form, its refusals)."""
+def sign_in_frame(title: str, body: Markup, *, status: int = 200,
+                  refresh_to: str | None = None) -> HTMLResponse:
+    """A page for someone not signed in (the sign-in form, its refusals); ``refresh_to``: a
+    path of this site the page moves on to at once."""
     header = html('<header class="bar"><span class="brand">sagafleet</span></header>')
-    return HTMLResponse(str(_document(title, header, _checked(body))), status_code=status)
+    return HTMLResponse(str(_document(title, header, _checked(body), refresh_to)),
+                        status_code=status)

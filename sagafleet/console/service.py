@@ -22,9 +22,11 @@ from sagafleet import runtime
 from sagafleet.console.core import Console
 from sagafleet.console.live import LiveHub, LiveLimits
 from sagafleet.console.sessions import SessionPolicy, SessionStore
+from sagafleet.console.sso.signin import SsoSignIn
 from sagafleet.console.throttle import SignInFailures, SignInThrottle, ThrottlePolicy
 from sagafleet.fleetcli import build_fleet
 from sagafleet.settings import Settings
+from sagafleet.sso_settings import OidcSettings, oidc_settings
 from workers.fleet import Fleet
 
 __all__ = ["RunningConsole", "console_for", "edge_limits", "open_console"]
@@ -38,17 +40,21 @@ def console_for(fleet: Fleet, policy: SessionPolicy,
                 metrics_window_s: float = DEFAULT_WINDOW_S,
                 read: ProjectionContext | None = None, *,
                 live_limits: LiveLimits = DEFAULT_LIVE_LIMITS,
-                signin: ThrottlePolicy = DEFAULT_SIGNIN) -> Console:
+                signin: ThrottlePolicy = DEFAULT_SIGNIN,
+                sso: OidcSettings | None = None) -> Console:
     """A console over an open fleet; pages read from ``read`` (a read replica's context;
     None: the fleet's store carries every query) and from the primary right after an
     action. Its business alerts use the metrics window, as the exporter's do; its live
-    streams are bounded by ``live_limits``, its sign-ins throttled by ``signin``."""
+    streams are bounded by ``live_limits``, its sign-ins throttled by ``signin``; ``sso``
+    turns single sign-on on."""
     primary = ProjectionContext(fleet.store, fleet.definitions)
-    return Console(fleet=fleet, read=read or primary, fresh=primary,
-                   sessions=SessionStore(fleet.store, fleet.principals, policy, fleet.clock),
+    sessions = SessionStore(fleet.store, fleet.principals, policy, fleet.clock)
+    return Console(fleet=fleet, read=read or primary, fresh=primary, sessions=sessions,
                    live=LiveHub(fleet.store, limits=live_limits),
                    throttle=SignInThrottle(SignInFailures(fleet.store, signin, fleet.clock)),
-                   alert_thresholds=AlertThresholds.for_window(metrics_window_s))
+                   alert_thresholds=AlertThresholds.for_window(metrics_window_s),
+                   sso=SsoSignIn(sso, fleet.store, sessions, clock=fleet.clock)
+                   if sso is not None else None)
 
 
 def edge_limits(settings: Settings) -> tuple[LiveLimits, ThrottlePolicy]:
@@ -82,6 +88,7 @@ class RunningConsole:
 
 def open_console(settings: Settings, *, run_projector: bool = True) -> RunningConsole:
     """The console of the configured database (migrated first: a long-running service)."""
+    sso = oidc_settings(settings)  # a bad SAGAFLEET_OIDC_* stops the console before it serves
     policy = SessionPolicy(idle=timedelta(seconds=settings.console_session_idle_seconds),
                            absolute=timedelta(seconds=settings.console_session_max_seconds))
     fleet = build_fleet(settings)
@@ -91,7 +98,7 @@ def open_console(settings: Settings, *, run_projector: bool = True) -> RunningCo
         read = ProjectionContext(replica, DefinitionStore(replica)) if replica else None
         live, signin = edge_limits(settings)
         console = console_for(fleet, policy, settings.metrics_window_seconds, read,
-                              live_limits=live, signin=signin)
+                              live_limits=live, signin=signin, sso=sso)
         # The in-process projector follows the log on the replica too (rows on the primary).
         following = replace(console.fresh, log_reads=replica)
         projector = Projector(following).start() if run_projector else None

@@ -112,6 +112,12 @@ class SessionStore:
         token proves nobody)."""
         principal = self._principals.authenticate(token)
         record = self._principals.get(principal.tenant, principal.name)
+        return self.open_proven(principal, record.token_issued_at)
+
+    def open_proven(self, principal: Principal, token_issued_at: datetime | None) -> OpenedSession:
+        """Open a session for a principal proven another way (single sign-on): bound, as a
+        token's session is, to the principal's live token at sign-in (None: it has none), so
+        a revoke or a token issued later ends it."""
         session_id = secrets.token_urlsafe(SESSION_ID_BYTES)
         self.purge_expired()  # rows of browsers that never came back go at the next sign-in
         now = self._clock()
@@ -121,7 +127,7 @@ class SessionStore:
                 "INSERT INTO fleet.console_sessions (id_digest, tenant, name, token_issued_at,"
                 " created_at, last_seen_at, expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                 (_digest(session_id), principal.tenant, principal.name,
-                 record.token_issued_at, now, now, expires))
+                 token_issued_at, now, now, expires))
         return OpenedSession(session_id, Viewer(principal, csrf_token_for(session_id),
                                                 _digest(session_id), expires))
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hmac
 import secrets
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
 import anyio
 import anyio.to_thread
@@ -47,11 +47,15 @@ def safe_next(target: str) -> str:
     return "/"
 
 
-def _form(csrf: str, next_path: str, problem: str = "") -> Markup:
+def _form(csrf: str, next_path: str, problem: str = "", sso: str | None = None) -> Markup:
+    """The token form; with ``sso`` (the provider's name) a single sign-on link above it."""
     notice = html('<p class="notice error" role="alert">{}</p>', problem) if problem \
         else Markup("")
+    single = html('<p><a class="button sso" href="/sign-in/oidc?next={}">Sign in with {}</a>'
+                  '</p><p class="hint or">or with an API token:</p>',
+                  quote(next_path, safe="/"), sso) if sso else Markup("")
     return html(
-        '<section class="sign-in"><h1>Sign in</h1>{}'
+        '<section class="sign-in"><h1>Sign in</h1>{}{}'
         '<form method="post" action="/sign-in">'
         '<input type="hidden" name="csrf" value="{}">'
         '<input type="hidden" name="next" value="{}">'
@@ -61,7 +65,7 @@ def _form(csrf: str, next_path: str, problem: str = "") -> Markup:
         '<button type="submit">Sign in</button></form>'
         '<p class="hint">An admin issues tokens with <code>sagafleet principals add</code>; '
         '<code>sagafleet demo --keep-servers</code> prints its approver\'s.</p></section>',
-        notice, csrf, next_path)
+        notice, single, csrf, next_path)
 
 
 def _secure(request: Request) -> bool:
@@ -80,8 +84,8 @@ def routes(console: Console) -> list[BaseRoute]:
     def show(request: Request) -> Response:
         csrf = secrets.token_urlsafe(32)
         next_path = safe_next(request.query_params.get("next", "/"))
-        return _with_signin_cookie(request, sign_in_frame("Sign in", _form(csrf, next_path)),
-                                   csrf)
+        form = _form(csrf, next_path, sso=_sso_name(console))
+        return _with_signin_cookie(request, sign_in_frame("Sign in", form), csrf)
 
     async def sign_in(request: Request) -> Response:
         body = b""
@@ -102,16 +106,16 @@ def routes(console: Console) -> list[BaseRoute]:
         if not expected or not hmac.compare_digest(expected.encode(), given.encode()):
             note_refusal(request.scope, "csrf_refused",
                          "the sign-in form's CSRF token is missing or wrong")
-            return _refused(request, next_path, "The sign-in form expired or came from "
-                            "another site: sign in again.", 403)
+            return _refused(request, console, next_path, "The sign-in form expired or came "
+                            "from another site: sign in again.", 403)
         token = form.get("token", "").strip()
         keys = throttle_keys(client_address(request.scope), token)
         verdict = console.throttle.judge(
             keys, await anyio.to_thread.run_sync(console.throttle.failures.counted, keys))
         if verdict.refused:
             note_refusal(request.scope, "signin_throttled", _throttled(verdict))
-            response = _refused(request, next_path, "Too many failed sign-ins from this "
-                                "address or with this token: try again in "
+            response = _refused(request, console, next_path, "Too many failed sign-ins from "
+                                "this address or with this token: try again in "
                                 f"{verdict.retry_after_s} s.", 429)
             response.headers["retry-after"] = str(verdict.retry_after_s)
             return response
@@ -124,7 +128,7 @@ def routes(console: Console) -> list[BaseRoute]:
             await anyio.to_thread.run_sync(console.throttle.failures.record, keys)
             note_refusal(request.scope, "signin_refused", str(exc),
                          delay_s=verdict.delay_s or None)
-            return _refused(request, next_path, str(exc), 401)
+            return _refused(request, console, next_path, str(exc), 401)
         await _forgive(console, keys, verdict)
         if verdict.delay_s > 0:  # signed in, but only after a wait: worth knowing who waited
             note_refusal(request.scope, "signin_slowed", _throttled(verdict),
@@ -152,10 +156,17 @@ def routes(console: Console) -> list[BaseRoute]:
     ]
 
 
-def _refused(request: Request, next_path: str, problem: str, status: int) -> Response:
+def _sso_name(console: Console) -> str | None:
+    """The single sign-on provider's name for the sign-in page (None: not configured)."""
+    return console.sso.settings.provider_name if console.sso is not None else None
+
+
+def _refused(request: Request, console: Console, next_path: str, problem: str,
+             status: int) -> Response:
     """The sign-in form again, saying why, with a fresh double-submit token."""
     fresh = secrets.token_urlsafe(32)
-    page = sign_in_frame("Sign in", _form(fresh, next_path, problem), status=status)
+    page = sign_in_frame("Sign in", _form(fresh, next_path, problem, _sso_name(console)),
+                         status=status)
     return _with_signin_cookie(request, page, fresh)
 
 

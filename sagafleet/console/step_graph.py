@@ -188,7 +188,7 @@ def _box(box: Box) -> Markup:
 def render(picture: Picture, *, caption: str) -> Markup:
     """The picture as an ``<svg>`` element (accessible: a title and one group per box)."""
     return html(
-        '<figure class="step-graph"><svg xmlns="http://www.w3.org/2000/svg" role="img" '
+        '<figure class="step-graph"><svg xmlns="http://www.w3.org/2000/svg" role="group" '
         'aria-labelledby="graph-title" viewBox="0 0 {} {}" width="{}" height="{}">'
         '<title id="graph-title">{}</title>'
         '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '

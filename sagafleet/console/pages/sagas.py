@@ -15,22 +15,27 @@ form ``form.replay`` (field ``at``).
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from application.principals.directory import PrincipalNotFound
 from events.saga_log.streams import SagaNotFound
-from projections import browse_sagas
+from projections import audit, browse_sagas
 from saga_core.errors import ErrorKind, SagaError
 from sagafleet.console.core import Console
 from sagafleet.console.gate import viewer_of
 from sagafleet.console.layout import NavLink
-from sagafleet.console.markup import html, url_part
-from sagafleet.console.saga_detail import parse_at, saga_detail
-from sagafleet.console.saga_page import render_not_found, render_saga, render_saga_live
-from sagafleet.console.sagas_list import (
+from sagafleet.console.markup import Markup, html, url_part
+from sagafleet.console.pages.saga_context import context_of, render_context
+from sagafleet.console.pages.saga_export import saga_export
+from sagafleet.console.pages.saga_gantt import gantt_bars, render_gantt
+from sagafleet.console.pages.saga_markup import render_not_found, render_saga, render_saga_live
+from sagafleet.console.pages.saga_reading import SagaDetail, parse_at, saga_detail
+from sagafleet.console.pages.sagas_markup import (
     parse_query,
     render_list,
     render_page,
@@ -93,9 +98,45 @@ def routes(console: Console) -> list[Route]:
                         '<p class="problem" role="alert">{}</p><p><a href="/sagas/{}">'
                         'The saga now</a></p>', saga_id, str(exc), url_part(saga_id))
             return console.page(request, "Saga", body, current=NAV.path, status=400)
+        context, gantt = _context(detail), _gantt(detail)
         if _wants_fragment(request) and at is None:
-            return console.fragment(render_saga_live(detail))
-        return console.page(request, f"Saga {saga_id}", render_saga(detail), current=NAV.path)
+            return console.fragment(render_saga_live(detail, context=context, gantt=gantt))
+        return console.page(request, f"Saga {saga_id}",
+                            render_saga(detail, context=context, gantt=gantt), current=NAV.path)
+
+    def _context(detail: SagaDetail) -> Markup:
+        started = detail.history.timeline[0]
+        actor = str(started.data.get("actor") or "")
+        try:
+            kind: str | None = (str(console.fleet.principals.get(detail.tenant, actor).kind)
+                                if actor else None)
+        except PrincipalNotFound:
+            kind = None
+        return html('<section id="context"><h2>Who asked, and why</h2>{}</section>',
+                    render_context(context_of(detail.saga_id, started.data, detail.definition,
+                                              kind)))
+
+    def _gantt(detail: SagaDetail) -> Markup:
+        timeline = detail.history.timeline
+        until = (timeline[-1].at if detail.summary.finished_at is not None
+                 else max(datetime.now(UTC), timeline[-1].at))
+        return render_gantt(gantt_bars(timeline, until), start=timeline[0].at, until=until)
+
+    def saga_export_json(request: Request) -> Response:
+        viewer = viewer_of(request)
+        saga_id = request.path_params["saga_id"]
+        try:
+            report = audit(console.read_after(request), saga_id, tenant=viewer.tenant)
+        except SagaNotFound:
+            return JSONResponse({"error": f"no saga {saga_id!r} here"}, status_code=404)
+        document = saga_export(report, tenant=viewer.tenant)
+        guard = console.fleet.secret_guard
+        needles = guard.named_in(json.dumps(document, default=str))
+        if needles:
+            document = guard.document(document, needles, "page")
+        return JSONResponse(document, headers={
+            "Content-Disposition": f'attachment; filename="saga-{url_part(saga_id)}.json"'})
 
     return [Route("/sagas", saga_list, methods=["GET"]),
+            Route("/sagas/{saga_id}/export.json", saga_export_json, methods=["GET"]),
             Route("/sagas/{saga_id}", saga_page, methods=["GET"])]

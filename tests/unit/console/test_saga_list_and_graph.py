@@ -13,8 +13,8 @@ from events import Position
 from events.errors import InvalidArgument
 from saga_core.contracts import SagaStatus
 from sagafleet.console.markup import Markup
-from sagafleet.console.saga_detail import parse_at
-from sagafleet.console.sagas_list import parse_query, search_ids
+from sagafleet.console.pages.saga_reading import parse_at
+from sagafleet.console.pages.sagas_markup import parse_query, search_ids
 from sagafleet.console.step_graph import NOT_STARTED, layout, step_graph
 from sagafleet.example_sagas import trip_definition
 

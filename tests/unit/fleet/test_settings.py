@@ -37,7 +37,8 @@ def test_every_secret_field_is_a_secret_str() -> None:
     secrets = {v.name for v in Settings.variables() if v.secret}
     assert secrets == {"SAGAFLEET_DATABASE_URL", "SAGAFLEET_READ_DATABASE_URL",
                        "SAGAFLEET_BROKER_URL",
-                       "SAGAFLEET_SENTRY_DSN", "SAGAFLEET_TOKEN", "SAGAFLEET_ANCHOR_KEY"}
+                       "SAGAFLEET_SENTRY_DSN", "SAGAFLEET_TOKEN", "SAGAFLEET_ANCHOR_KEY",
+                       "SAGAFLEET_OIDC_CLIENT_SECRET"}
     settings = Settings.from_env({name: "s3cret-value-123456" for name in secrets})
     for name in ("database_url", "read_database_url", "broker_url",
                  "sentry_dsn", "token", "anchor_key"):

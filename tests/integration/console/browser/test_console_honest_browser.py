@@ -91,8 +91,10 @@ def test_a_capture_denied_from_the_queue_reads_denied_after_the_saga_compensated
     saga_id = fleet.client().start("trip", GATED | {"nights": 5}, key="honest-deny").saga_id
     sign_in(browser, console_world, "ana")
     # when she denies it
-    _type(browser, f"{_card(saga_id)} form.deny input[name=reason]", "not this trip")
-    browser.find_element(By.CSS_SELECTOR, f"{_card(saga_id)} form.deny button").click()
+    # (the queue line's one form: its Deny button answers no)
+    _type(browser, f"{_card(saga_id)} form.decide input[name=reason]", "not this trip")
+    browser.find_element(By.CSS_SELECTOR,
+                         f"{_card(saga_id)} form.decide button[value=deny]").click()
     wait_until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "p.notice.ok"))
     # then once the holds are undone, the saga's page says denied, in its graph and its table
     assert _settled(fleet, saga_id) is SagaStatus.COMPENSATED

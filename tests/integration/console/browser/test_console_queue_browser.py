@@ -76,9 +76,12 @@ def test_an_approver_sees_an_approval_arrive_live_approves_it_once_and_the_saga_
     # then the request appears without a reload (the live event stream fetched it)
     wait_until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, _card(saga_id)))
     assert browser.execute_script("return window.sagafleetNoReload") == "still the same page"
-    # with its evidence: the action, the arguments (the card token masked), the gate's role
+    # with its evidence one click away: the action, the arguments (the card token masked),
+    # the gate's role (an opened evidence stays open while the list refreshes around it)
+    wait_until(browser, lambda d: d.find_element(
+        By.CSS_SELECTOR, f"{_card(saga_id)} details.evidence > summary").click() or True)
     evidence = wait_until(browser, lambda d: d.find_element(
-        By.CSS_SELECTOR, f"{_card(saga_id)} dl").text)
+        By.CSS_SELECTOR, f"{_card(saga_id)} details.evidence > dl:not(.context)").text)
     assert "payments.capture" in evidence and "250000" in evidence
     assert "on approve" in evidence and "on deny" in evidence
     assert "tok_visa_4242" not in wait_until(
@@ -203,7 +206,9 @@ def test_a_saga_full_of_html_and_script_renders_as_inert_text(
 
     # then it arrives live, and later on a fresh page, as text: no alert, no element made
     def shown_inert() -> None:
-        text = wait_until(browser, lambda d: d.find_element(By.CSS_SELECTOR, _card(saga_id)).text)
+        # (textContent: the evidence folded in the line's <details> counts too)
+        text = wait_until(browser, lambda d: d.find_element(
+            By.CSS_SELECTOR, _card(saga_id)).get_attribute("textContent"))
         assert no_alert(browser)
         assert script in text and image in text
         assert not _made_by_the_input(browser)

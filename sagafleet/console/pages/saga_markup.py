@@ -15,10 +15,12 @@ from projections.rows import QueueRow, StepRunRow
 from saga_core.contracts import SagaStatus
 from saga_core.engine.state import error_recovered
 from sagafleet.console.markup import Markup, html, join, pretty_json, url_part
-from sagafleet.console.saga_detail import ApprovalLine, SagaDetail
-from sagafleet.console.sagas_list import last_error
+from sagafleet.console.pages.saga_reading import ApprovalLine, SagaDetail
+from sagafleet.console.pages.sagas_markup import last_error
 from sagafleet.console.step_graph import NOT_RUN, NOT_STARTED, state_class, step_graph
 
+NOTHING = Markup("")
+"""An empty part of a page."""
 QUEUE_PATH = "/queue"
 """The queue page (sagafleet.console.pages.queue); items are anchored by :func:`queue_anchor`."""
 
@@ -84,7 +86,7 @@ def _replay_form(d: SagaDetail) -> Markup:
             '<a href="/sagas/{}">Back to now</a></p>',
             str(d.at), shown, d.history.events_total, url_part(d.saga_id))
     return html(
-        '{}<form class="replay" method="get" action="/sagas/{}">'
+        '{}<form class="replay" id="replay" method="get" action="/sagas/{}">'
         '<label>State as of log position <input name="at" value="{}" inputmode="numeric" '
         'placeholder="{}…{}"></label> <button type="submit">Replay</button>'
         '<span class="hint"> N (global position, {} to {}) or XID:N; or pick an event '
@@ -233,21 +235,27 @@ def _timeline(d: SagaDetail) -> Markup:
         verdict, join(_event_row(d, e) for e in h.timeline))
 
 
-def render_saga_live(d: SagaDetail) -> Markup:
+def render_saga_live(d: SagaDetail, *, context: Markup = NOTHING,
+                     gantt: Markup = NOTHING) -> Markup:
     """Everything below the crumbs (the live fragment: it is refreshed as the saga moves,
-    never while focus is in it, so typing a position in the replay form is not lost)."""
-    return html('{}{}{}{}{}{}{}{}{}', _header(d), _waiting(d), _at_risk(d), _replay_form(d),
-                _graph(d), _steps(d), _approvals(d), _budget(d.as_of.budget), _timeline(d))
+    and the part a person is typing in, the replay form, is kept as it is); ``context``
+    (who started it, why, lineage, input) follows the header, ``gantt`` the graph."""
+    return html('{}{}{}{}{}{}{}{}{}{}{}', _header(d), context, _waiting(d), _at_risk(d),
+                _replay_form(d), _graph(d), gantt, _steps(d), _approvals(d),
+                _budget(d.as_of.budget), _timeline(d))
 
 
-def render_saga(d: SagaDetail) -> Markup:
+def render_saga(d: SagaDetail, *, context: Markup = NOTHING,
+                gantt: Markup = NOTHING) -> Markup:
     """The whole body of the saga page; refreshed live unless it shows a past position."""
     live = (html(' data-live="/sagas/{}"', url_part(d.saga_id)) if d.at is None
             else Markup(""))
     return html(
         '<link rel="stylesheet" href="/static/sagas.css">'
-        '<p class="crumbs"><a href="/sagas">Sagas</a> <span class="live-status"></span></p>'
-        '<div id="saga-live"{}>{}</div>', live, render_saga_live(d))
+        '<p class="crumbs"><a href="/sagas">Sagas</a> <span class="live-status"></span> '
+        '<a class="export" href="/sagas/{}/export.json" download>Export history (JSON)</a></p>'
+        '<div id="saga-live"{}>{}</div>', url_part(d.saga_id), live,
+        render_saga_live(d, context=context, gantt=gantt))
 
 
 def render_not_found(saga_id: str) -> Markup:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from application.principals.directory import PrincipalDirectory
 from events.definition_store.port import DefinitionNotFound
 from projections import ProjectionContext, QueueRow, StepRunRow, SummaryRow, operator_queue
 from projections.store import read_rows
@@ -28,8 +29,11 @@ from saga_core.contracts import StepKind
 from saga_core.definitions.definition import SagaDefinition
 from saga_core.engine.resolution import ACTION_EFFECTS, OPERATOR_ACTIONS
 from saga_core.engine.state import FORWARD_DONE, RunStatus
+from sagafleet.console.amounts import Money, money_of
+from sagafleet.console.pages.saga_context import SagaContext, started_contexts
 
-__all__ = ["GateView", "QueueItem", "ResolveChoice", "queue_item", "queue_items"]
+__all__ = ["GateView", "QueueItem", "ResolveChoice", "queue_item", "queue_items",
+           "queue_items_of"]
 
 URGENT_WITHIN: Final = timedelta(minutes=10)
 """An entry whose deadline is this close is marked urgent."""
@@ -87,6 +91,26 @@ class QueueItem:
     choices: tuple[ResolveChoice, ...]
     cancellable: bool
     urgent: bool
+    context: SagaContext | None = None
+    """Who started the saga, why, its lineage and masked input (None: not read)."""
+
+    @property
+    def money(self) -> Money | None:
+        """The amount the gate judges, as money (None: no amount, or no currency known)."""
+        return money_of(dict(self.arguments), self.gate.amount_arg if self.gate else None)
+
+    @property
+    def why_a_person(self) -> str:
+        """Why a person is asked, in the gate's own words (the queue row's reason when the
+        gate gave none)."""
+        if self.gate is not None and self.gate.reasons:
+            return "; ".join(self.gate.reasons)
+        return self.row.reason
+
+    def starter_excluded(self, name: str) -> bool:
+        """Whether ``name`` started this saga and the gate keeps starters out (four eyes)."""
+        return (self.gate is not None and self.gate.four_eyes and self.context is not None
+                and bool(self.context.starter) and self.context.starter == name)
 
     @property
     def is_approval(self) -> bool:
@@ -102,20 +126,33 @@ class QueueItem:
 def queue_items(ctx: ProjectionContext, *, tenant: str, now: datetime,
                 limit: int = 100) -> list[QueueItem]:
     """``tenant``'s queue, most urgent first, each entry with its evidence."""
-    rows = operator_queue(ctx, tenant=tenant, limit=limit)
+    return queue_items_of(ctx, operator_queue(ctx, tenant=tenant, limit=limit),
+                          tenant=tenant, now=now)
+
+
+def queue_items_of(ctx: ProjectionContext, rows: Sequence[QueueRow], *, tenant: str,
+                   now: datetime,
+                   directory: PrincipalDirectory | None = None) -> list[QueueItem]:
+    """The entries ``rows`` of ``tenant``'s queue, in their order, each with its evidence
+    (and, given the principal directory, who started its saga and why)."""
     if not rows:
         return []
     with ctx.connection() as conn:
         stored = read_rows(conn, active_version(conn, "sagas"), sorted({r.saga_id for r in rows}))
-    items = []
+    chosen = []
     for row in rows:
         rows_of = stored.get(row.saga_id)
         summary = rows_of.summary if rows_of else None
         if summary is not None and summary.tenant != tenant:  # never another tenant's
             continue
         definition = _definition(ctx, summary.definition_hash) if summary else None
-        items.append(queue_item(row, summary, rows_of.steps if rows_of else (), definition, now))
-    return items
+        chosen.append((row, summary, rows_of.steps if rows_of else (), definition))
+    contexts = started_contexts(ctx, directory, tenant=tenant,
+                                saga_ids=sorted({row.saga_id for row, *_ in chosen}),
+                                definitions={row.saga_id: d for row, _, _, d in chosen}
+                                ) if directory is not None else {}
+    return [queue_item(row, summary, steps, definition, now, context=contexts.get(row.saga_id))
+            for row, summary, steps, definition in chosen]
 
 
 def _definition(ctx: ProjectionContext, digest: str) -> SagaDefinition | None:
@@ -128,7 +165,8 @@ def _definition(ctx: ProjectionContext, digest: str) -> SagaDefinition | None:
 
 
 def queue_item(row: QueueRow, summary: SummaryRow | None, steps: Sequence[StepRunRow],
-               definition: SagaDefinition | None, now: datetime) -> QueueItem:
+               definition: SagaDefinition | None, now: datetime, *,
+               context: SagaContext | None = None) -> QueueItem:
     """One entry's evidence, from its rows and definition (pure)."""
     evidence = row.evidence or {}
     raw_details = evidence.get("details")
@@ -158,6 +196,7 @@ def queue_item(row: QueueRow, summary: SummaryRow | None, steps: Sequence[StepRu
         or (summary is not None and not summary.cancel_requested and row.entry == "approval"
             and kind is StepKind.FORWARD),
         urgent=row.deadline is not None and row.deadline - now <= URGENT_WITHIN,
+        context=context,
     )
 
 
