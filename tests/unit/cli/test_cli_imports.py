@@ -82,3 +82,16 @@ def test_an_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str])
         cli.main(["no-such-command"])
     assert done.value.code == 2
     assert "invalid choice: 'no-such-command'" in capsys.readouterr().err
+
+
+def test_the_read_commands_import_no_broker_no_console_and_no_client() -> None:
+    # given a fresh interpreter, when it loads the read commands (status, list, ...)
+    probe = ("import json, sys, sagafleet.commands.reports; "
+             "print(json.dumps(sorted(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    modules = set(json.loads(done.stdout))
+    # then what only acting commands and services need stayed out
+    heavy = {"celery", "kombu", "sagafleet.console", "application.client", "jsonschema",
+             "prometheus_client"}
+    assert heavy.isdisjoint(modules), sorted(heavy & modules)
