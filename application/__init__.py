@@ -7,6 +7,8 @@ Where a saga event is written: :mod:`application.orchestrator` (fold, let ``saga
 append once). Who may approve: ``saga_core.approval`` decides, :mod:`application.client`
 enforces it for the principal the directory (:mod:`application.principals`) proved.
 
+* :mod:`application.claiming` — Claiming ahead: the steps a worker takes in the same append as
+  its own commit.
 * :mod:`application.client` — ``SagaClient``: how agents and operators start, watch, approve and
   cancel sagas.
 * :mod:`application.command_signatures` — Verifying a signed agent command: the key, the

@@ -11,14 +11,14 @@ import json
 import math
 import time
 import uuid
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict
 
-from application import seen_versions as versions
-from application.orchestrator import Build, Orchestrator
+from application.orchestrator import Committed, Orchestrator
 from application.publishing import Publisher
 from application.secrets.guard import SecretGuard
 from application.secrets.inputs import (
@@ -30,6 +30,7 @@ from application.secrets.inputs import (
 )
 from application.secrets.placeholders import SecretRefRejected, refs_in
 from application.secrets.port import Secrets
+from application.seen_versions import check_seen, moved_refusal
 from application.telemetry.metrics import WorkerMetrics
 from application.telemetry.tracing import saga_start_span, set_outcome, trace_metadata
 from application.views import SagaView, view_of
@@ -104,6 +105,24 @@ class IdempotencyConflict(SagaError):
 class InvalidRequest(SagaError):
     """A client call's argument is malformed (not the saga input); the message names it."""
     kind = ErrorKind.INVALID_INPUT
+
+
+def _seen(seen_version: object, expected_version: object) -> int | None:
+    """The saga version the person saw (``application.seen_versions``): ``seen_version``, or
+    its old name ``expected_version`` (still accepted, with a DeprecationWarning; it now
+    names only an append's precondition). Both given must agree."""
+    if expected_version is not None:
+        warnings.warn("expected_version= is deprecated here: the version the person saw is "
+                      "seen_version=", DeprecationWarning, stacklevel=3)
+        if seen_version is not None and seen_version != expected_version:
+            raise InvalidRequest(f"seen_version {seen_version!r} and its old name "
+                                 f"expected_version {expected_version!r} disagree")
+        seen_version = expected_version
+    if seen_version is not None and (isinstance(seen_version, bool)
+                                     or not isinstance(seen_version, int) or seen_version < 0):
+        raise InvalidRequest(
+            f"seen_version must be a saga version (an integer >= 0), got {seen_version!r}")
+    return seen_version
 
 
 def _text(what: str, value: object, limit: Limit | int, *, empty: bool = False) -> str:
@@ -296,19 +315,18 @@ class SagaClient:
         _text("reason", reason, REASON_CHARS, empty=True)
         if not isinstance(plan, AgentPlan):
             plan = parse_plan(plan)  # size bounded before pydantic copies
-        revised = plan
-
-        def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
-            # A value the saga keeps secret, written into the revised plan itself, is
-            # replaced before the plan becomes the recorded definition (its hash with it).
-            given = revised.model_dump(mode="json")
-            clean = self.guard.document(given, self.guard.needles(loaded), "plan")
-            plan = revised if clean is given else AgentPlan.model_validate(clean)
-            event = revise_plan(loaded.state, plan, self.catalogue,
-                                self.orchestrator.clock(), actor=self.actor, reason=reason)
-            return None if event is None else [event]
-
-        return self._record(saga_id, build)
+        for attempt in self.orchestrator.attempts(saga_id, known=self._load(saga_id)):
+            with attempt:
+                current = attempt.loaded
+                given = plan.model_dump(mode="json")
+                # A value the saga keeps secret, written into the revised plan itself, is
+                # replaced before the plan becomes the recorded definition (its hash with it).
+                clean = self.guard.document(given, self.guard.needles(current), "plan")
+                kept = plan if clean is given else AgentPlan.model_validate(clean)
+                event = revise_plan(current.state, kept, self.catalogue,
+                                    self.orchestrator.clock(), actor=self.actor, reason=reason)
+                committed = self._write(current, None if event is None else [event], None)
+        return self._published(saga_id, committed)
 
     def revise_plan_for_key(
         self, key: str, plan: AgentPlan | dict[str, Any], *, reason: str = ""
@@ -559,69 +577,78 @@ class SagaClient:
     def approve(
         self, saga_id: str, step_id: str, *, kind: StepKind = StepKind.FORWARD,
         action_hash: str | None = None, up_to: float | None = None, reason: str = "",
-        expected_version: int | None = None,
+        seen_version: int | None = None, expected_version: int | None = None,
     ) -> SagaView:
         """Approve the pending request as this client's principal (bound to its action hash,
         up to ``up_to`` of the gate's amount; default the amount requested); a second click
         is a no-op. Only a person of the saga's tenant with the gate's role may approve.
-        ``reason`` is recorded on the grant. ``expected_version``: the saga version the
-        approver saw (``SagaMoved`` if it moved on: :mod:`application.seen_versions`)."""
+        ``reason`` is recorded on the grant. ``seen_version``: the saga version the
+        approver saw (``SagaMoved`` if it moved on: :mod:`application.seen_versions`;
+        ``expected_version`` is its deprecated old name)."""
+        seen = _seen(seen_version, expected_version)
         kind = _step_ref(step_id, kind)
         if action_hash is not None:
             _text("action hash", action_hash, 64)
         _text("reason", reason, REASON_CHARS, empty=True)
-
-        def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
-            wanted = action_hash or _pending_hash(loaded, step_id, kind)
-            grant = check_approval(loaded.state, step_id, kind, wanted, self.principal,
-                                   self.orchestrator.clock(), up_to=up_to, reason=reason)
-            return None if grant is None else [grant]
-
-        return self._record(saga_id, versions.bound_to_version(build, saga_id, expected_version))
+        for attempt in self.orchestrator.attempts(saga_id, known=self._load(saga_id)):
+            with attempt:
+                current = attempt.loaded
+                with moved_refusal(seen, current):
+                    wanted = action_hash or _pending_hash(current, step_id, kind)
+                    grant = check_approval(current.state, step_id, kind, wanted, self.principal,
+                                           self.orchestrator.clock(), up_to=up_to,
+                                           reason=reason)
+                committed = self._write(current, None if grant is None else [grant], seen)
+        return self._published(saga_id, committed)
 
     def deny(
         self, saga_id: str, step_id: str, *, reason: str, kind: StepKind = StepKind.FORWARD,
-        expected_version: int | None = None,
+        seen_version: int | None = None, expected_version: int | None = None,
     ) -> SagaView:
         """Deny the pending request; before the pivot this starts compensation
-        (``expected_version``: as for :meth:`approve`)."""
+        (``seen_version``: as for :meth:`approve`)."""
+        seen = _seen(seen_version, expected_version)
         kind = _step_ref(step_id, kind)
         _text("reason", reason, REASON_CHARS, empty=True)
+        for attempt in self.orchestrator.attempts(saga_id, known=self._load(saga_id)):
+            with attempt:
+                current = attempt.loaded
+                with moved_refusal(seen, current):
+                    current.state.run(step_id, kind)  # an unknown step is refused by name
+                    denial = check_denial(current.state, step_id, kind, self.principal,
+                                          self.orchestrator.clock(), reason)
+                committed = self._write(current, None if denial is None else [denial], seen)
+        return self._published(saga_id, committed)
 
-        def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
-            loaded.state.run(step_id, kind)  # an unknown step is refused by name
-            denial = check_denial(loaded.state, step_id, kind, self.principal,
-                                  self.orchestrator.clock(), reason)
-            return None if denial is None else [denial]
-
-        return self._record(saga_id, versions.bound_to_version(build, saga_id, expected_version))
-
-    def cancel(self, saga_id: str, *, reason: str = "",
+    def cancel(self, saga_id: str, *, reason: str = "", seen_version: int | None = None,
                expected_version: int | None = None) -> SagaView:
         """Ask to cancel: compensate what can be compensated (before the pivot)
-        (``expected_version``: as for :meth:`approve`)."""
+        (``seen_version``: as for :meth:`approve`)."""
+        seen = _seen(seen_version, expected_version)
         check_permitted(self.principal, Action.CANCEL, f"saga {saga_id}")
         _text("reason", reason, REASON_CHARS, empty=True)
-
-        def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
-            if loaded.state.cancel_requested or loaded.state.finished is not None:
-                return None
-            return [CancelRequested(at=self.orchestrator.clock(), actor=self.actor,
-                                    reason=reason)]
-
-        return self._record(saga_id, versions.bound_to_version(build, saga_id, expected_version))
+        for attempt in self.orchestrator.attempts(saga_id, known=self._load(saga_id)):
+            with attempt:
+                current = attempt.loaded
+                settled = current.state.cancel_requested or current.state.finished is not None
+                asked = CancelRequested(at=self.orchestrator.clock(), actor=self.actor,
+                                        reason=reason)
+                committed = self._write(current, None if settled else [asked], seen)
+        return self._published(saga_id, committed)
 
     def resolve(
         self, saga_id: str, action: str, *, step_id: str | None = None,
         kind: StepKind = StepKind.FORWARD, reason: str, evidence: dict[str, Any] | None = None,
-        expected_version: int | None = None,
+        seen_version: int | None = None, expected_version: int | None = None,
     ) -> Resolution:
         """Record a typed operator action answering a paused saga (saga_core's resolve rule).
 
         Returns what was recorded (``None`` for a second click on the same button) and the
         saga after it; raises ``NothingToResolve`` when nothing waits for a person and
-        ``OperatorActionRejected`` when the action does not fit what the saga waits on.
+        ``OperatorActionRejected`` when the action does not fit what the saga waits on
+        (``seen_version``: as for :meth:`approve`).
         """
+        seen = _seen(seen_version, expected_version)
         check_permitted(self.principal, Action.RESOLVE, f"saga {saga_id}")
         _text("reason", reason, REASON_CHARS, empty=True)
         if step_id is not None:
@@ -636,49 +663,42 @@ class SagaClient:
         if action not in OPERATOR_ACTIONS:
             raise InvalidRequest(
                 f"operator action {action!r} is not one of {list(OPERATOR_ACTIONS)}")
-        # Loaded once: the step is checked on it, and the commit starts from it.
+        # Loaded once: the step is checked on it, and the first attempt starts from it.
         loaded = self._load(saga_id)
         if step_id is not None and not loaded.definition.has_step(step_id):
             raise InvalidRequest(f"saga {saga_id} has no step {step_id!r}")
         request = OperatorRequest(action=action, actor=self.actor,
                                   reason=reason, step_id=step_id, kind=kind,
                                   evidence=evidence or {})
-        recorded: list[OperatorAction] = []
+        for attempt in self.orchestrator.attempts(saga_id, known=loaded):
+            with attempt:
+                current = attempt.loaded
+                with moved_refusal(seen, current):
+                    # A repeated click is told by the last operator action in the whole
+                    # history (a load from a snapshot holds none). Read after ``current``: if
+                    # the log moved in between, the append at its version loses and this
+                    # attempt is followed by another.
+                    history = self.orchestrator.log.load_history(saga_id, tenant=self.tenant)
+                    recorded = resolve_escalation(current.state, history.events, request,
+                                                  self.orchestrator.clock())
+                committed = self._write(current, None if recorded is None else [recorded],
+                                        seen)
+        return Resolution(recorded=recorded, saga=self._published(saga_id, committed))
 
-        def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
-            recorded.clear()  # a lost race rebuilds from the fresh log
-            # A repeated click is told by the last operator action in the whole history (a
-            # load from a snapshot holds none). Read after ``loaded``: if the log moved in
-            # between, the append at loaded's version loses and this runs again.
-            history = self.orchestrator.log.load_history(saga_id, tenant=self.tenant)
-            event = resolve_escalation(loaded.state, history.events, request,
-                                       self.orchestrator.clock())
-            if event is None:
-                return None
-            recorded.append(event)
-            return [event]
+    def _write(self, current: LoadedSaga, events: Sequence[SagaEvent] | None,
+               seen: int | None) -> Committed | None:
+        """Commit a person's or an agent's ``events`` on ``current`` as this actor (None:
+        nothing to record), unless the saga moved past the version ``seen``."""
+        check_seen(seen, current, events)
+        if events is None:
+            return None
+        # What a person or an agent wrote (a reason, evidence, a revised plan) is looked
+        # through for the saga's secret values before it is recorded.
+        guarded = self.guard.events(events, self.guard.needles(current), "command")
+        return self.orchestrator.commit(current, guarded, actor=self.actor)
 
-        view = self._record(saga_id, versions.bound_to_version(build, saga_id, expected_version),
-                            loaded=loaded)
-        return Resolution(recorded=recorded[0] if recorded else None, saga=view)
-
-    def _record(self, saga_id: str, build: Build, *, loaded: LoadedSaga | None = None
-                ) -> SagaView:
-        """Commit what ``build`` makes of this tenant's saga as this actor, publish what the
-        commit made due, and return the saga as it now stands (``loaded``: the saga as the
-        caller just loaded it; a commit that lost a race to it reloads)."""
-        if loaded is None:
-            loaded = self._load(saga_id)
-
-        def guarded(current: LoadedSaga) -> Sequence[SagaEvent] | None:
-            # What a person or an agent wrote (a reason, evidence, a revised plan) is looked
-            # through for the saga's secret values before it is recorded.
-            events = build(current)
-            if events is None:
-                return None
-            return self.guard.events(events, self.guard.needles(current), "command")
-
-        committed = self.orchestrator.record(saga_id, guarded, known=loaded, actor=self.actor)
+    def _published(self, saga_id: str, committed: Committed | None) -> SagaView:
+        """Publish what the commit made due; the saga as it now stands."""
         if committed is None:
             return self.status(saga_id)
         self.publisher.publish(committed.wake_ups)

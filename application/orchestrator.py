@@ -1,28 +1,34 @@
 """Where a saga event is written: fold, let saga_core decide, claim, append once.
 
 Every append to a saga stream — a claim, a result, a lookup's answer, an operator action,
-a start, the sweeper's decision — is one call of :meth:`Orchestrator.commit`:
+a start, the sweeper's decision — is planned, then written, on the saga as it was loaded:
 
-1. fold the given events into the loaded state, then ask ``decide`` until it settles
-   (:func:`settle`), each decision recorded as an event;
-2. with ``claim`` (what the committer will run next), claim the steps now due for it:
-   their ``StepStarted`` events ride in the same append, so a worker continuing a saga
-   saves a commit and a broker message per step;
-3. append everything at the version the saga was loaded at (``ConcurrencyError`` when
-   another writer got there first) through the :class:`~events.saga_log.port.SagaLog`,
-   optionally inside the caller's unit of work, with the saga's next due time
+1. :meth:`Orchestrator.plan_commit` (values in, a value out: :class:`CommitPlan`) folds the
+   given events into the loaded state, then asks ``decide`` until it settles
+   (:func:`settle`), each decision recorded as an event; with a :class:`ClaimAhead` (what
+   the committer will run next) it claims the steps now due for it
+   (:func:`application.claiming.claims_ahead`): their ``StepStarted`` events ride in the same
+   append, so a worker continuing a saga saves a commit and a broker message per step. The
+   plan holds what to append and at which expected version (the version it was loaded at).
+2. :meth:`Orchestrator.write` appends the plan through the
+   :class:`~events.saga_log.port.SagaLog` (``ConcurrencyError`` when another writer got there
+   first), optionally inside the caller's unit of work, with the saga's next due time
    (``saga_core.engine.due.next_due``: when the sweeper should look at it again, if ever); a
    claim of a call whose gate has a tenant window reserves its amount in the same unit
    (:class:`~application.gate_windows.port.GateWindows`; :class:`WindowLimitReached`, nothing
-   written,
-   when it would pass the window), and a call that turned out to have had no effect
-   releases its reservation in the same unit (``saga_core.approval.totals``);
-4. return :class:`Committed`: the events, the saga as they left it, the commands they
-   made due, those claimed, and the ``wake_ups`` worth a broker message.
+   written, when it would pass the window), and a call that turned out to have had no effect
+   releases its reservation in the same unit (``saga_core.approval.totals``). It returns
+   :class:`Committed`: the events, the saga as they left it, the commands they made due,
+   those claimed, and the ``wake_ups`` worth a broker message.
 
-Nothing is published here: the caller publishes ``Committed.wake_ups`` after its own
-transaction commits (intent before effect, message after commit). A lost race is
-retried in exactly one place, :meth:`Orchestrator.retrying`: re-read, rebuild, commit.
+:meth:`Orchestrator.commit` is the two in a row. Nothing is published here: the caller
+publishes ``Committed.wake_ups`` after its own transaction commits (intent before effect,
+message after commit). A lost race is retried in exactly one loop, :meth:`Orchestrator.attempts`,
+which the caller runs itself, reading top to bottom::
+
+    for attempt in orchestrator.attempts(saga_id, known=loaded):
+        with attempt:  # a lost race ends this attempt; the next one reads the saga afresh
+            committed = orchestrator.commit(attempt.loaded, decide_events(attempt.loaded))
 """
 
 from __future__ import annotations
@@ -31,8 +37,9 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
+from types import TracebackType
 
+from application.claiming import ClaimAhead, claims_ahead
 from application.gate_windows.port import GateWindows
 from application.messages import StepCommand
 from events import ConcurrencyError
@@ -54,19 +61,29 @@ from saga_core.engine.events import (
     StepScheduled,
     StepStarted,
 )
+from saga_core.engine.resolved_commands import ResolvedCommand
 from saga_core.engine.state import SagaState
 from saga_core.errors import ErrorKind, SagaError
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
+__all__ = [
+    "Attempt",
+    "ClaimAhead",
+    "CommitPlan",
+    "Committed",
+    "GateWindowsMissing",
+    "Orchestrator",
+    "RaceLost",
+    "WindowLimitReached",
+    "commands_due",
+    "saga_trace_id",
+    "settle",
+    "utc_now",
+    "wake_ups",
+]
+
 Clock = Callable[[], datetime]
-#: What to claim next: given the state after a commit's decisions and ``now``, the due
-#: commands the committer will run itself, each with the StepStarted that claims it.
-ClaimNext = Callable[[SagaState, datetime], "list[tuple[StepCommand, StepStarted]]"]
-#: Given the freshly loaded saga: the events to record, or None when there is nothing to
-#: record any more (someone else settled it meanwhile).
-Build = Callable[[LoadedSaga], "Sequence[SagaEvent] | None"]
 MAX_DECISIONS_PER_COMMIT = 64
 MAX_RACES = 20
 
@@ -172,11 +189,64 @@ class Committed:
     commands: tuple[StepCommand, ...]  # every newly due command not claimed here
     claimed: tuple[StepCommand, ...] = ()  # claimed in this same commit for the committer
     wake_ups: tuple[StepCommand, ...] = ()  # of ``commands``, those worth a message
+    resolved: tuple[ResolvedCommand, ...] = ()  # what each of ``claimed`` resolved to
 
     @property
     def state(self) -> SagaState:
         """The saga's state after the commit."""
         return self.loaded.state
+
+
+@dataclass(frozen=True)
+class CommitPlan:
+    """What one commit will append, and at which expected version: a value to write.
+
+    Planned by :meth:`Orchestrator.plan_commit` on the saga as loaded; written by
+    :meth:`Orchestrator.write`, which appends ``events`` only if the stream is still at
+    ``expected_version`` (the version ``loaded`` was read at).
+    """
+
+    loaded: LoadedSaga  # the saga as planned on
+    events: tuple[SagaEvent, ...]  # the given events, decide's, then the claims ahead
+    state: SagaState  # the saga's state after ``events``
+    now: datetime  # the one reading of the clock the plan was made at
+    actor: str | None
+    due: tuple[StepCommand, ...]  # every newly due command not claimed here
+    claimed: tuple[StepCommand, ...]  # claimed ahead, for the committer
+    resolved: tuple[ResolvedCommand, ...]  # what each of ``claimed`` resolved to
+    wake_ups: tuple[StepCommand, ...]  # of ``due``, those worth a message
+
+    @property
+    def saga_id(self) -> str:
+        """The saga the plan writes to."""
+        return self.loaded.saga_id
+
+    @property
+    def expected_version(self) -> int:
+        """The append's precondition: the stream is still at the version planned on."""
+        return self.loaded.version
+
+
+class Attempt:
+    """One try at writing to a saga, on the saga as read for it (:attr:`loaded`).
+
+    Used as ``with attempt:`` inside ``for attempt in orchestrator.attempts(...)``: a lost
+    race (``ConcurrencyError``) inside the block ends this attempt quietly, and the loop reads
+    the saga afresh for the next; anything else leaves the block as it came.
+    """
+
+    def __init__(self, loaded: LoadedSaga) -> None:
+        self.loaded = loaded
+        self.race_lost = False
+
+    def __enter__(self) -> Attempt:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        self.race_lost = isinstance(exc, ConcurrencyError)
+        return self.race_lost  # someone else wrote first: swallowed, re-read and re-decide
 
 
 class Orchestrator:
@@ -197,65 +267,91 @@ class Orchestrator:
         self.on_race_lost = on_race_lost
         self.windows = windows
 
-    def commit(
+    def plan_commit(
         self,
         loaded: LoadedSaga,
         events: Sequence[SagaEvent],
         *,
-        claim: ClaimNext | None = None,
+        claim_ahead: ClaimAhead | None = None,
         actor: str | None = None,
-        unit: Unit | None = None,
-    ) -> Committed:
-        """Append ``events``, what decide then schedules and what ``claim`` takes, in one
-        append at the loaded version (inside ``unit`` if given).
-
-        Raises ConcurrencyError when another writer got there first; see :meth:`retrying`.
-        """
+    ) -> CommitPlan:
+        """Plan appending ``events``, what decide then schedules and, with ``claim_ahead``,
+        the claims of what is due next for that committer, at the loaded version."""
         now = self.clock()
         state = loaded.state
         for event in events:
             state = evolve(state, event)
         decided, state = settle(state, now)
         recorded = [*events, *decided]
-        claimed: list[StepCommand] = []
-        if claim is not None:
-            for command, started in claim(state, now):
-                state = evolve(state, started)
-                recorded.append(started)
-                claimed.append(command)
+        taken = claims_ahead(state, now, claim_ahead) if claim_ahead is not None else []
+        for claim in taken:
+            state = evolve(state, claim.started)
+            recorded.append(claim.started)
+        claimed = [claim.command for claim in taken]
         due = [(c, is_step) for c, is_step in _due(recorded, loaded.saga_id, now)
                if c not in claimed]
-        after = loaded
-        if recorded:
-            windows = self._window_work(loaded.state, state, recorded, now)
-            if windows is None:
-                appended = self._append(loaded, state, recorded, now, actor=actor, unit=unit)
-            elif unit is not None:
-                self._reserve(windows, state, now, unit)
-                appended = self._append(loaded, state, recorded, now, actor=actor, unit=unit)
-            else:
-                with self.log.unit_of_work() as own:
-                    self._reserve(windows, state, now, own)
-                    appended = self._append(loaded, state, recorded, now, actor=actor, unit=own)
-            after = loaded.extended(recorded, appended, state)  # folded above
         # A committer that claims ahead took every due step it could: the rest it left
         # (a call reserved by its own claim, a grant that no longer holds) each need a
         # message. Otherwise a step claimed only by its own claim (it reserves in a tenant
         # window) is woken like a lookup: whoever claims its siblings leaves it.
         alone = {c for c, is_step in due if is_step and windowed(state.definition)
                  and window_call(state, c.step_id, c.kind, now) is not None}
-        woken = ([command for command, _ in due] if claim is not None
+        woken = ([command for command, _ in due] if claim_ahead is not None
                  else wake_ups((c, is_step and c not in alone) for c, is_step in due))
-        return Committed(loaded.saga_id, tuple(recorded), after,
-                         tuple(command for command, _ in due), tuple(claimed), tuple(woken))
+        return CommitPlan(
+            loaded=loaded, events=tuple(recorded), state=state, now=now, actor=actor,
+            due=tuple(command for command, _ in due), claimed=tuple(claimed),
+            resolved=tuple(claim.resolved for claim in taken), wake_ups=tuple(woken),
+        )
 
-    def _append(self, loaded: LoadedSaga, state: SagaState, recorded: Sequence[SagaEvent],
-                now: datetime, *, actor: str | None, unit: Unit | None) -> AppendResult:
+    def write(self, plan: CommitPlan, *, unit: Unit | None = None) -> Committed:
+        """Append what ``plan`` holds at its expected version (inside ``unit`` if given),
+        reserving and releasing its tenant window amounts in the same unit.
+
+        Raises ConcurrencyError when another writer got there first (see :meth:`attempts`).
+        """
+        loaded, state, recorded, now = plan.loaded, plan.state, plan.events, plan.now
+        after = loaded
+        if recorded:
+            windows = self._window_work(loaded.state, state, recorded, now)
+            if windows is None:
+                appended = self._append(plan, unit=unit)
+            elif unit is not None:
+                self._reserve(windows, state, now, unit)
+                appended = self._append(plan, unit=unit)
+            else:
+                with self.log.unit_of_work() as own:
+                    self._reserve(windows, state, now, own)
+                    appended = self._append(plan, unit=own)
+            after = loaded.extended(recorded, appended, state)  # folded when planned
+        return Committed(loaded.saga_id, recorded, after, plan.due, plan.claimed,
+                         plan.wake_ups, plan.resolved)
+
+    def commit(
+        self,
+        loaded: LoadedSaga,
+        events: Sequence[SagaEvent],
+        *,
+        claim_ahead: ClaimAhead | None = None,
+        actor: str | None = None,
+        unit: Unit | None = None,
+    ) -> Committed:
+        """:meth:`plan_commit`, then :meth:`write`: append ``events``, what decide then
+        schedules and what ``claim_ahead`` takes, in one append at the loaded version.
+
+        Raises ConcurrencyError when another writer got there first (see :meth:`attempts`).
+        """
+        return self.write(
+            self.plan_commit(loaded, events, claim_ahead=claim_ahead, actor=actor), unit=unit
+        )
+
+    def _append(self, plan: CommitPlan, *, unit: Unit | None) -> AppendResult:
+        loaded, state = plan.loaded, plan.state
         # The folded state's tenant: a saga's first commit carries its own SagaStarted.
         return self.log.append(
-            loaded.saga_id, state.tenant or loaded.tenant, recorded, loaded.version,
-            actor=actor, unit=unit, trace_id=saga_trace_id(loaded, recorded),
-            due_at=next_due(state, self.queue_wait, after=now),
+            loaded.saga_id, state.tenant or loaded.tenant, plan.events, plan.expected_version,
+            actor=plan.actor, unit=unit, trace_id=saga_trace_id(loaded, plan.events),
+            due_at=next_due(state, self.queue_wait, after=plan.now),
         )
 
     @staticmethod
@@ -282,49 +378,30 @@ class Orchestrator:
         if work.releases:
             self.windows.release(state.tenant, work.releases, now, unit)
 
-    def retrying(
-        self, saga_id: str, attempt: Callable[[LoadedSaga], T], *, known: LoadedSaga | None = None
-    ) -> T:
-        """Run ``attempt`` (which commits) on the saga, re-reading it after each lost race.
+    def attempts(self, saga_id: str, *, known: LoadedSaga | None = None) -> Iterator[Attempt]:
+        """The one retry loop: an :class:`Attempt` on the saga as read, and after each lost
+        race one more on a fresh read; it ends after the first attempt that lost no race.
 
         ``known`` is a state the caller already holds: it is tried first, saving a read when
         no one raced. RaceLost after MAX_RACES lost races in a row.
         """
         for _ in range(MAX_RACES):
-            loaded = known or self.log.load(saga_id)
+            attempt = Attempt(known or self.log.load(saga_id))
             known = None
-            try:
-                return attempt(loaded)
-            except ConcurrencyError:
-                if self.on_race_lost is not None:
-                    self.on_race_lost()
-                continue  # someone else wrote first: re-read and re-decide
+            yield attempt
+            if not attempt.race_lost:
+                return
+            if self.on_race_lost is not None:
+                self.on_race_lost()
         raise RaceLost(f"saga {saga_id}: lost {MAX_RACES} races in a row")
-
-    def record(
-        self,
-        saga_id: str,
-        build: Build,
-        *,
-        known: LoadedSaga | None = None,
-        claim: ClaimNext | None = None,
-        actor: str | None = None,
-    ) -> Committed | None:
-        """Commit what ``build`` makes of the current saga, rebuilt after each lost race;
-        None when ``build`` finds nothing to record."""
-
-        def attempt(loaded: LoadedSaga) -> Committed | None:
-            events = build(loaded)
-            if events is None:
-                return None
-            return self.commit(loaded, events, claim=claim, actor=actor)
-
-        return self.retrying(saga_id, attempt, known=known)
 
     def advance(self, saga_id: str, *, known: LoadedSaga | None = None) -> Committed:
         """Record whatever decide says is due for this saga now (expired leases and
         approvals, a backoff that ended)."""
-        return self.retrying(saga_id, lambda loaded: self.commit(loaded, ()), known=known)
+        for attempt in self.attempts(saga_id, known=known):
+            with attempt:
+                committed = self.commit(attempt.loaded, ())
+        return committed
 
 
 def saga_trace_id(loaded: LoadedSaga, events: Sequence[SagaEvent]) -> str | None:

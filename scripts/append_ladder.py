@@ -33,7 +33,7 @@ from bench_databases import drop_database, new_database
 from bench_store import PAYLOAD, RAW_TABLE, Appender, RawInserter, interleaved
 
 from events import EventStore, NewEvent
-from events.eventstore.appending import _CHAINED, _cursor
+from events.eventstore.appending import CHAINED_INSERTS, ChainedInsert, _cursor
 from events.eventstore.hashing import chain_hash, recorded_at_text
 from events.eventstore.model import GENESIS_HASH, utc_now
 from events.eventstore.prepare import prepare_events
@@ -65,8 +65,9 @@ class Rung:
         params = {"stream": stream, "expected": version, "tip": tip, "version": version + 1,
                   "last_hash": last, "id": uuid.uuid4(), "type": "Bench", "sv": 1,
                   "tenant": None, "data": data, "meta": "{}", "at": at}
-        # (creates the stream, several events, notifies, sets the due time)
-        statement = _CHAINED[version == 0, False, True, False]
+        statement = CHAINED_INSERTS[
+            ChainedInsert(new_stream=version == 0, batch=False, wake=True, due=False)
+        ]
         if self.pool:
             with self.store.connection() as conn:
                 rows = _cursor(conn).execute(statement, params).fetchall()

@@ -79,7 +79,7 @@ class SagaBranches:
     def _start(self, command: StepCommand) -> None:
         # The siblings are claimed in the command's own append and set off before its tool
         # is called, so parallel branches cost one message, one read and one claim.
-        claimed = self.executor.claim(command, ahead=self.executor.claim_due)
+        claimed = self.executor.claim(command, ahead=self.executor.claim_ahead)
         self._published(claimed.committed)
         if isinstance(claimed, Claimed):
             committed = claimed.committed
@@ -189,7 +189,7 @@ class SagaBranches:
             start = max((queued.known for queued in taken), key=lambda saga: saga.version)
             if self._latest is not None and self._latest.version > start.version:
                 start = self._latest
-            ahead = self.executor.claim_due if budget > 0 else None
+            ahead = self.executor.claim_ahead if budget > 0 else None
             try:
                 committed = self.executor.record_together(
                     [(queued.command, queued.result) for queued in taken], start, ahead=ahead)

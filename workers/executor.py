@@ -17,10 +17,12 @@ that instead, in the same commit at the same expected version, and calls no tool
 A receipt is a fact: a worker whose lease expired meanwhile still records it. Any other
 result is recorded only while this worker still holds the claim, and a step this worker
 no longer holds is never acted on. Every append goes through
-:meth:`application.orchestrator.Orchestrator.commit`; :meth:`StepExecutor.handle` is the plain
-path (one command, nothing claimed ahead), :class:`workers.branches.SagaBranches` the
-fleet's (siblings and next steps claimed in the same commits and run side by side) built
-from the same three steps: :meth:`~StepExecutor.claim`, :meth:`~StepExecutor.call`,
+:meth:`application.orchestrator.Orchestrator.commit`, each in an attempt of the orchestrator's
+one retry loop (:meth:`~application.orchestrator.Orchestrator.attempts`) that this module runs
+itself; :meth:`StepExecutor.handle` is the plain path (one command, nothing claimed ahead),
+:class:`workers.branches.SagaBranches` the fleet's (siblings and next steps claimed in the
+same commits, by :attr:`StepExecutor.claim_ahead`, and run side by side) built from the same
+three steps: :meth:`~StepExecutor.claim`, :meth:`~StepExecutor.call`,
 :meth:`~StepExecutor.record`. A command for an operation awaiting reconciliation runs
 ``lookup(key)`` instead.
 """
@@ -32,12 +34,12 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from functools import partial
+from datetime import timedelta
 from typing import Literal
 
+from application.claiming import ClaimAhead, started_event
 from application.messages import StepCommand
-from application.orchestrator import ClaimNext, Committed, Orchestrator, WindowLimitReached
+from application.orchestrator import Committed, Orchestrator, WindowLimitReached
 from application.secrets.guard import SecretGuard
 from application.secrets.placeholders import SecretUnavailable, reveal_with
 from application.secrets.port import Secrets
@@ -55,19 +57,16 @@ from saga_core import (
     key_reuse,
     resolve_command,
 )
-from saga_core.approval.totals import window_call
 from saga_core.contracts import ErrorClass, Receipt
-from saga_core.definitions.definition import SagaDefinition
 from saga_core.engine.decide import ask_over_window
 from saga_core.engine.events import (
     ReconciliationResult,
     SagaEvent,
     StepFailed,
     StepOutcomeUnknown,
-    StepStarted,
     StepSucceeded,
 )
-from saga_core.engine.state import IN_DOUBT, RunStatus, SagaState, evolve
+from saga_core.engine.state import IN_DOUBT, RunStatus
 from saga_core.errors import EventRejected, TemplateError
 from saga_core.keys import check_key_payload
 from saga_core.secret_scrub import SecretNeedles
@@ -129,6 +128,8 @@ class StepExecutor:
         self.guard = guard if guard is not None else SecretGuard(secrets, self.metrics)
         self.worker_id = worker_id
         self.lease = lease
+        #: What this worker asks a commit to claim ahead for it: every step due now.
+        self.claim_ahead = ClaimAhead(worker_id=worker_id, lease=lease)
         # Commands claimed ahead (siblings, steps due next) with what their claim resolved:
         # resolution() takes them instead of resolving the templates a second time.
         self._resolved: dict[StepCommand, ResolvedCommand] = {}
@@ -145,7 +146,7 @@ class StepExecutor:
         return self.executed(command, result, self.record(command, result, loaded))
 
     def claim(
-        self, command: StepCommand, *, ahead: ClaimNext | None = None
+        self, command: StepCommand, *, ahead: ClaimAhead | None = None
     ) -> Claimed | StepOutcome:
         """Claim ``command`` (with ``ahead``, also what it claims of the saga's other due
         steps, in the same append), or settle it without a claim: drop a stale duplicate,
@@ -157,7 +158,7 @@ class StepExecutor:
             claimed.verdict if isinstance(claimed, StepOutcome) else "executed")
         return claimed
 
-    def _claim(self, command: StepCommand, ahead: ClaimNext | None) -> Claimed | StepOutcome:
+    def _claim(self, command: StepCommand, ahead: ClaimAhead | None) -> Claimed | StepOutcome:
         try:
             loaded = self.orchestrator.log.load(command.saga_id)
         except SagaNotFound:
@@ -168,12 +169,15 @@ class StepExecutor:
             return StepOutcome(command, "dropped", "unknown step")
         if run.status is RunStatus.RECONCILING and run.attempt == command.attempt:
             return self._reconcile(command, loaded)
-        return self.orchestrator.retrying(
-            command.saga_id, partial(self._claim_at, command, ahead), known=loaded)
+        for attempt in self.orchestrator.attempts(command.saga_id, known=loaded):
+            with attempt:
+                claimed = self._claim_at(command, ahead, attempt.loaded)
+        return claimed
 
     def _claim_at(
-        self, command: StepCommand, ahead: ClaimNext | None, loaded: LoadedSaga
+        self, command: StepCommand, ahead: ClaimAhead | None, loaded: LoadedSaga
     ) -> Claimed | StepOutcome:
+        """Judge and commit the claim on ``loaded`` (ConcurrencyError: the saga moved)."""
         now = self.orchestrator.clock()
         verdict = check_claim(loaded.state, command.step_id, command.kind, command.attempt, now)
         if not verdict and verdict.ask_again:
@@ -192,13 +196,14 @@ class StepExecutor:
         reuse = key_reuse(loaded.state, resolved)
         if reuse is not None:
             return self._refuse_key_reuse(command, loaded, reuse)
-        started = self._started(command, resolved, now, loaded.state.definition)
+        started = started_event(command, resolved, now, loaded.state,
+                                worker_id=self.worker_id, lease=self.lease)
         try:
-            committed = self.orchestrator.commit(loaded, [started], claim=ahead)
+            committed = self.orchestrator.commit(loaded, [started], claim_ahead=ahead)
         except WindowLimitReached as over:
             return self._ask_over_window(command, loaded, over)
         self.metrics.claimed(resolved.tool, command.kind.value)
-        self._count_claims_ahead(committed)
+        self._took_ahead(committed)
         return Claimed(command, resolved, committed)
 
     def _ask_over_window(self, command: StepCommand, loaded: LoadedSaga,
@@ -212,40 +217,14 @@ class StepExecutor:
         committed = self.orchestrator.commit(loaded, [asked])
         return StepOutcome(command, "dropped", str(over), committed)
 
-    def _count_claims_ahead(self, committed: Committed | None) -> None:
-        """Count the claims a commit took ahead for this worker, by their tools."""
+    def _took_ahead(self, committed: Committed | None) -> None:
+        """Count the claims a commit took ahead for this worker, by their tools, and keep
+        what each resolved to for :meth:`resolution`."""
         if committed is None:
             return
-        for claimed in committed.claimed:
-            tool, _ = committed.loaded.definition.tool_for(claimed.step_id, claimed.kind)
-            self.metrics.claimed(tool, claimed.kind.value)
-
-    def claim_due(self, state: SagaState, now: datetime) -> list[tuple[StepCommand, StepStarted]]:
-        """What this worker claims next (a :data:`ClaimNext`): every scheduled step of the
-        saga claimable now, each with its StepStarted; their resolutions are kept for
-        :meth:`resolution`. Each is judged with the claims before it folded in, so a
-        saga's running total counts its siblings claimed in the same append."""
-        found: list[tuple[StepCommand, StepStarted]] = []
-        for run in [*state.forward.values(), *state.compensation.values()]:
-            if run.status is not RunStatus.SCHEDULED:
-                continue
-            candidate = StepCommand(saga_id=state.saga_id, step_id=run.step_id, kind=run.kind,
-                                    attempt=run.attempt)
-            if not check_claim(state, run.step_id, run.kind, run.attempt, now):
-                continue
-            if window_call(state, run.step_id, run.kind, now) is not None:
-                continue  # reserved by its own claim, which its wake-up brings
-            try:
-                resolved = resolve_command(state, run.step_id, run.kind)
-            except TemplateError:
-                continue  # left to the plain path, which records the failure
-            if key_reuse(state, resolved) is not None:
-                continue  # left to the plain path, which records the escalation
-            self._keep_resolved(candidate, resolved)
-            started = self._started(candidate, resolved, now, state.definition)
-            found.append((candidate, started))
-            state = evolve(state, started)
-        return found
+        for claimed, resolved in zip(committed.claimed, committed.resolved, strict=True):
+            self._keep_resolved(claimed, resolved)
+            self.metrics.claimed(resolved.tool, claimed.kind.value)
 
     def resolution(self, command: StepCommand, loaded: LoadedSaga) -> ResolvedCommand:
         """What the claim of ``command`` (claimed ahead in ``loaded``) resolved to."""
@@ -258,25 +237,9 @@ class StepExecutor:
             check_key_payload(recorded, resolved.request_hash, resolved.operation_key)
         return resolved
 
-    def _started(self, command: StepCommand, resolved: ResolvedCommand, now: datetime,
-                 definition: SagaDefinition) -> StepStarted:
-        # The step's declared timeout is a time in the log: decide and the sweeper read it.
-        timeout_s = definition.step_timeout_s(command.step_id, command.kind)
-        return StepStarted(
-            at=now,
-            step_id=command.step_id,
-            kind=command.kind,
-            attempt=command.attempt,
-            operation_key=resolved.operation_key,
-            request_hash=resolved.request_hash,
-            worker_id=self.worker_id,
-            lease_expires_at=now + self.lease,
-            timeout_at=now + timedelta(seconds=timeout_s) if timeout_s is not None else None,
-        )
-
     def _keep_resolved(self, command: StepCommand, resolved: ResolvedCommand) -> None:
-        """Remember a claim's resolution for resolution() (bounded: a claim whose commit lost
-        a race is never run, and the oldest such entries are dropped)."""
+        """Remember a claim's resolution for resolution() (bounded: the oldest entries, of
+        claims some other path ran, are dropped)."""
         with self._resolved_lock:
             self._resolved.pop(command, None)
             self._resolved[command] = resolved
@@ -325,7 +288,7 @@ class StepExecutor:
 
     def record(
         self, command: StepCommand, result: SagaEvent, known: LoadedSaga, *,
-        ahead: ClaimNext | None = None,
+        ahead: ClaimAhead | None = None,
     ) -> Committed | None:
         """Commit the observed result (with ``ahead``, claiming what is due next in the same
         append) unless the log already settled this attempt; ``known`` is tried first."""
@@ -333,19 +296,18 @@ class StepExecutor:
 
     def record_together(
         self, results: Sequence[tuple[StepCommand, SagaEvent]], known: LoadedSaga, *,
-        ahead: ClaimNext | None = None,
+        ahead: ClaimAhead | None = None,
     ) -> Committed | None:
         """Commit the observed results of one saga's commands in one append, each unless
         the log already settled its attempt (None when it settled them all)."""
         saga_id = results[0][0].saga_id
-
-        def build(loaded: LoadedSaga) -> list[SagaEvent] | None:
-            events = [result for command, result in results
-                      if self._still_to_record(command, result, loaded)]
-            return events or None
-
-        committed = self.orchestrator.record(saga_id, build, known=known, claim=ahead)
-        self._count_claims_ahead(committed)
+        for attempt in self.orchestrator.attempts(saga_id, known=known):
+            with attempt:
+                events = [result for command, result in results
+                          if self._still_to_record(command, result, attempt.loaded)]
+                committed = (self.orchestrator.commit(attempt.loaded, events, claim_ahead=ahead)
+                             if events else None)
+        self._took_ahead(committed)
         return committed
 
     def _still_to_record(self, command: StepCommand, result: SagaEvent,
@@ -439,13 +401,13 @@ class StepExecutor:
                 result.detail, needles, "lookup")})
         result = self.guard.events([result], needles, "lookup")[0]
 
-        def build(current: LoadedSaga) -> list[SagaEvent] | None:
-            now_run = current.state.run(command.step_id, command.kind)
-            if now_run.status is not RunStatus.RECONCILING or now_run.attempt != command.attempt:
-                return None  # another worker reconciled it already
-            return [result]
-
-        committed = self.orchestrator.record(command.saga_id, build, known=loaded)
+        for attempt in self.orchestrator.attempts(command.saga_id, known=loaded):
+            with attempt:
+                now_run = attempt.loaded.state.run(command.step_id, command.kind)
+                # None: another worker reconciled it already.
+                committed = (self.orchestrator.commit(attempt.loaded, [result])
+                             if now_run.status is RunStatus.RECONCILING
+                             and now_run.attempt == command.attempt else None)
         return StepOutcome(command, "reconciled", result.result, committed)
 
     def _refuse_key_reuse(

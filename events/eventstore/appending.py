@@ -7,8 +7,9 @@
       yes -> the chained insert: hashes computed here; the head is created, or moved
              only from that version and hash, and the events stored  -- one statement
              wrote nothing (the stream exists, or moved on) -> the append function
-      no  -> the append function, eventstore.append_events: lock or create the head,
-             check the version (SF409 otherwise), chain on the server, store
+      no  -> the append function, eventstore.append_events (append.sql, beside this
+             module): lock or create the head, check the version (SF409 otherwise),
+             chain on the server, store
                                                                      -- one statement
 
 Both hash the same body (events.eventstore.hashing.body_around_version): the chained insert here,
@@ -23,7 +24,9 @@ insert reads a batch's rows from one JSON document, a single event's row from sc
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Final
+from collections.abc import Mapping
+from itertools import product
+from typing import Any, Final, NamedTuple
 from weakref import WeakKeyDictionary
 
 import psycopg
@@ -97,33 +100,44 @@ _ONE_ROW: Final = f"""%(version)s::bigint, %(id)s::uuid, %(type)s::text, %(sv)s:
   FROM head"""
 
 
-def _chained_statement(*, created: bool, many: bool, notify: bool, due_set: bool) -> bytes:
-    """The chained insert for one case. Whether to wake subscribers and whether to set the
-    due time are written into the text, not sent as parameters (each parameter costs the
-    client a dump per append), so each case is a statement of its own."""
-    if created:
-        head = _CREATED_HEAD.format(due="%(due_at)s::timestamptz" if due_set else "NULL")
+class ChainedInsert(NamedTuple):
+    """Which chained insert an append runs: the key of one of the 16 prebuilt statements.
+
+    Whether to wake subscribers and whether to set the due time are written into the text,
+    not sent as parameters (each parameter costs the client a dump per append), so each
+    case is a statement of its own.
+    """
+
+    new_stream: bool
+    """The head: created (a new stream, chained from the genesis hash), else moved on."""
+    batch: bool
+    """The rows: several events from one JSON document, else one event's row as scalars."""
+    wake: bool
+    """Whether the statement wakes subscribers (``pg_notify``)."""
+    due: bool
+    """Whether the statement sets the head's due time (``%(due_at)s``)."""
+
+
+def _chained_statement(key: ChainedInsert) -> bytes:
+    """The text of the chained insert ``key`` names."""
+    if key.new_stream:
+        head = _CREATED_HEAD.format(due="%(due_at)s::timestamptz" if key.due else "NULL")
     else:
-        head = _MOVED_HEAD.format(due=", due_at = %(due_at)s::timestamptz" if due_set else "")
+        head = _MOVED_HEAD.format(due=", due_at = %(due_at)s::timestamptz" if key.due else "")
     # As bytes: psycopg would encode a text statement on every execution, and hash the new
     # bytes to find its parsed form in its cache (a constant's hash is computed once).
     return _CHAINED_INSERT.format(
         head=head,
-        rows=_BATCH_ROWS if many else _ONE_ROW,
-        wake="pg_notify('eventstore_events', '')" if notify else "NULL",
+        rows=_BATCH_ROWS if key.batch else _ONE_ROW,
+        wake="pg_notify('eventstore_events', '')" if key.wake else "NULL",
     ).encode()
 
 
-_CHAINED: Final = {
-    (created, many, notify, due_set): _chained_statement(
-        created=created, many=many, notify=notify, due_set=due_set
-    )
-    for created in (False, True)
-    for many in (False, True)
-    for notify in (False, True)
-    for due_set in (False, True)
+CHAINED_INSERTS: Final[Mapping[ChainedInsert, bytes]] = {
+    key: _chained_statement(key)
+    for key in (ChainedInsert(*case) for case in product((False, True), repeat=4))
 }
-"""The chained insert by (creates the stream, several events, notifies, sets the due time)."""
+"""Every chained insert, built once, by its :class:`ChainedInsert`."""
 
 # One cursor per connection, kept: a cursor per statement (conn.execute) cost ~30-40 us
 # more per single-event append (~5%; same-run interleaved measurement, 1500 appends). A
@@ -196,8 +210,7 @@ def _append(
     # Where the chain starts, when it is known here: a new stream's at the genesis hash.
     chain_from = GENESIS_HASH if expected == 0 else tip
     if chain_from is not None:
-        rows = _chained_insert(conn, stream_id, expected, prepared, notify, tip=chain_from,
-                               due=due)
+        rows = _chained_insert(conn, stream_id, expected, prepared, notify, tip=chain_from, due=due)
         if rows:  # none: the stream exists, or moved on; the function decides
             return rows
     return _append_function(conn, stream_id, expected, prepared, notify, due=due)
@@ -269,7 +282,9 @@ def _chained_insert(
         )
     ]
     params["events"] = f"[{','.join(elements)}]"
-    statement = _CHAINED[expected == 0, True, notify, due_set]
+    statement = CHAINED_INSERTS[
+        ChainedInsert(new_stream=expected == 0, batch=True, wake=notify, due=due_set)
+    ]
     stored = _cursor(conn).execute(statement, params).fetchall()
     # The server returns only what it assigned; the chain is what was computed here (the
     # two hashes per row cost ~1-2% of an append to send back and decode).
@@ -291,15 +306,25 @@ def _chained_one(
     before, after = event.body
     digest = chain_hash(tip, f"{before}{expected + 1}{after}")
     params: dict[str, Any] = {
-        "stream": stream_id, "expected": expected, "tip": tip, "version": expected + 1,
+        "stream": stream_id,
+        "expected": expected,
+        "tip": tip,
+        "version": expected + 1,
         # The id as its text (the statement casts it): it is at hand, and a UUID would be
         # converted again to be sent.
-        "last_hash": digest, "id": event.id_text, "type": event.type,
-        "sv": event.schema_version, "tenant": event.tenant_id, "data": event.data_json,
-        "meta": event.metadata_json, "at": event.recorded_at_text,
+        "last_hash": digest,
+        "id": event.id_text,
+        "type": event.type,
+        "sv": event.schema_version,
+        "tenant": event.tenant_id,
+        "data": event.data_json,
+        "meta": event.metadata_json,
+        "at": event.recorded_at_text,
     }
     due_set = _put_due(params, due)
-    statement = _CHAINED[expected == 0, False, notify, due_set]
+    statement = CHAINED_INSERTS[
+        ChainedInsert(new_stream=expected == 0, batch=False, wake=notify, due=due_set)
+    ]
     stored = _cursor(conn).execute(statement, params).fetchone()
     return [] if stored is None else [(*stored, tip, digest)]
 

@@ -43,10 +43,11 @@ EXAMPLES = """examples:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     add_token_option(parser)
-    parser.add_argument("--expected-version", type=int, default=None, metavar="N",
+    parser.add_argument("--seen-version", "--expected-version", dest="seen_version",
+                        type=int, default=None, metavar="N",
                         help="act only if the saga is still at the version you looked at "
                         "(`sagafleet status` shows it); else nothing is recorded (exit code "
-                        "of a conflict)")
+                        "of a conflict). --expected-version: its old name, still accepted")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
 
@@ -136,20 +137,20 @@ def run_approve(args: argparse.Namespace, settings: Settings) -> int:
     """Approve a pending request."""
     return _act(args, settings, lambda client: client.approve(
         args.saga_id, args.step, kind=_kind(args), action_hash=args.action_hash,
-        up_to=args.up_to, reason=args.reason, expected_version=args.expected_version))
+        up_to=args.up_to, reason=args.reason, seen_version=args.seen_version))
 
 
 def run_deny(args: argparse.Namespace, settings: Settings) -> int:
     """Deny a pending request."""
     return _act(args, settings, lambda client: client.deny(
         args.saga_id, args.step, reason=args.reason, kind=_kind(args),
-        expected_version=args.expected_version))
+        seen_version=args.seen_version))
 
 
 def run_cancel(args: argparse.Namespace, settings: Settings) -> int:
     """Request cancellation."""
     return _act(args, settings, lambda client: client.cancel(
-        args.saga_id, reason=args.reason, expected_version=args.expected_version))
+        args.saga_id, reason=args.reason, seen_version=args.seen_version))
 
 
 def run_resolve(args: argparse.Namespace, settings: Settings) -> int:
@@ -166,7 +167,7 @@ def run_resolve(args: argparse.Namespace, settings: Settings) -> int:
             actor=client.actor, reason=args.reason, step_id=args.step, kind=_kind(args),
             evidence=evidence,
         )
-        report = _resolve(client, args.saga_id, request, args.expected_version)
+        report = _resolve(client, args.saga_id, request, args.seen_version)
     finally:
         fleet.close()
     emit_report(report, as_json=args.json)
@@ -174,12 +175,12 @@ def run_resolve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _resolve(client: SagaClient, saga_id: str, request: OperatorRequest,
-             expected_version: int | None) -> ResolveReport:
+             seen_version: int | None) -> ResolveReport:
     """Record the request through the client (saga_core's resolve rule decides); a second
     click on the same button records nothing and says so."""
     resolution = client.resolve(saga_id, request.action, step_id=request.step_id,
                                 kind=request.kind, reason=request.reason,
                                 evidence=dict(request.evidence),
-                                expected_version=expected_version)
+                                seen_version=seen_version)
     return ResolveReport(saga_id, request.action, resolution.recorded is not None,
                          resolution.saga)

@@ -2,7 +2,7 @@
 
 Every action goes through the signed-in principal's ``SagaClient`` (the CLI's API, with its
 server-side checks: a role that does not allow it is refused whatever the page showed), asks
-for a reason, and is bound to the saga version the person saw (``expected_version``, a hidden
+for a reason, and is bound to the saga version the person saw (``seen_version``, a hidden
 field): if the saga moved meanwhile nothing is recorded and the answer (409) shows the saga as
 it is now. The same click twice records one grant, denial, cancel or action (the client's
 rule), and the form's script disables its button after the first click.
@@ -92,7 +92,7 @@ def _hidden(viewer: Viewer, saga_id: str, seen_version: int | None, return_to: s
     extra = join(html('<input type="hidden" name="{}" value="{}">', name, value)
                  for name, value in fields.items())
     return html('{}<input type="hidden" name="saga_id" value="{}">'
-                '<input type="hidden" name="expected_version" value="{}">'
+                '<input type="hidden" name="seen_version" value="{}">'
                 '<input type="hidden" name="return_to" value="{}">{}',
                 csrf_field(viewer), saga_id, "" if seen_version is None else seen_version,
                 return_to, extra)
@@ -216,10 +216,11 @@ def _required(form: Form, name: str) -> str:
 
 
 def _version(form: Form) -> int:
-    raw = form.text("expected_version")
+    # expected_version: the field's old name, still posted by a page drawn before the rename.
+    raw = form.text("seen_version") or form.text("expected_version")
     if not raw.isdigit():
         raise InvalidRequest("the form does not say which version of the saga was shown "
-                             "(expected_version): reload the page")
+                             "(seen_version): reload the page")
     return int(raw)
 
 
@@ -246,13 +247,13 @@ def _up_to(form: Form) -> float | None:
 def _approve(client: SagaClient, form: Form) -> str:
     client.approve(_required(form, "saga_id"), _required(form, "step"), kind=_kind(form),
                    action_hash=form.text("action_hash") or None, up_to=_up_to(form),
-                   reason=_required(form, "reason"), expected_version=_version(form))
+                   reason=_required(form, "reason"), seen_version=_version(form))
     return "approved"
 
 
 def _deny(client: SagaClient, form: Form) -> str:
     client.deny(_required(form, "saga_id"), _required(form, "step"), kind=_kind(form),
-                reason=_required(form, "reason"), expected_version=_version(form))
+                reason=_required(form, "reason"), seen_version=_version(form))
     return "denied"
 
 
@@ -275,13 +276,13 @@ def _resolve(client: SagaClient, form: Form) -> str:
                                 step_id=form.text("step") or None, kind=_kind(form),
                                 reason=_required(form, "reason"),
                                 evidence={"checked": checked} if checked else None,
-                                expected_version=_version(form))
+                                seen_version=_version(form))
     return "resolved" if resolution.recorded is not None else "unchanged"
 
 
 def _cancel(client: SagaClient, form: Form) -> str:
     client.cancel(_required(form, "saga_id"), reason=_required(form, "reason"),
-                  expected_version=_version(form))
+                  seen_version=_version(form))
     return "cancelled"
 
 
@@ -332,10 +333,10 @@ def answer_each(client: SagaClient, targets: Sequence[BulkTarget], *, decision: 
             if decision == "approve":
                 client.approve(target.saga_id, target.step_id, kind=target.kind,
                                action_hash=target.action_hash, reason=reason,
-                               expected_version=target.seen_version)
+                               seen_version=target.seen_version)
             else:
                 client.deny(target.saga_id, target.step_id, kind=target.kind, reason=reason,
-                            expected_version=target.seen_version)
+                            seen_version=target.seen_version)
         except SagaError as exc:
             outcomes.append(BulkOutcome(target, False, str(exc)))
         else:

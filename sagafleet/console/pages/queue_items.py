@@ -9,7 +9,7 @@ were redacted by saga_core when the request was made.
 
 The version an item carries (``seen_version``) is the saga's stream version as the read model
 had it when the page was drawn: the actions are bound to it (``SagaClient``'s
-``expected_version``), so a person never acts on a state they were not shown.
+``seen_version``), so a person never acts on a state they were not shown.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ def _decide_form(viewer: Viewer, item: QueueItem, *, approve: bool, deny: bool,
     hidden = html(
         '{}<input type="hidden" name="saga_id" value="{}"><input type="hidden" name="step" '
         'value="{}"><input type="hidden" name="kind" value="{}"><input type="hidden" '
-        'name="action_hash" value="{}"><input type="hidden" name="expected_version" '
+        'name="action_hash" value="{}"><input type="hidden" name="seen_version" '
         'value="{}"><input type="hidden" name="return_to" value="{}">',
         csrf_field(viewer), row.saga_id, row.step_id, row.kind, row.action_hash or "",
         "" if item.seen_version is None else item.seen_version, return_to)

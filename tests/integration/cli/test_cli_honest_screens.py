@@ -67,13 +67,14 @@ def test_a_stale_approve_or_deny_exits_5_naming_who_approved_and_at_which_versio
     saga_id = _waiting_trip(fleet, "stale-1")
     seen = str(_ok(run("status", saga_id, "--json", token=bea))["version"])
     # when ana approves it from that version
-    _ok(run("approve", saga_id, "capture_payment", "--expected-version", seen, "--json",
+    _ok(run("approve", saga_id, "capture_payment", "--seen-version", seen, "--json",
             token=ana))
     [(answered, grant)] = _answers(fleet, saga_id)
     assert isinstance(grant, ApprovalGranted) and grant.approver == "ana"
     before = fleet.repo.load(saga_id).version
     # then bea's approval from the version she saw exits 5, naming ana and the version
-    for argv in (["approve", saga_id, "capture_payment", "--expected-version", seen],
+    # (--expected-version: the option's old name, still accepted)
+    for argv in (["approve", saga_id, "capture_payment", "--seen-version", seen],
                  ["deny", saga_id, "capture_payment", "--reason", "no", "--expected-version",
                   seen],
                  ["approve", saga_id, "capture_payment"]):  # unbound: still not hers to give
@@ -82,7 +83,7 @@ def test_a_stale_approve_or_deny_exits_5_naming_who_approved_and_at_which_versio
         refusal = json.loads(done.stdout)
         assert f"already approved by ana at version {answered}" in refusal["message"], refusal
     # and the text form says it too
-    done = run("approve", saga_id, "capture_payment", "--expected-version", seen, token=bea)
+    done = run("approve", saga_id, "capture_payment", "--seen-version", seen, token=bea)
     assert done.returncode == ExitCode.CONFLICT
     assert f"already approved by ana at version {answered}" in done.stderr
     assert "nothing was recorded" in done.stderr

@@ -48,7 +48,7 @@ def test_an_answer_from_a_page_a_colleague_already_answered_is_refused_naming_wh
     deny = _form(page, saga_id, "deny") | {"reason": "too much"}
     # when olivia approves it first, from the same version of the saga
     person(fleet, "olivia").approve(saga_id, "capture_payment",
-                                    expected_version=int(approve["expected_version"]))
+                                    seen_version=int(approve["seen_version"]))
     answered = _answered_at(fleet, saga_id)
     before = events_of(fleet, saga_id)
     # then bea's approval records nothing and is told who approved, at which version

@@ -28,7 +28,7 @@ from sagafleet.console.pages.queue_query import (
 
 pytestmark = pytest.mark.integration
 
-VERSION = re.compile(r'name="expected_version" value="(\d+)"')
+VERSION = re.compile(r'name="seen_version" value="(\d+)"')
 
 
 def _line(page: str, saga_id: str) -> str:

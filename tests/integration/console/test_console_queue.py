@@ -14,7 +14,7 @@ from sagafleet.console.core import Console
 
 pytestmark = pytest.mark.integration
 
-VERSION = re.compile(r'name="expected_version" value="(\d+)"')
+VERSION = re.compile(r'name="seen_version" value="(\d+)"')
 
 
 def _approve_form(page: str, saga_id: str) -> dict[str, str]:

@@ -169,9 +169,10 @@ def test_duplicates_dropped_and_races_lost_are_counted(fleet: SandboxFleet) -> N
     assert fleet.executor.handle(command).verdict == "executed"
     assert fleet.executor.handle(command).verdict == "dropped"
     # and something is appended from the saga as it stood before (another writer got there)
-    fleet.orchestrator.retrying(saga, lambda loaded: fleet.orchestrator.commit(
-        loaded, [CancelRequested(at=fleet.clock(), actor="ops", reason="counted")]),
-        known=stale)
+    for attempt in fleet.orchestrator.attempts(saga, known=stale):
+        with attempt:
+            fleet.orchestrator.commit(
+                attempt.loaded, [CancelRequested(at=fleet.clock(), actor="ops", reason="counted")])
     # then one claim, one call, one drop and one lost race are counted
     value = metrics.get_sample_value
     assert value("sagafleet_worker_step_commands_total", {"outcome": "executed"}) == 1

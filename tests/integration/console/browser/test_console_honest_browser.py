@@ -64,11 +64,11 @@ def test_the_second_approver_on_a_stale_page_is_told_who_approved_and_at_which_v
     sign_in(browser, console_world, "bea")
     _type(browser, f"{_card(saga_id)} form.approve input[name=reason]", "looks right")
     seen = int(browser.find_element(
-        By.CSS_SELECTOR, f"{_card(saga_id)} form.approve input[name=expected_version]")
+        By.CSS_SELECTOR, f"{_card(saga_id)} form.approve input[name=seen_version]")
         .get_attribute("value"))
     # when ana approves it first, from the version bea's page shows
     ana = fleet.client_for(fleet.authenticate(console_world.tokens["ana"]))
-    ana.approve(saga_id, "capture_payment", expected_version=seen)
+    ana.approve(saga_id, "capture_payment", seen_version=seen)
     [(answered, grant)] = _answers(fleet, saga_id)
     assert grant.approver == "ana"
     # and bea clicks Approve on her page
