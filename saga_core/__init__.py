@@ -6,126 +6,141 @@ append each decision's ``to_event(at=now)``, and use :func:`check_claim`,
 :func:`resolve_command` and :func:`due_work` to execute and sweep.
 """
 
-from saga_core.agents.plans import AgentPlan, PlannedAction, action_step_id, validate_plan
-from saga_core.agents.replans import RevisionMapping, map_revision, plan_hash, revise_plan
-from saga_core.approval.answers import ApproverRefused, check_approval, check_denial
-from saga_core.approval.policy import GatePolicy, effective_policy
-from saga_core.approval.risk_gates import AmountLimit, ExternalRecipient, RiskClass, RiskGate
-from saga_core.canonical_json import canonical_json
-from saga_core.contracts import ErrorClass, Receipt, SagaStatus, Semantics, StepKind
-from saga_core.definitions.budgets import OnExceeded, SagaBudget
-from saga_core.definitions.catalogue import ArgSpec, DefaultCompensation, ToolCatalogue, ToolSpec
-from saga_core.definitions.conditions import Postcondition, ReceiptCondition
-from saga_core.definitions.definition import (
-    ApprovalPolicy,
-    CompensationCommand,
-    InputField,
-    RetryPolicy,
-    SagaDefinition,
-    StepDefinition,
-)
-from saga_core.definitions.inputs import validate_input
-from saga_core.definitions.templates import TemplateContext, references, resolve_template
-from saga_core.definitions.validation import definition_problems, validate_definition
-from saga_core.engine.backoff import backoff_delay, jitter_fraction
-from saga_core.engine.claims import ClaimVerdict, DueWork, check_claim, due_work
-from saga_core.engine.decide import decide, escalate_key_reuse
-from saga_core.engine.decision_types import (
-    AcceptReconciledReceipt,
-    BeginCompensation,
-    Decision,
-    DeclareOutcomeUnknown,
-    Escalate,
-    Finish,
-    Reconcile,
-    RequestApproval,
-    RetryAfterBackoff,
-    ScheduleCompensation,
-    ScheduleStep,
-    record,
-)
-from saga_core.engine.events import (
-    SAGA_EVENT_TYPES,
-    ApprovalDenied,
-    ApprovalGranted,
-    ApprovalRequested,
-    BudgetExceeded,
-    CancelRequested,
-    CompensationStarted,
-    DeadlineMissed,
-    Evidence,
-    ManualInterventionRequired,
-    OperatorAction,
-    PlanRevised,
-    PostconditionNotObserved,
-    PostconditionObserved,
-    ReconciliationResult,
-    ReconciliationScheduled,
-    SagaEvent,
-    SagaFinished,
-    SagaStarted,
-    StepFailed,
-    StepOutcomeUnknown,
-    StepScheduled,
-    StepStarted,
-    StepSucceeded,
-    dump_event,
-    load_event,
-)
-from saga_core.engine.resolution import (
-    ACTION_EFFECTS,
-    OPERATOR_ACTIONS,
-    OperatorRequest,
-    ResolutionOption,
-    is_repeated_action,
-    resolution_options,
-    resolve_escalation,
-)
-from saga_core.engine.resolved_commands import (
-    KeyReuse,
-    ResolvedCommand,
-    key_reuse,
-    operation_action_hash,
-    pending_key_reuse,
-    redacted_arguments,
-    resolve_arguments,
-    resolve_command,
-)
-from saga_core.engine.state import (
-    ApprovalState,
-    Escalation,
-    RunStatus,
-    SagaState,
-    StepRun,
-    evolve,
-    fold,
-)
-from saga_core.engine.stops import StopAtLimit, budget_summary
-from saga_core.errors import (
-    ApprovalAltered,
-    ApprovalError,
-    ApprovalExpired,
-    ApprovalNotPending,
-    ApprovalOutOfScope,
-    ApprovalReplayed,
-    DefinitionError,
-    DefinitionMismatchError,
-    ErrorKind,
-    EventRejected,
-    InputValidationError,
-    KeyReuseError,
-    NothingToResolve,
-    OperatorActionRejected,
-    PlanRejected,
-    Problem,
-    ProblemsError,
-    RevisionRefused,
-    SagaError,
-    TemplateError,
-    UnknownToolError,
-)
-from saga_core.examples import trip_definition, trip_tool_catalogue
-from saga_core.keys import OperationKey, action_hash, check_key_payload, operation_key, payload_hash
+from typing import TYPE_CHECKING
+
+from saga_core.lazy_faces import lazy_face
+
+if TYPE_CHECKING:
+    from saga_core.agents.plans import AgentPlan, PlannedAction, action_step_id, validate_plan
+    from saga_core.agents.replans import RevisionMapping, map_revision, plan_hash, revise_plan
+    from saga_core.approval.answers import ApproverRefused, check_approval, check_denial
+    from saga_core.approval.policy import GatePolicy, effective_policy
+    from saga_core.approval.risk_gates import AmountLimit, ExternalRecipient, RiskClass, RiskGate
+    from saga_core.canonical_json import canonical_json
+    from saga_core.contracts import ErrorClass, Receipt, SagaStatus, Semantics, StepKind
+    from saga_core.definitions.budgets import OnExceeded, SagaBudget
+    from saga_core.definitions.catalogue import (
+        ArgSpec,
+        DefaultCompensation,
+        ToolCatalogue,
+        ToolSpec,
+    )
+    from saga_core.definitions.conditions import Postcondition, ReceiptCondition
+    from saga_core.definitions.definition import (
+        ApprovalPolicy,
+        CompensationCommand,
+        InputField,
+        RetryPolicy,
+        SagaDefinition,
+        StepDefinition,
+    )
+    from saga_core.definitions.inputs import validate_input
+    from saga_core.definitions.templates import TemplateContext, references, resolve_template
+    from saga_core.definitions.validation import definition_problems, validate_definition
+    from saga_core.engine.backoff import backoff_delay, jitter_fraction
+    from saga_core.engine.claims import ClaimVerdict, DueWork, check_claim, due_work
+    from saga_core.engine.decide import decide, escalate_key_reuse
+    from saga_core.engine.decision_types import (
+        AcceptReconciledReceipt,
+        BeginCompensation,
+        Decision,
+        DeclareOutcomeUnknown,
+        Escalate,
+        Finish,
+        Reconcile,
+        RequestApproval,
+        RetryAfterBackoff,
+        ScheduleCompensation,
+        ScheduleStep,
+        record,
+    )
+    from saga_core.engine.events import (
+        SAGA_EVENT_TYPES,
+        ApprovalDenied,
+        ApprovalGranted,
+        ApprovalRequested,
+        BudgetExceeded,
+        CancelRequested,
+        CompensationStarted,
+        DeadlineMissed,
+        Evidence,
+        ManualInterventionRequired,
+        OperatorAction,
+        PlanRevised,
+        PostconditionNotObserved,
+        PostconditionObserved,
+        ReconciliationResult,
+        ReconciliationScheduled,
+        SagaEvent,
+        SagaFinished,
+        SagaStarted,
+        StepFailed,
+        StepOutcomeUnknown,
+        StepScheduled,
+        StepStarted,
+        StepSucceeded,
+        dump_event,
+        load_event,
+    )
+    from saga_core.engine.resolution import (
+        ACTION_EFFECTS,
+        OPERATOR_ACTIONS,
+        OperatorRequest,
+        ResolutionOption,
+        is_repeated_action,
+        resolution_options,
+        resolve_escalation,
+    )
+    from saga_core.engine.resolved_commands import (
+        KeyReuse,
+        ResolvedCommand,
+        key_reuse,
+        operation_action_hash,
+        pending_key_reuse,
+        redacted_arguments,
+        resolve_arguments,
+        resolve_command,
+    )
+    from saga_core.engine.state import (
+        ApprovalState,
+        Escalation,
+        RunStatus,
+        SagaState,
+        StepRun,
+        evolve,
+        fold,
+    )
+    from saga_core.engine.stops import StopAtLimit, budget_summary
+    from saga_core.errors import (
+        ApprovalAltered,
+        ApprovalError,
+        ApprovalExpired,
+        ApprovalNotPending,
+        ApprovalOutOfScope,
+        ApprovalReplayed,
+        DefinitionError,
+        DefinitionMismatchError,
+        ErrorKind,
+        EventRejected,
+        InputValidationError,
+        KeyReuseError,
+        NothingToResolve,
+        OperatorActionRejected,
+        PlanRejected,
+        Problem,
+        ProblemsError,
+        RevisionRefused,
+        SagaError,
+        TemplateError,
+        UnknownToolError,
+    )
+    from saga_core.keys import (
+        OperationKey,
+        action_hash,
+        check_key_payload,
+        operation_key,
+        payload_hash,
+    )
 
 __all__ = [
     "ACTION_EFFECTS",
@@ -264,9 +279,11 @@ __all__ = [
     "resolve_command",
     "resolve_escalation",
     "resolve_template",
-    "trip_definition",
-    "trip_tool_catalogue",
     "validate_definition",
     "validate_input",
     "validate_plan",
 ]
+
+# The names above are imported when first asked for (saga_core.lazy_faces): importing
+# one module of the package does not import every module its face names.
+__getattr__, __dir__ = lazy_face(__name__, __file__)

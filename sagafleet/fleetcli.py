@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from saga_core.examples import trip_tool_catalogue
 from sagafleet import runtime
+from sagafleet.example_sagas import trip_tool_catalogue
 from sagafleet.migrate import migrate_all, require_migrated
 from sagafleet.settings import Settings
 from workers.fleet import Fleet, FleetConfig

@@ -43,7 +43,9 @@ ROOMS: Final = (
     Room(MIGRATIONS_NAMESPACE, files("events").joinpath("migrations")),
     Room("fleet", files("workers").joinpath("migrations")),
     Room("projections", files("projections").joinpath("migrations")),
-    Room("console", files("sagafleet.console").joinpath("migrations")),
+    # Found from sagafleet, not sagafleet.console: importing the console's package (its app,
+    # Celery, the fleet) would cost every command that checks the schema a second.
+    Room("console", files("sagafleet").joinpath("console").joinpath("migrations")),
 )
 """Every room whose schema ``sagafleet db migrate`` applies."""
 

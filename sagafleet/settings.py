@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal, get_args
+from typing import Any, ClassVar, Final, Literal, Self, get_args
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic.fields import FieldInfo
@@ -45,19 +45,99 @@ class ConfigurationError(SagaError):
     kind = ErrorKind.MISCONFIGURED
 
 
-class Settings(BaseSettings):
-    """Everything configurable; ``None`` URLs mean "use the embedded servers under ``home``"."""
+class EnvironmentSettings(BaseSettings):
+    """A settings model read from ``SAGAFLEET_*`` variables (and ``SAGAFLEET_<SECRET>_FILE``
+    files): the fleet's :class:`Settings`, and the sandbox's own
+    (:class:`sagafleet.sandbox.settings.SandboxSettings`), which production never reads."""
 
     model_config = SettingsConfigDict(
         env_prefix=PREFIX, frozen=True, extra="forbid", env_ignore_empty=True,
         case_sensitive=False)
 
+    HEADING: ClassVar[str] = "configuration (environment variables; secrets are never printed):"
+    """The line ``--help`` shows above the variables."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Keyword arguments, then ``SAGAFLEET_*`` variables, then ``SAGAFLEET_*_FILE`` files;
+        no ``.env`` file (a deployment's environment is its configuration)."""
+        environ = _ENVIRON.get()
+        if environ is None:
+            environ = os.environ
+        return (init_settings, _Environment(settings_cls, environ),
+                _SecretFiles(settings_cls, environ))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
+        """Build settings from ``environ`` (default: the process environment); a malformed
+        variable is a :class:`ConfigurationError` naming every bad one."""
+        with _reading(os.environ if environ is None else environ):
+            try:
+                return cls()
+            except ValidationError as exc:
+                raise ConfigurationError(_explain(exc)) from None
+            except SettingsError as exc:  # a value pydantic-settings could not decode
+                raise ConfigurationError(str(exc)) from None
+
+    @classmethod
+    def variables(cls) -> list[Variable]:
+        """Every variable the settings read, in field order, each ``_FILE`` variant after
+        its secret: what ``--help`` and docs/operations.md list."""
+        out: list[Variable] = []
+        for name, field in cls.model_fields.items():
+            out.append(Variable(env_name(name), _shown(field.default), field.description or "",
+                                _secret(field)))
+            if name in _file_variants(cls):
+                out.append(Variable(
+                    env_name(name) + "_FILE", "unset",
+                    f"a file holding {env_name(name)} (a mounted Docker secret, say); "
+                    "set one of the two", secret=False))
+        return out
+
+    @classmethod
+    def describe(cls) -> str:
+        """Every ``SAGAFLEET_*`` variable with its default and meaning (for ``--help``)."""
+        lines = [cls.HEADING]
+        for var in cls.variables():
+            mark = " (secret)" if var.secret else ""
+            meaning = textwrap.fill(var.meaning, width=94, initial_indent="      ",
+                                    subsequent_indent="      ", break_long_words=False,
+                                    break_on_hyphens=False)
+            lines.append(f"  {var.name} [{var.default}]{mark}\n{meaning}")
+        return "\n".join(lines)
+
+    @classmethod
+    def markdown_rows(cls) -> list[str]:
+        """The settings table's rows (no header): variable, default, meaning."""
+        rows = []
+        for var in cls.variables():
+            mark = " (secret)" if var.secret else ""
+            meaning = var.meaning.replace("|", "\\|")
+            rows.append(f"| `{var.name}`{mark} | {var.default} | {meaning} |")
+        return rows
+
+    @classmethod
+    def markdown_table(cls) -> str:
+        """The settings table of docs/operations.md: variable, default, meaning."""
+        return "\n".join(["| variable | default | meaning |", "| --- | --- | --- |",
+                          *cls.markdown_rows()])
+
+
+class Settings(EnvironmentSettings):
+    """Everything configurable; ``None`` URLs mean "use the embedded servers under ``home``"."""
+
     home: Path = Field(default=Path(".sagafleet"), description=(
         "where the embedded PostgreSQL and Redis keep their data and sockets"))
     # URLs carry passwords: secrets, masked by `sagafleet db url` unless --show-password.
     database_url: SecretStr | None = Field(default=None, description=(
-        "PostgreSQL DSN of the event store and of the sandbox ledgers where the sandbox is "
-        "installed (unset: the embedded server); several hosts with "
+        "PostgreSQL DSN of the event store (unset: the embedded server); several hosts with "
         "target_session_attrs=read-write follow a failover"))
     # Reads that may lag go to a hot standby (sagafleet.runtime picks per role); appends,
     # claims, checkpoints and the sweeper stay on database_url.
@@ -73,12 +153,6 @@ class Settings(BaseSettings):
         default=None, min_length=1, max_length=256, pattern=r"^[^\s]+$", description=(
             "the name Redis Sentinel monitors the broker's master under (sentinel monitor "
             "NAME …): required with a sentinel:// broker URL, refused with any other"))
-    # The simulated providers are outside systems: their ledgers may live on a server of
-    # their own, so that they outlive a failover of the fleet's database (scripts/failover.py).
-    sandbox_database_url: SecretStr | None = Field(default=None, description=(
-        "PostgreSQL DSN of the sandbox providers' ledgers, where they live apart from the "
-        "event store (unset: the database)"),
-    )
     sentry_dsn: SecretStr | None = Field(default=None, description=(
         "errors and traces to Sentry, tagged with saga, step and tool (needs the sentry extra: "
         "pip install 'sagafleet[sentry]'; unset: sentry-sdk is never initialised)"))
@@ -131,10 +205,6 @@ class Settings(BaseSettings):
     sweep_full_every_s: float = Field(default=600.0, ge=0, le=604_800, description=(
         "how often the sweeper reads every active saga and re-times its due time, besides "
         "its passes over the due ones (also at its start; 0: never)"))
-    # Added latency of every sandbox provider call (tests and benchmarks of slow tools); read
-    # by sagafleet.sandbox:trip_tool_set.
-    tool_latency_seconds: float = Field(default=0.0, ge=0, le=600, description=(
-        "added latency of every sandbox provider call"))
     # The tools a fleet runs: 'package.module:attribute' naming a workers.tools.ToolSet (or a
     # callable returning one), e.g. sagafleet.sandbox:trip_tool_set. There is no default:
     # unset, a worker refuses to start (other commands run no tool).
@@ -257,72 +327,6 @@ class Settings(BaseSettings):
                 f"{env_name('broker_sentinel_master')} is set but {env_name('broker_url')} "
                 "is not a sentinel:// URL; unset it, or give the Sentinels' URL")
         return self
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Keyword arguments, then ``SAGAFLEET_*`` variables, then ``SAGAFLEET_*_FILE`` files;
-        no ``.env`` file (a deployment's environment is its configuration)."""
-        environ = _ENVIRON.get()
-        if environ is None:
-            environ = os.environ
-        return (init_settings, _Environment(settings_cls, environ),
-                _SecretFiles(settings_cls, environ))
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Build settings from ``environ`` (default: the process environment); a malformed
-        variable is a :class:`ConfigurationError` naming every bad one."""
-        with _reading(os.environ if environ is None else environ):
-            try:
-                return cls()
-            except ValidationError as exc:
-                raise ConfigurationError(_explain(exc)) from None
-            except SettingsError as exc:  # a value pydantic-settings could not decode
-                raise ConfigurationError(str(exc)) from None
-
-    @classmethod
-    def variables(cls) -> list[Variable]:
-        """Every variable the settings read, in field order, each ``_FILE`` variant after
-        its secret: what ``--help`` and docs/operations.md list."""
-        out: list[Variable] = []
-        for name, field in cls.model_fields.items():
-            out.append(Variable(env_name(name), _shown(field.default), field.description or "",
-                                _secret(field)))
-            if name in _file_variants(cls):
-                out.append(Variable(
-                    env_name(name) + "_FILE", "unset",
-                    f"a file holding {env_name(name)} (a mounted Docker secret, say); "
-                    "set one of the two", secret=False))
-        return out
-
-    @classmethod
-    def describe(cls) -> str:
-        """Every ``SAGAFLEET_*`` variable with its default and meaning (for ``--help``)."""
-        lines = ["configuration (environment variables; secrets are never printed):"]
-        for var in cls.variables():
-            mark = " (secret)" if var.secret else ""
-            meaning = textwrap.fill(var.meaning, width=94, initial_indent="      ",
-                                    subsequent_indent="      ", break_long_words=False,
-                                    break_on_hyphens=False)
-            lines.append(f"  {var.name} [{var.default}]{mark}\n{meaning}")
-        return "\n".join(lines)
-
-    @classmethod
-    def markdown_table(cls) -> str:
-        """The settings table of docs/operations.md: variable, default, meaning."""
-        rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
-        for var in cls.variables():
-            mark = " (secret)" if var.secret else ""
-            meaning = var.meaning.replace("|", "\\|")
-            rows.append(f"| `{var.name}`{mark} | {var.default} | {meaning} |")
-        return "\n".join(rows)
 
     @property
     def embedded_database(self) -> bool:

@@ -38,11 +38,11 @@ from bench_databases import drop_database, new_database  # noqa: E402
 
 from projections import Projector  # noqa: E402
 from saga_core.access.roles import PrincipalKind  # noqa: E402
-from saga_core.examples import trip_tool_catalogue  # noqa: E402
 from sagafleet import embedded  # noqa: E402
 from sagafleet.console.app import create_app  # noqa: E402
 from sagafleet.console.service import console_for  # noqa: E402
 from sagafleet.console.sessions import SessionPolicy  # noqa: E402
+from sagafleet.example_sagas import trip_tool_catalogue  # noqa: E402
 from sagafleet.migrate import migrate_all  # noqa: E402
 from workers.fleet import Fleet, FleetConfig  # noqa: E402
 

@@ -49,8 +49,9 @@ from bench_databases import drop_database, new_database  # noqa: E402
 from celery_chain_baseline import create_steps_table, run_baseline  # noqa: E402
 from cpu_accounting import CpuMeter, per_item_ms  # noqa: E402
 
-from saga_core.examples import trip_tool_catalogue  # noqa: E402
 from sagafleet import embedded, sandbox  # noqa: E402
+from sagafleet.example_sagas import trip_tool_catalogue  # noqa: E402
+from sagafleet.example_sagas.registration import register_trip  # noqa: E402
 from sagafleet.migrate import migrate_all  # noqa: E402
 from sagafleet.processes import spawn_sagafleet, stop_processes  # noqa: E402
 from workers.celery_app import broker_redis  # noqa: E402
@@ -174,7 +175,7 @@ def fleet_run(  # noqa: PLR0913 - the run's settings, passed along
     fleet = Fleet(FleetConfig(database_url=database, broker_url=broker), trip_tool_catalogue())
     samples: list[tuple[int, int]] = []
     try:
-        fleet.register_builtin_definitions()
+        register_trip(fleet)
         client = fleet.client(actor="bench")
         wait_ready(broker, workers)
         with psycopg.connect(database, autocommit=True) as conn:

@@ -37,7 +37,7 @@ def _alias_bomb(levels: int, width: int = 9) -> str:
 def _catalogue() -> Any:
     from saga_core.contracts import Semantics
     from saga_core.definitions.catalogue import ToolCatalogue, ToolSpec
-    from saga_core.examples import trip_tool_catalogue
+    from sagafleet.example_sagas import trip_tool_catalogue
 
     return ToolCatalogue(tools=[*trip_tool_catalogue().tools,
                                 ToolSpec(name="lookup", semantics=Semantics.READ_ONLY)])
@@ -62,7 +62,6 @@ def case_input(name: str) -> tuple[int, Any]:
     from saga_core.definitions.definition import InputField, parse_definition
     from saga_core.definitions.documents import load_document
     from saga_core.definitions.inputs import validate_input
-    from saga_core.examples import trip_definition
     from saga_core.limits import (
         DEFINITION_BYTES,
         DEFINITION_STEPS,
@@ -72,6 +71,7 @@ def case_input(name: str) -> tuple[int, Any]:
         SAGA_INPUT_BYTES,
         check_command_message,
     )
+    from sagafleet.example_sagas import trip_definition
 
     catalogue = _catalogue()
 

@@ -43,8 +43,8 @@ from projections import ProjectionContext  # noqa: E402
 from projections.metrics import collect_platform_metrics  # noqa: E402
 from projections.prometheus import scrape  # noqa: E402
 from projections.window import collect_window  # noqa: E402
-from saga_core import trip_definition  # noqa: E402
 from sagafleet import embedded  # noqa: E402
+from sagafleet.example_sagas import trip_definition  # noqa: E402
 from sagafleet.migrate import migrate_all  # noqa: E402
 
 

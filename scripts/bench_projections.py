@@ -31,8 +31,8 @@ from projection_support import TripScript  # noqa: E402
 from events.definition_store.postgres import DefinitionStore  # noqa: E402
 from events.saga_log.postgres import PostgresSagaLog  # noqa: E402
 from projections import ProjectionContext, ProjectionRunner, rebuild  # noqa: E402
-from saga_core import trip_definition  # noqa: E402
 from sagafleet import embedded  # noqa: E402
+from sagafleet.example_sagas import trip_definition  # noqa: E402
 from sagafleet.migrate import migrate_all  # noqa: E402
 
 RAW = (

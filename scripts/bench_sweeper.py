@@ -50,8 +50,9 @@ from saga_core import evolve
 from saga_core.engine.due import next_due
 from saga_core.engine.events import SagaEvent, StepScheduled
 from saga_core.engine.state import SagaState
-from saga_core.examples import trip_definition, trip_tool_catalogue
 from sagafleet import embedded
+from sagafleet.example_sagas import trip_definition, trip_tool_catalogue
+from sagafleet.example_sagas.registration import register_trip
 from sagafleet.migrate import migrate_all
 from sagafleet.testing import TestClock, TestFleet
 from workers.celery_app import QUEUE_STEPS, broker_redis
@@ -180,7 +181,7 @@ def open_fleet(database: str, broker: str, clock: Clock, *, full_every_s: float,
                          queue_wait_s=QUEUE_WAIT.total_seconds(), republish_max_s=REPUBLISH_MAX_S,
                          sweep_full_every_s=full_every_s, pool_size=threads + 2)
     fleet = Fleet(config, trip_tool_catalogue(), clock=clock)
-    fleet.register_builtin_definitions()
+    register_trip(fleet)
     return fleet
 
 

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from saga_core import trip_tool_catalogue
 from saga_core.contracts import Receipt
+from sagafleet.example_sagas import trip_tool_catalogue
 from workers.tools import Absent, LookupResult, ToolRegistry, ToolSet
 
 # (tool, status, receipt fields copied from the arguments) for the eight trip tools.

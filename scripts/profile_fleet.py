@@ -40,8 +40,9 @@ from bench_databases import drop_database  # noqa: E402
 from bench_fleet import TRIP, FinishedCounter, fresh_database, wait_ready  # noqa: E402
 from cpu_accounting import CpuMeter  # noqa: E402
 
-from saga_core.examples import trip_tool_catalogue  # noqa: E402
 from sagafleet import embedded  # noqa: E402
+from sagafleet.example_sagas import trip_tool_catalogue  # noqa: E402
+from sagafleet.example_sagas.registration import register_trip  # noqa: E402
 from sagafleet.processes import spawn_sagafleet, stop_processes  # noqa: E402
 from workers.fleet import Fleet, FleetConfig  # noqa: E402
 
@@ -217,7 +218,7 @@ def main() -> None:  # noqa: PLR0915 - one run, in order
              for i in range(args.workers)]
     fleet = Fleet(FleetConfig(database_url=database, broker_url=broker), trip_tool_catalogue())
     try:
-        fleet.register_builtin_definitions()
+        register_trip(fleet)
         client = fleet.client(actor="profile")
         wait_ready(broker, args.workers)
         with psycopg.connect(database, autocommit=True) as conn:

@@ -33,6 +33,7 @@ from bench_fleet import TRIP, fresh_database  # noqa: E402
 from memory_tools import trip_tools  # noqa: E402
 
 from application.messages import StepCommand  # noqa: E402
+from sagafleet.example_sagas.registration import register_trip  # noqa: E402
 from workers.fleet import Fleet, FleetConfig  # noqa: E402
 from workers.tasks import run_step  # noqa: E402
 
@@ -91,7 +92,7 @@ def main() -> None:
             run_step(fleet, wake_ups.queue.popleft().as_args(), {})
 
     try:
-        fleet.register_builtin_definitions()
+        register_trip(fleet)
         client = fleet.client(actor="profile")
         for index in range(WARM_UP):
             client.start("trip", TRIP, key=f"warm-{time.time()}-{index}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from sagafleet.sandbox.settings import SandboxSettings
 from sagafleet.settings import Settings
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
@@ -21,7 +22,9 @@ def page_with_table(text: str) -> str:
     start = text.index(BEGIN)
     head_end = text.index("\n", start) + 1
     stop = text.index(END, head_end)
-    return text[:head_end] + Settings.markdown_table() + "\n" + text[stop:]
+    # The sandbox's variables follow the fleet's: same table, production never reads them.
+    table = "\n".join([Settings.markdown_table(), *SandboxSettings.markdown_rows()])
+    return text[:head_end] + table + "\n" + text[stop:]
 
 
 def main(argv: list[str]) -> int:

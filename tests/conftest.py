@@ -101,3 +101,17 @@ def broker_url(embedded_home: Path) -> str:
     if configured:
         return configured
     return embedded.start_redis(embedded_home).url
+
+
+@pytest.fixture(autouse=True)
+def own_sagafleet_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every test gets a SAGAFLEET_HOME of its own (short: unix socket paths are short), so
+    that no test, and no command a test runs, leaves a server or a file under the working
+    directory's ``./.sagafleet`` or the developer's own home; whatever embedded server a test
+    started there is stopped after it. A test may still set another home itself."""
+    home = Path(tempfile.mkdtemp(prefix="sfh-", dir="/tmp"))
+    monkeypatch.setenv("SAGAFLEET_HOME", str(home))
+    yield home
+    if (home / "pg").exists() or (home / "redis").exists():
+        embedded.stop_embedded(home)
+    shutil.rmtree(home, ignore_errors=True)

@@ -49,7 +49,7 @@ from saga_core.engine.events import (
     StepSucceeded,
 )
 from saga_core.engine.state import RunStatus, SagaState
-from saga_core.examples.ledger import TripLedger
+from sagafleet.example_sagas.ledger import TripLedger
 
 FWD, COMP = StepKind.FORWARD, StepKind.COMPENSATION
 FORWARD_STEPS = ("hold_flight", "hold_hotel", "capture_payment", "send_itinerary")

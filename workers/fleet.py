@@ -6,7 +6,6 @@ connection pools are opened lazily per process, so a forked or threaded worker i
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +24,6 @@ from application.secrets.postgres import SecretVault
 from application.telemetry.metrics import WorkerMetrics
 from application.telemetry.tracing import trace_metadata
 from events import EventStore
-from events.definition_store.port import DefinitionConflict
 from events.definition_store.postgres import DefinitionStore
 from events.saga_log.postgres import PostgresSagaLog
 from events.saga_log.streams import saga_registry
@@ -33,15 +31,12 @@ from saga_core.access.roles import Principal
 from saga_core.definitions.catalogue import ToolCatalogue
 from saga_core.engine.state_codec import DEFAULT_SNAPSHOT_EVERY
 from saga_core.errors import ErrorKind, SagaError
-from saga_core.examples import trip_definition
 from workers.celery_app import BrokerSettings, create_celery_app
 from workers.dead_letters.store import DeadLetters
 from workers.executor import StepExecutor
 from workers.publisher import RedisStepPublisher
 from workers.tasks import bind_tasks
 from workers.tools import ToolRegistry, ToolSet
-
-log = logging.getLogger(__name__)
 
 
 class NoToolSet(SagaError):
@@ -211,30 +206,6 @@ class Fleet:
         return SagaClient(self.orchestrator, self.definitions, self.catalogue,
                           secrets=self.secrets, publisher=self.publisher,
                           principal=principal, guard=self.secret_guard)
-
-    def register_builtin_definitions(self) -> list[str]:
-        """Register the shipped trip definition in the shared, read-only set every tenant
-        sees (idempotent); return the hashes registered.
-
-        It is stored bound to the shipped trip catalogue it was validated against, not to
-        this fleet's: every fleet that can run the trip (the sandbox's tools, in-memory
-        tools, a command line with no tool set) registers the same content, so none of them
-        meets another's ``trip`` as a conflict. A stored ``trip`` of the same version with
-        other content (a changed example without a version bump) is kept, with a warning:
-        running sagas need their stored definition, and a worker must not refuse to start
-        over an example.
-        """
-        trip = trip_definition()
-        needed = {(s.tool, s.version) for s in trip.steps} | {
-            (s.compensation.tool, s.compensation.version) for s in trip.steps if s.compensation
-        }
-        if any(self.catalogue.get(name, version) is None for name, version in needed):
-            return []  # a fleet running its own tool set has no use for the example trip
-        try:
-            return [self.definitions.register_shared(trip, registered_by="sagafleet")]
-        except DefinitionConflict as exc:
-            log.warning("built-in definition not registered: %s", exc)
-            return []
 
     @cached_property
     def branches(self) -> ThreadPoolExecutor:

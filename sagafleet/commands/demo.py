@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
-from sagafleet import demo, embedded, embedded_state, runtime, sandbox
+from sagafleet import demo, embedded_leases, runtime, sandbox
 from sagafleet.errors import UsageError
 from sagafleet.exit_codes import ExitCode
 from sagafleet.migrate import migrate_all
@@ -104,29 +103,28 @@ def _approver(approver: dict[str, Any]) -> str:
             f" {proof}")
 
 
-def stop_what_it_started(
-    home: Path, ends: runtime.Endpoints, before: embedded_state.EmbeddedState
-) -> dict[str, bool]:
-    """Stop the embedded servers the demo started (not configured ones, not ones that already
-    ran); return which were stopped."""
-    stopped = {"postgres": False, "redis": False}
-    if ends.embedded_database and not before.postgres:
-        stopped["postgres"] = embedded.stop_postgres(home)
-    if ends.embedded_broker and not before.redis:
-        stopped["redis"] = embedded.stop_redis(home)
-    return stopped
-
-
 def run_demo(args: argparse.Namespace, settings: Settings) -> int:
     """Run the demo and report; fail loudly on a duplicate effect or an unsettled saga."""
     if args.sagas < 1 or args.workers < 1 or not 0.0 <= args.fault_rate <= 1.0:
         raise UsageError("sagafleet demo: --sagas and --workers must be >= 1, "
                          "--fault-rate within [0, 1]")
-    # Servers that ran before the demo belong to someone else: the demo stops only its own.
-    before = embedded_state.state(settings.home)
     options = demo.DemoOptions(sagas=args.sagas, workers=args.workers,
                                fault_rate=args.fault_rate, seed=args.seed,
                                timeout_s=args.timeout)
+    if args.keep_servers:  # something for the person to do in the console afterwards
+        options.waiting = CONSOLE_WAITING
+    # A lease on the embedded servers: a second demo (or `sagafleet dev`) on this home keeps
+    # them up until the last one leaves; servers that ran before any lease stay running.
+    with embedded_leases.lease(settings.home, postgres=settings.embedded_database,
+                               redis=settings.embedded_broker, keep=args.keep_servers):
+        summary = _run(settings, options, keep_servers=args.keep_servers)
+    emit(summary, as_json=args.json, text=_text)
+    bad = summary["duplicate_effects"] or summary["invariant_violations"] or summary["non_terminal"]
+    return ExitCode.INVARIANT_VIOLATED if bad else ExitCode.OK
+
+
+def _run(settings: Settings, options: demo.DemoOptions, *, keep_servers: bool) -> dict[str, Any]:
+    """The demo on a migrated fleet with the sandbox installed; its summary."""
     ends = runtime.endpoints(settings, need_broker=True)
     assert ends.broker_url is not None
     migrate_all(ends.database_url)
@@ -135,18 +133,12 @@ def run_demo(args: argparse.Namespace, settings: Settings) -> int:
     fleet = Fleet(FleetConfig(database_url=ends.database_url, broker_url=ends.broker_url,
                               lease_s=options.lease_s, queue_wait_s=options.queue_wait_s),
                   trip.tools)
-    if args.keep_servers:  # something for the person to do in the console afterwards
-        options.waiting = CONSOLE_WAITING
     try:
         summary = demo.run(fleet, trip, demo.child_env(ends.database_url, ends.broker_url,
                                                        options),
                            options, settings.home / "demo-logs")
-        if args.keep_servers:
+        if keep_servers:
             summary["console"] = console_handoff(fleet, settings)
     finally:
         fleet.close()
-        if not args.keep_servers:
-            stop_what_it_started(settings.home, ends, before)
-    emit(summary, as_json=args.json, text=_text)
-    bad = summary["duplicate_effects"] or summary["invariant_violations"] or summary["non_terminal"]
-    return ExitCode.INVARIANT_VIOLATED if bad else ExitCode.OK
+    return summary

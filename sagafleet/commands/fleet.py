@@ -11,6 +11,7 @@ from celery.signals import worker_init, worker_shutting_down
 from prometheus_client import make_wsgi_app
 
 from sagafleet.errors import UsageError
+from sagafleet.example_sagas.registration import register_trip
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import build_fleet
 from sagafleet.metrics_http import FleetOnly, MetricsHttpServer
@@ -67,7 +68,9 @@ def run_worker(args: argparse.Namespace, settings: Settings) -> int:
         return ExitCode.USAGE
     start_telemetry(settings, "worker", args.loglevel)
     fleet = build_fleet(settings, tools=tools)
-    fleet.register_builtin_definitions()
+    # The example trip, only where this fleet can run its tools (the sandbox's; a
+    # command line with no tool set checks against the example catalogue).
+    register_trip(fleet)
     # solo or threads: one process, so its own registry holds every task's metrics (a
     # prefork pool would need prometheus_client's multiprocess mode instead).
     pool = "solo" if args.concurrency == 1 else "threads"

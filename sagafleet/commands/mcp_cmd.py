@@ -13,6 +13,7 @@ from sagafleet import extras
 from sagafleet.auth import add_token_option, token_from
 from sagafleet.commands.addresses import host_port, plain_http_warning
 from sagafleet.errors import UsageError
+from sagafleet.example_sagas.registration import register_trip
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import build_fleet, command_fleet
 from sagafleet.output import emit
@@ -100,7 +101,9 @@ def run_mcp(args: argparse.Namespace, settings: Settings) -> int:
             caller = StartedAs(tokens, token)
         else:
             caller = RequestBearer()
-        fleet.register_builtin_definitions()
+        # The example trip, only where this fleet can run its tools (the sandbox's; a
+        # command line with no tool set checks against the example catalogue).
+        register_trip(fleet)
         server = build_mcp_server(GatewayService(fleet), caller)
         if address is None:
             server.run()
@@ -147,7 +150,9 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
 
     fleet = command_fleet(settings)
     try:
-        fleet.register_builtin_definitions()
+        # The example trip, only where this fleet can run its tools (the sandbox's; a
+        # command line with no tool set checks against the example catalogue).
+        register_trip(fleet)
         service = GatewayService(fleet)
         # Only the tool list is read: this server acts for nobody, so it needs no token; the
         # definitions exported are the configured tenant's and the shared set.

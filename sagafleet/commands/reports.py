@@ -18,7 +18,6 @@ import re
 import sys
 from typing import Any
 
-from application.client import saga_id_for_key
 from application.principals.postgres import PostgresPrincipals
 from application.views import view_of
 from events import InvalidArgument
@@ -202,6 +201,10 @@ def run_find(args: argparse.Namespace, settings: Settings) -> int:
     if args.trace is not None:
         return _find_trace(args, settings)
     KEY_CHARS.check("find KEY", len(args.key))
+    # Imported here: the client (orchestrator, secrets, input schemas) is the heaviest import
+    # of the rooms, and no other read command needs it.
+    from application.client import saga_id_for_key
+
     with runtime.read_side(settings) as ctx:
         tenant = reader(args, settings, ctx, "a saga").tenant
         try:

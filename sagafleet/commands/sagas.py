@@ -25,6 +25,7 @@ from sagafleet.auth import add_token_option, cli_principal
 from sagafleet.commands.dry_run_report import DryRunReport
 from sagafleet.commands.rendering import RegisteredDefinition, SagaReport
 from sagafleet.errors import InvalidInput, NotFound, UsageError
+from sagafleet.example_sagas.registration import register_trip
 from sagafleet.exit_codes import ExitCode
 from sagafleet.fleetcli import command_fleet, watching_fleet
 from sagafleet.json_arguments import json_argument, read_at_most
@@ -94,9 +95,9 @@ def _lineage_option(parser: argparse.ArgumentParser) -> None:
         "stdin")
 
 
-def run_register(args: argparse.Namespace, settings: Settings) -> int:
-    """Validate a definition file against the configured tool catalogue and store it."""
-    path = Path(args.file)
+def read_definition_file(path: Path) -> dict[str, Any]:
+    """The definition document a YAML (``.yaml``/``.yml``) or JSON file holds, checked for
+    shape: ``NotFound`` if it cannot be read, ``InvalidInput`` naming the file otherwise."""
     try:
         with path.open("rb") as file:
             text = read_at_most(file, DEFINITION_BYTES, f"definition file {path}")
@@ -107,6 +108,12 @@ def run_register(args: argparse.Namespace, settings: Settings) -> int:
     if not isinstance(document, dict):
         raise InvalidInput(f"{path} must hold one definition (a mapping)")
     check_definition_document(document, f"definition file {path}")
+    return document
+
+
+def run_register(args: argparse.Namespace, settings: Settings) -> int:
+    """Validate a definition file against the configured tool catalogue and store it."""
+    document = read_definition_file(Path(args.file))
     fleet = command_fleet(settings)
     try:
         principal = cli_principal(args, settings, fleet.principals)
@@ -131,7 +138,9 @@ def run_start(args: argparse.Namespace, settings: Settings) -> int:
                                      version=args.version, reason=args.reason)
             emit_report(DryRunReport(planned), as_json=args.json)
             return ExitCode.OK
-        fleet.register_builtin_definitions()
+        # The example trip, only where this fleet can run its tools (the sandbox's; a
+        # command line with no tool set checks against the example catalogue).
+        register_trip(fleet)
         view = client.start(args.definition, data, key=args.key, version=args.version,
                             reason=args.reason, lineage=lineage)
     finally:

@@ -51,6 +51,7 @@ from sagafleet.sandbox.providers import (
 from workers.tools import ToolSet
 
 if TYPE_CHECKING:
+    from sagafleet.sandbox.settings import SandboxSettings
     from sagafleet.settings import Settings
 
 __all__ = [
@@ -115,13 +116,13 @@ def open_trip_sandbox(
     return replace(sandbox, tools=replace(sandbox.tools, resources=(pool,)))
 
 
-def configured_ledgers(settings: Settings) -> str:
+def configured_ledgers(settings: Settings, sandbox: SandboxSettings) -> str:
     """Where the configured sandbox keeps its ledgers: ``SAGAFLEET_SANDBOX_DATABASE_URL``,
     else the fleet's database (``SAGAFLEET_DATABASE_URL``, else the embedded server)."""
     from sagafleet import runtime
     from sagafleet.settings import reveal
 
-    return reveal(settings.sandbox_database_url) or runtime.database_url(settings)
+    return reveal(sandbox.sandbox_database_url) or runtime.database_url(settings)
 
 
 def trip_tool_set() -> ToolSet:
@@ -133,9 +134,10 @@ def trip_tool_set() -> ToolSet:
     """
     # Imported here: the settings are the command line's concern, and a test or script that
     # builds the sandbox itself never needs them.
+    from sagafleet.sandbox.settings import SandboxSettings
     from sagafleet.settings import Settings
 
-    settings = Settings.from_env()
-    sandbox = open_trip_sandbox(configured_ledgers(settings),
-                                latency_s=settings.tool_latency_seconds)
+    settings, knobs = Settings.from_env(), SandboxSettings.from_env()
+    sandbox = open_trip_sandbox(configured_ledgers(settings, knobs),
+                                latency_s=knobs.tool_latency_seconds)
     return sandbox.tools

@@ -9,6 +9,7 @@ import sys
 
 from sagafleet.exit_codes import ExitCode
 from sagafleet.sandbox import configured_ledgers, install
+from sagafleet.sandbox.settings import SandboxSettings
 from sagafleet.settings import Settings
 
 
@@ -17,7 +18,7 @@ def main(argv: list[str]) -> int:
     if argv != ["install"]:
         print("usage: python -m sagafleet.sandbox install", file=sys.stderr)
         return ExitCode.USAGE
-    for name in install(configured_ledgers(Settings.from_env())):
+    for name in install(configured_ledgers(Settings.from_env(), SandboxSettings.from_env())):
         print(f"sandbox/{name}")
     return ExitCode.OK
 

@@ -22,7 +22,7 @@ from typing import Any
 from saga_core.contracts import ErrorClass, Receipt
 from saga_core.definitions.catalogue import ToolCatalogue
 from saga_core.errors import SagaError
-from saga_core.examples import trip_tool_catalogue
+from sagafleet.example_sagas import trip_tool_catalogue
 from sagafleet.sandbox._db import ConnectionSource
 from sagafleet.sandbox.errors import ProviderError, ProviderTimeout
 from sagafleet.sandbox.faults import FaultInjector

@@ -254,11 +254,21 @@ class FaultInjector:
                 " ORDER BY rule_id"
             ).fetchall()
 
-    def hit_counts(self) -> dict[str, int]:
-        """How many faults fired per boundary (for summaries and test evidence)."""
+    def last_hit(self) -> int:
+        """The newest hit's id (0: none yet): a mark to count a run's own hits from, since
+        the hit log outlives every run on one database."""
+        with connect(self._db) as conn, conn.transaction():
+            row = conn.execute(
+                "SELECT coalesce(max(hit_id), 0) FROM sandbox_control.fault_hits").fetchone()
+        return int(row[0]) if row else 0
+
+    def hit_counts(self, *, after: int = 0) -> dict[str, int]:
+        """How many faults fired per boundary (for summaries and test evidence): those after
+        the mark ``after`` (:meth:`last_hit`; 0: every one ever logged)."""
         with connect(self._db) as conn, conn.transaction():
             rows = conn.execute(
-                "SELECT boundary, count(*) FROM sandbox_control.fault_hits GROUP BY boundary"
+                "SELECT boundary, count(*) FROM sandbox_control.fault_hits WHERE hit_id > %s"
+                " GROUP BY boundary", (after,)
             ).fetchall()
         return {str(boundary): int(n) for boundary, n in rows}
 

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
-from saga_core.examples.ledger import DuplicateEffect, TripLedger
+from sagafleet.example_sagas.ledger import DuplicateEffect, TripLedger
 from sagafleet.sandbox._db import ConnectionSource, connect
 
 __all__ = [

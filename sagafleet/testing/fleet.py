@@ -44,7 +44,7 @@ from saga_core.engine.events import SagaEvent
 from saga_core.engine.state import RunStatus, SagaState
 from saga_core.engine.stops import deadline, limits_apply
 from saga_core.errors import ErrorKind, SagaError
-from saga_core.examples import trip_definition
+from sagafleet.example_sagas import trip_definition
 from sagafleet.testing.clock import TestClock
 from sagafleet.testing.publisher import RecordingPublisher
 from sagafleet.testing.tools import InMemoryTools, WorkerCrashed

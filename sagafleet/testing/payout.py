@@ -1,4 +1,4 @@
-"""The payout catalogue's four tools over in-memory accounts (``saga_core/examples/payout*``).
+"""The payout catalogue's four tools over in-memory accounts (``sagafleet/example_sagas/payout*``).
 
 The business rules a payout scenario needs, nothing more:
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from saga_core.contracts import ErrorClass, Receipt
-from saga_core.examples import payout_tool_catalogue
+from sagafleet.example_sagas import payout_tool_catalogue
 from sagafleet.testing.clock import TestClock
 from sagafleet.testing.tools import InMemoryTools
 from workers.tools import ToolError

@@ -21,8 +21,8 @@ from typing import Any
 
 from saga_core.contracts import ErrorClass, Receipt
 from saga_core.definitions.catalogue import ToolCatalogue
-from saga_core.examples import trip_tool_catalogue
-from saga_core.examples.ledger import TripLedger
+from sagafleet.example_sagas import trip_tool_catalogue
+from sagafleet.example_sagas.ledger import TripLedger
 from sagafleet.testing.clock import TestClock
 from sagafleet.testing.tools import InMemoryTools
 from workers.tools import ToolError

@@ -14,7 +14,7 @@ from events.saga_log.port import SagaLog
 from saga_core import SagaDefinition
 from saga_core.contracts import SagaStatus
 from saga_core.engine.events import CancelRequested, SagaFinished, SagaStarted
-from saga_core.examples import trip_definition
+from sagafleet.example_sagas import trip_definition
 
 
 @dataclass(frozen=True)

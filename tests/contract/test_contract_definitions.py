@@ -16,7 +16,7 @@ from events.definition_store.port import (
     DefinitionNotFound,
     SharedDefinitionName,
 )
-from saga_core.examples import trip_definition
+from sagafleet.example_sagas import trip_definition
 
 
 def test_a_tenants_definition_is_absent_to_another_tenant(ports: Ports) -> None:

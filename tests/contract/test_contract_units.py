@@ -9,7 +9,7 @@ from application.secrets.placeholders import SecretUnavailable, placeholder
 from events import NO_STREAM, ConcurrencyError, InvalidArgument
 from events.definition_store.port import DefinitionConflict, DefinitionNotFound
 from events.saga_log.streams import SagaNotFound
-from saga_core.examples import trip_definition
+from sagafleet.example_sagas import trip_definition
 
 CARD = {"number": "4111 1111 1111 1111", "cvc": "123"}
 ARGS = {"amount": 10, "card": placeholder("card"), "cards": [placeholder("card")]}

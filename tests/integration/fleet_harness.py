@@ -35,6 +35,7 @@ from saga_core.contracts import SagaStatus, StepKind
 from saga_core.engine.events import SagaEvent, StepStarted
 from saga_core.engine.state import RunStatus
 from sagafleet import sandbox
+from sagafleet.example_sagas.registration import register_trip
 from sagafleet.migrate import migrate_all
 from sagafleet.processes import spawn_sagafleet, stop_processes
 from sagafleet.sandbox import ConnectionSource, FaultInjector, TripSandbox
@@ -162,7 +163,7 @@ def build_fleet(database: str, broker: str, worker_id: str = "test-process") -> 
     """The test process's own fleet object (client, sweeper, log reader), trip registered."""
     fleet = SandboxFleet(FleetConfig(database_url=database, broker_url=broker, lease_s=LEASE_S,
                                      queue_wait_s=QUEUE_WAIT_S, worker_id=worker_id))
-    fleet.register_builtin_definitions()
+    register_trip(fleet)
     return fleet
 
 

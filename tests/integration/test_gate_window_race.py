@@ -25,7 +25,7 @@ from saga_core.access.roles import Principal
 from saga_core.approval.totals import TENANT_WINDOW_SCOPE
 from saga_core.definitions.catalogue import ToolCatalogue
 from saga_core.engine.events import ApprovalRequested, StepStarted
-from saga_core.examples import trip_tool_catalogue
+from sagafleet.example_sagas import trip_tool_catalogue
 from sagafleet.testing.publisher import RecordingPublisher
 from sagafleet.testing.trip import TripTools
 from workers.executor import StepExecutor, StepOutcome

@@ -14,7 +14,7 @@ from saga_core.engine.events import (
     StepSucceeded,
 )
 from saga_core.engine.state import RunStatus
-from saga_core.examples import payout_definition
+from sagafleet.example_sagas import payout_definition
 from sagafleet.testing import Fault, PayoutTools, TestFleet
 
 F, C = StepKind.FORWARD, StepKind.COMPENSATION

@@ -12,7 +12,7 @@ from saga_core.approval.totals import TENANT_WINDOW_SCOPE
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.definitions.catalogue import ToolCatalogue
 from saga_core.engine.events import ApprovalRequested, StepStarted
-from saga_core.examples import trip_tool_catalogue
+from sagafleet.example_sagas import trip_tool_catalogue
 from sagafleet.testing import TestFleet
 from sagafleet.testing.tools import Fault
 from sagafleet.testing.trip import TripTools

@@ -9,7 +9,7 @@ from trip_inputs import TRIP_INPUT
 from saga_core.access.roles import NotPermitted, PrincipalKind, Unauthenticated
 from saga_core.contracts import SagaStatus
 from saga_core.engine.events import ApprovalGranted
-from saga_core.examples import trip_definition
+from sagafleet.example_sagas import trip_definition
 from sagafleet.testing import TestFleet
 
 BIG_TRIP = {**TRIP_INPUT, "amount": 250_000}  # the capture needs an approval

@@ -16,8 +16,8 @@ from application.telemetry.logs import StepContextFilter
 from saga_core import AgentPlan, PlannedAction
 from saga_core.contracts import ErrorClass, Receipt, SagaStatus
 from saga_core.engine.events import CancelRequested, PlanRevised, SagaStarted
-from saga_core.examples import trip_definition, trip_tool_catalogue
 from saga_core.secret_scrub import SCRUBBED
+from sagafleet.example_sagas import trip_definition, trip_tool_catalogue
 from sagafleet.testing import TestFleet
 from sagafleet.testing.tools import Fault, InMemoryTools
 from workers.tools import ToolError

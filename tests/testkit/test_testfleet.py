@@ -12,7 +12,7 @@ from trip_inputs import TRIP_INPUT
 from saga_core import SagaDefinition, ToolCatalogue
 from saga_core.contracts import Receipt, SagaStatus
 from saga_core.engine.events import ApprovalRequested, BudgetExceeded, SagaStarted, StepSucceeded
-from saga_core.examples import trip_definition
+from sagafleet.example_sagas import trip_definition
 from sagafleet.testing import (
     FleetMisconfigured,
     InMemoryTools,

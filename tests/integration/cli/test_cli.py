@@ -12,7 +12,7 @@ import pytest
 import yaml
 from principal_support import issue_token
 
-from saga_core import trip_definition
+from sagafleet.example_sagas import trip_definition
 from sagafleet.exit_codes import ExitCode
 from sagafleet.migrate import migrate_all
 

@@ -13,8 +13,9 @@ from events.eventstore.model import NO_STREAM
 from events.eventstore.postgres import EventStore
 from events.saga_log.postgres import PostgresSagaLog
 from events.saga_log.streams import saga_registry, saga_stream
-from saga_core import CancelRequested, SagaStarted, trip_definition
+from saga_core import CancelRequested, SagaStarted
 from saga_core.engine.state_codec import DEFAULT_SNAPSHOT_EVERY, SCHEMA
+from sagafleet.example_sagas import trip_definition
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

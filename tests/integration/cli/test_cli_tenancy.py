@@ -22,7 +22,8 @@ from read_model_support import project_database
 from trip_inputs import TRIP_INPUT
 
 from application.messages import StepCommand
-from saga_core import due_work, trip_definition
+from saga_core import due_work
+from sagafleet.example_sagas import trip_definition
 from sagafleet.exit_codes import ExitCode
 from workers.fleet import Fleet
 

@@ -16,9 +16,9 @@ from read_model_support import project_all
 from starlette.testclient import TestClient
 
 from saga_core.engine.events import ApprovalGranted
-from saga_core.examples import trip_tool_catalogue
 from sagafleet.console.app import create_app
 from sagafleet.console.service import console_for
+from sagafleet.example_sagas import trip_tool_catalogue
 from workers.fleet import Fleet, FleetConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -23,10 +23,11 @@ from starlette.testclient import TestClient
 from application.client import saga_id_for_key
 from events.definition_store.postgres import DefinitionStore
 from events.saga_log.postgres import PostgresSagaLog
-from saga_core import payload_hash, trip_definition
+from saga_core import payload_hash
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.engine.events import ApprovalGranted
 from sagafleet.console.core import Console
+from sagafleet.example_sagas import trip_definition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "projections"))
 from projection_support import SECRET_CARD, T0, TripScript  # noqa: E402

@@ -17,7 +17,8 @@ from events import EventStore, apply_migrations
 from events.definition_store.port import SharedDefinitionName
 from events.definition_store.postgres import DefinitionStore
 from events.eventstore.postgres import MIGRATIONS_NAMESPACE
-from saga_core import SagaDefinition, trip_definition
+from saga_core import SagaDefinition
+from sagafleet.example_sagas import trip_definition
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from projections.queue import operator_queue
 from projections.runner import ProjectionRunner
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.engine.events import BudgetExceeded, CompensationStarted, StepStarted
-from saga_core.examples import trip_definition
 from sagafleet.commands.rendering import SagaReport
+from sagafleet.example_sagas import trip_definition
 from sagafleet.sandbox import Boundary, ledger_for_saga
 from workers.sweeper import Sweeper
 

@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from application.command_signatures import VerifiedCommand
 from events import StoreUnavailable
-from saga_core.examples import trip_tool_catalogue
 from sagafleet.agent import CommandSigner
+from sagafleet.example_sagas import trip_tool_catalogue
 from workers.fleet import Fleet, FleetConfig
 from workers.tasks import START_SAGA, CommandMessage, run_command
 

@@ -21,8 +21,8 @@ from trip_inputs import TRIP_INPUT, by_secret_ref
 from projections import ProjectionContext, collect_metrics, collect_platform_metrics
 from projections.metrics import DeadLetterMetrics
 from projections.prometheus import scrape
-from saga_core import trip_definition
 from sagafleet.agent import CommandSigner
+from sagafleet.example_sagas import trip_definition
 from sagafleet.exit_codes import ExitCode
 from workers.fleet import Fleet
 from workers.tasks import START_SAGA, keyless_start_key

@@ -19,6 +19,7 @@ from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import SagaStatus, StepKind
 from saga_core.engine.events import StepStarted
+from sagafleet.example_sagas.registration import register_trip
 from sagafleet.exit_codes import ExitCode
 from sagafleet.gateway.function_schemas import FunctionRouter
 from sagafleet.gateway.service import GatewayService
@@ -64,7 +65,7 @@ def _cli(database: str, broker: str, token: str, *args: str) -> subprocess.Compl
 def test_a_dry_run_writes_nothing_calls_nothing_and_the_start_then_does_what_it_showed(
         fleet, database, broker, workers, tmp_path: Path):
     # given a migrated fleet with the trip registered, and an agent's token of tenant acme
-    fleet.register_builtin_definitions()
+    register_trip(fleet)
     token = issue_token(database, "planner", ["agent"], tenant="acme")
     agent = authenticated(fleet, "planner-2", ["agent"], tenant="acme")
     client = fleet.client_for(agent)
@@ -119,7 +120,7 @@ def test_a_dry_run_writes_nothing_calls_nothing_and_the_start_then_does_what_it_
 
 
 def test_a_dry_run_refuses_bad_input_with_the_start_s_typed_problems(fleet, database, broker):
-    fleet.register_builtin_definitions()
+    register_trip(fleet)
     token = issue_token(database, "planner", ["agent"], tenant="acme")
     bad = json.dumps({**TRIP_INPUT, "nights": "two"})
     before = _everything(database, broker)
@@ -134,7 +135,7 @@ def test_a_dry_run_refuses_bad_input_with_the_start_s_typed_problems(fleet, data
 def test_a_model_s_function_call_asking_for_a_dry_run_gets_one_and_a_non_boolean_is_refused(
         fleet, database, broker):
     # given the function-calling router over the gateway, as a trusted program runs it
-    fleet.register_builtin_definitions()
+    register_trip(fleet)
     agent = authenticated(fleet, "planner", ["agent"], tenant="acme")
     router = FunctionRouter(GatewayService(fleet))
     call = {"definition": "trip", "input": TRIP_INPUT, "idempotency_key": "fn-1",

@@ -63,7 +63,7 @@ def test_a_version_registered_by_another_process_is_started_on_at_once(fleet):
     # given a client that has started "tour" v1 (so it knows v1 as the highest version)
     from application.client import SagaClient
     from events.definition_store.postgres import DefinitionStore
-    from saga_core.examples import trip_definition
+    from sagafleet.example_sagas import trip_definition
 
     v1 = {**trip_definition().model_dump(mode="json"), "name": "tour", "version": 1}
     # (an authenticated agent that may also register definitions, as an admin)

@@ -19,6 +19,7 @@ from application.orchestrator import utc_now
 from events.saga_log.port import DueSaga
 from events.saga_log.streams import CorruptSagaStream
 from saga_core.contracts import StepKind
+from sagafleet.example_sagas.registration import register_trip
 from workers.sweeper import Sweeper
 
 FAR = datetime.max.replace(tzinfo=utc_now().tzinfo) - timedelta(days=1)
@@ -68,7 +69,7 @@ def _fleet(database: str, broker: str, clock: Clock, **config: Any) -> SandboxFl
     base = build_fleet(database, broker)
     base.close()
     fleet = SandboxFleet(replace(base.config, **config), clock=clock)
-    fleet.register_builtin_definitions()
+    register_trip(fleet)
     return fleet
 
 

@@ -15,9 +15,10 @@ from trip_inputs import TRIP_INPUT
 from application.client import SagaClient
 from events.definition_store.port import DefinitionNotFound, SharedDefinitionName
 from events.saga_log.streams import SagaNotFound
-from saga_core import SagaDefinition, trip_definition
+from saga_core import SagaDefinition
 from saga_core.access.roles import Principal
 from saga_core.errors import ErrorKind
+from sagafleet.example_sagas import trip_definition
 from sagafleet.gateway import GatewayService
 from workers.fleet import Fleet
 

@@ -13,7 +13,7 @@ from fleet_harness import LEASE_S, QUEUE_WAIT_S, worker_env
 from principal_support import authenticated
 
 from saga_core.contracts import SagaStatus
-from saga_core.examples import trip_definition, trip_tool_catalogue
+from sagafleet.example_sagas import trip_definition, trip_tool_catalogue
 from sagafleet.exit_codes import ExitCode
 from sagafleet.processes import spawn_sagafleet, stop_processes
 from sagafleet.settings import ConfigurationError, Settings
@@ -24,6 +24,8 @@ TOOLSETS = Path(__file__).parent / "toolsets"
 sys.path.insert(0, str(TOOLSETS))
 
 import notes_tools  # noqa: E402  (found through TOOLSETS, as the worker finds it)
+
+from sagafleet.example_sagas.registration import register_trip  # noqa: E402
 
 
 def test_a_worker_runs_the_tool_set_it_is_given(database, broker, tmp_path, wait_settled):
@@ -59,7 +61,7 @@ def test_a_worker_runs_the_tool_set_it_is_given(database, broker, tmp_path, wait
 def test_the_trip_is_not_registered_by_a_fleet_without_its_tools(database, broker):
     fleet = Fleet(FleetConfig(database_url=database, broker_url=broker), notes_tools.tool_set())
     try:
-        assert fleet.register_builtin_definitions() == []
+        assert register_trip(fleet) == []
     finally:
         fleet.close()
 
@@ -115,11 +117,11 @@ def test_a_worker_on_a_mismatched_tool_set_refuses_to_start_naming_the_tools(
 
 def test_every_fleet_that_can_run_the_trip_registers_the_same_trip(fleet, database, broker):
     # given the test fleet on the sandbox's tools (its catalogue has a short commit horizon)
-    (on_sandbox,) = fleet.register_builtin_definitions()
+    (on_sandbox,) = register_trip(fleet)
     # when a fleet with only the shipped catalogue (a command line) registers it too
     cli = Fleet(FleetConfig(database_url=database, broker_url=broker), trip_tool_catalogue())
     try:
-        (on_cli,) = cli.register_builtin_definitions()
+        (on_cli,) = register_trip(cli)
     finally:
         cli.close()
     # then both stored the same content, bound to the shipped trip catalogue

@@ -24,7 +24,7 @@ from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import SagaStatus
 from saga_core.errors import SagaError
-from saga_core.examples import trip_definition
+from sagafleet.example_sagas import trip_definition
 from sagafleet.exit_codes import ExitCode
 
 ODD_TEXT = st.one_of(

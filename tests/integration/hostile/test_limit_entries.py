@@ -22,7 +22,6 @@ from trip_inputs import TRIP_INPUT
 
 from application.client import InvalidRequest
 from saga_core.canonical_json import canonical_json
-from saga_core.examples import trip_definition
 from saga_core.limits import (
     COMMAND_MESSAGE_BYTES,
     DEFINITION_BYTES,
@@ -33,6 +32,7 @@ from saga_core.limits import (
     SAGA_INPUT_BYTES,
     LimitExceeded,
 )
+from sagafleet.example_sagas import trip_definition
 from sagafleet.exit_codes import ExitCode
 
 

@@ -9,7 +9,7 @@ import pytest
 from events.definition_store.postgres import DefinitionStore
 from events.saga_log.postgres import PostgresSagaLog
 from projections.context import ProjectionContext
-from saga_core import trip_definition
+from sagafleet.example_sagas import trip_definition
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from events.saga_log.postgres import PostgresSagaLog
 from saga_core import SagaDefinition
 from saga_core.contracts import StepKind
 from saga_core.engine.events import SagaFinished, SagaStarted
-from saga_core.examples import trip_definition
+from sagafleet.example_sagas import trip_definition
 from sagafleet.testing import TestClock, TestFleet, TripTools
 
 # A second definition on the trip's tools, so that every metric is seen per definition.

@@ -8,7 +8,7 @@ from typing import Any
 
 from events import UnitOfWork
 from events.saga_log.postgres import PostgresSagaLog
-from saga_core import operation_key, payload_hash, trip_definition
+from saga_core import operation_key, payload_hash
 from saga_core.contracts import ErrorClass, Receipt, SagaStatus, StepKind
 from saga_core.engine.events import (
     ApprovalRequested,
@@ -23,6 +23,7 @@ from saga_core.engine.events import (
     StepStarted,
     StepSucceeded,
 )
+from sagafleet.example_sagas import trip_definition
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 SECRET_CARD = "tok_SECRET_4242"

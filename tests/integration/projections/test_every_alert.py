@@ -19,7 +19,7 @@ from projections.prometheus import scrape
 from projections.tables import active_version, table
 from saga_core.contracts import StepKind
 from saga_core.engine.events import ApprovalGranted
-from saga_core.examples import trip_definition
+from sagafleet.example_sagas import trip_definition
 from sagafleet.testing import TestClock, TestFleet, TripTools
 
 pytestmark = pytest.mark.integration

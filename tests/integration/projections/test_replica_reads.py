@@ -26,8 +26,8 @@ from projections import ProjectionContext, ProjectionRunner
 from projections.prometheus import scrape
 from projections.store import read_rows
 from projections.verify import verify
-from saga_core import trip_definition
 from sagafleet import runtime
+from sagafleet.example_sagas import trip_definition
 from sagafleet.exit_codes import ExitCode
 from sagafleet.migrate import migrate_all
 from sagafleet.settings import Settings

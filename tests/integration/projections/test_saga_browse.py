@@ -16,8 +16,8 @@ from events.saga_log.postgres import PostgresSagaLog
 from projections import ProjectionContext, SagaCursor, SagaFilter, browse_sagas
 from projections.rows import SummaryRow
 from projections.store import read_rows
-from saga_core import trip_definition
 from saga_core.contracts import SagaStatus
+from sagafleet.example_sagas import trip_definition
 
 pytestmark = pytest.mark.integration
 

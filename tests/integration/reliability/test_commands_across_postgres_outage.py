@@ -23,9 +23,9 @@ from principal_support import issue_token
 from signed_agent import agent_signer, send
 from trip_inputs import TRIP_INPUT
 
-from saga_core.examples import trip_tool_catalogue
 from sagafleet import embedded
 from sagafleet.agent import CommandSigner
+from sagafleet.example_sagas import trip_tool_catalogue
 from workers.fleet import Fleet, FleetConfig
 from workers.tasks import keyless_start_key
 

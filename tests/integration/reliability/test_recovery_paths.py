@@ -154,7 +154,7 @@ def test_approval_expiring_while_the_fleet_is_down_is_asked_again_and_the_old_on
 
 _REGISTER_ELSEWHERE = """
 import sys
-from saga_core.examples import trip_definition, trip_tool_catalogue
+from sagafleet.example_sagas import trip_definition, trip_tool_catalogue
 from workers.fleet import Fleet, FleetConfig
 config = FleetConfig(database_url=sys.argv[1], broker_url=sys.argv[2])
 fleet = Fleet(config, trip_tool_catalogue())

@@ -24,6 +24,8 @@ from workers.celery_app import broker_redis
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 from failover_run.servers import SENTINEL_MASTER, RedisGroup  # noqa: E402
 
+from sagafleet.example_sagas.registration import register_trip  # noqa: E402
+
 pytestmark = pytest.mark.integration
 
 
@@ -53,7 +55,7 @@ def test_workers_and_clients_carry_on_through_a_sentinel_failover(
         "SAGAFLEET_QUEUE_WAIT_SECONDS": str(QUEUE_WAIT_S), **sentinel}))
     workers = WorkerProcesses(database, group.url, tmp_path)
     try:
-        fleet.register_builtin_definitions()
+        register_trip(fleet)
         workers.start(1, extra_env=sentinel)
         client = fleet.client()
         # when a saga runs, the master dies and the Sentinels promote the replica, and

@@ -1,4 +1,4 @@
-"""The providers accept the argument names of the trip catalogue (saga_core/examples)."""
+"""The providers accept the argument names of the trip catalogue (sagafleet/example_sagas)."""
 
 from __future__ import annotations
 

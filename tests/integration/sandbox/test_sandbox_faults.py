@@ -230,3 +230,16 @@ def test_a_rule_that_matches_but_does_not_fire_leaves_one_effect_per_key(
     # then each key made exactly one hold (the undone claim left nothing behind)
     assert ledger_for_saga(sandbox_db, "saga-f").flight_holds == 2
     assert trip.faults.hit_counts() == {}
+
+
+def test_a_run_counts_only_the_hits_after_its_mark(trip: TripSandbox) -> None:
+    # given a hit logged by an earlier run on the same database
+    trip.faults.add("flights", "hold", Boundary.FAIL_BEFORE_COMMIT, count=1)
+    assert error_class_of(trip, "earlier") is ErrorClass.TRANSIENT
+    # when a later run marks the log and meets a fault of its own
+    mark = trip.faults.last_hit()
+    trip.faults.add("flights", "hold", Boundary.BUSINESS_REJECTION, count=1)
+    error_class_of(trip, "later")
+    # then counting from its mark shows its own hit only; the whole log keeps both
+    assert trip.faults.hit_counts(after=mark) == {"business_rejection": 1}
+    assert trip.faults.hit_counts() == {"fail_before_commit": 1, "business_rejection": 1}

@@ -58,5 +58,5 @@ def test_ctrl_c_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
         return args
 
     monkeypatch.setattr(parser, "parse_args", parse)
-    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "build_parser", lambda argv=None: parser)
     assert cli.main(["db", "url"]) == ExitCode.INTERRUPTED == 130

@@ -14,7 +14,6 @@ from application.client import InvalidRequest
 from projections import QueueRow, TimelineEntry
 from saga_core.contracts import StepKind
 from saga_core.errors import ErrorKind
-from saga_core.examples import trip_definition
 from sagafleet.console.actions import BulkTarget
 from sagafleet.console.amounts import Money, format_amount, money_of
 from sagafleet.console.pages.queue_items import queue_item
@@ -29,6 +28,7 @@ from sagafleet.console.pages.queue_query import (
 )
 from sagafleet.console.pages.saga_context import context_of
 from sagafleet.console.pages.saga_gantt import gantt_bars, render_gantt
+from sagafleet.example_sagas import trip_definition
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

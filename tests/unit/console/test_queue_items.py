@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from projections import QueueRow, StepRunRow
-from saga_core.examples import trip_definition
 from sagafleet.console.pages.queue_items import queue_item
+from sagafleet.example_sagas import trip_definition
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

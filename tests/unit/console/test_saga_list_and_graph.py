@@ -11,12 +11,12 @@ import pytest
 from application.client import saga_id_for_key
 from events import Position
 from events.errors import InvalidArgument
-from saga_core import trip_definition
 from saga_core.contracts import SagaStatus
 from sagafleet.console.markup import Markup
 from sagafleet.console.pages.saga_reading import parse_at
 from sagafleet.console.pages.sagas_markup import parse_query, search_ids
 from sagafleet.console.step_graph import NOT_STARTED, layout, step_graph
+from sagafleet.example_sagas import trip_definition
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

@@ -8,8 +8,9 @@ from events.definition_store.memory import MemoryDefinitions
 from events.eventstore.model import NO_STREAM
 from events.saga_log.memory import MemorySagaLog
 from events.saga_log.streams import saga_stream
-from saga_core import CancelRequested, SagaStarted, trip_definition
+from saga_core import CancelRequested, SagaStarted
 from saga_core.engine.state_codec import SCHEMA
+from sagafleet.example_sagas import trip_definition
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ import json
 from trip_inputs import TRIP_INPUT
 
 from events.definition_store.memory import MemoryDefinitions
-from saga_core.examples import trip_definition, trip_tool_catalogue
+from sagafleet.example_sagas import trip_definition, trip_tool_catalogue
 from workers.celery_app import STEP_TASK
 from workers.dead_letters.withholding import SIGNATURE_WITHHELD, WITHHELD, withhold_secrets
 

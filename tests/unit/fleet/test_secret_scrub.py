@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from application.secrets.inputs import scrub, split_secrets
 from application.secrets.placeholders import placeholder
-from saga_core.examples import trip_definition
+from sagafleet.example_sagas import trip_definition
 
 
 def test_secret_fields_become_placeholders_and_values_stay_aside() -> None:

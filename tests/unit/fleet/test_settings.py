@@ -36,11 +36,11 @@ def test_configured_urls_are_used_as_given_and_never_printed() -> None:
 def test_every_secret_field_is_a_secret_str() -> None:
     secrets = {v.name for v in Settings.variables() if v.secret}
     assert secrets == {"SAGAFLEET_DATABASE_URL", "SAGAFLEET_READ_DATABASE_URL",
-                       "SAGAFLEET_BROKER_URL", "SAGAFLEET_SANDBOX_DATABASE_URL",
+                       "SAGAFLEET_BROKER_URL",
                        "SAGAFLEET_SENTRY_DSN", "SAGAFLEET_TOKEN", "SAGAFLEET_ANCHOR_KEY",
                        "SAGAFLEET_OIDC_CLIENT_SECRET"}
     settings = Settings.from_env({name: "s3cret-value-123456" for name in secrets})
-    for name in ("database_url", "read_database_url", "broker_url", "sandbox_database_url",
+    for name in ("database_url", "read_database_url", "broker_url",
                  "sentry_dsn", "token", "anchor_key"):
         assert isinstance(getattr(settings, name), SecretStr), name
 
@@ -161,3 +161,20 @@ def test_the_operations_page_settings_table_is_the_generated_one() -> None:
 ])
 def test_db_url_masks_the_password(url: str, shown: str) -> None:
     assert mask_password(url) == shown
+
+
+def test_the_sandbox_knobs_live_in_the_sandbox_settings_under_the_same_variables() -> None:
+    from sagafleet.sandbox.settings import SandboxSettings
+
+    environ = {"SAGAFLEET_TOOL_LATENCY_SECONDS": "0.25",
+               "SAGAFLEET_SANDBOX_DATABASE_URL": "postgresql://u:hunter2@h/ledgers"}
+    # the sandbox reads them as before the move ...
+    sandbox = SandboxSettings.from_env(environ)
+    assert sandbox.tool_latency_seconds == 0.25
+    assert isinstance(sandbox.sandbox_database_url, SecretStr)
+    assert "hunter2" not in repr(sandbox)
+    # ... and the fleet's settings neither know nor refuse them
+    fleet = Settings.from_env(environ)
+    assert not {"tool_latency_seconds", "sandbox_database_url"} & set(type(fleet).model_fields)
+    with pytest.raises(ConfigurationError, match="SAGAFLEET_TOOL_LATENCY_SECONDS"):
+        SandboxSettings.from_env({"SAGAFLEET_TOOL_LATENCY_SECONDS": "slow"})

@@ -10,7 +10,7 @@ import pytest
 from saga_core import ToolCatalogue
 from saga_core.contracts import Receipt
 from saga_core.errors import SagaError
-from saga_core.examples import trip_tool_catalogue
+from sagafleet.example_sagas import trip_tool_catalogue
 from workers.fleet import Fleet, FleetConfig, NoToolSet
 from workers.tools import Absent, LookupResult, Tool, ToolRegistry, ToolSet, ToolSetMismatch
 

@@ -8,7 +8,7 @@ from jsonschema import Draft202012Validator
 
 from saga_core.definitions.inputs import validate_input
 from saga_core.errors import InputValidationError
-from saga_core.examples import trip_definition, trip_tool_catalogue
+from sagafleet.example_sagas import trip_definition, trip_tool_catalogue
 from sagafleet.gateway import (
     GatewayService,
     NoCaller,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from saga_core.errors import InputValidationError, PlanRejected, Problem
-from saga_core.examples import trip_definition
+from sagafleet.example_sagas import trip_definition
 from sagafleet.gateway import tool_error
 from sagafleet.gateway.describe import outlook
 

@@ -26,8 +26,8 @@ from saga_core.definitions.definition import InputField, parse_definition
 from saga_core.definitions.documents import Syntax, load_document
 from saga_core.definitions.inputs import validate_input
 from saga_core.errors import SagaError
-from saga_core.examples import trip_definition, trip_tool_catalogue
 from saga_core.limits import DEFINITION_BYTES, INPUT_TEXT_BYTES, PLAN_BYTES
+from sagafleet.example_sagas import trip_definition, trip_tool_catalogue
 
 CATALOGUE = ToolCatalogue(tools=[*trip_tool_catalogue().tools,
                                  ToolSpec(name="lookup", semantics=Semantics.READ_ONLY)])

@@ -20,7 +20,7 @@ from saga_core import AgentPlan, SagaDefinition, validate_definition, validate_p
 from saga_core.definitions.inputs import validate_input
 from saga_core.definitions.templates import parse_reference
 from saga_core.errors import DefinitionError, PlanRejected, SagaError
-from saga_core.examples import trip_definition, trip_tool_catalogue
+from sagafleet.example_sagas import trip_definition, trip_tool_catalogue
 
 CATALOGUE = trip_tool_catalogue()
 TRIP = trip_definition()

@@ -28,7 +28,6 @@ from saga_core.definitions.definition import (
 from saga_core.definitions.documents import MalformedDocument, load_document
 from saga_core.definitions.inputs import validate_input
 from saga_core.errors import ErrorKind
-from saga_core.examples import trip_definition
 from saga_core.limits import (
     ALL_LIMITS,
     BATCH_EVENTS,
@@ -50,6 +49,7 @@ from saga_core.limits import (
     check_command_message,
     measure_json,
 )
+from sagafleet.example_sagas import trip_definition
 
 LOOKUP = ToolCatalogue(tools=[ToolSpec(name="lookup", semantics=Semantics.READ_ONLY)])
 
@@ -123,7 +123,7 @@ def test_a_definition_document_of_exactly_the_limit_validates_and_a_byte_more_is
 
 
 def _trip_catalogue() -> ToolCatalogue:
-    from saga_core.examples import trip_tool_catalogue
+    from sagafleet.example_sagas import trip_tool_catalogue
 
     return trip_tool_catalogue()
 

@@ -37,12 +37,11 @@ from saga_core import (
     budget_summary,
     check_claim,
     due_work,
-    trip_definition,
-    trip_tool_catalogue,
     validate_definition,
     validate_plan,
 )
 from saga_core.engine.stops import deadline
+from sagafleet.example_sagas import trip_definition, trip_tool_catalogue
 
 QUEUE_WAIT = timedelta(seconds=5)
 #: What one call of each trip tool costs in these scenarios (one call of every forward step: 5).

@@ -19,13 +19,12 @@ from saga_core import (
     check_claim,
     check_denial,
     due_work,
-    trip_definition,
-    trip_tool_catalogue,
     validate_definition,
 )
 from saga_core.access.roles import Principal, PrincipalKind
 from saga_core.contracts import ErrorClass
 from saga_core.errors import ApprovalAltered, ApprovalReplayed, ErrorKind
+from sagafleet.example_sagas import trip_definition, trip_tool_catalogue
 
 CAPTURE = "capture_payment"
 

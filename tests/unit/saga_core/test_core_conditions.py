@@ -18,7 +18,7 @@ from saga_core.engine.decision_types import (
 )
 from saga_core.engine.events import DeadlineMissed, PostconditionNotObserved, PostconditionObserved
 from saga_core.engine.state import RunStatus
-from saga_core.examples import payout_definition
+from sagafleet.example_sagas import payout_definition
 
 INPUT = {"source": "acc-a", "destination": "acc-b", "amount": 500}
 DEBIT = Receipt(resource_id="DB-1", version=1, status="posted",
@@ -190,7 +190,7 @@ def test_a_timeout_under_policy_retry_looks_the_call_up_before_any_retry() -> No
     data["steps"][1]["on_timeout"] = "retry"
     from saga_core import SagaDefinition
     from saga_core.definitions.validation import validate_definition
-    from saga_core.examples import payout_tool_catalogue
+    from sagafleet.example_sagas import payout_tool_catalogue
     definition = validate_definition(SagaDefinition.model_validate(data), payout_tool_catalogue())
     saga = _debited(Saga(definition, dict(INPUT)))
     saga.claim("credit")
@@ -267,7 +267,7 @@ def test_a_failed_forward_precondition_follows_the_declared_policy(
 ) -> None:
     from saga_core import SagaDefinition
     from saga_core.definitions.validation import validate_definition
-    from saga_core.examples import payout_tool_catalogue
+    from sagafleet.example_sagas import payout_tool_catalogue
     data = payout_definition().model_dump(mode="json")
     data["steps"][0]["on_precondition_failed"] = policy
     definition = validate_definition(SagaDefinition.model_validate(data), payout_tool_catalogue())

@@ -30,8 +30,8 @@ from saga_core.definitions.validation import validate_definition
 from saga_core.engine.decision_types import MissDeadline, MissPostcondition, ObservePostcondition
 from saga_core.engine.events import PostconditionObserved
 from saga_core.engine.state import RunStatus
-from saga_core.examples import payout_definition, payout_tool_catalogue, trip_definition
 from saga_core.limits import LimitExceeded
+from sagafleet.example_sagas import payout_definition, payout_tool_catalogue, trip_definition
 
 # Three trip logs (completed; compensated after an operator's mark_compensated; in flight
 # after a transient failure), their definition and folded states, recorded with the code of

@@ -25,14 +25,13 @@ from saga_core import (
     TemplateError,
     canonical_json,
     resolve_template,
-    trip_definition,
-    trip_tool_catalogue,
     validate_definition,
     validate_input,
     validate_plan,
 )
 from saga_core.definitions.definition import InputField
 from saga_core.limits import LimitExceeded
+from sagafleet.example_sagas import trip_definition, trip_tool_catalogue
 
 
 def test_trip_round_trips_through_json_and_yaml_with_a_stable_hash() -> None:

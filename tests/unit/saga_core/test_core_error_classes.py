@@ -21,9 +21,9 @@ from saga_core import (
     ToolSpec,
     backoff_delay,
     jitter_fraction,
-    trip_definition,
     validate_definition,
 )
+from sagafleet.example_sagas import trip_definition
 
 
 def test_transient_failure_retries_same_key_with_deterministic_capped_backoff() -> None:

@@ -33,11 +33,10 @@ from saga_core import (
     check_key_payload,
     operation_key,
     payload_hash,
-    trip_definition,
-    trip_tool_catalogue,
     validate_definition,
     validate_plan,
 )
+from sagafleet.example_sagas import trip_definition, trip_tool_catalogue
 
 
 def _flight_in_flight() -> Saga:

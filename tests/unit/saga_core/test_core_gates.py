@@ -24,14 +24,12 @@ from saga_core import (
     ToolCatalogue,
     ToolSpec,
     effective_policy,
-    trip_definition,
-    trip_tool_catalogue,
     validate_definition,
     validate_plan,
 )
 from saga_core.approval.risk_gates import ExternalRecipient
 from saga_core.contracts import ErrorClass
-from saga_core.examples import gated_tool_catalogue
+from sagafleet.example_sagas import gated_tool_catalogue, trip_definition, trip_tool_catalogue
 
 # -- the model ---------------------------------------------------------------------------------
 

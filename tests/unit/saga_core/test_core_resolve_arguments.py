@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from core_harness import C, F, Saga, trip_input
 
-from saga_core import ErrorClass, RunStatus, resolve_arguments, resolve_command, trip_definition
+from saga_core import ErrorClass, RunStatus, resolve_arguments, resolve_command
+from sagafleet.example_sagas import trip_definition
 
 
 def compared_scheduled_runs(saga: Saga) -> int:

@@ -23,8 +23,8 @@ from saga_core import (
     evolve,
     fold,
     load_event,
-    trip_definition,
 )
+from sagafleet.example_sagas import trip_definition
 
 
 def _started_flight() -> Saga:

@@ -23,8 +23,8 @@ from saga_core import (
     ScheduleStep,
     check_approval,
     resolve_arguments,
-    trip_definition,
 )
+from sagafleet.example_sagas import trip_definition
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from trip_inputs import TRIP_INPUT
 
 from saga_core.contracts import StepKind
 from saga_core.engine.dry_run import DryRun, PlannedStep, plan_start, start_event
-from saga_core.examples import trip_definition
 from saga_core.keys import operation_key
+from sagafleet.example_sagas import trip_definition
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

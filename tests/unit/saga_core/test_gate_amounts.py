@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from saga_core import trip_tool_catalogue
 from saga_core.approval.policy import GatePolicy
 from saga_core.approval.risk_gates import MAX_JUDGED_AMOUNT, AmountLimit, RiskGate, judged_amount
 from saga_core.contracts import Receipt
 from saga_core.definitions.catalogue import ToolSpec
 from saga_core.definitions.conditions import ReceiptCondition
+from sagafleet.example_sagas import trip_tool_catalogue
 
 LIMIT = AmountLimit(arg="amount", limit=100_000)
 

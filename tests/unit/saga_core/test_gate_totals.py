@@ -23,7 +23,7 @@ from saga_core.approval.risk_gates import AmountLimit
 from saga_core.approval.totals import may_have_moved, running_total, window_call, window_releases
 from saga_core.definitions.catalogue import ToolCatalogue
 from saga_core.engine.dry_run import plan_start, start_event
-from saga_core.examples import trip_tool_catalogue
+from sagafleet.example_sagas import trip_tool_catalogue
 
 ABOVE = AmountLimit(arg="amount", limit=100_000)
 

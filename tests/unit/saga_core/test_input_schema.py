@@ -15,8 +15,8 @@ from saga_core.definitions.definition import SagaDefinition, parse_definition
 from saga_core.definitions.input_schema import FORMATS
 from saga_core.definitions.validation import validate_definition
 from saga_core.errors import DefinitionError, Problem
-from saga_core.examples import trip_definition, trip_tool_catalogue
 from saga_core.limits import LimitExceeded
+from sagafleet.example_sagas import trip_definition, trip_tool_catalogue
 from tests.trip_inputs import TRIP_INPUT
 
 TRAVELLER: dict[str, Any] = {
@@ -218,7 +218,7 @@ def test_the_common_formats_are_available() -> None:
 
 
 def test_every_shipped_definition_and_catalogue_still_validates() -> None:
-    examples = files("saga_core").joinpath("examples")
+    examples = files("sagafleet.example_sagas")
     catalogues = [ToolCatalogue.from_yaml(examples.joinpath(name).read_text())
                   for name in ("trip_tools.yaml", "gated_tools.yaml")]
     assert catalogues[1].tools  # the gated catalogue loads too

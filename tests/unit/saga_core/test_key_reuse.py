@@ -31,8 +31,8 @@ from saga_core import (
     resolution_options,
     resolve_command,
     resolve_escalation,
-    trip_definition,
 )
+from sagafleet.example_sagas import trip_definition
 
 OTHER_HOTEL = Receipt(resource_id="HH-2", version=1,
                       fields={"hotel_id": "H-9", "nights": 2, "price": 15000})

@@ -19,10 +19,10 @@ from saga_core import (
     fold,
     operation_key,
     revise_plan,
-    trip_tool_catalogue,
     validate_plan,
 )
 from saga_core.engine.events import dump_event, load_event
+from sagafleet.example_sagas import trip_tool_catalogue
 
 FLIGHT = PlannedAction(tool="flights.hold", args={"flight_id": "LH1", "passenger_email": "a@b"})
 HOTEL = PlannedAction(

@@ -19,9 +19,9 @@ from saga_core import (
     is_repeated_action,
     resolution_options,
     resolve_escalation,
-    trip_definition,
 )
 from saga_core.engine.resolution import escalation_alternatives
+from sagafleet.example_sagas import trip_definition
 
 
 def paused_on_capture_compensation() -> Saga:

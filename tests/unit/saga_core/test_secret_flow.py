@@ -15,13 +15,12 @@ from saga_core import (
     PlanRejected,
     SagaDefinition,
     revise_plan,
-    trip_definition,
-    trip_tool_catalogue,
     validate_plan,
 )
 from saga_core.definitions.catalogue import ToolCatalogue
 from saga_core.definitions.validation import validate_definition
 from saga_core.errors import DefinitionError
+from sagafleet.example_sagas import trip_definition, trip_tool_catalogue
 
 CARD = "${input.card_token}"
 CAPTURE = {"amount": 100, "currency": "EUR", "card_token": CARD}

@@ -1,6 +1,6 @@
 """The payout tools over PostgreSQL tables of the fleet's database, for real worker processes.
 
-The payout example's contracts (``saga_core/examples/payout*.yaml``) with times short enough
+The payout example's contracts (``sagafleet/example_sagas/payout*.yaml``) with times short enough
 for a test on real servers: a credit's postcondition horizon of 2 s, commit horizons of 1 s,
 and the timeouts and deadline each test declares. The tables:
 
@@ -24,7 +24,7 @@ import psycopg
 
 from saga_core import SagaDefinition, ToolCatalogue
 from saga_core.contracts import ErrorClass, Receipt
-from saga_core.examples import payout_definition, payout_tool_catalogue
+from sagafleet.example_sagas import payout_definition, payout_tool_catalogue
 from workers.tools import Absent, LookupResult, ToolError, ToolRegistry, ToolSet
 
 TABLES = (

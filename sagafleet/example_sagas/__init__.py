@@ -1,7 +1,7 @@
 """Shipped example definitions: the trip saga and its tool catalogue, the payout saga (an
 invariant, a postcondition, timeouts, a compensation deadline and a forward precondition)
 and its catalogue, and a catalogue whose gates cover every class of risk, as YAML data;
-:mod:`saga_core.examples.ledger`, the trip's net effects read back from its providers."""
+:mod:`sagafleet.example_sagas.ledger`, the trip's net effects read back from its providers."""
 
 from __future__ import annotations
 
