@@ -36,14 +36,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 
 from application.claiming import ClaimAhead, claims_ahead
 from application.gate_windows.port import GateWindows
 from application.messages import StepCommand
 from events import ConcurrencyError
-from events.eventstore.model import AppendResult
+from events.eventstore.model import AppendResult, Clock, utc_now
 from events.saga_log.port import LoadedSaga, SagaLog, Unit
 from saga_core import decide, evolve
 from saga_core.approval.totals import (
@@ -70,6 +70,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "Attempt",
     "ClaimAhead",
+    "Clock",
     "CommitPlan",
     "Committed",
     "GateWindowsMissing",
@@ -83,14 +84,8 @@ __all__ = [
     "wake_ups",
 ]
 
-Clock = Callable[[], datetime]
 MAX_DECISIONS_PER_COMMIT = 64
 MAX_RACES = 20
-
-
-def utc_now() -> datetime:
-    """The fleet's clock: aware UTC (saga_core never reads one itself)."""
-    return datetime.now(UTC)
 
 
 class RaceLost(SagaError):

@@ -16,7 +16,7 @@ from functools import cached_property
 from application.client import SagaClient
 from application.command_signatures import CommandNonces
 from application.gate_windows.postgres import PostgresGateWindows
-from application.orchestrator import Clock, Orchestrator, utc_now
+from application.orchestrator import Orchestrator
 from application.principals.directory import PrincipalDirectory
 from application.principals.postgres import PostgresPrincipals
 from application.secrets.guard import SecretGuard
@@ -25,6 +25,7 @@ from application.telemetry.metrics import WorkerMetrics
 from application.telemetry.tracing import trace_metadata
 from events import EventStore
 from events.definition_store.postgres import DefinitionStore
+from events.eventstore.model import Clock, utc_now
 from events.saga_log.postgres import PostgresSagaLog
 from events.saga_log.streams import saga_registry
 from saga_core.access.roles import Principal

@@ -87,12 +87,12 @@ if TYPE_CHECKING:
 
     from application.client import SagaClient
     from application.command_signatures import CommandNonces
-    from application.orchestrator import Clock
     from application.principals.directory import PrincipalDirectory
     from application.secrets.guard import SecretGuard
     from application.telemetry.metrics import WorkerMetrics
     from events import EventStore
     from events.definition_store.port import Definitions
+    from events.eventstore.model import Clock
     from saga_core.access.roles import Principal
     from saga_core.definitions.catalogue import ToolCatalogue
     from workers.dead_letters.store import DeadLetters

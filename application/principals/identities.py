@@ -30,9 +30,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from application.orchestrator import Clock, utc_now
 from application.principals.directory import checked_principal
 from events import EventStore
+from events.eventstore.model import Clock, utc_now
 from saga_core.access.roles import Principal, PrincipalKind
 from saga_core.errors import ErrorKind, SagaError
 

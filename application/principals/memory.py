@@ -7,7 +7,6 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from application.orchestrator import Clock, utc_now
 from application.principals.directory import (
     BAD_TOKEN,
     Issued,
@@ -28,6 +27,7 @@ from application.principals.directory import (
     taken,
     token_digest,
 )
+from events.eventstore.model import Clock, utc_now
 from saga_core.access.roles import Principal, PrincipalKind, Unauthenticated
 
 __all__ = ["MemoryPrincipals"]

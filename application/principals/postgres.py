@@ -12,7 +12,6 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from application.orchestrator import Clock, utc_now
 from application.principals.directory import (
     BAD_TOKEN,
     Issued,
@@ -36,6 +35,7 @@ from application.principals.directory import (
     token_matches,
 )
 from events import EventStore
+from events.eventstore.model import Clock, utc_now
 from saga_core.access.roles import Principal, PrincipalKind, Unauthenticated
 
 __all__ = ["PostgresPrincipals"]

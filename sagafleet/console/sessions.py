@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Final
 
-from application.orchestrator import Clock, utc_now
 from application.principals.directory import PrincipalDirectory, PrincipalNotFound
 from events import EventStore
+from events.eventstore.model import Clock, utc_now
 from saga_core.access.roles import Principal
 
 __all__ = ["OpenedSession", "SessionPolicy", "SessionStore", "Viewer", "csrf_token_for"]

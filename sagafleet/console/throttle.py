@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final
 
-from application.orchestrator import Clock, utc_now
 from events import EventStore
 from events.eventstore.driver import translated_errors
+from events.eventstore.model import Clock, utc_now
 
 __all__ = ["PREFIX_CHARS", "WAITING_PER_KEY", "SignInFailures", "SignInThrottle",
            "ThrottleKeys", "ThrottlePolicy", "ThrottleVerdict", "throttle_keys"]

@@ -30,7 +30,6 @@ from datetime import timedelta
 from typing import Final
 from urllib.parse import urlencode
 
-from application.orchestrator import Clock, utc_now
 from application.principals.identities import (
     ExternalIdentity,
     IdentityRefused,
@@ -38,6 +37,7 @@ from application.principals.identities import (
     SignInOutcome,
 )
 from events import EventStore
+from events.eventstore.model import Clock, utc_now
 from sagafleet.console.sessions import OpenedSession, SessionStore
 from sagafleet.console.sso.id_token import (
     Expected,
