@@ -100,3 +100,12 @@ def test_a_slow_answer_moves_the_clock_past_the_lease_and_its_receipt_is_still_r
                  if isinstance(e, StepSucceeded) and e.step_id == "hold_flight"]
     assert len(succeeded) == 1 and succeeded[0].at == before + (fleet.clock() - before)
     assert len(tools.effects_of("flights.hold", saga_id)) == 1
+
+
+def test_advance_copes_with_a_slow_answer_that_moves_the_clock_past_its_end() -> None:
+    fleet, tools, saga_id = _trip()
+    tools.fail_next("flights.hold", Fault.SLOW_ANSWER, delay_s=45)
+    before = fleet.clock()
+    fleet.advance(10)  # the call alone takes 45 s: the clock stays where the answer left it
+    assert (fleet.clock() - before).total_seconds() == 45
+    assert fleet.state(saga_id).status is SagaStatus.COMPLETED
