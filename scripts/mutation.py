@@ -69,12 +69,17 @@ DECIDING = {
 #: What the copy needs to import and test the project.
 COPIED = ("saga_core", "events", "workers", "projections", "application", "sagafleet",
           "tests", "pyproject.toml")
-#: The suites, by name: the saga_core unit tests first (most mutants die there, fast).
+#: The suites, by name, as the hand table shows them.
 SUITES: dict[str, list[str]] = {
-    "unit": ["tests/unit/saga_core", "tests/unit", "--ignore=tests/unit/model"],
+    "unit": ["tests/unit", "--ignore=tests/unit/model"],
     "testkit": ["tests/testkit"],
     "model": ["tests/unit/model"],
 }
+#: A mutant runs in two stages, together exactly the unit, test-kit and model suites: first
+#: the tests nearest saga_core (most mutants die there, fast), then, for a mutant that
+#: survived them, the rest of the unit tests.
+FIRST_STAGE = ["tests/unit/saga_core", "tests/testkit", "tests/unit/model"]
+SECOND_STAGE = ["tests/unit", "--ignore=tests/unit/saga_core", "--ignore=tests/unit/model"]
 #: Examples the model-based test explores per mutant (CI explores more).
 MODEL_EXAMPLES = 100
 
@@ -268,11 +273,11 @@ def hand_mutant(hand: HandMutation) -> Mutant:
 class Copy:
     """A temporary copy of the project in which one mutant at a time is written."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: Path = ROOT, names: Sequence[str] = COPIED) -> None:
         self.path = Path(tempfile.mkdtemp(prefix="sagafleet-mutation-"))
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".sagafleet", "*.egg-info")
-        for name in COPIED:
-            source = ROOT / name
+        for name in names:
+            source = root / name
             if source.is_dir():
                 shutil.copytree(source, self.path / name, ignore=ignore)
             else:
@@ -286,7 +291,8 @@ class Copy:
         if mutant is not None and target is not None:
             target.write_text(mutant.source, encoding="utf-8")
         env = {**os.environ, "PYTHONPATH": str(self.path), "PYTHONDONTWRITEBYTECODE": "1",
-               "SAGAFLEET_MODEL_EXAMPLES": str(model_examples)}
+               "SAGAFLEET_MODEL_EXAMPLES": str(model_examples),
+               "SAGAFLEET_MODEL_SHRINK": "0"}  # caught is enough: no time spent shrinking
         command = [sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider",
                    "--no-header", "-o", "addopts=", *suite]
         started = time.monotonic()
@@ -323,18 +329,26 @@ def _first_failure(output: str) -> str:
     return "(collection or import error)"
 
 
-def run_mutants(mutants: list[Mutant], suite: list[str], jobs: int, timeout: float,
-                model_examples: int, progress: bool) -> list[Result]:
-    """Run every mutant on ``jobs`` copies of the project; results in the mutants' order."""
-    copies = [Copy() for _ in range(jobs)]
+def run_mutants(mutants: list[Mutant], stages: list[list[str]], jobs: int, timeout: float,
+                model_examples: int, progress: bool, *, root: Path = ROOT,
+                names: Sequence[str] = COPIED) -> list[Result]:
+    """Run every mutant on ``jobs`` copies of the project, each stage of tests while it
+    survives; results in the mutants' order."""
+    copies = [Copy(root, names) for _ in range(jobs)]
     try:
-        copies[0].check_imports_from_copy()
+        if root == ROOT:
+            copies[0].check_imports_from_copy()
         free = list(copies)
 
         def one(mutant: Mutant) -> Result:
             copy = free.pop()
+            seconds = 0.0
             try:
-                verdict, by, seconds = copy.run(mutant, suite, timeout, model_examples)
+                for suite in stages:
+                    verdict, by, took = copy.run(mutant, suite, timeout, model_examples)
+                    seconds += took
+                    if verdict != "survived":
+                        break
             finally:
                 free.append(copy)
             result = Result(mutant.module, mutant.line, mutant.operator, mutant.description,
@@ -351,17 +365,20 @@ def run_mutants(mutants: list[Mutant], suite: list[str], jobs: int, timeout: flo
             copy.remove()
 
 
-def baseline(suite: list[str], model_examples: int) -> float:
-    """Seconds the suite takes unmutated; MutationError when it does not pass."""
+def baseline(stages: list[list[str]], model_examples: int) -> float:
+    """Seconds the longest stage takes unmutated; MutationError when one does not pass."""
     copy = Copy()
+    longest = 0.0
     try:
         copy.check_imports_from_copy()
-        verdict, by, seconds = copy.run(None, suite, 3600, model_examples)
+        for suite in stages:
+            verdict, by, seconds = copy.run(None, suite, 3600, model_examples)
+            if verdict != "survived":
+                raise MutationError(f"the tests fail on the unmutated copy ({by}): fix them")
+            longest = max(longest, seconds)
     finally:
         copy.remove()
-    if verdict != "survived":
-        raise MutationError(f"the tests fail on the unmutated copy ({by}): fix them first")
-    return seconds
+    return longest
 
 
 def scores(results: list[Result]) -> dict[str, dict[str, object]]:
@@ -384,7 +401,7 @@ def run_hand(suites: list[str], jobs: int, model_examples: int) -> list[dict[str
     mutants = [hand_mutant(hand) for hand in HAND]
     for suite_name in suites:
         suite = SUITES[suite_name]
-        results = run_mutants(mutants, suite, jobs, 1800, model_examples, progress=True)
+        results = run_mutants(mutants, [suite], jobs, 1800, model_examples, progress=True)
         for hand, result in zip(HAND, results, strict=True):
             row = next((r for r in rows if r["mutation"] == hand.name), None)
             if row is None:
@@ -430,8 +447,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the issue's four hand-made mutations, against each suite")
     parser.add_argument("--list", action="store_true", help="list the mutants; run nothing")
     parser.add_argument("--jobs", type=int, default=1, help="mutants run at once (default 1)")
-    parser.add_argument("--suite", nargs="+", choices=list(SUITES),
-                        default=list(SUITES), help="suites each mutant runs (default all)")
+    parser.add_argument("--suite", nargs="+", choices=list(SUITES), default=list(SUITES),
+                        help="--hand: the suites to show (default all); a mutation run "
+                             "always runs unit, test-kit and model tests, in two stages")
     parser.add_argument("--model-examples", type=int, default=MODEL_EXAMPLES,
                         help=f"examples of the model test per mutant (default {MODEL_EXAMPLES})")
     parser.add_argument("--limit", type=int, help="only the first N mutants (a quick look)")
@@ -454,14 +472,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(mutant.ident)
             print(f"{len(mutants)} mutants", file=sys.stderr)
             return EXIT_OK
-        suite = [part for name in args.suite for part in SUITES[name]]
-        took = baseline(suite, args.model_examples)
+        stages = [FIRST_STAGE, SECOND_STAGE]
+        took = baseline(stages, args.model_examples)
         timeout = max(60.0, 3 * took)
         print(f"baseline {took:.1f}s, timeout per mutant {timeout:.0f}s, {len(mutants)} mutants",
               file=sys.stderr)
         started = time.monotonic()
-        results = run_mutants(mutants, suite, args.jobs, timeout, args.model_examples,
-                              progress=not args.json)
+        # Progress goes to stderr either way: a long run cut short still shows each verdict.
+        results = run_mutants(mutants, stages, args.jobs, timeout, args.model_examples,
+                              progress=True)
         elapsed = time.monotonic() - started
     except MutationError as error:
         print(f"mutation: {error}", file=sys.stderr)
