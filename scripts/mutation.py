@@ -66,9 +66,11 @@ DECIDING = {
     "keys": "saga_core/keys.py",
 }
 
-#: What the copy needs to import and test the project.
-COPIED = ("saga_core", "events", "workers", "projections", "application", "sagafleet",
-          "tests", "pyproject.toml")
+#: What the copy leaves out of the project (tests read the README, docs, examples, ...).
+NOT_COPIED = {".git", ".venv", ".sagafleet", ".hypothesis", ".mypy_cache", ".ruff_cache",
+              "sagafleet.egg-info"}
+#: What the copy holds: everything else at the project's top level.
+COPIED = tuple(sorted(p.name for p in ROOT.iterdir() if p.name not in NOT_COPIED))
 #: The suites, by name, as the hand table shows them.
 SUITES: dict[str, list[str]] = {
     "unit": ["tests/unit", "--ignore=tests/unit/model"],
