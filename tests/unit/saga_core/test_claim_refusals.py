@@ -35,3 +35,9 @@ def test_an_undo_is_not_claimed_while_the_saga_goes_forward() -> None:
     # then its (pending) compensation is refused for that reason first, whatever its attempt
     refused = check_claim(saga.state, "hold", C, 0, saga.now)
     assert not refused and refused.reason == "saga is not compensating"
+
+
+def test_an_operation_the_saga_does_not_have_is_refused_by_name() -> None:
+    saga = _started(_definition(_hold()))
+    unknown = check_claim(saga.state, "nope", F, 1, saga.now)
+    assert not unknown and unknown.reason == "no forward operation for step 'nope'"
