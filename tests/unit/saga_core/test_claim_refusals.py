@@ -1,21 +1,31 @@
-"""Claim verdicts pinned where scripts/mutation.py found them loose (issue 36): why a claim is
-refused, and that only a refusal for want of a grant asks a person again."""
+"""Claim verdicts and due work pinned where scripts/mutation.py found them loose (issue 36):
+why a claim is refused, that only a refusal for want of a grant asks a person again, and
+that neither a verdict nor a due item can be changed once given."""
 
 from __future__ import annotations
 
 from dataclasses import FrozenInstanceError
+from datetime import timedelta
 
 import pytest
 from core_harness import C, F, Saga
 from test_boundaries import _definition, _hold, _started
 
-from saga_core.engine.claims import ClaimVerdict, check_claim
+from saga_core.engine.claims import ClaimVerdict, check_claim, due_work
 
 
 def test_a_verdict_cannot_be_changed_once_given() -> None:
     verdict = ClaimVerdict(False, "cancel requested")
     with pytest.raises(FrozenInstanceError):
         verdict.ok = True  # type: ignore[misc]
+
+
+def test_a_due_work_item_cannot_be_changed_once_listed() -> None:
+    saga = _started(_definition(_hold()))
+    lease = saga.claim("hold", lease_s=30).lease_expires_at
+    (item,) = due_work(saga.state, lease, timedelta(0))
+    with pytest.raises(FrozenInstanceError):
+        item.attempt = 2  # type: ignore[misc]
 
 
 def test_only_a_refusal_for_want_of_a_grant_asks_a_person_again() -> None:
