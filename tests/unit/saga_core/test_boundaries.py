@@ -21,7 +21,7 @@ from saga_core.approval.policy import GatePolicy
 from saga_core.approval.risk_gates import AmountLimit, RiskGate
 from saga_core.definitions.definition import ApprovalPolicy
 from saga_core.definitions.validation import validate_definition
-from saga_core.engine.claims import check_claim, due_work
+from saga_core.engine.claims import check_claim, due_at, due_work
 from saga_core.engine.decision_types import Escalate, Reconcile, RequestApproval
 from saga_core.engine.state import RunStatus
 from saga_core.engine.stops import claim_refusal, limit_passed
@@ -367,3 +367,23 @@ def test_a_retry_is_scheduled_only_while_spent_plus_owed_stays_within_the_budget
     saga.claim("hold")
     saga.fail("hold", ErrorClass.TRANSIENT)
     assert kinds(saga.decide()) == [decision]
+
+
+# -- when the sweeper sees scheduled work as overdue ---------------------------------------------
+
+
+def test_a_delayed_retry_is_due_at_its_not_before_and_fresh_work_after_the_queue_wait() -> None:
+    wait = timedelta(seconds=60)
+    saga = _started(_definition(_hold()))
+    fresh = saga.state.run("hold", F)
+    assert fresh.not_before == fresh.scheduled_at  # enqueued at once: it waits in the queue
+    assert due_at(fresh, wait) == fresh.not_before + wait  # type: ignore[operator]
+    assert due_work(saga.state, fresh.not_before + wait - TICK, wait) == []  # type: ignore[operator]
+    saga.claim("hold")
+    saga.fail("hold", ErrorClass.TRANSIENT)
+    saga.record()
+    retry = saga.state.run("hold", F)
+    assert retry.not_before is not None and retry.not_before > retry.scheduled_at  # type: ignore[operator]
+    assert due_at(retry, wait) == retry.not_before  # never enqueued: due at its not-before
+    assert [w.action for w in due_work(saga.state, retry.not_before, wait)] == ["execute"]
+    assert due_work(saga.state, retry.not_before - TICK, wait) == []
