@@ -48,7 +48,6 @@ from saga_core.engine.events import (
     ApprovalDenied,
     ApprovalGranted,
     ApprovalRequested,
-    ReconciliationResult,
     SagaEvent,
     StepFailed,
     StepOutcomeUnknown,
@@ -598,8 +597,3 @@ def _absent_past_horizon(state: SagaState, run: Any) -> bool:
     horizon = CATALOGUE.require(tool, version).commit_horizon_s
     return (horizon is not None and run.unknown_at is not None and run.absent_at is not None
             and run.absent_at >= run.unknown_at + timedelta(seconds=horizon))
-
-
-def reconciliations(events: list[SagaEvent]) -> int:
-    """How many lookups by key a saga recorded (for the long run's figures)."""
-    return sum(isinstance(e, ReconciliationResult) for e in events)
