@@ -387,3 +387,13 @@ def test_a_delayed_retry_is_due_at_its_not_before_and_fresh_work_after_the_queue
     assert due_at(retry, wait) == retry.not_before  # never enqueued: due at its not-before
     assert [w.action for w in due_work(saga.state, retry.not_before, wait)] == ["execute"]
     assert due_work(saga.state, retry.not_before - TICK, wait) == []
+
+
+def test_a_passed_time_limit_is_due_work_of_the_saga_since_its_deadline() -> None:
+    saga = _started(_definition(_hold(), budget={"time_limit_s": 100}))
+    deadline_at = saga.now + timedelta(seconds=100)
+    assert [w.action for w in due_work(saga.state, deadline_at - TICK, timedelta(0))] == [
+        "execute"]  # the hold, scheduled: the limit is not passed yet
+    (item,) = [w for w in due_work(saga.state, deadline_at + timedelta(seconds=10), timedelta(0))
+               if w.action == "limit_passed"]
+    assert (item.step_id, item.kind, item.attempt, item.due_since) == (None, None, 0, deadline_at)
