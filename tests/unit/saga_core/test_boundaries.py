@@ -397,3 +397,11 @@ def test_a_passed_time_limit_is_due_work_of_the_saga_since_its_deadline() -> Non
     (item,) = [w for w in due_work(saga.state, deadline_at + timedelta(seconds=10), timedelta(0))
                if w.action == "limit_passed"]
     assert (item.step_id, item.kind, item.attempt, item.due_since) == (None, None, 0, deadline_at)
+
+
+def test_a_call_past_its_timeout_and_its_lease_is_due_once_as_a_timeout() -> None:
+    saga = _started(_definition(_hold(timeout_s=20)))
+    started = saga.claim("hold", lease_s=30)
+    assert started.timeout_at is not None
+    due = due_work(saga.state, started.lease_expires_at, timedelta(0))
+    assert [(w.step_id, w.action) for w in due] == [("hold", "timeout")]
