@@ -18,16 +18,19 @@ from sagafleet.testing.fleet import FleetMisconfigured, NeverIdle, TestFleet
 from sagafleet.testing.payout import PayoutBooks, PayoutTools
 from sagafleet.testing.publisher import RecordingPublisher
 from sagafleet.testing.tools import (
+    ANY_TOOL,
     CommittedEffect,
     Fault,
     InMemoryTool,
     InMemoryTools,
+    ToolCall,
     UnknownFault,
     WorkerCrashed,
 )
 from sagafleet.testing.trip import TripLedger, TripTools
 
 __all__ = [
+    "ANY_TOOL",
     "CommittedEffect",
     "Fault",
     "FleetMisconfigured",
@@ -40,6 +43,7 @@ __all__ = [
     "RecordingPublisher",
     "TestClock",
     "TestFleet",
+    "ToolCall",
     "TripLedger",
     "TripTools",
     "UnknownFault",

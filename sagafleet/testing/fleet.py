@@ -10,10 +10,11 @@ over in-memory ports instead of PostgreSQL and Redis:
 * the tools: whatever tool set is given (by default the trip tools in memory).
 
 Nothing runs on its own. :meth:`TestFleet.run_until_idle` handles queued step commands one
-at a time until none are left; :meth:`TestFleet.advance` moves the clock, stopping at each
-moment something falls due (a retry's backoff, an expiring lease or approval, a lookup
-after a commit horizon) to do what a sweeper pass does and run until idle again. Every run
-of the same scenario makes the same events.
+at a time until none are left (:meth:`TestFleet.run_next` handles one);
+:meth:`TestFleet.advance` moves the clock, stopping at each moment something falls due
+(a retry's backoff, an expiring lease or approval, a lookup after a commit horizon) to do
+what a sweeper pass does and run until idle again. Every run of the same scenario makes
+the same events.
 """
 
 from __future__ import annotations
@@ -168,12 +169,13 @@ class TestFleet:
     def run_until_idle(self) -> int:
         """Handle queued step commands, oldest first, until none are left; return how many."""
         for handled in range(MAX_STEPS):
-            if not self._run_next():
+            if not self.run_next():
                 return handled
         raise NeverIdle(f"still busy after {MAX_STEPS} step commands")
 
-    def _run_next(self) -> bool:
-        """Run the oldest queued message as a worker would; False when there is none."""
+    def run_next(self) -> bool:
+        """Run the oldest queued message as a worker would; False when there is none (one
+        step of :meth:`run_until_idle`, for tests that interleave their own moves)."""
         command = self.publisher.take()
         if command is None:
             return False
@@ -231,7 +233,8 @@ class TestFleet:
             if due is None or due > end:
                 break
             self.clock.advance((due - self.clock()).total_seconds())
-        self.clock.advance((end - self.clock()).total_seconds())
+        # A slow_answer fault moves the clock during a run: it may be past ``end`` already.
+        self.clock.advance(max((end - self.clock()).total_seconds(), 0.0))
         self.sweep()
         self.run_until_idle()
 

@@ -31,6 +31,10 @@ class RecordingPublisher:
         """The oldest command not yet taken, or None when the queue is empty."""
         return self._pending.popleft() if self._pending else None
 
+    def peek(self) -> list[StepCommand]:
+        """The commands queued and not yet taken, oldest first (the queue is left as is)."""
+        return list(self._pending)
+
     def drop_pending(self) -> list[StepCommand]:
         """Lose every queued command, as a broker restart would; return what was lost."""
         lost = list(self._pending)

@@ -5,18 +5,22 @@ that changes some in-memory books and raises :class:`~workers.tools.ToolError` f
 refusal) with what a provider with idempotency keys does around it, in the same order as
 the sandbox providers (``sagafleet/sandbox/provider.py``)::
 
-    [timeout_before_dispatch] → [fail_before_commit]
+    [worker_crash_before_call] → [timeout_before_dispatch] → [fail_before_commit]
       → known key (and the tool dedupes): replay the stored receipt, or refuse a changed payload
       → new key: [business_rejection | compensation_failure | target_changed]
                  → the effect; the receipt is stored under the key ([slow_visibility])
-      → [commit_then_timeout] → [worker_crash_after_commit]
+      → [commit_then_timeout] → [worker_crash_after_commit] → [slow_answer]
 
 ``lookup(key)`` answers from the stored receipts: the receipt, ``Absent`` (never stored, or
 not visible yet) or ``Unknown`` (``lookup_unavailable``). Whether a tool dedupes by key is
 read from the catalogue, the one place that says it.
 
 Faults are armed on an :class:`InMemoryTools` set with :meth:`InMemoryTools.fail_next` and
-use the sandbox's names (:class:`Fault`), so a scenario reads the same on both.
+use the sandbox's names (:class:`Fault`), so a scenario reads the same on both; a fault
+armed on :data:`ANY_TOOL` fires on whichever tool is called next. Every ``execute`` and
+``lookup`` is kept, in order, in :attr:`InMemoryTools.calls` (a :class:`ToolCall` each, with
+its operation key and how it ended), for checks such as "never called twice without a
+lookup in between".
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from saga_core.contracts import ErrorClass, Receipt
 from saga_core.definitions.catalogue import ToolCatalogue
@@ -36,12 +40,14 @@ from sagafleet.testing.clock import TestClock
 from workers.tools import Absent, LookupResult, ToolError, ToolRegistry, ToolSet, Unknown
 
 __all__ = [
+    "ANY_TOOL",
     "CommittedEffect",
     "Effect",
     "Fault",
     "InMemoryTool",
     "InMemoryTools",
     "TargetChange",
+    "ToolCall",
     "UnknownFault",
     "WorkerCrashed",
 ]
@@ -53,6 +59,11 @@ TargetChange = Callable[[Mapping[str, Any]], None]
 
 #: How long a ``slow_visibility`` effect stays invisible to lookup unless told (as the sandbox).
 DEFAULT_VISIBILITY_DELAY_S = 2.0
+#: How long a ``slow_answer`` call takes unless told: past every commit horizon and lease
+#: of the shipped catalogues.
+DEFAULT_SLOW_ANSWER_S = 600.0
+#: Arm a fault on whichever tool of the set is called next (``fail_next(ANY_TOOL, ...)``).
+ANY_TOOL = "*"
 
 
 class Fault(StrEnum):
@@ -69,6 +80,12 @@ class Fault(StrEnum):
     # The test kit's own: the effect commits, then the worker dies before recording it
     # (the matrix's "before_receipt", a SIGKILL there); the claim's lease must run out.
     WORKER_CRASH_AFTER_COMMIT = "worker_crash_after_commit"
+    # The worker dies after its claim, before the call leaves it: nothing committed, but
+    # the log cannot tell, so the claim's lease must run out and the outcome be proven.
+    WORKER_CRASH_BEFORE_CALL = "worker_crash_before_call"
+    # The effect commits and the answer comes back ``delay_s`` later (the test clock moves
+    # on meanwhile): after the lease and the commit horizon, as from a stalled worker.
+    SLOW_ANSWER = "slow_answer"
 
 
 class WorkerCrashed(BaseException):  # noqa: N818 - a crash, not an error to handle
@@ -92,6 +109,24 @@ class _Rule:
     remaining: int | None
     saga_id: str | None
     params: dict[str, Any]
+
+
+CallOutcome = Literal["committed", "replayed", "refused", "ambiguous", "crashed",
+                     "found", "absent", "unknown"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call a tool received, in order: ``execute`` or ``lookup``, under which key, at
+    which test time, and how it ended (``refused``: a definite error, nothing committed;
+    ``ambiguous``: a timeout; ``crashed``: the worker died; a lookup's answer)."""
+
+    tool: str
+    op: Literal["execute", "lookup"]
+    key: str
+    saga_id: str | None
+    at: datetime
+    outcome: CallOutcome
 
 
 @dataclass(frozen=True)
@@ -144,9 +179,25 @@ class InMemoryTool:
         self._stored: dict[str, _Stored] = {}
 
     def execute(self, args: Mapping[str, Any], key: str) -> Receipt:
-        """Perform the effect once per key (if the tool dedupes), meeting armed faults."""
+        """Perform the effect once per key (if the tool dedupes), meeting armed faults; the
+        call is kept in :attr:`InMemoryTools.calls` with how it ended."""
         saga_id = _saga_of(args)
+        at = self._tools.clock()
+        outcome: CallOutcome = "crashed"  # a BaseException leaves it so
+        try:
+            receipt, outcome = self._execute(args, key, saga_id)
+            return receipt
+        except ToolError as error:
+            outcome = "ambiguous" if error.error_class is ErrorClass.AMBIGUOUS else "refused"
+            raise
+        finally:
+            self._tools.calls.append(ToolCall(self.name, "execute", key, saga_id, at, outcome))
+
+    def _execute(self, args: Mapping[str, Any], key: str,
+                 saga_id: str | None) -> tuple[Receipt, CallOutcome]:
         fire = self._tools.fire
+        if fire(self.name, Fault.WORKER_CRASH_BEFORE_CALL, saga_id) is not None:
+            raise WorkerCrashed(f"the worker died before calling {self.name} with key {key!r}")
         if fire(self.name, Fault.TIMEOUT_BEFORE_DISPATCH, saga_id) is not None:
             raise self._timeout(key, "before dispatch")
         failed = fire(self.name, Fault.FAIL_BEFORE_COMMIT, saga_id)
@@ -161,7 +212,9 @@ class InMemoryTool:
                                 f"{self.name}: idempotency key {key!r} was already used for a"
                                 " different request", {"key": key})
             receipt = stored.receipt  # the provider replays the stored result
+            outcome: CallOutcome = "replayed"
         else:
+            outcome = "committed"
             self._shape_new_effect(args, saga_id)
             slow = fire(self.name, Fault.SLOW_VISIBILITY, saga_id)
             receipt = self._effect(args, key)
@@ -175,17 +228,27 @@ class InMemoryTool:
             raise self._timeout(key, "after commit")
         if fire(self.name, Fault.WORKER_CRASH_AFTER_COMMIT, saga_id) is not None:
             raise WorkerCrashed(f"the worker died after {self.name} committed key {key!r}")
-        return receipt
+        slow = fire(self.name, Fault.SLOW_ANSWER, saga_id)
+        if slow is not None:
+            self._tools.clock.advance(float(slow.get("delay_s", DEFAULT_SLOW_ANSWER_S)))
+        return receipt, outcome
 
     def lookup(self, key: str) -> LookupResult:
         """The receipt stored under ``key`` once visible; Absent before; Unknown if down."""
         stored = self._stored.get(key)
         saga_id = stored.saga_id if stored is not None else None
+        now = self._tools.clock()
+        answer: LookupResult
         if self._tools.fire(self.name, Fault.LOOKUP_UNAVAILABLE, saga_id) is not None:
-            return Unknown(f"{self.name} lookup is unavailable (injected)", {"key": key})
-        if stored is None or self._tools.clock() < stored.visible_at:
-            return Absent(f"{self.name} has no visible request under key {key!r}")
-        return stored.receipt
+            answer = Unknown(f"{self.name} lookup is unavailable (injected)", {"key": key})
+        elif stored is None or now < stored.visible_at:
+            answer = Absent(f"{self.name} has no visible request under key {key!r}")
+        else:
+            answer = stored.receipt
+        outcome: CallOutcome = ("unknown" if isinstance(answer, Unknown)
+                                else "absent" if isinstance(answer, Absent) else "found")
+        self._tools.calls.append(ToolCall(self.name, "lookup", key, saga_id, now, outcome))
+        return answer
 
     def _shape_new_effect(self, args: Mapping[str, Any], saga_id: str | None) -> None:
         """Faults that only a new effect meets (a replay returns the stored result as is)."""
@@ -243,6 +306,7 @@ class InMemoryTools:
         self._tools: dict[str, InMemoryTool] = {}
         self._rules: list[_Rule] = []
         self.fired: list[tuple[str, Fault, str | None]] = []  # (tool, fault, saga) as they fired
+        self.calls: list[ToolCall] = []  # every execute and lookup, in order
 
     def add(
         self, name: str, effect: Effect, *, version: int = 1,
@@ -274,8 +338,10 @@ class InMemoryTools:
     ) -> None:
         """Make the next ``times`` calls of ``tool`` (None: every call) meet ``fault``.
 
-        ``saga_id`` narrows it to one saga's calls (a lookup knows the saga of a key only
-        once the tool stored it, as the sandbox does). Parameters as in the sandbox:
+        ``tool`` may be :data:`ANY_TOOL`: the fault fires on whichever tool meets it first
+        (``target_changed`` only where a tool can suffer it). ``saga_id`` narrows it to one
+        saga's calls (a lookup knows the saga of a key only once the tool stored it, as the
+        sandbox does). Parameters as in the sandbox:
         ``delay_s`` for slow_visibility, ``error_class`` for fail_before_commit and
         compensation_failure (``"permanent"``).
         """
@@ -294,21 +360,22 @@ class InMemoryTools:
         self._rules.clear()
 
     def _check(self, tool: str, fault: Fault | str) -> Fault:
-        if tool not in self._tools:
+        if tool not in self._tools and tool != ANY_TOOL:
             raise UnknownFault(f"no in-memory tool {tool!r}; the set has {sorted(self._tools)}")
         try:
             checked = Fault(fault)
         except ValueError:
             raise UnknownFault(
                 f"no fault {fault!r}; known faults: {[f.value for f in Fault]}") from None
-        if checked is Fault.TARGET_CHANGED and not self._tools[tool].can_change_target:
+        if (checked is Fault.TARGET_CHANGED and tool != ANY_TOOL
+                and not self._tools[tool].can_change_target):
             raise UnknownFault(f"{tool} has no target to change (add it with change_target=)")
         return checked
 
     def fire(self, tool: str, fault: Fault, saga_id: str | None) -> dict[str, Any] | None:
         """The parameters of the first armed rule for this call, consuming one firing."""
         for rule in self._rules:
-            if (rule.tool, rule.fault) != (tool, fault) or rule.remaining == 0:
+            if rule.fault is not fault or rule.tool not in (tool, ANY_TOOL) or rule.remaining == 0:
                 continue
             if rule.saga_id is not None and rule.saga_id != saga_id:
                 continue

@@ -1,0 +1,83 @@
+"""scripts/mutation.py on a tiny module: it makes the mutants it says, writes them only into
+a copy, and tells a killed mutant from a survivor by running the copy's tests."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
+
+import mutation  # noqa: E402
+
+TINY = '''"""A limit check."""
+
+
+def within(amount: int, limit: int) -> bool:
+    """Whether amount stays within limit."""
+    return amount <= limit and not amount < 0
+'''
+
+TINY_TEST = '''from tiny_core.tiny import within
+
+
+def test_within_at_and_around_the_limit():
+    assert within(10, 10) and within(9, 10) and not within(11, 10)
+'''
+
+
+def test_the_mutants_of_a_tiny_module_are_the_operators_it_holds() -> None:
+    found = [(m.operator, m.description) for m in mutation.mutants_of("tiny.py", TINY)]
+    assert found == [
+        ("boolop", "and -> or"),
+        ("compare", "< -> <="),
+        ("compare", "<= -> <"),
+        ("not", "not x -> x"),
+        ("number", "0 -> 1"),
+    ]  # no early return: the body already is one
+    compare = next(m for m in mutation.mutants_of("tiny.py", TINY) if m.description == "<= -> <")
+    assert "return (amount < limit) and not amount < 0" in compare.source
+    assert '"""A limit check."""' in compare.source  # the rest of the file as written
+
+
+def test_a_run_kills_a_caught_mutant_and_reports_a_survivor_without_touching_the_tree(
+        tmp_path: Path) -> None:
+    # given a tiny project: a module and a test that pins its boundary (not the sign check)
+    (tmp_path / "tiny_core").mkdir()
+    (tmp_path / "tiny_core" / "__init__.py").write_text("")
+    (tmp_path / "tiny_core" / "tiny.py").write_text(TINY)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_tiny.py").write_text(TINY_TEST)
+    mutants = [m for m in mutation.mutants_of("tiny_core/tiny.py", TINY)
+               if m.description in ("<= -> <", "< -> <=")]
+    # when both run on a copy
+    results = mutation.run_mutants(mutants, [["tests"]], 1, 120, 1, progress=False,
+                                   root=tmp_path, names=("tiny_core", "tests"))
+    # then the boundary flip is killed by the test, the sign check's flip survives
+    verdicts = {r.description: (r.verdict, r.killed_by) for r in results}
+    assert verdicts["<= -> <"] == (
+        "killed", "tests/test_tiny.py::test_within_at_and_around_the_limit")
+    assert verdicts["< -> <="] == ("survived", "")
+    assert mutation.scores(results) == {"tiny_core/tiny.py": {
+        "mutants": 2, "killed": 1, "timeout": 0, "survived": 1, "score": 50.0}}
+    assert (tmp_path / "tiny_core" / "tiny.py").read_text() == TINY  # the tree is untouched
+
+
+def test_the_hand_made_mutations_still_find_their_lines() -> None:
+    for hand in mutation.HAND:
+        mutant = mutation.hand_mutant(hand)
+        assert hand.after in mutant.source and mutant.operator == "hand"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    ([], "name what to mutate"),
+    (["--modules", "saga_core/nope.py"], "no Python module"),
+    (["--modules", "workers/executor.py"], "only saga_core is mutated"),
+    (["--jobs", "0", "--deciding"], "--jobs must be at least 1"),
+])
+def test_bad_arguments_are_refused_by_name(argv: list[str], message: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    assert mutation.main([*argv, "--list"]) == mutation.EXIT_USAGE
+    assert message in capsys.readouterr().err
