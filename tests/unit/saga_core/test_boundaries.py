@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from core_harness import C, F, Saga, kinds, person, trip_input
 
-from saga_core import DefinitionError, ErrorClass, SagaDefinition, ToolCatalogue, trip_definition
+from saga_core import DefinitionError, ErrorClass, SagaDefinition, ToolCatalogue
 from saga_core.approval.answers import check_approval, check_denial
 from saga_core.approval.policy import GatePolicy
 from saga_core.approval.risk_gates import AmountLimit, RiskGate
@@ -25,6 +25,7 @@ from saga_core.engine.claims import check_claim, due_at, due_work
 from saga_core.engine.decision_types import Escalate, Reconcile, RequestApproval
 from saga_core.engine.state import RunStatus
 from saga_core.engine.stops import claim_refusal, limit_passed
+from sagafleet.example_sagas import trip_definition
 
 TICK = timedelta(microseconds=1)  # the smallest step of the log's clock
 TRIP_LIMIT = 100_000  # the trip's capture gate (catalogue and definition): above it asks
