@@ -23,7 +23,10 @@ CROSS_CUTTING_FILES = ("test_architecture.py", "test_layout.py", "test_sandbox_s
 # Directory names that hold data or caches, not tests of a package.
 NOT_PACKAGES = ("fixtures", "__pycache__")
 # Integration directories that belong to one package (the others are fleet-wide scenarios).
-MIRRORED_INTEGRATION = ("events", "projections", "application")
+MIRRORED_INTEGRATION = ("events", "projections", "application", "sagafleet")
+# Integration directories grouped by how they run, not by module: the console in a headless
+# browser, and the console's single sign-on against a real OpenID provider (with its node app).
+THEME_DIRS = (("sagafleet", "console", "browser"), ("sagafleet", "console", "oidc"))
 
 
 def names_package_or_module(parts: tuple[str, ...]) -> bool:
@@ -42,6 +45,8 @@ def mirrored_dirs() -> list[tuple[Path, tuple[str, ...]]]:
         for directory in sorted(p for p in base.rglob("*") if p.is_dir()):
             parts = directory.relative_to(start).parts
             if parts[0] in CROSS_CUTTING_DIRS or any(p in NOT_PACKAGES for p in parts):
+                continue
+            if any(parts[: len(theme)] == theme for theme in THEME_DIRS):
                 continue
             found.append((directory, parts))
         if base != UNIT:
