@@ -16,9 +16,10 @@ UNIT = ROOT / "tests" / "unit"
 INTEGRATION = ROOT / "tests" / "integration"
 PACKAGES = ("saga_core", "events", "application", "workers", "projections", "sagafleet")
 
-# Suites that test no one module: hostile input across every layer, the helper scripts, and
-# the rules between the rooms (directly in tests/unit).
-CROSS_CUTTING_DIRS = ("hostile", "scripts")
+# Suites that test no one module: hostile input across every layer, the helper scripts, the
+# model-based test of the whole engine (issue 36, tests/unit/model), and the rules between the
+# rooms (directly in tests/unit).
+CROSS_CUTTING_DIRS = ("hostile", "scripts", "model")
 CROSS_CUTTING_FILES = ("test_architecture.py", "test_layout.py", "test_sandbox_stays_out.py")
 # Directory names that hold data or caches, not tests of a package.
 NOT_PACKAGES = ("fixtures", "__pycache__")
