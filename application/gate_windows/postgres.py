@@ -6,7 +6,8 @@ locked ``FOR UPDATE`` (created first if need be), then its sliding total is summ
 reservation inserted only if it fits. In READ COMMITTED, which the store's units run in, each
 statement sees what committed before it started, so a second claimer that waited for the
 lock sums after the first committed: two sagas of a tenant never both slip under the limit
-(``tests/integration/test_gate_window_race.py`` races real claims to show it).
+(``tests/integration/application/gate_windows/test_gate_window_race.py`` races real claims
+to show it).
 """
 
 from __future__ import annotations

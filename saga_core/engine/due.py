@@ -14,7 +14,7 @@ asks when nothing else is listed, compares ``t`` with the same instants. Between
 consecutive instants its answer cannot change, so the first moment it lists work is
 ``after`` itself or one of those instants; :func:`next_due` asks ``due_work`` there, in
 time order, and returns the first that lists work. The property test
-(tests/unit/saga_core/test_core_due.py) checks it against ``due_work`` at random clock times.
+(tests/unit/saga_core/engine/test_due.py) checks it against ``due_work`` at random clock times.
 """
 
 from __future__ import annotations

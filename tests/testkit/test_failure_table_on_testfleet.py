@@ -1,6 +1,6 @@
 """The seed article's failure table, one end-to-end scenario per row, on TestFleet.
 
-tests/unit/saga_core/test_core_failure_table.py checks each row's decisions one by one;
+tests/unit/saga_core/engine/test_core_failure_table.py checks each row's decisions one by one;
 here the same rows run through the real client, orchestrator and executor against the
 in-memory trip tools, and are judged by the journal and the providers' books.
 """

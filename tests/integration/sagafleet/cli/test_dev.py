@@ -24,7 +24,7 @@ from sagafleet import cli, embedded, embedded_state
 from sagafleet.demo import trip_input
 from sagafleet.exit_codes import ExitCode
 
-CUSTOM_TOOLS = Path(__file__).resolve().parents[3] / "examples" / "custom_tools"
+CUSTOM_TOOLS = Path(__file__).resolve().parents[4] / "examples" / "custom_tools"
 STARTUP_S = 300.0
 """Bound on a start-up on a loaded machine (a safety net that ends a hung test, not a
 threshold the test measures)."""

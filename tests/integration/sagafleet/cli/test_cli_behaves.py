@@ -26,7 +26,8 @@ from sagafleet.exit_codes import ExitCode
 from sagafleet.migrate import migrate_all
 
 NIL = "00000000-0000-0000-0000-000000000000"
-# The read commands (tests/integration/cli/test_cli.py runs them on a configured database).
+# The read commands (tests/integration/sagafleet/cli/test_cli.py runs them on a configured
+# database).
 READ_COMMANDS = [
     ["status", NIL], ["list"], ["find", "some-key"], ["queue"], ["audit", NIL], ["stats"],
     ["alerts"], ["verify"], ["projections", "status"], ["dead-letters"],

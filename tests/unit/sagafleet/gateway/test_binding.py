@@ -146,5 +146,5 @@ def test_headers_that_would_choose_tenant_or_actor_are_found_in_any_case():
 def test_the_help_and_the_readme_state_how_fast_a_revocation_takes_effect():
     stated = f"within {AUTH_CACHE_TTL.total_seconds():g} seconds"
     assert stated in " ".join(MCP_EPILOG.split())
-    page = (Path(__file__).parents[3] / "docs" / "agents.md").read_text(encoding="utf-8")
+    page = (Path(__file__).parents[4] / "docs" / "agents.md").read_text(encoding="utf-8")
     assert stated in " ".join(page.split())

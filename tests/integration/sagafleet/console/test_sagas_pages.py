@@ -29,7 +29,7 @@ from saga_core.engine.events import ApprovalGranted
 from sagafleet.console.core import Console
 from sagafleet.example_sagas import trip_definition
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "projections"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "projections"))
 from projection_support import SECRET_CARD, T0, TripScript  # noqa: E402
 
 pytestmark = pytest.mark.integration

@@ -30,7 +30,7 @@ from trip_inputs import TRIP_INPUT
 from saga_core.engine.events import ApprovalDenied, ApprovalGranted
 
 GATED = TRIP_INPUT | {"amount": 250_000}  # above the trip's 1000.00 capture limit
-ROOT = Path(__file__).resolve().parents[4]
+ROOT = Path(__file__).resolve().parents[5]
 SHOTS = ROOT / ".ci" / "artifacts" / "screenshots"
 AXE = Path(os.environ.get("SAGAFLEET_AXE_JS",
                           ROOT / ".ci" / "node_modules" / "axe-core" / "axe.min.js"))

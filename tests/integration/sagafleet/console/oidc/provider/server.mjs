@@ -1,5 +1,5 @@
 // A real OpenID provider (npm oidc-provider, pinned in package.json) on loopback, for the
-// console's single sign-on tests. Started by tests/integration/console/oidc/conftest.py:
+// console's single sign-on tests. Started by tests/integration/sagafleet/console/oidc/conftest.py:
 //
 //   node server.mjs CONFIG.json
 //

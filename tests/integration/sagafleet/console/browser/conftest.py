@@ -36,7 +36,7 @@ from workers.sweeper import Sweeper
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts" / "console"
+ARTIFACTS = Path(__file__).resolve().parents[4] / "artifacts" / "console"
 
 pytestmark = pytest.mark.integration
 
