@@ -221,10 +221,14 @@ def _where(query: QueueQuery, tenant: str, now: datetime) -> tuple[sql.Composabl
     return sql.SQL(" AND ").join(clauses), values
 
 
-_URGENT_KEY: Final = "COALESCE(deadline, 'infinity'::timestamptz), requested_at, saga_id, entry, " \
-    "step_id, kind"
+_URGENT_KEY: Final = sql.SQL(
+    "COALESCE(deadline, 'infinity'::timestamptz), requested_at, saga_id, entry, step_id, kind")
 """The urgent order: nearest deadline first (none: last), then the oldest request."""
-_TIME_KEY: Final = "requested_at, saga_id, entry, step_id, kind"
+_TIME_KEY: Final = sql.SQL("requested_at, saga_id, entry, step_id, kind")
+"""The oldest-first order (and the row compared with the cursor in either time order)."""
+_NEWEST_FIRST: Final = sql.SQL(
+    "requested_at DESC, saga_id DESC, entry DESC, step_id DESC, kind DESC")
+"""The newest-first order: :data:`_TIME_KEY` with every column descending."""
 
 
 def _keyset(query: QueueQuery) -> tuple[sql.Composable, list[Any]]:
@@ -234,18 +238,18 @@ def _keyset(query: QueueQuery) -> tuple[sql.Composable, list[Any]]:
         return sql.SQL(""), []
     tail = [after.requested_at, after.saga_id, after.entry, after.step_id, after.kind]
     if query.sort is QueueSort.URGENT:
-        return sql.SQL(" AND (" + _URGENT_KEY + ") > (COALESCE(%s::timestamptz, "
-                       "'infinity'::timestamptz), %s, %s, %s, %s, %s)"), [after.deadline, *tail]
-    compare = "<" if query.sort is QueueSort.NEWEST else ">"
-    return sql.SQL(f" AND ({_TIME_KEY}) {compare} (%s, %s, %s, %s, %s)"), tail
+        return sql.SQL(" AND ({}) > (COALESCE(%s::timestamptz, 'infinity'::timestamptz), "
+                       "%s, %s, %s, %s, %s)").format(_URGENT_KEY), [after.deadline, *tail]
+    compare = sql.SQL("<") if query.sort is QueueSort.NEWEST else sql.SQL(">")
+    return sql.SQL(" AND ({}) {} (%s, %s, %s, %s, %s)").format(_TIME_KEY, compare), tail
 
 
 def _order(query: QueueQuery) -> sql.Composable:
     if query.sort is QueueSort.URGENT:
-        return sql.SQL(" ORDER BY " + _URGENT_KEY)
-    direction = " DESC" if query.sort is QueueSort.NEWEST else ""
-    return sql.SQL(" ORDER BY " + ", ".join(f"{column}{direction}"
-                                            for column in _TIME_KEY.split(", ")))
+        return sql.SQL(" ORDER BY {}").format(_URGENT_KEY)
+    if query.sort is QueueSort.NEWEST:
+        return sql.SQL(" ORDER BY {}").format(_NEWEST_FIRST)
+    return sql.SQL(" ORDER BY {}").format(_TIME_KEY)
 
 
 def queue_page_rows(ctx: ProjectionContext, query: QueueQuery, *, tenant: str, now: datetime,
