@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -256,6 +257,9 @@ def main() -> None:
                              " commits; the baseline's chains are enqueued by one thread)")
     parser.add_argument("--memory", type=int, default=0,
                         help="also run this many sagas on one worker and sample its RSS")
+    parser.add_argument("--keep-home", action="store_true",
+                        help="keep the run's folder (servers' data and every process's log)"
+                             " in /tmp instead of removing it at the end")
     args = parser.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="sfb-", dir="/tmp"))
@@ -332,6 +336,10 @@ def main() -> None:
             drop_database(server, database)
         if not args.database_url or not args.broker_url:
             embedded.stop_embedded(home)
+        if args.keep_home:
+            print(f"kept {home} (servers' data, logs/)", flush=True)
+        else:
+            shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":
