@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from selenium.common.exceptions import (
+    ElementNotInteractableException,
     NoAlertPresentException,
     NoSuchElementException,
     StaleElementReferenceException,
@@ -39,9 +40,11 @@ def sign_out(driver: Any) -> None:
 def wait_until(driver: Any, condition: Callable[[Any], Any], timeout: float = WAIT_S) -> Any:
     """What ``condition`` returns once it is truthy (a TimeoutException otherwise). A live page
     replaces its fragments when the read models move, so an element found a moment ago may be
-    gone: such a look is simply taken again."""
+    gone, or not yet laid out (not interactable) while its fragment is swapped in: such a look
+    is simply taken again."""
     return WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=(
-        NoSuchElementException, StaleElementReferenceException)).until(condition)
+        NoSuchElementException, StaleElementReferenceException,
+        ElementNotInteractableException)).until(condition)
 
 
 def refused(driver: Any, *, saying: str = "") -> str:
