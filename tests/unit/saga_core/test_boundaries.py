@@ -290,6 +290,19 @@ def test_the_saga_retry_budget_allows_a_retry_while_one_is_left(budget: int,
     assert kinds(saga.decide()) == [decision]
 
 
+def test_a_retry_spends_the_saga_budget_and_the_next_failure_finds_it_empty() -> None:
+    # the budget is spent by the retries the fold records, not only read at the start
+    definition = _definition(_hold())
+    saga = Saga(definition, {"item": "lamp", "amount": 1}, retry_budget=1)
+    saga.settle()
+    _transient_failures(saga, "hold", 1)
+    assert kinds(saga.decide()) == ["RetryAfterBackoff"]  # one left: spent on this retry
+    saga.record()
+    assert saga.state.retry_budget_left == 0
+    _transient_failures(saga, "hold", 1)
+    assert kinds(saga.decide()) == ["Escalate"]  # none left
+
+
 def test_lookups_that_cannot_answer_escalate_at_max_reconciliations() -> None:
     saga = _started(_definition(_hold()))
     saga.claim("hold")

@@ -8,6 +8,7 @@ from core_harness import C, F, Saga
 from saga_core import (
     AgentPlan,
     ErrorClass,
+    EventRejected,
     PlannedAction,
     PlanRejected,
     PlanRevised,
@@ -128,6 +129,22 @@ def test_revision_event_round_trips_and_refolds_to_the_same_state() -> None:
     again = load_event("PlanRevised", dump_event(event))
     assert again == event
     assert fold(saga.definition, saga.events).forward == saga.state.forward
+
+
+def test_a_revision_folded_onto_a_compensating_saga_is_rejected_by_the_fold() -> None:
+    # revise_plan refuses it before an event is written; the fold refuses such an event too
+    saga = _saga(FLIGHT, HOTEL)
+    saga.run_ok(ID(FLIGHT))
+    saga.settle()
+    event = revise_plan(saga.state, AgentPlan(actions=[FLIGHT, HOTEL_2]), trip_tool_catalogue(),
+                        saga.now, actor="agent-1", reason="user changed the hotel")
+    assert event is not None
+    saga.claim(ID(HOTEL))
+    saga.fail(ID(HOTEL), ErrorClass.BUSINESS_REJECTION)
+    saga.settle()
+    assert saga.state.phase == "compensating" and saga.state.escalation is None
+    with pytest.raises(EventRejected):
+        fold(saga.definition, [*saga.events, event])
 
 
 def test_revision_after_the_saga_is_terminal_is_refused() -> None:
