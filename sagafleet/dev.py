@@ -25,7 +25,6 @@ the person's is printed, to paste into the console's sign-in page.
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import socket
@@ -58,7 +57,7 @@ from sagafleet.migrate import migrate_all
 from sagafleet.processes import spawn_sagafleet, stop_processes
 from sagafleet.settings import Settings
 from workers.fleet import Fleet, FleetConfig
-from workers.tools import load_tool_set
+from workers.tools import ToolSetError, load_tool_set, tool_set_target
 
 TENANT = "default"
 AGENT = "dev-agent"
@@ -112,18 +111,10 @@ def check_tools_reference(reference: str) -> None:
     """Before anything starts: ``reference`` looks like ``package.module:attribute``, the
     module imports and has the attribute; :class:`DevSetupError` naming it otherwise. (The
     tool set itself is built later, once the database it may need exists.)"""
-    module_name, sep, attribute = reference.partition(":")
-    if not sep or not module_name or not attribute:
-        raise DevSetupError(f"sagafleet dev --tools {reference}: must look like "
-                            "'package.module:attribute'")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise DevSetupError(f"sagafleet dev --tools {reference}: cannot import {module_name}: "
-                            f"{exc} (is its directory on PYTHONPATH?)") from None
-    if not hasattr(module, attribute):
-        raise DevSetupError(f"sagafleet dev --tools {reference}: {module_name} has no "
-                            f"{attribute!r}")
+        tool_set_target(reference)
+    except ToolSetError as exc:
+        raise DevSetupError(f"sagafleet dev --tools {reference}: {exc}") from None
 
 
 def check_tools(reference: str) -> ToolCatalogue:

@@ -242,6 +242,23 @@ class ToolSetError(SagaError):
     kind = ErrorKind.MISCONFIGURED
 
 
+def tool_set_target(reference: str) -> object:
+    """What ``package.module:attribute`` names, imported (a ToolSet or a factory of one), or
+    :class:`ToolSetError` saying which part of the reference is wrong."""
+    module_name, sep, attribute = reference.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ToolSetError(f"tool set {reference!r} must look like 'package.module:attribute'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ToolSetError(f"tool set {reference!r}: cannot import {module_name}: {exc} "
+                           "(is its directory on PYTHONPATH?)") from None
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ToolSetError(f"tool set {reference!r}: {module_name} has no {attribute!r}") from None
+
+
 def load_tool_set(reference: str) -> ToolSet:
     """Import ``package.module:attribute`` and return the :class:`ToolSet` it names.
 
@@ -249,17 +266,7 @@ def load_tool_set(reference: str) -> ToolSet:
     per process), so a deployment can plug its own allowlisted tools into ``sagafleet
     worker`` without a line of sagafleet code changing.
     """
-    module_name, sep, attribute = reference.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ToolSetError(f"tool set {reference!r} must look like 'package.module:attribute'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ToolSetError(f"tool set {reference!r}: cannot import {module_name}: {exc}") from None
-    try:
-        target = getattr(module, attribute)
-    except AttributeError:
-        raise ToolSetError(f"tool set {reference!r}: {module_name} has no {attribute!r}") from None
+    target = tool_set_target(reference)
     found = target() if callable(target) and not isinstance(target, ToolSet) else target
     if not isinstance(found, ToolSet):
         raise ToolSetError(
