@@ -53,6 +53,7 @@ from sagafleet.console.pages.queue_query import (
     parse_queue_query,
     queue_counts,
     queue_page_rows,
+    request_waits,
 )
 from sagafleet.console.pages.saga_context import render_context
 from sagafleet.console.pages.saga_markup import queue_anchor  # the saga page links here
@@ -124,9 +125,8 @@ def routes(console: Console) -> list[BaseRoute]:
 
 def _in_queue(console: Console, tenant: str, key: RequestKey) -> bool:
     """Whether the request waits in the tenant's queue (read on the primary)."""
-    found = queue_page_rows(console.fresh, QueueQuery(search=key.saga_id), tenant=tenant,
-                            now=datetime.now(UTC), limit=PAGE_SIZE)[0]
-    return any((r.saga_id, r.entry, r.step_id, r.kind) == key.params() for r in found)
+    return request_waits(console.fresh, tenant=tenant, saga_id=key.saga_id, entry=key.entry,
+                         step_id=key.step_id, kind=key.kind)
 
 
 def _may_claim(viewer: Viewer) -> bool:

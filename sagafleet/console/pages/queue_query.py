@@ -271,6 +271,19 @@ def queue_page_rows(ctx: ProjectionContext, query: QueueQuery, *, tenant: str, n
     return rows, (QueueCursor.of(rows[-1]) if more and rows else None)
 
 
+def request_waits(ctx: ProjectionContext, *, tenant: str, saga_id: str, entry: str,
+                  step_id: str, kind: str) -> bool:
+    """Whether this one request waits in ``tenant``'s queue."""
+    check_tenant(tenant)
+    with ctx.connection() as conn:
+        found = conn.execute(sql.SQL(
+            "SELECT 1 FROM {t} WHERE tenant = %s AND saga_id = %s AND entry = %s "
+            "AND step_id = %s AND kind = %s").format(
+                t=table("operator_queue", active_version(conn, "sagas"))),
+            (tenant, saga_id, entry, step_id, kind)).fetchone()
+    return found is not None
+
+
 @dataclass(frozen=True)
 class QueueCounts:
     """How many entries wait in the tenant's queue, per state, and how many the query
