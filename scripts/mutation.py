@@ -17,9 +17,17 @@ operator           change
 
 Only the changed expression's text is replaced (in parentheses), so the rest of the file,
 comments included, stays as written. A mutant is written into a temporary copy of the
-project, never into the working tree, and the unit and test-kit suites run on that copy
-(``-x``: the first failure kills it) with a timeout; a mutant whose tests time out is
-counted as killed (``timeout``), as is one that no longer imports.
+project, never into the working tree, and tests run on that copy (``-x``: the first failure
+kills it) with a timeout; a mutant whose tests time out is counted as killed (``timeout``),
+as is one that no longer imports.
+
+Which tests: the unit, test-kit and model suites, once, under coverage, with each test in a
+context of its own (``scripts/mutation_contexts.py``) give every line of ``saga_core`` the
+tests that reach it. A mutant then runs only those, quickest first; one on a line no test
+reaches survives without a run (reported as such); one on a line that runs on import (a
+constant, a default, a class body) runs every suite, since any test may see it.
+``--no-select`` runs every suite for every mutant, in two stages, as a check of the
+selection.
 
 ::
 
@@ -28,7 +36,9 @@ counted as killed (``timeout``), as is one that no longer imports.
     python scripts/mutation.py --modules saga_core/keys.py --json
     python scripts/mutation.py --list --modules saga_core/engine/claims.py
 
-Not for CI: a survivor costs a whole suite run (on a 2-core machine, about a minute).
+Not for CI: the coverage run takes a few minutes, and a mutant from two seconds (killed by
+its first test) to the time its reaching tests take together (a survivor on the fold's hot
+lines: about a minute on a 2-core machine).
 Exit codes: 0 done (survivors are reported, not failures), 2 bad arguments, 3 the tests do
 not pass on the unmutated copy (nothing to measure against).
 """
@@ -48,6 +58,8 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from coverage import CoverageData
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -82,8 +94,12 @@ SUITES: dict[str, list[str]] = {
 #: survived them, the rest of the unit tests.
 FIRST_STAGE = ["tests/unit/saga_core", "tests/testkit", "tests/unit/model"]
 SECOND_STAGE = ["tests/unit", "--ignore=tests/unit/saga_core", "--ignore=tests/unit/model"]
+#: The same tests as one run (the run under coverage that maps lines to tests).
+ALL_TESTS = ["tests/unit", "tests/testkit"]
 #: Examples the model-based test explores per mutant (CI explores more).
 MODEL_EXAMPLES = 100
+#: Selected tests beyond this many go to pytest through an arguments file (``@file``).
+ARGUMENTS_INLINE = 50
 
 _SWAPS: dict[type[ast.cmpop], type[ast.cmpop]] = {
     ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
@@ -108,6 +124,12 @@ class Mutant:
     operator: str
     description: str
     source: str = field(repr=False, compare=False)
+    #: The last line the change spans (an expression may run over several).
+    end_line: int = 0
+
+    @property
+    def lines(self) -> range:
+        return range(self.line, max(self.line, self.end_line) + 1)
 
     @property
     def ident(self) -> str:
@@ -125,6 +147,9 @@ class Result:
     verdict: str  # killed | survived | timeout
     killed_by: str = ""
     seconds: float = 0.0
+    #: Tests run against it (0 and unreached: no test reaches its line).
+    tests: int = 0
+    reached: bool = True
 
 
 # -- making mutants
@@ -175,7 +200,7 @@ def mutants_of(module: str, source: str) -> Iterator[Mutant]:
 def _node_mutants(module: str, source: str, node: ast.AST) -> Iterator[Mutant]:
     def mutant(expr: ast.expr, operator: str, description: str, new: ast.expr) -> Mutant:
         return Mutant(module, expr.lineno, operator, description,
-                      _replace(source, expr, ast.unparse(new)))
+                      _replace(source, expr, ast.unparse(new)), expr.end_lineno or expr.lineno)
 
     if isinstance(node, ast.Compare):
         for index, op in enumerate(node.ops):
@@ -227,7 +252,7 @@ def _return_early(module: str, source: str,
     mutated = "".join(lines[:statement.lineno - 1]) + f"{indent}return None\n" + "".join(
         lines[statement.lineno - 1:])
     yield Mutant(module, statement.lineno, "return", f"{function.name} returns None at once",
-                 mutated)
+                 mutated, statement.lineno)
 
 
 # -- the hand-made mutations of issue 36
@@ -266,7 +291,8 @@ def hand_mutant(hand: HandMutation) -> Mutant:
         raise MutationError(f"{hand.module}: expected {hand.before!r} exactly once, found it "
                             f"{source.count(hand.before)} times (the code moved?)")
     line = source[:source.index(hand.before)].count("\n") + 1
-    return Mutant(hand.module, line, "hand", hand.name, source.replace(hand.before, hand.after))
+    return Mutant(hand.module, line, "hand", hand.name, source.replace(hand.before, hand.after),
+                  line + hand.before.count("\n"))
 
 
 # -- running
@@ -285,6 +311,28 @@ class Copy:
             else:
                 shutil.copy2(source, self.path / name)
 
+    def pytest(self, arguments: Sequence[str], timeout: float, model_examples: int, *,
+               prefix: Sequence[str] = ("-m",), env: dict[str, str] | None = None,
+               ) -> subprocess.CompletedProcess[str] | None:
+        """pytest on the copy (None: it ran past ``timeout``); many arguments go through an
+        arguments file, so a hot line's thousand tests fit any command line."""
+        if len(arguments) > ARGUMENTS_INLINE:
+            listed = self.path / ".mutation-arguments"
+            listed.write_text("\n".join(arguments) + "\n", encoding="utf-8")
+            arguments = [f"@{listed}"]
+        environment = {**os.environ, "PYTHONPATH": str(self.path),
+                       "PYTHONDONTWRITEBYTECODE": "1",
+                       "SAGAFLEET_MODEL_EXAMPLES": str(model_examples),
+                       "SAGAFLEET_MODEL_SHRINK": "0",  # caught is enough: no time shrinking
+                       **(env or {})}
+        command = [sys.executable, *prefix, "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+                   "--no-header", "-o", "addopts=", *arguments]
+        try:
+            return subprocess.run(command, cwd=self.path, env=environment, capture_output=True,
+                                  text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return None
+
     def run(self, mutant: Mutant | None, suite: Sequence[str], timeout: float,
             model_examples: int) -> tuple[str, str, float]:
         """Run ``suite`` with ``mutant`` written in; (verdict, first failing test, seconds)."""
@@ -292,21 +340,15 @@ class Copy:
         original = target.read_text(encoding="utf-8") if target is not None else ""
         if mutant is not None and target is not None:
             target.write_text(mutant.source, encoding="utf-8")
-        env = {**os.environ, "PYTHONPATH": str(self.path), "PYTHONDONTWRITEBYTECODE": "1",
-               "SAGAFLEET_MODEL_EXAMPLES": str(model_examples),
-               "SAGAFLEET_MODEL_SHRINK": "0"}  # caught is enough: no time spent shrinking
-        command = [sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider",
-                   "--no-header", "-o", "addopts=", *suite]
         started = time.monotonic()
         try:
-            done = subprocess.run(command, cwd=self.path, env=env, capture_output=True,
-                                  text=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            return "timeout", "", time.monotonic() - started
+            done = self.pytest(["-x", *suite], timeout, model_examples)
         finally:
             if target is not None:
                 target.write_text(original, encoding="utf-8")
         seconds = time.monotonic() - started
+        if done is None:
+            return "timeout", "", seconds
         if done.returncode == 0:
             return "survived", "", seconds
         return "killed", _first_failure(done.stdout + done.stderr), seconds
@@ -331,11 +373,79 @@ def _first_failure(output: str) -> str:
     return "(collection or import error)"
 
 
+# -- which tests reach which line
+
+
+@dataclass
+class Reach:
+    """Which tests reach each line of the measured package, from one run under coverage.
+
+    ``tests[module][line]`` are node ids; ``on_import[module]`` the lines that ran outside any
+    test (on import, at collection); ``durations`` each test's seconds in that run.
+    """
+
+    tests: dict[str, dict[int, list[str]]]
+    on_import: dict[str, set[int]]
+    durations: dict[str, float]
+    seconds: float = 0.0
+
+    def select(self, mutant: Mutant) -> list[str] | None:
+        """The tests to run against ``mutant``, quickest first; ``[]`` when none reaches its
+        lines; None when a line of it runs on import (every test may see the change)."""
+        if any(line in self.on_import.get(mutant.module, ()) for line in mutant.lines):
+            return None
+        by_line = self.tests.get(mutant.module, {})
+        chosen = {test for line in mutant.lines for test in by_line.get(line, ())}
+        return sorted(chosen, key=lambda test: (self.durations.get(test, 0.0), test))
+
+
+def measure_reach(copy: Copy, suites: Sequence[str], model_examples: int,
+                  package: str = "saga_core") -> Reach:
+    """Run ``suites`` once under coverage on the unmutated copy, each test in its own
+    context; MutationError when they do not pass there."""
+    data_file = copy.path / ".mutation-coverage"
+    durations_file = copy.path / ".mutation-durations.json"
+    started = time.monotonic()
+    done = copy.pytest(
+        ["-p", "mutation_contexts", *suites], 3 * 3600, model_examples,
+        prefix=("-m", "coverage", "run", f"--data-file={data_file}", f"--source={package}",
+                "-m"),
+        env={"PYTHONPATH": os.pathsep.join([str(copy.path), str(Path(__file__).parent)]),
+             "SAGAFLEET_MUTATION_DURATIONS": str(durations_file),
+             "SAGAFLEET_MUTATION_PACKAGE": package})
+    seconds = time.monotonic() - started
+    if done is None or done.returncode != 0:
+        output = "" if done is None else done.stdout + done.stderr
+        raise MutationError(f"the tests fail on the unmutated copy ({_first_failure(output)}): "
+                            f"fix them")
+    # Only a node id pytest can be given back selects a test; a line whose tests cannot be
+    # named that way runs every suite.
+    listed = copy.pytest(["--collect-only", *suites], 600, model_examples)  # -q: node ids
+    known = set() if listed is None else {
+        line.strip() for line in listed.stdout.splitlines() if "::" in line}
+    data = CoverageData(basename=str(data_file))
+    data.read()
+    tests: dict[str, dict[int, list[str]]] = {}
+    on_import: dict[str, set[int]] = {}
+    for measured in data.measured_files():
+        module = str(Path(measured).resolve().relative_to(copy.path.resolve()))
+        for line, contexts in data.contexts_by_lineno(measured).items():
+            named = [context for context in contexts if context in known]
+            if len(named) < len(contexts):
+                on_import.setdefault(module, set()).add(line)
+            tests.setdefault(module, {})[line] = named
+    durations = json.loads(durations_file.read_text(encoding="utf-8"))
+    return Reach(tests, on_import, durations, round(seconds, 1))
+
+
 def run_mutants(mutants: list[Mutant], stages: list[list[str]], jobs: int, timeout: float,
-                model_examples: int, progress: bool, *, root: Path = ROOT,
-                names: Sequence[str] = COPIED) -> list[Result]:
-    """Run every mutant on ``jobs`` copies of the project, each stage of tests while it
-    survives; results in the mutants' order."""
+                model_examples: int, progress: bool, *, reach: Reach | None = None,
+                root: Path = ROOT, names: Sequence[str] = COPIED) -> list[Result]:
+    """Run every mutant on ``jobs`` copies of the project; results in the mutants' order.
+
+    With ``reach``, a mutant runs the tests that reach its lines (every stage for a line run
+    on import, none for a line no test reaches); without, each stage while it survives.
+    """
     copies = [Copy(root, names) for _ in range(jobs)]
     try:
         if root == ROOT:
@@ -343,10 +453,12 @@ def run_mutants(mutants: list[Mutant], stages: list[list[str]], jobs: int, timeo
         free = list(copies)
 
         def one(mutant: Mutant) -> Result:
+            selected = reach.select(mutant) if reach is not None else None
+            suites = stages if selected is None else [selected] if selected else []
+            verdict, by, seconds = "survived", "", 0.0
             copy = free.pop()
-            seconds = 0.0
             try:
-                for suite in stages:
+                for suite in suites:
                     verdict, by, took = copy.run(mutant, suite, timeout, model_examples)
                     seconds += took
                     if verdict != "survived":
@@ -354,10 +466,13 @@ def run_mutants(mutants: list[Mutant], stages: list[list[str]], jobs: int, timeo
             finally:
                 free.append(copy)
             result = Result(mutant.module, mutant.line, mutant.operator, mutant.description,
-                            verdict, by, round(seconds, 1))
+                            verdict, by, round(seconds, 1),
+                            tests=len(selected) if selected is not None else -1,
+                            reached=selected != [])
             if progress:
+                reached = "" if result.reached else "  (no test reaches it)"
                 print(f"  {verdict:8} {seconds:6.1f}s {mutant.ident}"
-                      + (f"  [{by}]" if by else ""), file=sys.stderr, flush=True)
+                      + (f"  [{by}]" if by else "") + reached, file=sys.stderr, flush=True)
             return result
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -381,6 +496,16 @@ def baseline(stages: list[list[str]], model_examples: int) -> float:
     finally:
         copy.remove()
     return longest
+
+
+def reach_of_suites(model_examples: int) -> Reach:
+    """The reach of the unit, test-kit and model suites over saga_core, measured on a copy."""
+    copy = Copy()
+    try:
+        copy.check_imports_from_copy()
+        return measure_reach(copy, ALL_TESTS, model_examples)
+    finally:
+        copy.remove()
 
 
 def scores(results: list[Result]) -> dict[str, dict[str, object]]:
@@ -455,6 +580,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model-examples", type=int, default=MODEL_EXAMPLES,
                         help=f"examples of the model test per mutant (default {MODEL_EXAMPLES})")
     parser.add_argument("--limit", type=int, help="only the first N mutants (a quick look)")
+    parser.add_argument("--no-select", action="store_true",
+                        help="every suite for every mutant, not only the tests that reach "
+                             "its line (slow; a check of the selection)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args(argv)
     try:
@@ -475,14 +603,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{len(mutants)} mutants", file=sys.stderr)
             return EXIT_OK
         stages = [FIRST_STAGE, SECOND_STAGE]
-        took = baseline(stages, args.model_examples)
+        reach = None
+        if args.no_select:
+            took = baseline(stages, args.model_examples)
+            print(f"baseline {took:.1f}s", file=sys.stderr)
+        else:
+            reach = reach_of_suites(args.model_examples)
+            took = reach.seconds
+            print(f"reach: {len(reach.durations)} tests over saga_core under coverage in "
+                  f"{took:.1f}s", file=sys.stderr)
         timeout = max(60.0, 3 * took)
-        print(f"baseline {took:.1f}s, timeout per mutant {timeout:.0f}s, {len(mutants)} mutants",
-              file=sys.stderr)
+        print(f"timeout per mutant {timeout:.0f}s, {len(mutants)} mutants", file=sys.stderr)
         started = time.monotonic()
         # Progress goes to stderr either way: a long run cut short still shows each verdict.
         results = run_mutants(mutants, stages, args.jobs, timeout, args.model_examples,
-                              progress=True)
+                              progress=True, reach=reach)
         elapsed = time.monotonic() - started
     except MutationError as error:
         print(f"mutation: {error}", file=sys.stderr)
@@ -518,7 +653,8 @@ def _score_table(table: dict[str, dict[str, object]], results: list[Result],
     survivors = [r for r in results if r.verdict == "survived"]
     if survivors:
         lines.append("survivors:")
-        lines += [f"  {r.module}:{r.line} {r.operator}: {r.description}" for r in survivors]
+        lines += [f"  {r.module}:{r.line} {r.operator}: {r.description}"
+                  + ("" if r.reached else "  (no test reaches it)") for r in survivors]
     return "\n".join(lines)
 
 

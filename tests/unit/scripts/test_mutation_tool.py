@@ -81,3 +81,40 @@ def test_bad_arguments_are_refused_by_name(argv: list[str], message: str,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     assert mutation.main([*argv, "--list"]) == mutation.EXIT_USAGE
     assert message in capsys.readouterr().err
+
+
+def test_a_mutant_runs_the_tests_that_reach_its_lines_quickest_first() -> None:
+    reach = mutation.Reach(
+        tests={"m.py": {10: ["t::slow", "t::quick"], 11: ["t::other"], 12: []}},
+        on_import={"m.py": {3}}, durations={"t::slow": 5.0, "t::quick": 0.1, "t::other": 1.0})
+
+    def mutant(line: int, end_line: int) -> mutation.Mutant:
+        return mutation.Mutant("m.py", line, "compare", "< -> <=", "", end_line)
+
+    assert reach.select(mutant(10, 10)) == ["t::quick", "t::slow"]
+    assert reach.select(mutant(10, 11)) == ["t::quick", "t::other", "t::slow"]  # both lines
+    assert reach.select(mutant(12, 12)) == []  # no test reaches it: survives without a run
+    assert reach.select(mutant(2, 3)) is None  # runs on import: every suite
+
+
+def test_the_reach_of_a_tiny_project_names_the_test_of_each_line(tmp_path: Path) -> None:
+    (tmp_path / "tiny_core").mkdir()
+    (tmp_path / "tiny_core" / "__init__.py").write_text("")
+    (tmp_path / "tiny_core" / "tiny.py").write_text(TINY)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_tiny.py").write_text(TINY_TEST)
+    copy = mutation.Copy(tmp_path, ("tiny_core", "tests"))
+    try:
+        reach = mutation.measure_reach(copy, ["tests"], 1, package="tiny_core")
+    finally:
+        copy.remove()
+    test = "tests/test_tiny.py::test_within_at_and_around_the_limit"
+    assert reach.tests["tiny_core/tiny.py"][6] == [test]  # the body: the test that calls it
+    assert 4 in reach.on_import["tiny_core/tiny.py"]  # the def line: run on import
+    assert set(reach.durations) == {test}
+    # and a run with the reach kills the boundary flip through that one test
+    flip = next(m for m in mutation.mutants_of("tiny_core/tiny.py", TINY)
+                if m.description == "<= -> <")
+    [result] = mutation.run_mutants([flip], [["tests"]], 1, 120, 1, progress=False,
+                                    reach=reach, root=tmp_path, names=("tiny_core", "tests"))
+    assert (result.verdict, result.tests) == ("killed", 1)
