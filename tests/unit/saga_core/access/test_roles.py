@@ -3,6 +3,8 @@ to that tenant's principals alone, whatever their roles (the fleet role's includ
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from saga_core.access.roles import (
@@ -49,3 +51,13 @@ def test_only_the_fleet_role_is_allowed_the_fleets_views() -> None:
             continue
         with pytest.raises(NotPermitted, match="fleet_operator"):
             check_permitted(_person("acme", role, "payments_approver"), Action.FLEET)
+
+
+def test_only_the_in_process_agent_is_unproven_and_a_principal_cannot_be_changed() -> None:
+    # found by the mutation run (issue 36): roles.py:100 and :82 survived every test
+    assert _person("acme", "approver").authenticated
+    assert not Principal.in_process_agent("acme", "bot").authenticated
+    person = _person("acme", "approver")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        person.roles = frozenset({FLEET_OPERATOR_ROLE})  # type: ignore[misc]
+    assert {person, _person("acme", "approver")} == {person}  # a value: hashable, equal

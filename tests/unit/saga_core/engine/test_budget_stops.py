@@ -510,3 +510,21 @@ def test_no_forward_call_starts_past_a_limit_and_every_saga_ends_honestly(
     status = driver.state.status
     assert status.is_terminal or status is SagaStatus.MANUAL_INTERVENTION, status
     assert len([e for e in driver.events if isinstance(e, BudgetExceeded)]) <= 1
+
+
+def test_every_decision_is_a_frozen_value() -> None:
+    # found by the mutation run (issue 36): StopAtLimit's frozen=True survived every test.
+    # A decision is computed from the log and acted on once; nothing may change it between.
+    import dataclasses
+
+    import saga_core.engine.decide  # noqa: F401 -- every decision class imported
+    from saga_core.engine.decision_types import Decision
+
+    def below(cls: type) -> list[type]:
+        return [c for sub in cls.__subclasses__() for c in (sub, *below(sub))]
+
+    decisions = below(Decision)
+    assert StopAtLimit in decisions and len(decisions) >= 14
+    unfrozen = [c.__name__ for c in decisions
+                if not (dataclasses.is_dataclass(c) and c.__dataclass_params__.frozen)]  # type: ignore[attr-defined]
+    assert unfrozen == []
