@@ -24,7 +24,7 @@ from saga_core.definitions.validation import validate_definition
 from saga_core.engine.claims import check_claim, due_at, due_work
 from saga_core.engine.decision_types import Escalate, Reconcile, RequestApproval
 from saga_core.engine.state import RunStatus
-from saga_core.engine.stops import claim_refusal, limit_passed
+from saga_core.engine.stops import StopAtLimit, claim_refusal, limit_passed
 from sagafleet.example_sagas import trip_definition
 
 TICK = timedelta(microseconds=1)  # the smallest step of the log's clock
@@ -419,3 +419,16 @@ def test_a_call_past_its_timeout_and_its_lease_is_due_once_as_a_timeout() -> Non
     assert started.timeout_at is not None
     due = due_work(saga.state, started.lease_expires_at, timedelta(0))
     assert [(w.step_id, w.action) for w in due] == [("hold", "timeout")]
+
+
+def test_a_budget_stop_names_the_call_it_refuses() -> None:
+    # found by the mutation run (issue 36): stops.py:173 survived every test
+    # given the retry of the hold (10) that would bring spent plus owed to 30 over 29.99
+    saga = _started(_definition(_hold(), _note(depends_on=["hold"]),
+                                budget={"max_cost": 29.99}))
+    saga.claim("hold")
+    saga.fail("hold", ErrorClass.TRANSIENT)
+    [stop] = saga.decide()
+    # then the stop names the call it refuses
+    assert isinstance(stop, StopAtLimit) and stop.step_id == "hold"
+    assert "calling hold would bring spent" in stop.reason
