@@ -432,3 +432,15 @@ def test_a_budget_stop_names_the_call_it_refuses() -> None:
     # then the stop names the call it refuses
     assert isinstance(stop, StopAtLimit) and stop.step_id == "hold"
     assert "calling hold would bring spent" in stop.reason
+
+
+@pytest.mark.parametrize("max_cost", [20, 20.01])
+def test_a_scheduled_call_is_claimed_when_spent_plus_owed_is_exactly_the_budget(
+        max_cost: float) -> None:
+    # found by the mutation run (issue 36): stops.py:196 survived every test. A scheduled
+    # run's cost is already owed: claiming it moves it to spent and adds nothing. (One cent
+    # below, 19.99, is a definition the catalogue refuses: below one call of every step.)
+    saga = _started(_definition(_hold(), _note(depends_on=["hold"]),
+                                budget={"max_cost": max_cost}))
+    run = saga.state.run("hold", F)
+    assert claim_refusal(saga.state, run, saga.now) is None
