@@ -1,0 +1,37 @@
+"""saga_core.agents.plans: what the mutation run of ``plans.py`` found no test for (issue 36).
+
+A plan is parsed from an untrusted document at the edges of each field, and what was
+parsed (then hashed and recorded) cannot be changed afterwards.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from saga_core.agents.plans import parse_plan
+from saga_core.errors import PlanRejected
+
+
+def test_a_one_character_tool_name_parses_and_an_empty_one_is_refused_by_name() -> None:
+    plan = parse_plan({"actions": [{"tool": "x"}]})
+    assert [a.tool for a in plan.actions] == ["x"]  # unknown tools are refused later, by name
+    with pytest.raises(PlanRejected) as refused:
+        parse_plan({"actions": [{"tool": ""}]})
+    assert "tool" in str(refused.value)
+
+
+def test_version_one_is_the_default_and_the_least_a_plan_may_ask() -> None:
+    assert parse_plan({"actions": [{"tool": "x"}]}).actions[0].version == 1
+    assert parse_plan({"actions": [{"tool": "x", "version": 1}]}).actions[0].version == 1
+    with pytest.raises(PlanRejected) as refused:
+        parse_plan({"actions": [{"tool": "x", "version": 0}]})
+    assert "version" in str(refused.value)
+
+
+def test_a_parsed_plan_cannot_be_changed() -> None:
+    plan = parse_plan({"goal": "g", "actions": [{"tool": "x", "args": {"n": 1}}]})
+    with pytest.raises(ValidationError):
+        plan.actions[0].tool = "refund"  # type: ignore[misc]
+    with pytest.raises(ValidationError):
+        plan.goal = "other"  # type: ignore[misc]
