@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from saga_core.agents.plans import parse_plan
+from saga_core.agents.plans import action_step_id, parse_plan
 from saga_core.errors import PlanRejected
+from saga_core.keys import payload_hash
 
 
 def test_a_one_character_tool_name_parses_and_an_empty_one_is_refused_by_name() -> None:
@@ -35,3 +36,14 @@ def test_a_parsed_plan_cannot_be_changed() -> None:
         plan.actions[0].tool = "refund"  # type: ignore[misc]
     with pytest.raises(ValidationError):
         plan.goal = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("tool", "slug"), [
+    ("email.send", "email_send"), ("9lives", "t_9lives"), ("!!!", "action"),
+    ("_x", "x"), ("x2", "x2")])
+def test_an_action_without_an_id_is_named_by_its_tool_and_twelve_hex_of_its_call(
+        tool: str, slug: str) -> None:
+    action = parse_plan({"actions": [{"tool": tool, "args": {"n": 1}}]}).actions[0]
+    step_id = action_step_id(action)
+    digest = payload_hash({"tool": tool, "version": 1, "args": {"n": 1}})
+    assert step_id == f"{slug}_{digest[:12]}"
