@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from saga_core.agents.plans import action_step_id, parse_plan
+from saga_core.agents.plans import action_step_id, parse_plan, validate_plan
 from saga_core.errors import PlanRejected
 from saga_core.keys import payload_hash
+from sagafleet.example_sagas import trip_tool_catalogue
 
 
 def test_a_one_character_tool_name_parses_and_an_empty_one_is_refused_by_name() -> None:
@@ -47,3 +48,11 @@ def test_an_action_without_an_id_is_named_by_its_tool_and_twelve_hex_of_its_call
     step_id = action_step_id(action)
     digest = payload_hash({"tool": tool, "version": 1, "args": {"n": 1}})
     assert step_id == f"{slug}_{digest[:12]}"
+
+
+def test_a_plans_definition_is_version_one_unless_named_otherwise() -> None:
+    # found by the mutation run (issue 36): plans.py:239 survived every test
+    hold = {"tool": "flights.hold", "args": {"flight_id": "LH1", "passenger_email": "a@b"}}
+    plan = parse_plan({"actions": [hold]})
+    assert validate_plan(plan, trip_tool_catalogue()).version == 1
+    assert validate_plan(plan, trip_tool_catalogue(), version=3).version == 3
