@@ -56,3 +56,12 @@ def test_a_plans_definition_is_version_one_unless_named_otherwise() -> None:
     plan = parse_plan({"actions": [hold]})
     assert validate_plan(plan, trip_tool_catalogue()).version == 1
     assert validate_plan(plan, trip_tool_catalogue(), version=3).version == 3
+
+
+def test_a_boolean_sent_to_an_integer_argument_is_refused_by_name() -> None:
+    # found by the mutation run (issue 36): plans.py:111 survived every test (True is an int)
+    hold = {"tool": "hotels.hold",
+            "args": {"hotel_id": "H1", "nights": True, "guest_email": "a@b"}}
+    with pytest.raises(PlanRejected) as refused:
+        validate_plan(parse_plan({"actions": [hold]}), trip_tool_catalogue())
+    assert "nights must be integer" in str(refused.value)
