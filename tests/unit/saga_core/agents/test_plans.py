@@ -65,3 +65,13 @@ def test_a_boolean_sent_to_an_integer_argument_is_refused_by_name() -> None:
     with pytest.raises(PlanRejected) as refused:
         validate_plan(parse_plan({"actions": [hold]}), trip_tool_catalogue())
     assert "nights must be integer" in str(refused.value)
+
+
+def test_an_allowlist_admits_the_tools_it_names_and_refuses_the_others_by_name() -> None:
+    # found by the mutation run (issue 36): plans.py:128 survived every test
+    hold = {"tool": "flights.hold", "args": {"flight_id": "LH1", "passenger_email": "a@b"}}
+    plan = parse_plan({"actions": [hold]})
+    assert validate_plan(plan, trip_tool_catalogue(), allowlist={("flights.hold", 1)})
+    with pytest.raises(PlanRejected) as refused:
+        validate_plan(plan, trip_tool_catalogue(), allowlist={("hotels.hold", 1)})
+    assert "not_allowlisted" in str(refused.value)
