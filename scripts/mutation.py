@@ -125,11 +125,11 @@ class Mutant:
     description: str
     source: str = field(repr=False, compare=False)
     #: The last line the change spans (an expression may run over several).
-    end_line: int = 0
+    end_line: int
 
     @property
     def lines(self) -> range:
-        return range(self.line, max(self.line, self.end_line) + 1)
+        return range(self.line, self.end_line + 1)
 
     @property
     def ident(self) -> str:
@@ -147,9 +147,14 @@ class Result:
     verdict: str  # killed | survived | timeout
     killed_by: str = ""
     seconds: float = 0.0
-    #: Tests run against it (0 and unreached: no test reaches its line).
-    tests: int = 0
-    reached: bool = True
+    #: Tests selected for it: -1 every suite (a line run on import, or no selection), 0 none
+    #: (no test reaches its line: it survives without a run).
+    tests: int = -1
+
+    @property
+    def unreached(self) -> str:
+        """What the reports add to a mutant no test reaches."""
+        return "  (no test reaches it)" if self.tests == 0 else ""
 
 
 # -- making mutants
@@ -421,8 +426,10 @@ def measure_reach(copy: Copy, suites: Sequence[str], model_examples: int,
     # Only a node id pytest can be given back selects a test; a line whose tests cannot be
     # named that way runs every suite.
     listed = copy.pytest(["--collect-only", *suites], 600, model_examples)  # -q: node ids
-    known = set() if listed is None else {
-        line.strip() for line in listed.stdout.splitlines() if "::" in line}
+    if listed is None or listed.returncode != 0:
+        raise MutationError("the tests' node ids could not be listed (pytest --collect-only "
+                            "failed or timed out on the unmutated copy)")
+    known = {line.strip() for line in listed.stdout.splitlines() if "::" in line}
     data = CoverageData(basename=str(data_file))
     data.read()
     tests: dict[str, dict[int, list[str]]] = {}
@@ -467,12 +474,11 @@ def run_mutants(mutants: list[Mutant], stages: list[list[str]], jobs: int, timeo
                 free.append(copy)
             result = Result(mutant.module, mutant.line, mutant.operator, mutant.description,
                             verdict, by, round(seconds, 1),
-                            tests=len(selected) if selected is not None else -1,
-                            reached=selected != [])
+                            tests=len(selected) if selected is not None else -1)
             if progress:
-                reached = "" if result.reached else "  (no test reaches it)"
                 print(f"  {verdict:8} {seconds:6.1f}s {mutant.ident}"
-                      + (f"  [{by}]" if by else "") + reached, file=sys.stderr, flush=True)
+                      + (f"  [{by}]" if by else "") + result.unreached, file=sys.stderr,
+                      flush=True)
             return result
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -653,8 +659,8 @@ def _score_table(table: dict[str, dict[str, object]], results: list[Result],
     survivors = [r for r in results if r.verdict == "survived"]
     if survivors:
         lines.append("survivors:")
-        lines += [f"  {r.module}:{r.line} {r.operator}: {r.description}"
-                  + ("" if r.reached else "  (no test reaches it)") for r in survivors]
+        lines += [f"  {r.module}:{r.line} {r.operator}: {r.description}{r.unreached}"
+                  for r in survivors]
     return "\n".join(lines)
 
 

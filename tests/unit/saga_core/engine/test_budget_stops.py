@@ -6,6 +6,7 @@ saga with a step after its pivot; a property over random sagas closes the file.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from test_core_properties import Driver, definitions
 
+import saga_core.engine.decide  # noqa: F401 -- every decision class defined before the walk
 from saga_core import (
     AgentPlan,
     BeginCompensation,
@@ -40,6 +42,7 @@ from saga_core import (
     validate_definition,
     validate_plan,
 )
+from saga_core.engine.decision_types import Decision
 from saga_core.engine.stops import deadline
 from sagafleet.example_sagas import trip_definition, trip_tool_catalogue
 
@@ -515,11 +518,6 @@ def test_no_forward_call_starts_past_a_limit_and_every_saga_ends_honestly(
 def test_every_decision_is_a_frozen_value() -> None:
     # found by the mutation run (issue 36): StopAtLimit's frozen=True survived every test.
     # A decision is computed from the log and acted on once; nothing may change it between.
-    import dataclasses
-
-    import saga_core.engine.decide  # noqa: F401 -- every decision class imported
-    from saga_core.engine.decision_types import Decision
-
     def below(cls: type) -> list[type]:
         return [c for sub in cls.__subclasses__() for c in (sub, *below(sub))]
 
