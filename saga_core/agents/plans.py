@@ -158,6 +158,7 @@ def plan_input_fields(plan: AgentPlan, catalogue: ToolCatalogue) -> dict[str, In
     other place the plan sends it (``secret_flows_to_public``,
     :mod:`saga_core.definitions.secret_flow`)."""
     kinds: dict[str, InputType] = {}
+    typed: set[str] = set()  # the fields an argument took whole, in the plan's order
     secret: set[str] = set()
     for action in plan.actions:
         spec = catalogue.get(action.tool, action.version)
@@ -166,13 +167,12 @@ def plan_input_fields(plan: AgentPlan, catalogue: ToolCatalogue) -> dict[str, In
             exact = input_field_of(value)
             if arg_spec is not None and exact is not None and arg_spec.secret:
                 secret.add(exact)
+            if arg_spec is not None and exact is not None and exact not in typed:
+                typed.add(exact)
+                kinds[exact] = _INPUT_TYPES.get(arg_spec.type, "string")
             for ref in _input_references(value):
-                if ref.root != "input" or not ref.path or ref.path[0] in kinds:
-                    continue
-                typed = arg_spec is not None and exact == ref.path[0]
-                kinds[ref.path[0]] = (
-                    _INPUT_TYPES.get(arg_spec.type, "string") if arg_spec and typed
-                    else "string")
+                if ref.root == "input" and ref.path:
+                    kinds.setdefault(ref.path[0], "string")
     return {name: InputField(type=kind, secret=name in secret) for name, kind in kinds.items()}
 
 

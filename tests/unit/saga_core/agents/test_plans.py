@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from saga_core.agents.plans import action_step_id, parse_plan, validate_plan
+from saga_core.agents.plans import action_step_id, parse_plan, plan_input_fields, validate_plan
 from saga_core.errors import PlanRejected
 from saga_core.keys import payload_hash
 from sagafleet.example_sagas import trip_tool_catalogue
@@ -75,3 +75,42 @@ def test_an_allowlist_admits_the_tools_it_names_and_refuses_the_others_by_name()
     with pytest.raises(PlanRejected) as refused:
         validate_plan(plan, trip_tool_catalogue(), allowlist={("hotels.hold", 1)})
     assert "not_allowlisted" in str(refused.value)
+
+
+def _hotel_hold(**args: object) -> dict[str, object]:
+    return {"tool": "hotels.hold",
+            "args": {"hotel_id": "H1", "nights": 2, "guest_email": "a@b", **args}}
+
+
+@pytest.mark.parametrize("order", ["whole first", "embedded first"])
+def test_an_input_is_typed_by_the_first_argument_that_takes_it_whole(order: str) -> None:
+    # found by the mutation run (issue 36): plans.py:170-174 survived every test, and the
+    # field's type hung on the order of the arguments (an input first seen inside a string
+    # was typed a string, and a start giving an integer for the nights was then refused)
+    args = {"nights": "${input.nights}", "hotel_id": "H-${input.nights}"}
+    if order == "embedded first":
+        args = dict(reversed(list(args.items())))
+    plan = parse_plan({"actions": [_hotel_hold(**args)]})
+    fields = plan_input_fields(plan, trip_tool_catalogue())
+    assert fields["nights"].type == "integer"
+    assert validate_plan(plan, trip_tool_catalogue()).input["nights"].type == "integer"
+
+
+def test_an_input_no_argument_takes_whole_is_a_string() -> None:
+    # inside a longer text, even of an integer argument, or in an argument the tool does not
+    # declare, the field is text; the first argument that takes it whole types it
+    plan = parse_plan({"actions": [
+        _hotel_hold(nights="1${input.extra}", hotel_id="${input.code}", note="${input.note}"),
+        {"tool": "email.send_itinerary", "args": {"nights": "${input.code}"}}]})
+    fields = plan_input_fields(plan, trip_tool_catalogue())
+    assert {name: f.type for name, f in fields.items()} == {
+        "extra": "string", "code": "string", "note": "string"}
+
+
+def test_only_input_references_become_input_fields() -> None:
+    # a step's receipt or the saga's id is no field of the start's input
+    plan = parse_plan({"actions": [
+        {"id": "flight", "tool": "flights.hold",
+         "args": {"flight_id": "LH1", "passenger_email": "${input.email}"}},
+        _hotel_hold(hotel_id="${steps.flight.receipt.resource_id}", guest_email="${saga.id}")]})
+    assert set(plan_input_fields(plan, trip_tool_catalogue())) == {"email"}
