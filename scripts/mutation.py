@@ -83,19 +83,24 @@ NOT_COPIED = {".git", ".venv", ".sagafleet", ".hypothesis", ".mypy_cache", ".ruf
               "sagafleet.egg-info"}
 #: What the copy holds: everything else at the project's top level.
 COPIED = tuple(sorted(p.name for p in ROOT.iterdir() if p.name not in NOT_COPIED))
+#: The tests that guard saga_core, and the parts of them the runs name: the unit tests (the
+#: model-based test among them) and the test kit's. Every suite and stage below is cut from
+#: these three paths, so together they are always exactly these tests.
+UNIT, TESTKIT, MODEL = "tests/unit", "tests/testkit", "tests/unit/model"
+#: The unit tests nearest saga_core (most mutants die there, fast).
+NEAREST = "tests/unit/saga_core"
 #: The suites, by name, as the hand table shows them.
 SUITES: dict[str, list[str]] = {
-    "unit": ["tests/unit", "--ignore=tests/unit/model"],
-    "testkit": ["tests/testkit"],
-    "model": ["tests/unit/model"],
+    "unit": [UNIT, f"--ignore={MODEL}"],
+    "testkit": [TESTKIT],
+    "model": [MODEL],
 }
-#: A mutant runs in two stages, together exactly the unit, test-kit and model suites: first
-#: the tests nearest saga_core (most mutants die there, fast), then, for a mutant that
-#: survived them, the rest of the unit tests.
-FIRST_STAGE = ["tests/unit/saga_core", "tests/testkit", "tests/unit/model"]
-SECOND_STAGE = ["tests/unit", "--ignore=tests/unit/saga_core", "--ignore=tests/unit/model"]
+#: Without selection a mutant runs in two stages: first the tests nearest saga_core, the
+#: test kit's and the model, then, for a mutant that survived them, the rest of the unit tests.
+FIRST_STAGE = [NEAREST, TESTKIT, MODEL]
+SECOND_STAGE = [UNIT, f"--ignore={NEAREST}", f"--ignore={MODEL}"]
 #: The same tests as one run (the run under coverage that maps lines to tests).
-ALL_TESTS = ["tests/unit", "tests/testkit"]
+ALL_TESTS = [UNIT, TESTKIT]
 #: Examples the model-based test explores per mutant (CI explores more).
 MODEL_EXAMPLES = 100
 #: Selected tests beyond this many go to pytest through an arguments file (``@file``).
