@@ -24,8 +24,10 @@ as is one that no longer imports.
 Which tests: the unit, test-kit and model suites, once, under coverage, with each test in a
 context of its own (``scripts/mutation_contexts.py``) give every line of ``saga_core`` the
 tests that reach it. A mutant then runs only those, quickest first; one on a line no test
-reaches survives without a run (reported as such); one on a line that runs on import (a
-constant, a default, a class body) runs every suite, since any test may see it.
+reaches survives without a run (reported as such). A line that runs on import (a constant,
+a default, a class body, a check called while a module builds its models) can reach any
+test, so a mutant there that survives the tests reaching the line runs every suite too: a
+kill is a kill whichever test makes it, but only every suite can say it survives.
 ``--no-select`` runs every suite for every mutant, in two stages, as a check of the
 selection.
 
@@ -152,8 +154,8 @@ class Result:
     verdict: str  # killed | survived | timeout
     killed_by: str = ""
     seconds: float = 0.0
-    #: Tests selected for it: -1 every suite (a line run on import, or no selection), 0 none
-    #: (no test reaches its line: it survives without a run).
+    #: Tests it ran: -1 every suite (no selection, or a line run on import that the tests
+    #: reaching it did not kill), 0 none (no test reaches its line: it survives unrun).
     tests: int = -1
 
     @property
@@ -399,14 +401,16 @@ class Reach:
     durations: dict[str, float]
     seconds: float = 0.0
 
-    def select(self, mutant: Mutant) -> list[str] | None:
-        """The tests to run against ``mutant``, quickest first; ``[]`` when none reaches its
-        lines; None when a line of it runs on import (every test may see the change)."""
-        if any(line in self.on_import.get(mutant.module, ()) for line in mutant.lines):
-            return None
+    def select(self, mutant: Mutant) -> list[str]:
+        """The tests that reach ``mutant``'s lines while they run, quickest first; ``[]``
+        when none does."""
         by_line = self.tests.get(mutant.module, {})
         chosen = {test for line in mutant.lines for test in by_line.get(line, ())}
         return sorted(chosen, key=lambda test: (self.durations.get(test, 0.0), test))
+
+    def runs_on_import(self, mutant: Mutant) -> bool:
+        """Whether a line of ``mutant`` runs on import: any test may then see the change."""
+        return any(line in self.on_import.get(mutant.module, ()) for line in mutant.lines)
 
 
 def measure_reach(copy: Copy, suites: Sequence[str], model_examples: int,
@@ -455,8 +459,9 @@ def run_mutants(mutants: list[Mutant], stages: list[list[str]], jobs: int, timeo
                 root: Path = ROOT, names: Sequence[str] = COPIED) -> list[Result]:
     """Run every mutant on ``jobs`` copies of the project; results in the mutants' order.
 
-    With ``reach``, a mutant runs the tests that reach its lines (every stage for a line run
-    on import, none for a line no test reaches); without, each stage while it survives.
+    With ``reach``, a mutant runs the tests that reach its lines, then, when a line of it
+    runs on import and it survived them, every stage; a mutant no test reaches survives
+    without a run. Without ``reach``, each stage while it survives.
     """
     copies = [Copy(root, names) for _ in range(jobs)]
     try:
@@ -465,21 +470,24 @@ def run_mutants(mutants: list[Mutant], stages: list[list[str]], jobs: int, timeo
         free = list(copies)
 
         def one(mutant: Mutant) -> Result:
-            selected = reach.select(mutant) if reach is not None else None
-            suites = stages if selected is None else [selected] if selected else []
-            verdict, by, seconds = "survived", "", 0.0
+            selected = reach.select(mutant) if reach is not None else []
+            # A kill is a kill whichever tests make it, but only every suite can say that a
+            # mutant a test may see on import survives: its selected tests go first.
+            every = reach is None or reach.runs_on_import(mutant)
+            suites = ([selected] if selected else []) + (stages if every else [])
+            verdict, by, seconds, ran = "survived", "", 0.0, 0
             copy = free.pop()
             try:
                 for suite in suites:
                     verdict, by, took = copy.run(mutant, suite, timeout, model_examples)
-                    seconds += took
+                    seconds, ran = seconds + took, ran + 1
                     if verdict != "survived":
                         break
             finally:
                 free.append(copy)
             result = Result(mutant.module, mutant.line, mutant.operator, mutant.description,
                             verdict, by, round(seconds, 1),
-                            tests=len(selected) if selected is not None else -1)
+                            tests=-1 if every and ran > bool(selected) else len(selected))
             if progress:
                 print(f"  {verdict:8} {seconds:6.1f}s {mutant.ident}"
                       + (f"  [{by}]" if by else "") + result.unreached, file=sys.stderr,

@@ -28,6 +28,16 @@ def test_within_at_and_around_the_limit():
 '''
 
 
+def _tiny_project(root: Path, **more_tests: str) -> None:
+    """The tiny module and its boundary test (and ``more_tests``, by module name) at root."""
+    (root / "tiny_core").mkdir()
+    (root / "tiny_core" / "__init__.py").write_text("")
+    (root / "tiny_core" / "tiny.py").write_text(TINY)
+    (root / "tests").mkdir()
+    for name, text in {"test_tiny": TINY_TEST, **more_tests}.items():
+        (root / "tests" / f"{name}.py").write_text(text)
+
+
 def test_the_mutants_of_a_tiny_module_are_the_operators_it_holds() -> None:
     found = [(m.operator, m.description) for m in mutation.mutants_of("tiny.py", TINY)]
     assert found == [
@@ -45,11 +55,7 @@ def test_the_mutants_of_a_tiny_module_are_the_operators_it_holds() -> None:
 def test_a_run_kills_a_caught_mutant_and_reports_a_survivor_without_touching_the_tree(
         tmp_path: Path) -> None:
     # given a tiny project: a module and a test that pins its boundary (not the sign check)
-    (tmp_path / "tiny_core").mkdir()
-    (tmp_path / "tiny_core" / "__init__.py").write_text("")
-    (tmp_path / "tiny_core" / "tiny.py").write_text(TINY)
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_tiny.py").write_text(TINY_TEST)
+    _tiny_project(tmp_path)
     mutants = [m for m in mutation.mutants_of("tiny_core/tiny.py", TINY)
                if m.description in ("<= -> <", "< -> <=")]
     # when both run on a copy
@@ -94,15 +100,59 @@ def test_a_mutant_runs_the_tests_that_reach_its_lines_quickest_first() -> None:
     assert reach.select(mutant(10, 10)) == ["t::quick", "t::slow"]
     assert reach.select(mutant(10, 11)) == ["t::quick", "t::other", "t::slow"]  # both lines
     assert reach.select(mutant(12, 12)) == []  # no test reaches it: survives without a run
-    assert reach.select(mutant(2, 3)) is None  # runs on import: every suite
+    assert not reach.runs_on_import(mutant(10, 12))
+    assert reach.runs_on_import(mutant(2, 3))  # a survivor of its tests runs every suite
+
+
+WEAK_TEST = '''from tiny_core.tiny import within
+
+
+def test_well_within():
+    assert within(5, 10)
+'''
+
+
+@pytest.mark.parametrize("on_import", [False, True])
+def test_a_survivor_of_the_tests_reaching_a_line_run_on_import_runs_every_suite(
+        tmp_path: Path, on_import: bool) -> None:
+    # given a tiny project whose weak test reaches the line (as far as the reach knows) and
+    # whose boundary test does not
+    _tiny_project(tmp_path, test_weak=WEAK_TEST)
+    weak = "tests/test_weak.py::test_well_within"
+    reach = mutation.Reach(tests={"tiny_core/tiny.py": {6: [weak]}},
+                           on_import={"tiny_core/tiny.py": {6} if on_import else set()},
+                           durations={weak: 0.1})
+    flip = next(m for m in mutation.mutants_of("tiny_core/tiny.py", TINY)
+                if m.description == "<= -> <")
+    # when the boundary flip runs with that reach
+    [result] = mutation.run_mutants([flip], [["tests"]], 1, 120, 1, progress=False,
+                                    reach=reach, root=tmp_path, names=("tiny_core", "tests"))
+    # then the weak test alone lets it survive; on a line run on import every suite runs
+    # after it, and the boundary test kills it
+    if on_import:
+        assert (result.verdict, result.tests) == ("killed", -1)
+        assert result.killed_by == "tests/test_tiny.py::test_within_at_and_around_the_limit"
+    else:
+        assert (result.verdict, result.tests) == ("survived", 1)
+
+
+def test_a_mutant_on_a_line_run_on_import_killed_by_its_reaching_tests_runs_no_more(
+        tmp_path: Path) -> None:
+    _tiny_project(tmp_path)
+    boundary = "tests/test_tiny.py::test_within_at_and_around_the_limit"
+    reach = mutation.Reach(tests={"tiny_core/tiny.py": {6: [boundary]}},
+                           on_import={"tiny_core/tiny.py": {6}}, durations={boundary: 0.1})
+    flip = next(m for m in mutation.mutants_of("tiny_core/tiny.py", TINY)
+                if m.description == "<= -> <")
+    [result] = mutation.run_mutants([flip], [["tests/nowhere"]], 1, 120, 1, progress=False,
+                                    reach=reach, root=tmp_path, names=("tiny_core", "tests"))
+    # killed by the one test that reaches it; the stages (here a path that does not exist,
+    # which would fail as a collection error) never ran
+    assert (result.verdict, result.killed_by, result.tests) == ("killed", boundary, 1)
 
 
 def test_the_reach_of_a_tiny_project_names_the_test_of_each_line(tmp_path: Path) -> None:
-    (tmp_path / "tiny_core").mkdir()
-    (tmp_path / "tiny_core" / "__init__.py").write_text("")
-    (tmp_path / "tiny_core" / "tiny.py").write_text(TINY)
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_tiny.py").write_text(TINY_TEST)
+    _tiny_project(tmp_path)
     copy = mutation.Copy(tmp_path, ("tiny_core", "tests"))
     try:
         reach = mutation.measure_reach(copy, ["tests"], 1, package="tiny_core")
