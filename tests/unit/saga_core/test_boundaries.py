@@ -444,3 +444,48 @@ def test_a_scheduled_call_is_claimed_when_spent_plus_owed_is_exactly_the_budget(
                                 budget={"max_cost": max_cost}))
     run = saga.state.run("hold", F)
     assert claim_refusal(saga.state, run, saga.now) is None
+
+
+def test_a_lookup_is_due_work_once_it_waited_the_queue_wait_and_not_a_tick_earlier() -> None:
+    # found by the mutation run (issue 36): claims.py:160 survived every test
+    wait = timedelta(seconds=60)
+    saga = _started(_definition(_note()))
+    saga.claim("note")
+    saga.unknown("note")
+    (lookup,) = saga.record()
+    assert isinstance(lookup, Reconcile)
+    due = lookup.not_before + wait
+    assert due_work(saga.state, due - TICK, wait) == []
+    assert [(w.action, w.step_id, w.due_since) for w in due_work(saga.state, due, wait)] == [
+        ("reconcile", "note", due)]
+
+
+def test_a_grant_not_yet_acted_on_expires_at_the_grants_expiry_not_the_requests() -> None:
+    # found by the mutation run (issue 36): claims.py:167 and :174 survived every test
+    saga, request = _asked()
+    run = saga.state.run("pay", F)
+    assert run.approval is not None
+    grant = check_approval(saga.state, "pay", F, run.approval.action_hash, person("ada"),
+                           saga.now)
+    assert grant is not None and grant.expires_at > request.expires_at
+    saga.append(grant)  # decide has not yet scheduled the approved call
+    for now in (request.expires_at, grant.expires_at - TICK):
+        # the saga owes a decision, of no run of its own; no approval has expired
+        (item,) = due_work(saga.state, now, timedelta(0))
+        assert (item.action, item.step_id, item.kind, item.attempt, item.due_since) == (
+            "decide", None, None, 0, now)
+    (item,) = due_work(saga.state, grant.expires_at, timedelta(0))
+    assert (item.action, item.step_id, item.due_since) == (
+        "approval_expired", "pay", grant.expires_at)
+
+
+def test_an_approval_that_was_used_is_no_due_work_when_it_expires() -> None:
+    # found by the mutation run (issue 36): claims.py:165 survived every test
+    saga = Saga(_definition(_pay(), _note(depends_on=["pay"])), {"item": "lamp", "amount": 5000})
+    assert kinds(saga.record()) == ["RequestApproval"]
+    grant = _granted(saga)
+    saga.claim("pay")
+    saga.succeed("pay")
+    saga.settle()
+    saga.claim("note", lease_s=3600)  # the saga runs on, long past the grant's expiry
+    assert due_work(saga.state, grant.expires_at + timedelta(minutes=1), timedelta(0)) == []
