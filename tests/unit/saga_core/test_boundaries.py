@@ -22,7 +22,7 @@ from saga_core.approval.risk_gates import AmountLimit, RiskGate
 from saga_core.definitions.definition import ApprovalPolicy
 from saga_core.definitions.validation import validate_definition
 from saga_core.engine.claims import check_claim, due_at, due_work
-from saga_core.engine.decision_types import Escalate, Reconcile, RequestApproval
+from saga_core.engine.decision_types import Escalate, Reconcile, RequestApproval, ScheduleStep
 from saga_core.engine.state import RunStatus
 from saga_core.engine.stops import StopAtLimit, claim_refusal, limit_passed
 from sagafleet.example_sagas import trip_definition
@@ -172,6 +172,23 @@ def test_a_grant_lets_the_claim_run_until_just_before_it_expires_and_not_at_expi
     at_expiry = check_claim(saga.state, "pay", F, 1, grant.expires_at)
     assert not at_expiry and at_expiry.ask_again
 
+
+def test_a_grant_schedules_the_call_before_its_expiry_and_asks_again_at_it() -> None:
+    # found by the mutation run (issue 36): decide.py:383 survived every test (the claim's
+    # check of the same boundary was pinned; decide's was not)
+    saga, _ = _asked()
+    run = saga.state.run("pay", F)
+    assert run.approval is not None
+    grant = check_approval(saga.state, "pay", F, run.approval.action_hash, person("ada"),
+                           saga.now)
+    assert grant is not None
+    saga.append(grant)  # decide has not yet scheduled the approved call
+    saga.now = grant.expires_at - TICK
+    (scheduled,) = saga.decide()
+    assert isinstance(scheduled, ScheduleStep) and scheduled.reason == "approved"
+    saga.now = grant.expires_at
+    (again,) = saga.decide()
+    assert isinstance(again, RequestApproval) and again.evidence.reason == "approval expired"
 
 def test_a_third_unanswered_request_escalates_instead_of_asking_a_fourth_time() -> None:
     saga, request = _asked()
@@ -489,3 +506,22 @@ def test_an_approval_that_was_used_is_no_due_work_when_it_expires() -> None:
     saga.settle()
     saga.claim("note", lease_s=3600)  # the saga runs on, long past the grant's expiry
     assert due_work(saga.state, grant.expires_at + timedelta(minutes=1), timedelta(0)) == []
+
+
+def test_a_pivot_out_of_attempts_on_an_absence_within_its_horizon_escalates_saying_why() -> None:
+    # found by the mutation run (issue 36): decide.py:185 survived every example test. An
+    # absence inside the commit horizon does not prove a call will never land, so nothing
+    # before the pivot may be undone: a person decides, told why the saga stopped.
+    once = {**RETRY, "max_attempts": 1}
+    saga = _started(_definition(_hold(), _pay(pivot=True, depends_on=["hold"], retry=once)))
+    saga.run_ok("hold")
+    saga.settle()
+    saga.claim("pay")
+    saga.unknown("pay")
+    assert kinds(saga.record()) == ["Reconcile"]
+    saga.lookup("pay", "absent")  # at once: long before the 60 s horizon
+    (escalation,) = saga.decide()
+    assert isinstance(escalation, Escalate) and escalation.step_id == "pay"
+    assert escalation.reason == ("confirmed absent; provider dedupes by key; 1 attempts "
+                                 "exhausted; the pivot's outcome is unproven, so nothing can "
+                                 "be undone")

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import pytest
-from core_harness import C, F, Saga
+from core_harness import C, F, Saga, kinds
 
 from saga_core import (
     AgentPlan,
     ErrorClass,
     EventRejected,
+    OperatorAction,
     PlannedAction,
     PlanRejected,
     PlanRevised,
     RevisionRefused,
+    RunStatus,
     SagaStatus,
     ScheduleCompensation,
     ScheduleStep,
@@ -224,3 +226,26 @@ def test_the_same_revision_twice_records_nothing_the_second_time() -> None:
     again = revise_plan(saga.state, AgentPlan(actions=[FLIGHT, HOTEL_2]), trip_tool_catalogue(),
                         saga.now)
     assert again is None
+
+
+def test_a_dropped_action_an_operator_skipped_is_not_compensated() -> None:
+    # found by the mutation run (issue 36): decide.py:229 survived every test. A skipped
+    # action made no effect; a revision may drop it, and nothing of it is undone.
+    saga = _saga(FLIGHT, HOTEL, FLIGHT_BACK)
+    saga.run_ok(ID(FLIGHT))
+    saga.settle()
+    saga.claim(ID(HOTEL))
+    saga.unknown(ID(HOTEL))
+    while kinds(lookups := saga.record()) == ["Reconcile"]:  # lookups that cannot answer
+        saga.now = lookups[0].not_before  # type: ignore[attr-defined]
+        saga.lookup(ID(HOTEL), "unknown")
+    assert kinds(lookups) == ["Escalate"]
+    saga.append(OperatorAction(at=saga.now, action="skip", step_id=ID(HOTEL), actor="op"))
+    saga.settle()
+    event = _revise(saga, FLIGHT, FLIGHT_BACK)
+    assert event.dropped == [ID(HOTEL)] and saga.state.retired == {ID(HOTEL)}
+    assert kinds(saga.record()) == ["ScheduleStep"]  # the return flight, and nothing undone
+    saga.run_ok(ID(FLIGHT_BACK))
+    saga.settle()
+    assert saga.state.run(ID(HOTEL), C).status is RunStatus.PENDING
+    assert saga.state.status is SagaStatus.COMMITTED_WITH_REPAIR
