@@ -21,7 +21,9 @@ from saga_core.approval.policy import GatePolicy
 from saga_core.approval.risk_gates import AmountLimit, RiskGate
 from saga_core.definitions.definition import ApprovalPolicy
 from saga_core.definitions.validation import validate_definition
+from saga_core.engine.backoff import backoff_delay
 from saga_core.engine.claims import check_claim, due_at, due_work
+from saga_core.engine.decide import ask_over_window
 from saga_core.engine.decision_types import Escalate, Reconcile, RequestApproval, ScheduleStep
 from saga_core.engine.state import RunStatus
 from saga_core.engine.stops import StopAtLimit, claim_refusal, limit_passed
@@ -151,6 +153,7 @@ def test_an_open_request_waits_until_its_expiry_and_is_asked_again_at_it() -> No
         "approval_expired"]
     (again,) = saga.decide()
     assert isinstance(again, RequestApproval) and "expired" in again.evidence.reason
+    assert again.scope == request.scope == "pay:forward"  # not a renewal (decide.py:486)
 
 
 def _granted(saga: Saga) -> Any:
@@ -525,3 +528,63 @@ def test_a_pivot_out_of_attempts_on_an_absence_within_its_horizon_escalates_sayi
     assert escalation.reason == ("confirmed absent; provider dedupes by key; 1 attempts "
                                  "exhausted; the pivot's outcome is unproven, so nothing can "
                                  "be undone")
+
+
+# -- a tenant window's request, and how long a backoff counts ----------------------------------
+
+
+def test_a_request_over_the_tenant_window_keeps_the_steps_gate_or_takes_the_default() -> None:
+    # found by the mutation run (issue 36): decide.py:425 survived every test
+    saga = Saga(_definition(_hold(), _pay()), {"item": "lamp", "amount": 10})
+    saga.settle()
+    window = {"window": "P1D", "with_this_call": 6000, "limit": 5000}
+    gated = ask_over_window(saga.state, "pay", F, window, saga.now)
+    assert isinstance(gated, RequestApproval) and gated.scope == "over_tenant_window"
+    assert gated.expires_at == saga.now + timedelta(seconds=GATE_TTL_S)  # the gate's TTL
+    assert gated.risk_class == "money"
+    assert gated.evidence.reason == ("the tenant window of P1D would hold 6000 with this "
+                                     "call, above 5000")
+    ungated = ask_over_window(saga.state, "hold", F, window, saga.now)
+    assert isinstance(ungated, RequestApproval) and ungated.risk_class is None
+    assert ungated.expires_at == saga.now + timedelta(seconds=GatePolicy("x").request_ttl_s)
+
+
+def test_a_failed_call_is_retried_even_when_its_grant_expired_meanwhile() -> None:
+    # found by the mutation run (issue 36): decide.py:491 survived every test. The failure
+    # is decided as a failure; the retry's claim asks a person again when it comes.
+    saga, _ = _asked()
+    grant = _granted(saga)
+    saga.claim("pay")
+    saga.fail("pay", ErrorClass.TRANSIENT)
+    saga.now = grant.expires_at + timedelta(seconds=1)
+    assert kinds(saga.record()) == ["RetryAfterBackoff"]
+    assert kinds(saga.decide()) == ["RequestApproval"]  # the retry waits for a person
+
+
+def test_a_retry_backs_off_from_the_failure_however_late_it_is_decided() -> None:
+    # found by the mutation run (issue 36): decide.py:564 survived every test
+    saga = _started(_definition(_hold()))
+    saga.claim("hold")
+    saga.fail("hold", ErrorClass.TRANSIENT)
+    failed_at = saga.now
+    saga.tick(3600)  # the sweeper comes round an hour later
+    (retry,) = saga.decide()
+    run = saga.state.run("hold", F)
+    assert retry.not_before == failed_at + backoff_delay(  # type: ignore[attr-defined]
+        saga.state.definition.retry_policy("hold", F), run.operation_key, 1)
+
+
+def test_a_further_lookup_backs_off_from_the_last_answer_however_late_it_is_decided() -> None:
+    # found by the mutation run (issue 36): decide.py:584 survived every test
+    saga = _started(_definition(_hold()))
+    saga.claim("hold")
+    saga.unknown("hold")
+    (first,) = saga.record()
+    assert isinstance(first, Reconcile) and first.not_before == saga.now  # the first at once
+    saga.lookup("hold", "unknown")
+    answered_at = saga.now
+    saga.tick(3600)
+    (second,) = saga.decide()
+    run = saga.state.run("hold", F)
+    assert isinstance(second, Reconcile) and second.not_before == answered_at + backoff_delay(
+        saga.state.definition.retry_policy("hold", F), run.operation_key, 1)

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from saga_core import (
     DefinitionError,
     ErrorClass,
+    Escalate,
     Receipt,
     SagaDefinition,
     SagaStatus,
@@ -394,3 +395,16 @@ def test_a_compensation_deadline_is_missed_once_exactly_when_it_passes(
         misses += len(found)
     assert misses == (1 if saga.now >= due else 0)
     assert (saga.state.status is SagaStatus.MANUAL_INTERVENTION) is (misses == 1)
+
+
+def test_a_declared_precondition_without_a_policy_escalates_naming_the_precondition() -> None:
+    # found by the mutation run (issue 36): decide.py:525 survived every test
+    saga = Saga(validate_definition(
+        SagaDefinition.model_validate(_payout(debit={"on_precondition_failed": None})),
+        payout_tool_catalogue()), dict(INPUT))
+    saga.record()
+    saga.claim("debit")
+    saga.fail("debit", ErrorClass.PRECONDITION_FAILED, msg="balance 10 below 500")
+    (escalation,) = saga.decide()
+    assert isinstance(escalation, Escalate) and escalation.reason == (
+        "precondition of debit failed: balance 10 below 500; policy: escalate")

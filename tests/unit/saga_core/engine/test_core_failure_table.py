@@ -315,3 +315,16 @@ def test_auth_expired_during_compensation_pauses_for_renewed_approval() -> None:
     saga.succeed("hold_flight", C)
     saga.record()
     assert saga.state.status is SagaStatus.COMPENSATED
+
+
+def test_a_renewal_nobody_answers_is_asked_again_as_a_renewal() -> None:
+    # found by the mutation run (issue 36): decide.py:486 survived every test
+    saga = _compensating_flight()
+    saga.claim("hold_flight", C)
+    saga.fail("hold_flight", ErrorClass.AUTH_EXPIRED, kind=C, msg="token expired")
+    (request,) = saga.record()
+    assert request.scope == "renew_authorization"  # type: ignore[attr-defined]
+    saga.now = request.expires_at  # type: ignore[attr-defined]
+    (again,) = saga.record()
+    assert isinstance(again, RequestApproval) and again.scope == "renew_authorization"
+    assert again.evidence.reason == "approval expired"
