@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -24,6 +27,7 @@ from saga_core import (
     fold,
     load_event,
 )
+from saga_core.engine import state as state_module
 from sagafleet.example_sagas import trip_definition
 
 
@@ -143,3 +147,28 @@ def test_due_work_lists_only_overdue_work_for_the_sweeper() -> None:
     saga.succeed("hold_hotel")
     # decide has something to say (schedule the payment): the sweeper is told to decide
     assert [d.action for d in due_work(saga.state, saga.now, wait)] == ["decide"]
+
+
+def test_every_value_the_fold_returns_is_frozen() -> None:
+    # found by the mutation run (issue 36): ApprovalState's and StepRun's frozen=True
+    # survived every test. The fold shares runs between states (a snapshot of the forward
+    # runs at each first claim): a run changed in place would change every state holding it.
+    values = [c for _, c in inspect.getmembers(state_module, inspect.isclass)
+              if dataclasses.is_dataclass(c) and c.__module__ == state_module.__name__]
+    names = {c.__name__ for c in values}
+    assert {"SagaState", "StepRun", "ApprovalState", "Escalation"} <= names
+    assert [c.__name__ for c in values if not c.__dataclass_params__.frozen] == []  # type: ignore[attr-defined]
+
+
+def test_a_runs_first_claim_snapshot_stays_out_of_equality_and_repr() -> None:
+    # found by the mutation run (issue 36): state.py:155 survived every test. The snapshot is
+    # derived from the same log as the run, so it never decides equality, and comparing or
+    # printing it would walk every earlier snapshot it holds.
+    saga = Saga(trip_definition(), trip_input())
+    saga.settle()
+    started = saga.claim("hold_flight")
+    run = saga.state.run("hold_flight", F)
+    assert run.forward_at_first_claim is not None and started.operation_key == run.operation_key
+    other = replace(run, forward_at_first_claim={})
+    assert other == run and repr(other) == repr(run)
+    assert "forward_at_first_claim" not in repr(run)
