@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 from core_harness import C, F, Saga, kinds, person, trip_input
 
-from saga_core import DefinitionError, ErrorClass, OperatorAction, SagaDefinition, ToolCatalogue
+from saga_core import (
+    CancelRequested,
+    DefinitionError,
+    ErrorClass,
+    OperatorAction,
+    Receipt,
+    SagaDefinition,
+    ToolCatalogue,
+)
 from saga_core.approval.answers import check_approval, check_denial
 from saga_core.approval.policy import GatePolicy
 from saga_core.approval.risk_gates import AmountLimit, RiskGate
@@ -627,17 +635,61 @@ def test_an_answer_for_another_action_than_the_one_asked_about_changes_nothing()
     assert after.status is RunStatus.AWAITING_APPROVAL and after.approval == run.approval
 
 
+def _lookups_escalated(saga: Saga, step_id: str) -> None:
+    """``step_id``'s call timed out and every lookup allowed could not answer: escalated."""
+    saga.claim(step_id)
+    saga.unknown(step_id)
+    while kinds(lookups := saga.record()) == ["Reconcile"]:
+        saga.now = lookups[0].not_before  # type: ignore[attr-defined]
+        saga.lookup(step_id, "unknown")
+    assert kinds(lookups) == ["Escalate"] and saga.state.escalation is not None
+
+
 def test_a_resume_gives_a_step_fresh_lookups_and_keeps_a_limit_it_did_not_pass() -> None:
     # found by the mutation run (issue 36): state.py:559 and :563 survived every test
     saga = _started(_definition(_hold(), budget={"time_limit_s": 100}))
     deadline_at = saga.now + timedelta(seconds=100)
-    saga.claim("hold")
-    saga.unknown("hold")
-    while kinds(lookups := saga.record()) == ["Reconcile"]:
-        saga.now = lookups[0].not_before  # type: ignore[attr-defined]
-        saga.lookup("hold", "unknown")
-    assert kinds(lookups) == ["Escalate"]
+    _lookups_escalated(saga, "hold")
     saga.append(OperatorAction(at=saga.now, action="resume", step_id="hold", actor="op"))
     run = saga.state.run("hold", F)
     assert (run.reconciliations, run.approval_requests) == (0, 0)
     assert limit_passed(saga.state, deadline_at) is not None  # only a passed limit is lifted
+
+
+@pytest.mark.parametrize("action", ["retry_step", "retry_as_new_operation"])
+def test_a_retry_by_a_person_starts_the_step_with_fresh_lookups_and_requests(
+        action: str) -> None:
+    # found by the mutation run (issue 36): state.py:581, :605 and :606 survived every test
+    saga = _started(_definition(_hold()))
+    _lookups_escalated(saga, "hold")
+    saga.append(OperatorAction(at=saga.now, action=action, step_id="hold", actor="op"))
+    run = saga.state.run("hold", F)
+    assert (run.reconciliations, run.approval_requests) == (0, 0)
+    assert run.status is (RunStatus.RETRY_REQUESTED if action == "retry_step"
+                          else RunStatus.PENDING)
+
+
+def test_a_forced_completion_keeps_the_receipt_the_operator_verified() -> None:
+    # found by the mutation run (issue 36): state.py:587 survived every test
+    saga = _started(_definition(_hold()))
+    _lookups_escalated(saga, "hold")  # no receipt: the provider could not say
+    verified = Receipt(resource_id="H-77", status="held")
+    saga.append(OperatorAction(at=saga.now, action="force_complete", step_id="hold",
+                               actor="op", receipt=verified))
+    run = saga.state.run("hold", F)
+    assert (run.status, run.receipt) == (RunStatus.FORCED, verified)
+
+
+def test_a_cancel_after_the_pivot_leaves_a_pause_in_place() -> None:
+    # found by the mutation run (issue 36): state.py:632 survived every test. Past the pivot
+    # a cancel finishes forward; it does not answer what the person was asked.
+    saga = _started(_definition(_hold(), _pay(pivot=True, depends_on=["hold"]),
+                                _hold("ship", depends_on=["pay"])))
+    saga.run_ok("hold")
+    saga.settle()
+    saga.run_ok("pay")
+    saga.settle()
+    assert saga.state.pivot_passed
+    _lookups_escalated(saga, "ship")
+    saga.append(CancelRequested(at=saga.now, actor="op", reason="customer asked"))
+    assert saga.state.escalation is not None and saga.state.cancel_requested
