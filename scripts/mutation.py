@@ -28,6 +28,9 @@ reaches survives without a run (reported as such). A line that runs on import (a
 a default, a class body, a check called while a module builds its models) can reach any
 test, so a mutant there that survives the tests reaching the line runs every suite too: a
 kill is a kill whichever test makes it, but only every suite can say it survives.
+``--on-import module`` runs, in place of every suite, the tests that reach any line of the
+mutant's module: much faster for a package's score, but a change another module reads at
+import (a constant imported by name) may go unseen, so that score is a lower bound.
 ``--no-select`` runs every suite for every mutant, in two stages, as a check of the
 selection.
 
@@ -154,8 +157,9 @@ class Result:
     verdict: str  # killed | survived | timeout
     killed_by: str = ""
     seconds: float = 0.0
-    #: Tests it ran: -1 every suite (no selection, or a line run on import that the tests
-    #: reaching it did not kill), 0 none (no test reaches its line: it survives unrun).
+    #: Tests its last run named: -1 every suite (no selection, or a line run on import that
+    #: the tests reaching it did not kill), 0 none (no test reaches its line: it survives
+    #: unrun).
     tests: int = -1
 
     @property
@@ -408,6 +412,11 @@ class Reach:
         chosen = {test for line in mutant.lines for test in by_line.get(line, ())}
         return sorted(chosen, key=lambda test: (self.durations.get(test, 0.0), test))
 
+    def module_tests(self, module: str) -> list[str]:
+        """The tests that reach any line of ``module`` while they run, quickest first."""
+        chosen = {test for tests in self.tests.get(module, {}).values() for test in tests}
+        return sorted(chosen, key=lambda test: (self.durations.get(test, 0.0), test))
+
     def runs_on_import(self, mutant: Mutant) -> bool:
         """Whether a line of ``mutant`` runs on import: any test may then see the change."""
         return any(line in self.on_import.get(mutant.module, ()) for line in mutant.lines)
@@ -456,12 +465,14 @@ def measure_reach(copy: Copy, suites: Sequence[str], model_examples: int,
 
 def run_mutants(mutants: list[Mutant], stages: list[list[str]], jobs: int, timeout: float,
                 model_examples: int, progress: bool, *, reach: Reach | None = None,
+                on_import: str = "every",
                 root: Path = ROOT, names: Sequence[str] = COPIED) -> list[Result]:
     """Run every mutant on ``jobs`` copies of the project; results in the mutants' order.
 
     With ``reach``, a mutant runs the tests that reach its lines, then, when a line of it
-    runs on import and it survived them, every stage; a mutant no test reaches survives
-    without a run. Without ``reach``, each stage while it survives.
+    runs on import and it survived them, every stage (``on_import="every"``) or the other
+    tests that reach its module (``"module"``); a mutant no test reaches survives without a
+    run. Without ``reach``, each stage while it survives.
     """
     copies = [Copy(root, names) for _ in range(jobs)]
     try:
@@ -471,23 +482,28 @@ def run_mutants(mutants: list[Mutant], stages: list[list[str]], jobs: int, timeo
 
         def one(mutant: Mutant) -> Result:
             selected = reach.select(mutant) if reach is not None else []
+            # Each run: its pytest arguments and the tests it names (-1: every suite).
+            runs: list[tuple[list[str], int]] = [(selected, len(selected))] if selected else []
             # A kill is a kill whichever tests make it, but only every suite can say that a
             # mutant a test may see on import survives: its selected tests go first.
-            every = reach is None or reach.runs_on_import(mutant)
-            suites = ([selected] if selected else []) + (stages if every else [])
-            verdict, by, seconds, ran = "survived", "", 0.0, 0
+            if reach is None or reach.runs_on_import(mutant):
+                if reach is not None and on_import == "module":
+                    rest = [t for t in reach.module_tests(mutant.module) if t not in selected]
+                    runs += [(rest, len(selected) + len(rest))] if rest else []
+                else:
+                    runs += [(stage, -1) for stage in stages]
+            verdict, by, seconds, tests = "survived", "", 0.0, 0
             copy = free.pop()
             try:
-                for suite in suites:
+                for suite, named in runs:
                     verdict, by, took = copy.run(mutant, suite, timeout, model_examples)
-                    seconds, ran = seconds + took, ran + 1
+                    seconds, tests = seconds + took, named
                     if verdict != "survived":
                         break
             finally:
                 free.append(copy)
             result = Result(mutant.module, mutant.line, mutant.operator, mutant.description,
-                            verdict, by, round(seconds, 1),
-                            tests=-1 if every and ran > bool(selected) else len(selected))
+                            verdict, by, round(seconds, 1), tests=tests)
             if progress:
                 print(f"  {verdict:8} {seconds:6.1f}s {mutant.ident}"
                       + (f"  [{by}]" if by else "") + result.unreached, file=sys.stderr,
@@ -602,6 +618,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-select", action="store_true",
                         help="every suite for every mutant, not only the tests that reach "
                              "its line (slow; a check of the selection)")
+    parser.add_argument("--on-import", choices=["every", "module"], default="every",
+                        help="what a mutant on a line run on import runs after surviving the "
+                             "tests that reach the line: every suite (default), or the tests "
+                             "that reach its module (faster; a change another module reads "
+                             "at import may go unseen, so its score is a lower bound)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args(argv)
     try:
@@ -636,7 +657,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.monotonic()
         # Progress goes to stderr either way: a long run cut short still shows each verdict.
         results = run_mutants(mutants, stages, args.jobs, timeout, args.model_examples,
-                              progress=True, reach=reach)
+                              progress=True, reach=reach, on_import=args.on_import)
         elapsed = time.monotonic() - started
     except MutationError as error:
         print(f"mutation: {error}", file=sys.stderr)
@@ -644,6 +665,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = scores(results)
     if args.json:
         print(json.dumps({"seconds": round(elapsed), "baseline_s": round(took, 1),
+                          "on_import": args.on_import,
                           "modules": table, "results": [asdict(r) for r in results]}, indent=2))
     else:
         print(_score_table(table, results, elapsed))

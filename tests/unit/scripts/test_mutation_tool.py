@@ -168,3 +168,21 @@ def test_the_reach_of_a_tiny_project_names_the_test_of_each_line(tmp_path: Path)
     [result] = mutation.run_mutants([flip], [["tests"]], 1, 120, 1, progress=False,
                                     reach=reach, root=tmp_path, names=("tiny_core", "tests"))
     assert (result.verdict, result.tests) == ("killed", 1)
+
+
+def test_on_import_module_runs_the_other_tests_of_the_module_after_the_reaching_ones(
+        tmp_path: Path) -> None:
+    _tiny_project(tmp_path, test_weak=WEAK_TEST)
+    weak = "tests/test_weak.py::test_well_within"
+    boundary = "tests/test_tiny.py::test_within_at_and_around_the_limit"
+    # the boundary test reaches the module (another line), not the mutated line
+    reach = mutation.Reach(tests={"tiny_core/tiny.py": {6: [weak], 4: [boundary]}},
+                           on_import={"tiny_core/tiny.py": {6}},
+                           durations={weak: 0.1, boundary: 0.2})
+    assert reach.module_tests("tiny_core/tiny.py") == [weak, boundary]
+    flip = next(m for m in mutation.mutants_of("tiny_core/tiny.py", TINY)
+                if m.description == "<= -> <")
+    [result] = mutation.run_mutants([flip], [["tests/nowhere"]], 1, 120, 1, progress=False,
+                                    reach=reach, on_import="module", root=tmp_path,
+                                    names=("tiny_core", "tests"))
+    assert (result.verdict, result.killed_by, result.tests) == ("killed", boundary, 2)
