@@ -3,13 +3,15 @@ the limit's currency, when the gate names one); anything else asks a person (iss
 
 from __future__ import annotations
 
+import inspect
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from saga_core.approval import risk_gates
 from saga_core.approval.policy import GatePolicy
 from saga_core.approval.risk_gates import MAX_JUDGED_AMOUNT, AmountLimit, RiskGate, judged_amount
 from saga_core.contracts import Receipt
@@ -95,11 +97,19 @@ def test_a_gate_judges_amounts_up_to_ten_to_the_fifteenth_and_no_further() -> No
         AmountLimit(arg="amount", limit=10**15 + 1)
 
 
-def test_a_limit_cannot_be_changed_once_made() -> None:
-    # found by the mutation run (issue 36): risk_gates.py:88 survived every test; a gate's
-    # limit is part of the definition's hash and of every grant's evidence
+def test_every_part_of_a_gate_is_frozen() -> None:
+    # found by the mutation run (issue 36): frozen=True of AmountLimit, ExternalRecipient,
+    # SagaTotal, TenantWindow and RiskGate (risk_gates.py:88, :154, :194, :209, :231)
+    # survived every test. A gate is part of the definition's hash and of every grant's
+    # evidence: nothing may change it after it was read.
+    models = [c for _, c in inspect.getmembers(risk_gates, inspect.isclass)
+              if issubclass(c, BaseModel) and c.__module__ == risk_gates.__name__]
+    assert {m.__name__ for m in models} >= {
+        "AmountLimit", "ExternalRecipient", "SagaTotal", "TenantWindow", "RiskGate"}
+    assert [m.__name__ for m in models if not m.model_config.get("frozen")] == []
     with pytest.raises(ValidationError):
         LIMIT.limit = 10**9  # type: ignore[misc]
+
 
 @pytest.mark.parametrize("fields", [{"currency_arg": "currency"}, {"currency": "EUR"},
                                     {"currency_arg": "currency", "currency": "euro"}])
@@ -133,10 +143,28 @@ def test_cumulative_limits_sum_the_amount_above_reads() -> None:
                  tenant_window={"limit": 10, "period": "PT1H"})
 
 
-@pytest.mark.parametrize("period", ["PT0S", "-PT1H", "P32D", "an hour"])
+@pytest.mark.parametrize("period", ["PT0S", "PT0.999S", "-PT1H", "P31DT1S", "P32D", "an hour"])
 def test_a_tenant_window_period_is_an_iso_duration_up_to_31_days(period: str) -> None:
     with pytest.raises(ValidationError):
         RiskGate(risk_class="money", above=LIMIT, tenant_window={"limit": 1, "period": period})
+
+
+@pytest.mark.parametrize("period", ["PT1S", "P31D"])
+def test_a_tenant_window_of_one_second_or_of_31_days_is_allowed(period: str) -> None:
+    # found by the mutation run (issue 36): risk_gates.py:222 survived every test
+    gate = RiskGate(risk_class="money", above=LIMIT, tenant_window={"limit": 1, "period": period})
+    assert gate.tenant_window is not None
+
+
+@pytest.mark.parametrize(("ttl", "allowed"), [(0, False), (-1, False), (0.5, True), (1, True)])
+def test_a_gates_request_and_grant_ttls_are_any_positive_time(ttl: float, allowed: bool) -> None:
+    # found by the mutation run (issue 36): risk_gates.py:243, :244 survived every test
+    for field in ("request_ttl_s", "grant_ttl_s"):
+        if allowed:
+            assert getattr(RiskGate(risk_class="money", always=True, **{field: ttl}), field) == ttl
+        else:
+            with pytest.raises(ValidationError, match=field):
+                RiskGate(risk_class="money", always=True, **{field: ttl})
 
 
 def test_a_tenant_window_reads_iso_8601() -> None:
