@@ -9,6 +9,7 @@ approval: a forward one compensates, a compensation's escalates instead of stall
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -150,6 +151,27 @@ def test_the_combined_gate_policy_takes_the_shorter_ttl_whichever_declares_it(
                                        grant_ttl_s=approval))
     assert (policy.request_ttl_s, policy.grant_ttl_s) == (shorter, shorter)
 
+
+def test_a_grant_bounds_only_an_operation_whose_gate_reads_an_amount() -> None:
+    # found by the mutation run (issue 36): policy.py:131 survived every test. A grant's
+    # bound is checked against the amount the gate reads; a gate that reads none (always)
+    # is covered by its grant, which is bound to the action by hash.
+    always = GatePolicy("mail:forward", RiskGate(risk_class="external_communication",
+                                                 always=True))
+    assert always.covered({"to": "a@b"}, up_to=100.0) is None
+    amounts = GatePolicy("pay:forward", RiskGate(risk_class="money",
+                                                 above={"arg": "amount", "limit": 1}))
+    assert amounts.covered({"amount": 100}, up_to=100.0) is None  # at the bound
+    assert amounts.covered({"amount": 100.01}, up_to=100.0) == (
+        "a grant up to 100 does not cover amount 100.01")
+    assert amounts.covered({"amount": 10**6}, up_to=None) is None  # bound by hash only
+
+
+def test_a_gate_policy_cannot_be_changed_once_combined() -> None:
+    # found by the mutation run (issue 36): policy.py:35 survived every test
+    policy = GatePolicy("pay:forward")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        policy.renewal = True  # type: ignore[misc]
 
 def test_an_open_request_waits_until_its_expiry_and_is_asked_again_at_it() -> None:
     saga, request = _asked()
