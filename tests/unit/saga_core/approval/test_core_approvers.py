@@ -11,8 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from saga_core import (
+    ApprovalExpired,
     ApprovalOutOfScope,
+    ApprovalRequested,
     ApproverRefused,
+    CancelRequested,
     RequestApproval,
     SagaDefinition,
     check_approval,
@@ -229,3 +232,67 @@ def test_an_unproven_person_is_refused() -> None:
     saga, asked = _waiting()
     unproven = Principal("t1", "alice", PrincipalKind.PERSON, frozenset({"approver"}), False)
     _refused(saga, asked, unproven, "unauthenticated")
+
+
+# -- what the mutation run found no test for (issue 36) ----------------------------------------
+
+
+@pytest.mark.parametrize("answer", ["approve", "deny"])
+def test_another_tenants_person_learns_nothing_about_the_saga(answer: str) -> None:
+    # answers.py:104 and :179 survived every test: a step with no open request is told as
+    # "not of this tenant", never "no approval was requested"
+    saga, _ = _waiting()
+    stranger = person("bob", tenant="t2")
+    with pytest.raises(ApproverRefused) as refused:
+        if answer == "approve":
+            check_approval(saga.state, "hold_flight", F, "0" * 64, stranger, saga.now)
+        else:
+            check_denial(saga.state, "hold_flight", F, stranger, saga.now, "no")
+    assert refused.value.rule == "tenant"
+
+
+def _as_recorded_before_gates(saga: Saga) -> None:
+    """The open request as a log from before gates named a role and four eyes holds it."""
+    (index, requested), = [(i, e) for i, e in enumerate(saga.events)
+                           if isinstance(e, ApprovalRequested)]
+    saga.events[index] = requested.model_copy(update={"role": None, "four_eyes": None})
+    saga.append(saga.events.pop())  # refold
+
+
+def test_a_request_recorded_before_gates_named_a_role_is_answered_under_the_policys() -> None:
+    # answers.py:88 and :114 survived every test
+    saga, asked = _waiting()
+    _as_recorded_before_gates(saga)
+    assert saga.state.run(CAPTURE, F).approval.role is None  # type: ignore[union-attr]
+    _refused(saga, asked, person("olga", "operator"), "role")
+    _refused(saga, asked, person("test"), "four_eyes")  # the starter, under the gate's rule
+    assert check_approval(saga.state, CAPTURE, F, asked, person("bob"), saga.now) is not None
+
+
+def test_a_forward_request_is_closed_once_the_saga_compensates() -> None:
+    # answers.py:127 survived every test
+    saga, asked = _waiting()
+    saga.append(CancelRequested(at=saga.now, actor="op", reason="changed plans"))
+    saga.settle()
+    assert saga.state.phase == "compensating"
+    with pytest.raises(ApprovalReplayed, match="forward work of this saga has stopped"):
+        check_approval(saga.state, CAPTURE, F, asked, person("bob"), saga.now)
+
+
+def test_a_request_is_answered_until_just_before_it_expires_and_not_at_expiry() -> None:
+    # answers.py:131 survived every test
+    saga, asked = _waiting()
+    expires = saga.state.run(CAPTURE, F).approval.expires_at  # type: ignore[union-attr]
+    assert check_approval(saga.state, CAPTURE, F, asked, person("bob"),
+                          expires - timedelta(microseconds=1)) is not None
+    with pytest.raises(ApprovalExpired):
+        check_approval(saga.state, CAPTURE, F, asked, person("bob"), expires)
+
+
+@pytest.mark.parametrize("up_to", [float("inf"), float("nan"), True, "300000"])
+def test_a_grants_bound_must_be_a_finite_number(up_to: object) -> None:
+    # answers.py:157 survived every test: an infinite bound covered any amount
+    saga, asked = _waiting()
+    with pytest.raises(ApprovalOutOfScope, match="up_to must be a finite number"):
+        check_approval(saga.state, CAPTURE, F, asked, person("bob"), saga.now,
+                       up_to=up_to)  # type: ignore[arg-type]
