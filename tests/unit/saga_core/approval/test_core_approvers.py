@@ -291,7 +291,8 @@ def test_a_request_is_answered_until_just_before_it_expires_and_not_at_expiry() 
 
 @pytest.mark.parametrize("up_to", [float("inf"), float("nan"), True, "300000"])
 def test_a_grants_bound_must_be_a_finite_number(up_to: object) -> None:
-    # answers.py:157 survived every test: an infinite bound covered any amount
+    # answers.py:157 survived every test (without the check an infinite bound covers any
+    # amount)
     saga, asked = _waiting()
     with pytest.raises(ApprovalOutOfScope, match="up_to must be a finite number"):
         check_approval(saga.state, CAPTURE, F, asked, person("bob"), saga.now,
