@@ -78,6 +78,7 @@ DECIDING = {
     "gates": "saga_core/approval/risk_gates.py",
     "gate policy": "saga_core/approval/policy.py",
     "authority": "saga_core/access/roles.py",
+    "authority: who may answer a request": "saga_core/approval/answers.py",
     "plans": "saga_core/agents/plans.py",
     "stops": "saga_core/engine/stops.py",
     "keys": "saga_core/keys.py",
