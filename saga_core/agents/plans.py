@@ -151,7 +151,8 @@ _INPUT_TYPES: dict[str, InputType] = {
 
 def plan_input_fields(plan: AgentPlan, catalogue: ToolCatalogue) -> dict[str, InputField]:
     """The input fields a plan's arguments refer to (``${input.NAME}``), typed as the first
-    argument that takes the field whole is (else a string), and secret when *any* argument
+    argument that takes the field whole is (else an object when a reference reads a field
+    of it, ``${input.NAME.PART}``, else a string), and secret when *any* argument
     that takes it whole is secret in the catalogue: a plan takes its secrets from the
     start's input (a value, or a secret ref over the broker), never as literals. Secrecy
     taints the field, wherever else the plan refers to it: validation then refuses every
@@ -171,7 +172,11 @@ def plan_input_fields(plan: AgentPlan, catalogue: ToolCatalogue) -> dict[str, In
                 typed.add(exact)
                 kinds[exact] = _INPUT_TYPES.get(arg_spec.type, "string")
             for ref in _input_references(value):
-                if ref.root == "input" and ref.path:
+                if ref.root != "input" or not ref.path or ref.path[0] in typed:
+                    continue
+                if len(ref.path) > 1:  # ${input.stay.nights}: the field holds fields
+                    kinds[ref.path[0]] = "object"
+                else:
                     kinds.setdefault(ref.path[0], "string")
     return {name: InputField(type=kind, secret=name in secret) for name, kind in kinds.items()}
 

@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from saga_core.agents.plans import action_step_id, parse_plan, plan_input_fields, validate_plan
+from saga_core.definitions.inputs import validate_input
 from saga_core.errors import PlanRejected
 from saga_core.keys import payload_hash
 from sagafleet.example_sagas import trip_tool_catalogue
@@ -114,3 +115,17 @@ def test_only_input_references_become_input_fields() -> None:
          "args": {"flight_id": "LH1", "passenger_email": "${input.email}"}},
         _hotel_hold(hotel_id="${steps.flight.receipt.resource_id}", guest_email="${saga.id}")]})
     assert set(plan_input_fields(plan, trip_tool_catalogue())) == {"email"}
+
+
+def test_an_input_whose_fields_a_plan_reads_is_an_object() -> None:
+    # found beside the mutation run (issue 36): ${input.stay.nights} typed `stay` a string,
+    # so a start giving the stay as an object was refused and no start could resolve it
+    hold = _hotel_hold(hotel_id="${input.stay.hotel}", nights="${input.stay.nights}")
+    definition = validate_plan(parse_plan({"actions": [hold]}), trip_tool_catalogue())
+    assert definition.input["stay"].type == "object"
+    assert validate_input(definition, {"stay": {"hotel": "H1", "nights": 2}}) == {
+        "stay": {"hotel": "H1", "nights": 2}}
+    # a whole reference still types the field, wherever a deeper one appears
+    whole_first = parse_plan({"actions": [_hotel_hold(hotel_id="${input.code}"),
+                                          _hotel_hold(hotel_id="${input.code.x}")]})
+    assert plan_input_fields(whole_first, trip_tool_catalogue())["code"].type == "string"
