@@ -186,12 +186,18 @@ def test_an_open_request_waits_until_its_expiry_and_is_asked_again_at_it() -> No
     assert again.scope == request.scope == "pay:forward"  # not a renewal (decide.py:486)
 
 
-def _granted(saga: Saga) -> Any:
+def _grant(saga: Saga) -> Any:
+    """A person's grant of the open request of ``pay``, not yet appended."""
     run = saga.state.run("pay", F)
     assert run.approval is not None
     grant = check_approval(saga.state, "pay", F, run.approval.action_hash, person("ada"),
                            saga.now)
     assert grant is not None
+    return grant
+
+
+def _granted(saga: Saga) -> Any:
+    grant = _grant(saga)
     saga.append(grant)
     saga.record()  # scheduled: approved
     return grant
@@ -210,11 +216,7 @@ def test_a_grant_schedules_the_call_before_its_expiry_and_asks_again_at_it() -> 
     # found by the mutation run (issue 36): decide.py:383 survived every test (the claim's
     # check of the same boundary was pinned; decide's was not)
     saga, _ = _asked()
-    run = saga.state.run("pay", F)
-    assert run.approval is not None
-    grant = check_approval(saga.state, "pay", F, run.approval.action_hash, person("ada"),
-                           saga.now)
-    assert grant is not None
+    grant = _grant(saga)
     saga.append(grant)  # decide has not yet scheduled the approved call
     saga.now = grant.expires_at - TICK
     (scheduled,) = saga.decide()
@@ -513,11 +515,8 @@ def test_a_lookup_is_due_work_once_it_waited_the_queue_wait_and_not_a_tick_earli
 def test_a_grant_not_yet_acted_on_expires_at_the_grants_expiry_not_the_requests() -> None:
     # found by the mutation run (issue 36): claims.py:167 and :174 survived every test
     saga, request = _asked()
-    run = saga.state.run("pay", F)
-    assert run.approval is not None
-    grant = check_approval(saga.state, "pay", F, run.approval.action_hash, person("ada"),
-                           saga.now)
-    assert grant is not None and grant.expires_at > request.expires_at
+    grant = _grant(saga)
+    assert grant.expires_at > request.expires_at
     saga.append(grant)  # decide has not yet scheduled the approved call
     for now in (request.expires_at, grant.expires_at - TICK):
         # the saga owes a decision, of no run of its own; no approval has expired
@@ -648,11 +647,7 @@ def test_an_answer_for_another_action_than_the_one_asked_about_changes_nothing()
     # keeps such answers out of the log; the fold ignores one that arrives anyway)
     saga, _ = _asked()
     run = saga.state.run("pay", F)
-    assert run.approval is not None
-    grant = check_approval(saga.state, "pay", F, run.approval.action_hash, person("ada"),
-                           saga.now)
-    assert grant is not None
-    saga.append(grant.model_copy(update={"action_hash": "f" * 64}))
+    saga.append(_grant(saga).model_copy(update={"action_hash": "f" * 64}))
     after = saga.state.run("pay", F)
     assert after.status is RunStatus.AWAITING_APPROVAL and after.approval == run.approval
 
