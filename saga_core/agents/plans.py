@@ -159,7 +159,7 @@ def plan_input_fields(plan: AgentPlan, catalogue: ToolCatalogue) -> dict[str, In
     other place the plan sends it (``secret_flows_to_public``,
     :mod:`saga_core.definitions.secret_flow`)."""
     kinds: dict[str, InputType] = {}
-    typed: set[str] = set()  # the fields an argument took whole, in the plan's order
+    typed: set[str] = set()  # fields an argument took whole: the first such argument types them
     secret: set[str] = set()
     for action in plan.actions:
         spec = catalogue.get(action.tool, action.version)
