@@ -172,3 +172,29 @@ def test_the_agent_module_imports_only_the_standard_library_and_cryptography() -
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,  # noqa: S603
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_the_documented_window_constants_and_the_lifetime_bounds() -> None:
+    # found by the mutation run (issue 36): signed_envelopes.py:43, :47, :230, :231 survived
+    # every test. docs/agents.md promises a 60 s clock skew and a 900 s maximum lifetime.
+    assert (CLOCK_SKEW, MAX_LIFETIME) == (timedelta(seconds=60), timedelta(seconds=900))
+    start = int(NOW.timestamp())
+    check_window(parse_envelope(_envelope(expires_at=start + 900), START), NOW)  # at the max
+    over = parse_envelope(_envelope(expires_at=start + 901), START)
+    assert _refusal(lambda: check_window(over, NOW)).refusal is Refusal.LIFETIME_TOO_LONG
+    check_window(parse_envelope(_envelope(expires_at=start + 1), START), NOW)  # the least
+    empty = parse_envelope(_envelope(expires_at=start), START)  # no lifetime at all
+    assert _refusal(lambda: check_window(empty, NOW)).refusal is Refusal.MALFORMED_ENVELOPE
+
+
+@pytest.mark.parametrize(("seconds", "readable"), [
+    (0, True), (253_402_300_799, True), (253_402_300_800, False), (-1, False)])
+def test_envelope_times_are_unix_seconds_from_1970_to_the_end_of_9999(seconds: int,
+                                                                      readable: bool) -> None:
+    # found by the mutation run (issue 36): signed_envelopes.py:63 and :278 survived
+    text = _envelope(issued_at=seconds, expires_at=seconds)
+    if readable:
+        assert parse_envelope(text, START).issued_at == datetime.fromtimestamp(seconds, UTC)
+    else:
+        assert _refusal(lambda: parse_envelope(text, START)).refusal is (
+            Refusal.MALFORMED_ENVELOPE)
