@@ -59,7 +59,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -167,6 +167,17 @@ class Result:
     def unreached(self) -> str:
         """What the reports add to a mutant no test reaches."""
         return "  (no test reaches it)" if self.tests == 0 else ""
+
+
+#: One run of a mutant: its pytest arguments and the tests it names (-1: every suite).
+Run = tuple[list[str], int]
+#: What a mutant runs, in order, until a run kills it (none: no test reaches it).
+Plan = Callable[[Mutant], list[Run]]
+
+
+def every_stage(stages: list[list[str]]) -> Plan:
+    """Every stage for every mutant, each while it survives (no selection)."""
+    return lambda mutant: [(stage, -1) for stage in stages]
 
 
 # -- making mutants
@@ -410,17 +421,45 @@ class Reach:
         """The tests that reach ``mutant``'s lines while they run, quickest first; ``[]``
         when none does."""
         by_line = self.tests.get(mutant.module, {})
-        chosen = {test for line in mutant.lines for test in by_line.get(line, ())}
-        return sorted(chosen, key=lambda test: (self.durations.get(test, 0.0), test))
+        return self._quickest_first({t for line in mutant.lines for t in by_line.get(line, ())})
 
     def module_tests(self, module: str) -> list[str]:
         """The tests that reach any line of ``module`` while they run, quickest first."""
-        chosen = {test for tests in self.tests.get(module, {}).values() for test in tests}
-        return sorted(chosen, key=lambda test: (self.durations.get(test, 0.0), test))
+        return self._quickest_first(
+            {test for tests in self.tests.get(module, {}).values() for test in tests})
+
+    def _quickest_first(self, tests: set[str]) -> list[str]:
+        return sorted(tests, key=lambda test: (self.durations.get(test, 0.0), test))
 
     def runs_on_import(self, mutant: Mutant) -> bool:
         """Whether a line of ``mutant`` runs on import: any test may then see the change."""
         return any(line in self.on_import.get(mutant.module, ()) for line in mutant.lines)
+
+    def behind_every_suite(self, stages: list[list[str]]) -> Plan:
+        """The tests reaching a mutant's lines; for a line run on import that they did not
+        kill, then every stage (a kill is a kill whichever test makes it, but only every
+        suite can say that a mutant a test may see on import survives)."""
+        def plan(mutant: Mutant) -> list[Run]:
+            runs = self._reaching(mutant)
+            return runs + [(stage, -1) for stage in stages] if self.runs_on_import(mutant) \
+                else runs
+        return plan
+
+    def behind_module_tests(self) -> Plan:
+        """As :meth:`behind_every_suite`, with the other tests that reach the mutant's module
+        in place of every stage: faster, and a lower bound of the score."""
+        def plan(mutant: Mutant) -> list[Run]:
+            runs = self._reaching(mutant)
+            if not self.runs_on_import(mutant):
+                return runs
+            selected = runs[0][0] if runs else []
+            rest = [t for t in self.module_tests(mutant.module) if t not in selected]
+            return runs + [(rest, len(selected) + len(rest))] if rest else runs
+        return plan
+
+    def _reaching(self, mutant: Mutant) -> list[Run]:
+        selected = self.select(mutant)
+        return [(selected, len(selected))] if selected else []
 
 
 def measure_reach(copy: Copy, suites: Sequence[str], model_examples: int,
@@ -464,17 +503,11 @@ def measure_reach(copy: Copy, suites: Sequence[str], model_examples: int,
     return Reach(tests, on_import, durations, round(seconds, 1))
 
 
-def run_mutants(mutants: list[Mutant], stages: list[list[str]], jobs: int, timeout: float,
-                model_examples: int, progress: bool, *, reach: Reach | None = None,
-                on_import: str = "every",
-                root: Path = ROOT, names: Sequence[str] = COPIED) -> list[Result]:
-    """Run every mutant on ``jobs`` copies of the project; results in the mutants' order.
-
-    With ``reach``, a mutant runs the tests that reach its lines, then, when a line of it
-    runs on import and it survived them, every stage (``on_import="every"``) or the other
-    tests that reach its module (``"module"``); a mutant no test reaches survives without a
-    run. Without ``reach``, each stage while it survives.
-    """
+def run_mutants(mutants: list[Mutant], plan: Plan, jobs: int, timeout: float,
+                model_examples: int, progress: bool, *, root: Path = ROOT,
+                names: Sequence[str] = COPIED) -> list[Result]:
+    """Run every mutant on ``jobs`` copies of the project, each run of its ``plan`` while it
+    survives; results in the mutants' order."""
     copies = [Copy(root, names) for _ in range(jobs)]
     try:
         if root == ROOT:
@@ -482,21 +515,10 @@ def run_mutants(mutants: list[Mutant], stages: list[list[str]], jobs: int, timeo
         free = list(copies)
 
         def one(mutant: Mutant) -> Result:
-            selected = reach.select(mutant) if reach is not None else []
-            # Each run: its pytest arguments and the tests it names (-1: every suite).
-            runs: list[tuple[list[str], int]] = [(selected, len(selected))] if selected else []
-            # A kill is a kill whichever tests make it, but only every suite can say that a
-            # mutant a test may see on import survives: its selected tests go first.
-            if reach is None or reach.runs_on_import(mutant):
-                if reach is not None and on_import == "module":
-                    rest = [t for t in reach.module_tests(mutant.module) if t not in selected]
-                    runs += [(rest, len(selected) + len(rest))] if rest else []
-                else:
-                    runs += [(stage, -1) for stage in stages]
             verdict, by, seconds, tests = "survived", "", 0.0, 0
             copy = free.pop()
             try:
-                for suite, named in runs:
+                for suite, named in plan(mutant):
                     verdict, by, took = copy.run(mutant, suite, timeout, model_examples)
                     seconds, tests = seconds + took, named
                     if verdict != "survived":
@@ -564,7 +586,8 @@ def run_hand(suites: list[str], jobs: int, model_examples: int) -> list[dict[str
     mutants = [hand_mutant(hand) for hand in HAND]
     for suite_name in suites:
         suite = SUITES[suite_name]
-        results = run_mutants(mutants, [suite], jobs, 1800, model_examples, progress=True)
+        results = run_mutants(mutants, every_stage([suite]), jobs, 1800, model_examples,
+                              progress=True)
         for hand, result in zip(HAND, results, strict=True):
             row = next((r for r in rows if r["mutation"] == hand.name), None)
             if row is None:
@@ -644,12 +667,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{len(mutants)} mutants", file=sys.stderr)
             return EXIT_OK
         stages = [FIRST_STAGE, SECOND_STAGE]
-        reach = None
         if args.no_select:
-            took = baseline(stages, args.model_examples)
+            plan, took = every_stage(stages), baseline(stages, args.model_examples)
             print(f"baseline {took:.1f}s", file=sys.stderr)
         else:
             reach = reach_of_suites(args.model_examples)
+            plan = (reach.behind_module_tests() if args.on_import == "module"
+                    else reach.behind_every_suite(stages))
             took = reach.seconds
             print(f"reach: {len(reach.durations)} tests over saga_core under coverage in "
                   f"{took:.1f}s", file=sys.stderr)
@@ -657,8 +681,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"timeout per mutant {timeout:.0f}s, {len(mutants)} mutants", file=sys.stderr)
         started = time.monotonic()
         # Progress goes to stderr either way: a long run cut short still shows each verdict.
-        results = run_mutants(mutants, stages, args.jobs, timeout, args.model_examples,
-                              progress=True, reach=reach, on_import=args.on_import)
+        results = run_mutants(mutants, plan, args.jobs, timeout, args.model_examples,
+                              progress=True)
         elapsed = time.monotonic() - started
     except MutationError as error:
         print(f"mutation: {error}", file=sys.stderr)

@@ -59,7 +59,8 @@ def test_a_run_kills_a_caught_mutant_and_reports_a_survivor_without_touching_the
     mutants = [m for m in mutation.mutants_of("tiny_core/tiny.py", TINY)
                if m.description in ("<= -> <", "< -> <=")]
     # when both run on a copy
-    results = mutation.run_mutants(mutants, [["tests"]], 1, 120, 1, progress=False,
+    results = mutation.run_mutants(mutants, mutation.every_stage([["tests"]]), 1, 120, 1,
+                                   progress=False,
                                    root=tmp_path, names=("tiny_core", "tests"))
     # then the boundary flip is killed by the test, the sign check's flip survives
     verdicts = {r.description: (r.verdict, r.killed_by) for r in results}
@@ -125,8 +126,8 @@ def test_a_survivor_of_the_tests_reaching_a_line_run_on_import_runs_every_suite(
     flip = next(m for m in mutation.mutants_of("tiny_core/tiny.py", TINY)
                 if m.description == "<= -> <")
     # when the boundary flip runs with that reach
-    [result] = mutation.run_mutants([flip], [["tests"]], 1, 120, 1, progress=False,
-                                    reach=reach, root=tmp_path, names=("tiny_core", "tests"))
+    [result] = mutation.run_mutants([flip], reach.behind_every_suite([["tests"]]), 1, 120, 1,
+                                    progress=False, root=tmp_path, names=("tiny_core", "tests"))
     # then the weak test alone lets it survive; on a line run on import every suite runs
     # after it, and the boundary test kills it
     if on_import:
@@ -144,8 +145,9 @@ def test_a_mutant_on_a_line_run_on_import_killed_by_its_reaching_tests_runs_no_m
                            on_import={"tiny_core/tiny.py": {6}}, durations={boundary: 0.1})
     flip = next(m for m in mutation.mutants_of("tiny_core/tiny.py", TINY)
                 if m.description == "<= -> <")
-    [result] = mutation.run_mutants([flip], [["tests/nowhere"]], 1, 120, 1, progress=False,
-                                    reach=reach, root=tmp_path, names=("tiny_core", "tests"))
+    nowhere = reach.behind_every_suite([["tests/nowhere"]])
+    [result] = mutation.run_mutants([flip], nowhere, 1, 120, 1, progress=False, root=tmp_path,
+                                    names=("tiny_core", "tests"))
     # killed by the one test that reaches it; the stages (here a path that does not exist,
     # which would fail as a collection error) never ran
     assert (result.verdict, result.killed_by, result.tests) == ("killed", boundary, 1)
@@ -165,8 +167,8 @@ def test_the_reach_of_a_tiny_project_names_the_test_of_each_line(tmp_path: Path)
     # and a run with the reach kills the boundary flip through that one test
     flip = next(m for m in mutation.mutants_of("tiny_core/tiny.py", TINY)
                 if m.description == "<= -> <")
-    [result] = mutation.run_mutants([flip], [["tests"]], 1, 120, 1, progress=False,
-                                    reach=reach, root=tmp_path, names=("tiny_core", "tests"))
+    [result] = mutation.run_mutants([flip], reach.behind_every_suite([["tests"]]), 1, 120, 1,
+                                    progress=False, root=tmp_path, names=("tiny_core", "tests"))
     assert (result.verdict, result.tests) == ("killed", 1)
 
 
@@ -182,7 +184,7 @@ def test_on_import_module_runs_the_other_tests_of_the_module_after_the_reaching_
     assert reach.module_tests("tiny_core/tiny.py") == [weak, boundary]
     flip = next(m for m in mutation.mutants_of("tiny_core/tiny.py", TINY)
                 if m.description == "<= -> <")
-    [result] = mutation.run_mutants([flip], [["tests/nowhere"]], 1, 120, 1, progress=False,
-                                    reach=reach, on_import="module", root=tmp_path,
+    [result] = mutation.run_mutants([flip], reach.behind_module_tests(), 1, 120, 1,
+                                    progress=False, root=tmp_path,
                                     names=("tiny_core", "tests"))
     assert (result.verdict, result.killed_by, result.tests) == ("killed", boundary, 2)
