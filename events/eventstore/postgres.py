@@ -21,7 +21,7 @@ import json
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.resources import files
 from types import TracebackType
@@ -72,6 +72,7 @@ from events.eventstore.reading import (
 from events.eventstore.rules import expected_code, new_events, original_append
 from events.eventstore.subscription import Subscription, checkpoint_on
 from events.eventstore.traces import events_of_trace_on
+from events.eventstore.waking import AfterCommitNotifier
 from events.migrate import apply_migrations
 from saga_core.limits import TRACE_EVENTS
 
@@ -82,12 +83,14 @@ MIGRATIONS_NAMESPACE: Final = "events"
 """The namespace under which the event store's own migration files are recorded."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class UnitOfWork:
     """One open transaction on one connection: append events and write your own rows."""
 
     store: EventStore
     connection: psycopg.Connection[Any]
+    appended: bool = field(default=False, init=False)
+    """Whether an append ran in it (its commit then wakes subscribers)."""
 
     def append(
         self,
@@ -98,8 +101,10 @@ class UnitOfWork:
         due_at: DueTime = KEEP_DUE,
     ) -> AppendResult:
         """Append inside this transaction; it commits (or not) with everything else."""
-        return self.store.append(stream_id, events, expected_version, conn=self.connection,
-                                 due_at=due_at)
+        result = self.store._append(stream_id, events, expected_version, conn=self.connection,
+                                    due_at=due_at, notify=self.store._notify_in_commit)
+        self.appended = True
+        return result
 
 
 # Oldest due first from the partial index on due_at; the prefix is a filter on the rows the
@@ -151,17 +156,23 @@ class EventStore:
         *,
         conninfo: str,
         notify: bool = True,
+        notify_in_commit: bool = False,
         registry: EventRegistry | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         clock: Clock = utc_now,
     ) -> None:
-        """``clock``: what tells an append the time its events are recorded at (which
-        their hashes cover); the machine's UTC clock unless a test fixes it."""
+        """``notify``, ``notify_in_commit``: see :meth:`connect`. ``clock``: what tells an
+        append the time its events are recorded at (which their hashes cover); the machine's
+        UTC clock unless a test fixes it."""
         self._pool = pool
         self._clock = clock
         self._lender = ConnectionLender(pool, drops_read_only=self.writes)
         self._conninfo = conninfo
         self._notify = notify
+        # In each append's statement (the plain path), or once after commits.
+        self._notify_in_commit = notify and notify_in_commit
+        self._notifier = (AfterCommitNotifier(conninfo) if notify and not notify_in_commit
+                          else None)
         self.registry = registry
         self._max_event_bytes = max_event_bytes
         # stream -> (a committed version, its event hash), from this store's own appends
@@ -179,14 +190,20 @@ class EventStore:
         pool_size: int = 10,
         timeout: float = 10.0,
         notify: bool = True,
+        notify_in_commit: bool = False,
         registry: EventRegistry | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         clock: Clock = utc_now,
     ) -> Self:
         """Open a store on a DSN or conninfo; no DDL here (see :meth:`migrate`).
 
-        ``notify`` sends one ``pg_notify`` per append to wake subscribers; turn it off for
-        many concurrent writers (NOTIFY serialises commits) and let subscribers poll.
+        ``notify`` wakes subscribers after appends (``pg_notify``); off, they only poll.
+        By default one NOTIFY goes out after the appends' commits, from a thread and a
+        connection of the store's own (:mod:`events.eventstore.waking`: commits that
+        notified take turns at PostgreSQL's notification queue, those that did not share
+        WAL flushes). ``notify_in_commit`` sends it inside each append's transaction instead
+        (the plain path). An append on a caller's connection (``append(conn=...)``) always
+        notifies inside that transaction, whose commit the store does not see.
         ``clock``: see :meth:`__init__`.
         """
         pool: ConnectionPool[Any] = ConnectionPool(
@@ -203,6 +220,7 @@ class EventStore:
             pool,
             conninfo=url,
             notify=notify,
+            notify_in_commit=notify_in_commit,
             registry=registry,
             max_event_bytes=max_event_bytes,
             clock=clock,
@@ -215,8 +233,16 @@ class EventStore:
 
     def close(self) -> None:
         """Close the pool; the store cannot be used afterwards."""
+        if self._notifier is not None:
+            self._notifier.close()
         self._lender.close()
         self._pool.close()
+
+    def wake_ups_sent(self, timeout: float = 5.0) -> bool:
+        """Wait up to ``timeout`` seconds until the wake-ups of the appends so far went out
+        (:mod:`events.eventstore.waking` sends them after the commits, from a thread); True
+        if none is left. For tests that need an idle log after appending."""
+        return self._notifier is None or self._notifier.settled(timeout)
 
     def __enter__(self) -> EventStore:
         return self
@@ -258,24 +284,27 @@ class EventStore:
         you do not read results between writes.
         """
         with self.connection() as conn:
+            unit = UnitOfWork(self, conn)
             if not pipelined:
                 with conn.transaction():
-                    yield UnitOfWork(self, conn)
-                return
-            # BEGIN and COMMIT as queued statements: psycopg's transaction() syncs before
-            # its COMMIT, which would add a round trip to the two this needs.
-            with conn.pipeline() as pipeline:
-                conn.execute("BEGIN")
-                try:
-                    yield UnitOfWork(self, conn)
-                except BaseException:
-                    # A failed statement left the pipeline aborted until a Sync (which
-                    # reports the statements skipped behind it): resume it, then roll back.
-                    with contextlib.suppress(psycopg.Error):
-                        pipeline.sync()
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
+                    yield unit
+            else:
+                # BEGIN and COMMIT as queued statements: psycopg's transaction() syncs before
+                # its COMMIT, which would add a round trip to the two this needs.
+                with conn.pipeline() as pipeline:
+                    conn.execute("BEGIN")
+                    try:
+                        yield unit
+                    except BaseException:
+                        # A failed statement left the pipeline aborted until a Sync (which
+                        # reports the statements skipped behind it): resume, then roll back.
+                        with contextlib.suppress(psycopg.Error):
+                            pipeline.sync()
+                        conn.execute("ROLLBACK")
+                        raise
+                    conn.execute("COMMIT")
+        if unit.appended and self._notifier is not None:  # committed now
+            self._notifier.wake()
 
     def append(
         self,
@@ -295,15 +324,35 @@ class EventStore:
         stream's due time in the same statement (None clears it; see :meth:`due_streams`);
         by default it stays as it is.
         """
+        if conn is not None:
+            return self._append(stream_id, events, expected_version, conn=conn, due_at=due_at,
+                                notify=self._notify)
+        result = self._append(stream_id, events, expected_version, conn=None, due_at=due_at,
+                              notify=self._notify_in_commit)
+        if self._notifier is not None:  # committed now
+            self._notifier.wake()
+        return result
+
+    def _append(
+        self,
+        stream_id: str,
+        events: Sequence[NewEvent | BaseModel],
+        expected_version: ExpectedVersion,
+        *,
+        conn: psycopg.Connection[Any] | None,
+        due_at: DueTime,
+        notify: bool,
+    ) -> AppendResult:
+        """:meth:`append`, notifying in the append's statement or not."""
         envelopes = new_events(self.registry, events)
         prepared = prepare_events(stream_id, envelopes, self._max_event_bytes, self._clock())
         if conn is not None:
-            return self._append_on(conn, stream_id, prepared, expected_version, savepoint=True,
-                                   due=due_at)
+            return self._append_on(conn, stream_id, prepared, expected_version, notify,
+                                   savepoint=True, due=due_at)
         # As connection() lends it, without the generator around the loan.
         try:
             with translated_errors(), self._lender.loan() as own:
-                return self._append_on(own, stream_id, prepared, expected_version,
+                return self._append_on(own, stream_id, prepared, expected_version, notify,
                                        savepoint=False, due=due_at)
         except ReadOnlyStore as exc:
             raise write_refused(exc) from exc
@@ -314,6 +363,7 @@ class EventStore:
         stream_id: str,
         prepared: list[PreparedEvent],
         expected_version: ExpectedVersion,
+        notify: bool,
         *,
         savepoint: bool,
         due: DueTime,
@@ -325,7 +375,7 @@ class EventStore:
             # The caller's transaction, or the implicit one of an autocommit statement.
             with translated_errors(stream_id, expected_version):
                 rows = run_append(
-                    conn, stream_id, expected, prepared, self._notify, savepoint=savepoint,
+                    conn, stream_id, expected, prepared, notify, savepoint=savepoint,
                     tip=tip, due=due,
                 )
         except (ConcurrencyError, EventIdConflict):

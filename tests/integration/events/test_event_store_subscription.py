@@ -131,6 +131,7 @@ def test_the_checkpoint_only_moves_forward(projected: EventStore) -> None:
 def test_wait_wakes_on_append_and_times_out_when_idle(projected: EventStore) -> None:
     # (the stream exists first, so the wake-up comes from the one-event fast path)
     projected.append("a", [NewEvent("A", {})])
+    assert projected.wake_ups_sent()
     with projected.subscription("seen") as sub:
         # given an idle log, when waiting briefly, then it times out
         assert sub.wait(0.2) is False
