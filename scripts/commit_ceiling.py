@@ -15,7 +15,9 @@ Compare ``bench_fleet.py``'s sagas per second times the commits a saga makes (fi
 trip: its start and four worker commits) with the ceiling at the fleet's connection count. A
 transaction that sent a NOTIFY takes, as it commits, a lock that every other such commit
 waits for (PostgreSQL's notification queue), so their commits do not share WAL flushes: the
-second figure is the ceiling of a store that notifies.
+second figure is the ceiling of a store that notifies in each append's transaction (the
+plain path, ``notify_in_commit=True``). The third is the store's default: plain commits, each
+followed by a wake-up asked of its after-commit notifier (``events.eventstore.waking``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Final
 import psycopg
 from bench_databases import drop_database, new_database
 
+from events.eventstore.waking import AfterCommitNotifier
 from sagafleet import embedded
 
 TABLE = "bench_commit_ceiling"
@@ -44,18 +47,30 @@ INSERT_NOTIFY: Final = (f"WITH row AS (INSERT INTO {TABLE} (note) VALUES (%s) RE
                         " SELECT pg_notify('commit_ceiling', id::text) FROM row")
 
 
+AFTER_COMMIT: Final = "after_commit"
+"""Plain INSERTs, each commit followed by a wake-up asked of the store's notifier
+(``events.eventstore.waking``: one NOTIFY at a time per process, at most one every 20 ms,
+in a transaction of its own), as the store's appends do by default."""
+
+
 def _commit_loop(url: str, statement: str, seconds: float, start_at: float,
                  out: multiprocessing.Queue) -> None:
     """One connection: ``statement`` + COMMIT until ``seconds`` after ``start_at``; put the
     count."""
+    notifier = AfterCommitNotifier(url) if statement == AFTER_COMMIT else None
+    sql = INSERT if notifier is not None else statement
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(statement, ("warm",))
+        conn.execute(sql, ("warm",))
         while time.time() < start_at:
             time.sleep(0.001)
         done, deadline = 0, start_at + seconds
         while time.time() < deadline:
-            conn.execute(statement, ("step done",))
+            conn.execute(sql, ("step done",))
+            if notifier is not None:
+                notifier.wake()
             done += 1
+    if notifier is not None:
+        notifier.close()
     out.put(done)
 
 
@@ -74,6 +89,10 @@ def commits_per_second(url: str, connections: int, seconds: float,
     for proc in procs:
         proc.join()
     return total / seconds
+
+
+LABELS: Final = {"insert": "insert", "insert_notify": "insert + notify",
+                 "insert_wake_after": "insert, wake-up after commit"}
 
 
 def main() -> None:
@@ -95,16 +114,18 @@ def main() -> None:
                          " at timestamptz NOT NULL DEFAULT now())")
             settings = {name: conn.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
                         for name in ("synchronous_commit", "fsync", "wal_sync_method")}
-        found: dict[str, dict[str, dict[str, object]]] = {"insert": {}, "insert_notify": {}}
+        modes = (("insert", INSERT), ("insert_notify", INSERT_NOTIFY),
+                 ("insert_wake_after", AFTER_COMMIT))
+        found: dict[str, dict[str, dict[str, object]]] = {name: {} for name, _ in modes}
         for connections in args.connections:
-            for name, statement in (("insert", INSERT), ("insert_notify", INSERT_NOTIFY)):
+            for name, statement in modes:
                 runs = [commits_per_second(database, connections, args.seconds, statement)
                         for _ in range(args.runs)]
                 found[name][str(connections)] = {
                     "commits_per_s": round(statistics.median(runs), 1),
                     "runs": [round(r, 1) for r in runs]}
                 if not args.json:
-                    print(f"{connections:>3} connections, {name.replace('_', ' + '):<15}"
+                    print(f"{connections:>3} connections, {LABELS[name]:<28}"
                           f" {statistics.median(runs):8.0f} commits/s"
                           f"  (runs: {', '.join(f'{r:.0f}' for r in runs)})", flush=True)
         if args.json:

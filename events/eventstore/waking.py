@@ -88,8 +88,9 @@ class AfterCommitNotifier:
         """Ask for a NOTIFY: an append committed. Returns at once."""
         if self._pid != os.getpid():
             self._start()
-        self._due = True
-        self._wanted.set()
+        if not self._due:  # else one is owed: it goes out after this commit
+            self._due = True
+            self._wanted.set()
 
     def _start(self) -> None:
         with self._lock:
