@@ -28,6 +28,7 @@ def tooling_app(settings: Settings) -> Celery:
     app = create_celery_app(BrokerSettings.for_visibility_timeout(
         runtime.broker_url(settings), settings.visibility_timeout_seconds,
         remote_control=settings.celery_remote_control,
+        task_events=settings.celery_task_events,
         sentinel_master=settings.broker_sentinel_master))
     register_task_names(app)
     return app

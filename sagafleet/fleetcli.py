@@ -65,6 +65,7 @@ def _fleet(
         sweep_full_every_s=settings.sweep_full_every_s,
         visibility_timeout_s=settings.visibility_timeout_seconds,
         remote_control=settings.celery_remote_control,
+        task_events=settings.celery_task_events,
         snapshot_every=settings.snapshot_every,
     )
     if worker_id:

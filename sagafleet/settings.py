@@ -234,11 +234,16 @@ class Settings(EnvironmentSettings):
         "with an anchor key, verify and audit flag final events older than this that no "
         "checkpoint covers (set above the time between checkpoints)"))
     # Celery's own tools (celery -A sagafleet.celery inspect/events/control, Flower) need the
-    # workers' remote control (pidbox), task events and heartbeats; a broker locked down to
-    # the fleet's own queues (no pub/sub, no extra keys) turns them off here.
+    # workers' remote control (pidbox) and heartbeats, and their task pages task events; a
+    # broker locked down to the fleet's own queues (no pub/sub, no extra keys) turns them off
+    # here. Task events cost every step three broadcasts, so they are asked for on their own.
     celery_remote_control: bool = Field(default=True, description=(
-        "workers answer Celery's remote control (inspect, ping) and send task events and "
-        "heartbeats, for celery -A sagafleet.celery and Flower (false: a locked-down broker)"))
+        "workers answer Celery's remote control (inspect, ping) and send heartbeats, for "
+        "celery -A sagafleet.celery and Flower (false: a locked-down broker)"))
+    celery_task_events: bool = Field(default=False, description=(
+        "workers also send Celery task events (received, started, succeeded), for Flower's "
+        "task pages and celery events: three broadcasts a step, about 5% of a worker's CPU "
+        "(needs remote control)"))
 
     # Snapshots of saga state (events.saga_log.snapshots): a load that folded more events than this
     # past a saga's snapshot writes a new one. Small enough that a load folds few events,

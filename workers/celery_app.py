@@ -125,10 +125,15 @@ class BrokerSettings:
     broker_url: str
     visibility_timeout_s: float = 600.0
     step_time_limit_s: float = 300.0
-    # Workers answer Celery's remote control and send task events and heartbeats, so that
-    # Celery's own tools (inspect, events, Flower) see the fleet; off for a broker locked
-    # down to the fleet's queues (SAGAFLEET_CELERY_REMOTE_CONTROL=false).
+    # Workers answer Celery's remote control and send heartbeats, so that Celery's own
+    # tools (inspect, events, Flower) see the fleet; off for a broker locked down to the
+    # fleet's queues (SAGAFLEET_CELERY_REMOTE_CONTROL=false).
     remote_control: bool = True
+    # Workers also send task events (received, started, succeeded: Flower's task pages,
+    # `celery events`): three broadcasts a step, about a twentieth of a worker's CPU, for a
+    # view the saga log already gives. Off unless asked (SAGAFLEET_CELERY_TASK_EVENTS=true),
+    # and never without remote control (both go over the broker's pub/sub).
+    task_events: bool = False
     # The name Redis Sentinel monitors the master under, for a sentinel://…;sentinel://… URL
     # (kombu's master_name transport option); None for any other broker URL.
     sentinel_master: str | None = None
@@ -139,13 +144,14 @@ class BrokerSettings:
 
     @classmethod
     def for_visibility_timeout(cls, broker_url: str, visibility_timeout_s: float, *,
-                               remote_control: bool = True,
+                               remote_control: bool = True, task_events: bool = False,
                                sentinel_master: str | None = None) -> BrokerSettings:
         """Settings whose step time limit fits inside ``visibility_timeout_s``: half of it,
         at most the default (a short timeout is for tests of redelivery after a kill)."""
         return cls(broker_url=broker_url, visibility_timeout_s=visibility_timeout_s,
                    step_time_limit_s=min(cls.step_time_limit_s, visibility_timeout_s / 2),
-                   remote_control=remote_control, sentinel_master=sentinel_master)
+                   remote_control=remote_control, task_events=task_events,
+                   sentinel_master=sentinel_master)
 
     @property
     def transport_options(self) -> dict[str, Any]:
@@ -265,7 +271,7 @@ def create_celery_app(settings: BrokerSettings, *, name: str = "sagafleet") -> C
         worker_hijack_root_logger=False,
         # Celery's own tools: pidbox replies (inspect, ping, control) and task events
         # (celery events, Flower), both over the broker's pub/sub; see worker_options.
-        worker_send_task_events=settings.remote_control,
+        worker_send_task_events=settings.remote_control and settings.task_events,
         worker_enable_remote_control=settings.remote_control,
         # Neither the arguments of a task nor the body of a message the worker drops reach
         # a log record: a saga command may carry a secret an agent should not have sent.

@@ -70,6 +70,8 @@ class FleetConfig:
     visibility_timeout_s: float = 600.0
     # Workers answer Celery's remote control and send events (celery_app.BrokerSettings).
     remote_control: bool = True
+    # And send Celery task events (celery_app.BrokerSettings.task_events).
+    task_events: bool = False
     # A load that folded more events than this past a saga's snapshot writes one (0: off).
     snapshot_every: int = DEFAULT_SNAPSHOT_EVERY
 
@@ -78,6 +80,7 @@ class FleetConfig:
         """The Celery app's settings for this fleet."""
         return BrokerSettings.for_visibility_timeout(
             self.broker_url, self.visibility_timeout_s, remote_control=self.remote_control,
+            task_events=self.task_events,
             sentinel_master=self.broker_sentinel_master)
 
 

@@ -205,12 +205,37 @@ def _validator(schema_json: str) -> Any:
                           format_checker=FORMAT_CHECKER)
 
 
+FIELDS_REMEMBERED: Final = 1024
+"""How many input fields' validators :func:`field_validator` keeps by field object."""
+
+_by_field: dict[int, tuple[InputField, Any]] = {}
+
+
+def field_validator(spec: InputField) -> Any:
+    """The compiled validator of ``spec``'s JSON Schema.
+
+    Kept by field object too: a process starts sagas of the same cached definitions, whose
+    field objects recur, and building a field's schema and its canonical JSON only to find
+    the validator cost a start more than validating (a frozen field never changes; the kept
+    field keeps its id from being reused). :func:`_validator` by schema text is the plain
+    path, and a field object not kept (or forgotten) still finds it there.
+    """
+    kept = _by_field.get(id(spec))
+    if kept is not None and kept[0] is spec:
+        return kept[1]
+    validator = _validator(canonical_json(spec.json_schema()))
+    if len(_by_field) >= FIELDS_REMEMBERED:
+        _by_field.clear()  # definitions come and go rarely: start over rather than track age
+    _by_field[id(spec)] = (spec, validator)
+    return validator
+
+
 def value_problems(where: str, spec: InputField, value: Any) -> list[Problem]:
     """Every rule ``value`` breaks for the input field ``spec`` at ``where``."""
     unstorable = json_value_problem(value)
     if unstorable is not None:
         return [Problem(where, "not_json", unstorable)]
-    validator = _validator(canonical_json(spec.json_schema()))
+    validator = field_validator(spec)
     problems: dict[tuple[str, str], Problem] = {}
     for error in validator.iter_errors(value):
         if len(problems) >= PROBLEMS_LISTED:

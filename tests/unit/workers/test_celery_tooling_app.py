@@ -12,6 +12,7 @@ import pytest
 from sagafleet.celery import tooling_app
 from sagafleet.settings import ConfigurationError, Settings
 from workers.celery_app import BrokerSettings, worker_options
+from workers.fleet import FleetConfig
 from workers.tasks import FLEET_TASKS, NotAFleetWorker
 
 # Nothing listens on port 1: building the app must not need a broker.
@@ -45,12 +46,25 @@ def test_the_tooling_app_knows_every_task_name_and_runs_none() -> None:
         app.tasks["sagafleet.step"].run("saga", "step", "forward", 1)
 
 
-def test_remote_control_events_and_heartbeats_are_on_by_default() -> None:
+def test_remote_control_and_heartbeats_are_on_by_default_and_task_events_off() -> None:
     settings = Settings.from_env({"SAGAFLEET_BROKER_URL": NOWHERE})
-    assert settings.celery_remote_control
+    assert settings.celery_remote_control and not settings.celery_task_events
     app = tooling_app(settings)
-    assert app.conf.worker_enable_remote_control and app.conf.worker_send_task_events
+    assert app.conf.worker_enable_remote_control
     assert "--without-heartbeat" not in worker_options(BrokerSettings(NOWHERE))
+    # task events cost every step three broadcasts: only when asked for
+    assert not app.conf.worker_send_task_events
+
+
+def test_task_events_are_sent_when_asked_for_and_never_without_remote_control() -> None:
+    asked = {"SAGAFLEET_BROKER_URL": NOWHERE, "SAGAFLEET_CELERY_TASK_EVENTS": "true"}
+    assert tooling_app(Settings.from_env(asked)).conf.worker_send_task_events
+    locked = tooling_app(Settings.from_env({**asked, "SAGAFLEET_CELERY_REMOTE_CONTROL": "no"}))
+    assert not locked.conf.worker_send_task_events
+    # and a fleet's own app follows its settings the same way
+    config = FleetConfig(database_url="postgresql://nowhere/x", broker_url=NOWHERE,
+                         task_events=True)
+    assert config.broker_settings.task_events
 
 
 def test_the_switch_turns_remote_control_events_and_heartbeats_off() -> None:
