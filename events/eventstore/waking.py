@@ -29,6 +29,8 @@ connection of its own, from a thread of its own, once the appends' transactions 
   notifies fail the append itself when the queue is full.
 * **Forks.** The thread and connection belong to the process that started them; a forked
   child (Celery's prefork pool) starts its own at its first wake-up.
+* **Exits.** A process that ends without closing its store (a one-shot command) still sends
+  the wake-up it owes: an ``atexit`` hook closes every notifier still open.
 
 The plain path stays: ``EventStore(notify_in_commit=True)`` notifies inside each append's
 transaction, and an append on a caller's connection (``append(conn=...)``, whose commit the
@@ -37,10 +39,12 @@ store does not see) always does.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
 import time
+import weakref
 from typing import Any, Final
 
 import psycopg
@@ -61,6 +65,16 @@ RETRY_AFTER_S: Final = 1.0
 
 CLOSE_WAIT_S: Final = 5.0
 """How long :meth:`AfterCommitNotifier.close` waits for a NOTIFY on its way."""
+
+
+_open: weakref.WeakSet[AfterCommitNotifier] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_notifiers() -> None:
+    """At the interpreter's exit, send the wake-ups still owed (see the module's doc)."""
+    for notifier in list(_open):
+        notifier.close()
 
 
 class AfterCommitNotifier:
@@ -105,6 +119,7 @@ class AfterCommitNotifier:
                                             daemon=True)
             self._pid = os.getpid()
             self._thread.start()
+            _open.add(self)
 
     def _run(self) -> None:
         wanted, stop = self._wanted, self._stop

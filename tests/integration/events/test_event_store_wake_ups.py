@@ -5,6 +5,8 @@ the append; the notifier coalesces, survives a lost connection, a fork and closi
 from __future__ import annotations
 
 import multiprocessing
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -164,3 +166,17 @@ def test_a_store_that_does_not_notify_starts_no_notifier(fresh_database: str) ->
             quiet.append("trip", [NewEvent("A", {})])
             assert listening.wait(0.3) is False
         assert quiet._notifier is None and quiet.wake_ups_sent(0)
+
+
+def test_a_process_that_exits_without_closing_its_store_still_wakes_listeners(
+        store: EventStore) -> None:
+    # given a listener, when a one-shot process appends and exits without closing its store
+    script = ("import sys; from events import EventStore, NewEvent; "
+              "EventStore.connect(sys.argv[1], pool_size=1).append('trip', [NewEvent('A', {})])")
+    with Notifications(store) as listening:
+        done = subprocess.run([sys.executable, "-c", script, store.conninfo],
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        # then the wake-up it owed went out as it exited
+        assert listening.wait(10.0) is True
+    assert len(store.read_stream("trip")) == 1
