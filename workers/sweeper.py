@@ -158,8 +158,7 @@ def retimed(
         due_now = swept.due
     else:
         due_now = due_work(saga.state, now, queue_wait)
-    # due_now is what due_work lists now (asked or known): next_due need not ask again.
-    return _retimed(swept, due_now, now, queue_wait, republish_max, listed=due_now)
+    return _retimed(swept, due_now, now, queue_wait, republish_max)
 
 
 def retimed_afresh(
@@ -168,17 +167,15 @@ def retimed_afresh(
     """:func:`retimed`, asking ``due_work`` what is still due whatever the sweep did."""
     saga = swept.latest
     due_now = due_work(saga.state, now, queue_wait) if swept.due else []
-    return _retimed(swept, due_now, now, queue_wait, republish_max, listed=None)
+    return _retimed(swept, due_now, now, queue_wait, republish_max)
 
 
 def _retimed(swept: SagaSweep, due_now: Sequence[DueWork], now: datetime,
-             queue_wait: timedelta, republish_max: timedelta, *,
-             listed: Sequence[DueWork] | None) -> DueSaga:
+             queue_wait: timedelta, republish_max: timedelta) -> DueSaga:
     saga = swept.latest
     still = {due_key(item) for item in due_now}
     held = [item for item in swept.due if due_key(item) in still]
-    later = next_due(saga.state, queue_wait, after=now, exclude={due_key(i) for i in held},
-                     listed=listed)
+    later = next_due(saga.state, queue_wait, after=now, exclude={due_key(i) for i in held})
     windows = [republish_at(item.due_since, now, queue_wait, republish_max) for item in held]
     return DueSaga(saga.saga_id, saga.version,
                    min((t for t in (later, *windows) if t is not None), default=None))

@@ -19,7 +19,7 @@ time order, and returns the first that lists work. The property test
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator
 from datetime import datetime, timedelta
 
 from saga_core.contracts import StepKind
@@ -42,7 +42,7 @@ def due_key(item: DueWork) -> DueKey:
 
 def next_due(
     state: SagaState, queue_wait: timedelta, *, after: datetime,
-    exclude: Collection[DueKey] = (), listed: Sequence[DueWork] | None = None,
+    exclude: Collection[DueKey] = (),
 ) -> datetime | None:
     """The earliest instant at or after ``after`` at which ``due_work(state, t, queue_wait)``
     lists an item whose key is not in ``exclude``; None when none will ever be listed
@@ -50,15 +50,11 @@ def next_due(
 
     ``exclude``: items the caller has just dealt with without a commit (a sweeper that
     re-published an overdue schedule) and times itself; the rest of the saga still counts.
-    ``listed``: what ``due_work(state, after, queue_wait)`` lists, when the caller has just
-    asked it (a sweeper re-timing the saga it swept): it is not asked again.
     """
     if not state.started or state.finished is not None or state.escalation is not None:
         return None
-    now = due_work(state, after, queue_wait) if listed is None else listed
-    if any(due_key(item) not in exclude for item in now):
-        return after
-    for at in sorted({at for at in _instants(state, queue_wait) if at > after}):
+    later = sorted({at for at in _instants(state, queue_wait) if at > after})
+    for at in (after, *later):
         if any(due_key(item) not in exclude for item in due_work(state, at, queue_wait)):
             return at
     return None

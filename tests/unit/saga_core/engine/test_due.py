@@ -159,26 +159,3 @@ def test_republish_windows_refuse_a_base_that_cannot_grow() -> None:
     since = datetime(2026, 1, 1).astimezone()
     with pytest.raises(ValueError, match="base"):
         republish_at(since, since, timedelta(0), timedelta(seconds=5))
-
-
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(definition=timed_definitions(), data=st.data(),
-       queue_wait=st.sampled_from([timedelta(0), timedelta(seconds=10)]))
-def test_next_due_given_what_is_listed_now_answers_as_when_it_asks(
-    definition: SagaDefinition, data: st.DataObject, queue_wait: timedelta
-) -> None:
-    # a caller that has just asked due_work at `after` (the sweeper) passes its answer on
-    driver = Driver(definition, data)
-    for _ in range(40):
-        driver.orchestrate()
-        state, now = driver.state, driver.now
-        listed = due_work(state, now, queue_wait)
-        for exclude in (set(), {due_key(item) for item in listed}):
-            assert (next_due(state, queue_wait, after=now, exclude=exclude, listed=listed)
-                    == next_due(state, queue_wait, after=now, exclude=exclude))
-        if state.finished is not None or state.escalation is not None:
-            break
-        if data.draw(st.booleans()):
-            driver.now += timedelta(seconds=data.draw(st.floats(0, 120, allow_nan=False)))
-        elif not driver.act():
-            break
