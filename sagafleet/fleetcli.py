@@ -63,6 +63,7 @@ def _fleet(
         queue_wait_s=settings.queue_wait_seconds,
         republish_max_s=settings.republish_max_s,
         sweep_full_every_s=settings.sweep_full_every_s,
+        sweeper_processes=settings.sweeper_processes,
         visibility_timeout_s=settings.visibility_timeout_seconds,
         remote_control=settings.celery_remote_control,
         task_events=settings.celery_task_events,

@@ -29,6 +29,7 @@ Without ``--url`` / ``--broker`` it starts the embedded servers.
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import tempfile
 import threading
@@ -336,8 +337,12 @@ class QueueDrain:
         self.drain()
 
 
-def no_consumer(server: str, broker: str, orphans: int, threads: int, passes: int = 10) -> None:
-    """Part 2: every saga overdue, nobody consuming: copies and rows per pass."""
+def no_consumer(server: str, broker: str, orphans: int, threads: int, passes: int = 10,
+                helpers: int = 0) -> None:
+    """Part 2: every saga overdue, nobody consuming: copies and rows per pass. With
+    ``helpers``, only the first pass, by a sweeper spreading it over that many helper
+    processes (they run on the machine's clock, so the later passes, which need this
+    script's stepped clock, are not run)."""
     database = fresh_database(server)
     now = utc_now()
     clock = SteppedClock(now)
@@ -356,6 +361,9 @@ def no_consumer(server: str, broker: str, orphans: int, threads: int, passes: in
               f"{PASS_GAP.total_seconds():.0f} s apart on the sweeper's clock")
         drain = QueueDrain(broker)
         rows_before = redeliveries(fleet)
+        if helpers:
+            helped_pass(database, broker, threads, helpers, drain)
+            passes = 0
         for n in range(1, passes + 1):
             clock.ahead = PASS_GAP * (n - 1)
             before = drain.drain()
@@ -371,6 +379,27 @@ def no_consumer(server: str, broker: str, orphans: int, threads: int, passes: in
     finally:
         fleet.close()
         drop_database(server, database)
+
+
+def helped_pass(database: str, broker: str, threads: int, helpers: int,
+                drain: QueueDrain) -> None:
+    """The first pass by a sweeper with ``helpers`` processes (started within the pass, as
+    a sweeper's first backlog starts them), on the machine's clock."""
+    fleet = open_fleet(database, broker, utc_now, full_every_s=0, threads=threads)
+    sweeper = Sweeper(fleet, helpers=helpers)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        before = drain.drain()
+        seconds, cpu, report = timed_cpu(sweeper)
+        added = drain.drain() - before
+    finally:
+        sweeper.close()  # the helpers exit: their CPU is counted as this process's children's
+        fleet.close()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    helped = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
+    print(f"pass  1: {seconds:6.1f} s ({cpu:5.1f} s CPU here, {helped:5.1f} s in {helpers}"
+          f" helper processes, their start included), read {report.active:>6}, steps queue"
+          f" +{added:>6} messages, deferrals {report.deferred}, errors {len(report.errors)}")
 
 
 def redeliveries(fleet: Fleet) -> int:
@@ -392,6 +421,9 @@ def main() -> None:
     parser.add_argument("--orphans", type=int, default=100_000,
                         help="overdue sagas for the no-consumer part (0: skip it)")
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--helpers", type=int, default=0,
+                        help="sweeper helper processes for the no-consumer part's first pass"
+                             " (then only that pass runs)")
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="sfs-", dir="/tmp"))
     server = args.url or embedded.start_postgres(home).url
@@ -400,7 +432,7 @@ def main() -> None:
         pass_cost(server, broker, sorted(args.sizes), args.due, args.passes, args.threads,
                   args.full_at)
         if args.orphans:
-            no_consumer(server, broker, args.orphans, args.threads)
+            no_consumer(server, broker, args.orphans, args.threads, helpers=args.helpers)
     finally:
         if not (args.url and args.broker):
             embedded.stop_embedded(home)

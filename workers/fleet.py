@@ -62,6 +62,9 @@ class FleetConfig:
     # grow from queue_wait_s), and how often the sweeper reads every active saga (0: never).
     republish_max_s: float = 300.0
     sweep_full_every_s: float = 600.0
+    # Helper processes the sweeper spreads a backlog over (0: it sweeps in its own process;
+    # workers.sweeper, "A backlog may be spread over helper processes").
+    sweeper_processes: int = 0
     pool_size: int = 8
     inline_steps: int = 8  # steps a worker may run in turn without a broker round trip
     branch_threads: int = 8  # parallel branches of one saga a worker runs side by side

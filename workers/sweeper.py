@@ -36,21 +36,34 @@ time until the budget is spent (one chunk at least); the next pass goes on from 
 full pass from where it stopped in the list of active sagas), at once while a backlog is
 left. Every chunk is re-timed as it is done, so nothing is swept twice and the re-publish
 count stays that of one pass.
+
+A backlog may be spread over helper processes (``FleetConfig.sweeper_processes``,
+``SAGAFLEET_SWEEPER_PROCESSES``): folding a saga and asking what is due is CPU-bound Python
+(one process sweeps about 2,300 overdue trips a second), so after a broker loss one process
+takes ~40 s over 100k sagas whatever the cores. With helpers, each round reads as many
+chunks as there are helpers and sweeps them side by side, each helper with a fleet of its
+own on the same servers and the machine's clock (:func:`sweep_chunk`, the same code as the
+sweeper's own); the sweeper keeps the lock, the budget and the report. A helper that dies
+costs its chunk (reported; those sagas stay due for the next pass) and the pool is started
+again at the next round. Without helpers (the default) the sweeper sweeps in its own
+process, as before.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from application.messages import StepCommand
-from application.orchestrator import Committed, Orchestrator
+from application.orchestrator import Committed, Orchestrator, utc_now
 from events import SubscriptionBusy
 from events.saga_log.port import DueSaga, LoadedSaga
 from events.saga_log.streams import SagaNotFound, saga_id_of
@@ -60,7 +73,8 @@ from saga_core.engine.due import due_key, next_due, republish_at
 from saga_core.errors import ErrorKind, SagaError
 
 if TYPE_CHECKING:  # the Sweeper's fleet; sweep_saga needs none (the test kit imports it)
-    from workers.fleet import Fleet
+    from saga_core.definitions.catalogue import ToolCatalogue
+    from workers.fleet import Fleet, FleetConfig
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +84,8 @@ SWEEP_CHUNK = 500  # active sagas read per query
 
 
 class SweeperMisconfigured(SagaError):
-    """No queue wait, or a longest re-publish gap shorter than the queue wait the gaps grow
-    from."""
+    """No queue wait, a longest re-publish gap shorter than the queue wait the gaps grow
+    from, or helper processes for a fleet whose clock is not the machine's."""
 
     kind = ErrorKind.MISCONFIGURED
 
@@ -194,11 +208,24 @@ class _FullPass:
 class Sweeper:
     """Re-enqueues due work from the log; safe to run as several copies."""
 
-    def __init__(self, fleet: Fleet, *, chunk: int = SWEEP_CHUNK) -> None:
+    def __init__(self, fleet: Fleet, *, chunk: int = SWEEP_CHUNK,
+                 helpers: int | None = None) -> None:
         """``chunk``: sagas read, swept and re-timed together (a budgeted pass checks its
-        budget between chunks, and always sweeps at least one of its backlog)."""
+        budget between rounds of chunks, and always sweeps at least one round of its
+        backlog). ``helpers``: processes a round's chunks are spread over (default: the
+        fleet's ``sweeper_processes``; 0: this process sweeps alone). Helpers run on the
+        machine's clock, so a fleet on another clock (a test's) cannot have them."""
         self.fleet = fleet
         self.chunk = chunk
+        self.helpers = fleet.config.sweeper_processes if helpers is None else helpers
+        if self.helpers < 0:
+            raise SweeperMisconfigured(f"helpers must be 0 or more, got {self.helpers}")
+        if self.helpers and fleet.clock is not utc_now:
+            raise SweeperMisconfigured(
+                "sweeper helper processes run on the machine's clock; this fleet has another "
+                "(a test's): sweep with helpers=0")
+        self._pool: ProcessPoolExecutor | None = None
+        self._broken = False  # a helper died this round: the pool is replaced after it
         self.queue_wait = timedelta(seconds=fleet.config.queue_wait_s)
         self.republish_max = timedelta(seconds=fleet.config.republish_max_s)
         if not timedelta(0) < self.queue_wait <= self.republish_max:
@@ -307,11 +334,14 @@ class Sweeper:
             if deadline is not None and not first and time.monotonic() >= deadline:
                 return False
             first = False
-            chunk = [i for i in full.ids[full.next:full.next + self.chunk] if i not in seen]
-            full.next += self.chunk
-            seen.update(chunk)
-            # No version known: an unreadable saga is left to the due passes.
-            self._sweep_chunk(chunk, report, {})
+            chunks: list[tuple[list[str], dict[str, int]]] = []
+            for _ in range(self._width):
+                chunk = [i for i in full.ids[full.next:full.next + self.chunk] if i not in seen]
+                full.next += self.chunk
+                seen.update(chunk)
+                # No version known: an unreadable saga is left to the due passes.
+                chunks.append((chunk, {}))
+            self._sweep_chunks(chunks, report)
         self._full = None
         self._last_full = time.monotonic()
         report.full_pass_s = self._last_full - full.started
@@ -337,7 +367,7 @@ class Sweeper:
         due sagas left."""
         first = True
         while True:
-            due = [d for d in self.fleet.repo.due(now, self.chunk, since=since)
+            due = [d for d in self.fleet.repo.due(now, self.chunk * self._width, since=since)
                    if d.saga_id not in seen]
             if not due:
                 return False
@@ -345,8 +375,9 @@ class Sweeper:
                 return True
             first = False
             seen.update(d.saga_id for d in due)
-            self._sweep_chunk([d.saga_id for d in due], report,
-                              {d.saga_id: d.version for d in due})
+            rounds = [due[at:at + self.chunk] for at in range(0, len(due), self.chunk)]
+            self._sweep_chunks([([d.saga_id for d in part], {d.saga_id: d.version for d in part})
+                                for part in rounds], report)
 
     def sweep_all(self, report: SweepReport) -> None:
         """Sweep every active saga (``fleet.active_sagas``) and re-time each: the slow pass
@@ -354,55 +385,62 @@ class Sweeper:
         self._continue_full(_FullPass(self._active_ids(), time.monotonic()), report, set(),
                             deadline=None)
 
-    def _sweep_chunk(
-        self, saga_ids: list[str], report: SweepReport, versions: Mapping[str, int]
-    ) -> None:
-        """Read the sagas in one query, sweep each, then re-time them and count what was
-        re-enqueued, one statement each.
+    @property
+    def _width(self) -> int:
+        """Chunks swept in one round: one per helper, or one."""
+        return max(1, self.helpers)
 
-        ``versions``: the version each saga was found due at. A saga that cannot be read
-        or swept there (a corrupt stream, a definition gone) is put off by the longest
-        re-publish gap: reported again then, not every pass.
-        """
-        try:
-            found = self.fleet.repo.load_many(saga_ids)
-        except SagaError as exc:
-            report.errors.append(f"reading {len(saga_ids)} sagas: {exc}")
+    def _sweep_chunks(self, chunks: list[tuple[list[str], dict[str, int]]],
+                      report: SweepReport) -> None:
+        """Sweep a round's chunks: here one after the other, or side by side in helpers."""
+        chunks = [(ids, versions) for ids, versions in chunks if ids]
+        if not self.helpers or len(chunks) < 2:
+            for saga_ids, versions in chunks:
+                sweep_chunk(self.fleet, saga_ids, versions, report,
+                            queue_wait=self.queue_wait, republish_max=self.republish_max)
             return
-        now = self.fleet.orchestrator.clock()
-        put_off = now + self.republish_max
-        deferrals: list[DueSaga] = []
-        redelivered: list[DueWork] = []
-        woken: list[StepCommand] = []  # what the chunk's commits made due, after them
-        republish: list[StepCommand] = []
-        for saga_id, loaded in found.items():
-            if isinstance(loaded, SagaNotFound):
-                continue
-            if isinstance(loaded, SagaError):
-                report.errors.append(f"{saga_id}: {loaded}")
-                if saga_id in versions:
-                    deferrals.append(DueSaga(saga_id, versions[saga_id], put_off))
-                continue
-            report.active += 1
+        pool = self._helpers()
+        sent: list[tuple[int, Future[SweepReport] | BaseException]] = []
+        for ids, versions in chunks:
             try:
-                swept = self._sweep_saga(loaded, report)
-            except SagaError as exc:
-                # A lost race (someone else is busy with it: its commit re-timed it, and
-                # this deferral, at the version read, changes nothing) or a bad stream.
-                report.errors.append(f"{saga_id}: {exc}")
-                deferrals.append(DueSaga(saga_id, loaded.version, put_off))
+                sent.append((len(ids), pool.submit(_helper_sweep, ids, versions)))
+            except Exception as exc:  # noqa: BLE001 - a broken pool: see below
+                sent.append((len(ids), exc))
+        for size, future in sent:
+            try:
+                if isinstance(future, BaseException):
+                    raise future
+                part = future.result()
+            except Exception as exc:  # noqa: BLE001 - a helper's death costs its chunk only
+                report.errors.append(f"a sweeper helper lost a chunk of {size} sagas (they "
+                                     f"stay due for the next pass): {exc!r}")
+                self._broken = True
                 continue
-            woken.extend(swept.made_due)
-            republish.extend(swept.republish)
-            redelivered.extend(swept.due)
-            # Re-timed at the instant it was swept (a chunk's sagas are swept one by one).
-            deferrals.append(retimed(swept, swept.at, self.queue_wait, self.republish_max))
-        # The chunk's messages go in two batches (one Redis round trip each), after its
-        # commits; a message that fails to go is left to the saga's next due time.
-        self.fleet.publisher.publish(woken)
-        report.republished += self.fleet.publisher.publish(republish)
-        report.deferred += self.fleet.repo.defer(deferrals)
-        self._count(redelivered)
+            report.active += part.active
+            report.republished += part.republished
+            report.advanced += part.advanced
+            report.deferred += part.deferred
+            report.errors.extend(part.errors)
+        if self._broken:  # started again at the next round
+            self._stop_helpers()
+
+    def _helpers(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._broken = False
+            self._pool = ProcessPoolExecutor(
+                self.helpers, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_start_helper,
+                initargs=(self.fleet.config, self.fleet.catalogue))
+        return self._pool
+
+    def _stop_helpers(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def close(self) -> None:
+        """Stop the helper processes, if any (the fleet stays open: its owner closes it)."""
+        self._stop_helpers()
 
     def _active_ids(self) -> list[str]:
         with self.fleet.store.connection() as conn:
@@ -410,29 +448,6 @@ class Sweeper:
                 "SELECT saga_id FROM fleet.active_sagas ORDER BY started_at"
             ).fetchall()
         return [row[0] for row in rows]
-
-    def _sweep_saga(self, loaded: LoadedSaga, report: SweepReport) -> SagaSweep:
-        """Sweep one saga; its caller publishes (SagaError as sweep_saga)."""
-        swept = sweep_saga(self.fleet.orchestrator, loaded, self.queue_wait)
-        if swept.committed is not None:
-            report.advanced += 1
-        return swept
-
-    def _count(self, items: Sequence[DueWork]) -> None:
-        """Record each re-enqueued or decided item in ``fleet.redeliveries``, one INSERT."""
-        if not items:
-            return
-        # One JSON document, not five arrays: psycopg dumps an array element by element,
-        # which cost the pass more CPU than the server's insert of a chunk's rows.
-        rows = json.dumps([[i.saga_id, i.step_id, i.kind.value if i.kind else None, i.attempt,
-                            i.action] for i in items])
-        with self.fleet.store.connection() as conn:
-            conn.execute(
-                "INSERT INTO fleet.redeliveries (saga_id, step_id, kind, attempt, action)"
-                " SELECT r ->> 0, r ->> 1, r ->> 2, (r ->> 3)::int, r ->> 4"
-                " FROM jsonb_array_elements(%s::jsonb) AS r",
-                (rows,),
-            )
 
     def run_forever(self, interval_s: float, *, stop_after: float | None = None,
                     heartbeat: Path | None = None) -> None:
@@ -458,3 +473,99 @@ class Sweeper:
                 if report.backlog:
                     continue  # more is due now: the next pass starts at once
             time.sleep(interval_s)
+
+
+def sweep_chunk(fleet: Fleet, saga_ids: list[str], versions: Mapping[str, int],
+                report: SweepReport, *, queue_wait: timedelta,
+                republish_max: timedelta) -> None:
+    """Read the sagas in one query, sweep each, then re-time them and count what was
+    re-enqueued, one statement each (the sweeper's own work on a chunk, and a helper's).
+
+    ``versions``: the version each saga was found due at. A saga that cannot be read
+    or swept there (a corrupt stream, a definition gone) is put off by the longest
+    re-publish gap: reported again then, not every pass.
+    """
+    try:
+        found = fleet.repo.load_many(saga_ids)
+    except SagaError as exc:
+        report.errors.append(f"reading {len(saga_ids)} sagas: {exc}")
+        return
+    now = fleet.orchestrator.clock()
+    put_off = now + republish_max
+    deferrals: list[DueSaga] = []
+    redelivered: list[DueWork] = []
+    woken: list[StepCommand] = []  # what the chunk's commits made due, after them
+    republish: list[StepCommand] = []
+    for saga_id, loaded in found.items():
+        if isinstance(loaded, SagaNotFound):
+            continue
+        if isinstance(loaded, SagaError):
+            report.errors.append(f"{saga_id}: {loaded}")
+            if saga_id in versions:
+                deferrals.append(DueSaga(saga_id, versions[saga_id], put_off))
+            continue
+        report.active += 1
+        try:
+            swept = sweep_saga(fleet.orchestrator, loaded, queue_wait)
+        except SagaError as exc:
+            # A lost race (someone else is busy with it: its commit re-timed it, and
+            # this deferral, at the version read, changes nothing) or a bad stream.
+            report.errors.append(f"{saga_id}: {exc}")
+            deferrals.append(DueSaga(saga_id, loaded.version, put_off))
+            continue
+        if swept.committed is not None:
+            report.advanced += 1
+        woken.extend(swept.made_due)
+        republish.extend(swept.republish)
+        redelivered.extend(swept.due)
+        # Re-timed at the instant it was swept (a chunk's sagas are swept one by one).
+        deferrals.append(retimed(swept, swept.at, queue_wait, republish_max))
+    # The chunk's messages go in two batches (one Redis round trip each), after its
+    # commits; a message that fails to go is left to the saga's next due time.
+    fleet.publisher.publish(woken)
+    report.republished += fleet.publisher.publish(republish)
+    report.deferred += fleet.repo.defer(deferrals)
+    _count(fleet, redelivered)
+
+
+def _count(fleet: Fleet, items: Sequence[DueWork]) -> None:
+    """Record each re-enqueued or decided item in ``fleet.redeliveries``, one INSERT."""
+    if not items:
+        return
+    # One JSON document, not five arrays: psycopg dumps an array element by element,
+    # which cost the pass more CPU than the server's insert of a chunk's rows.
+    rows = json.dumps([[i.saga_id, i.step_id, i.kind.value if i.kind else None, i.attempt,
+                        i.action] for i in items])
+    with fleet.store.connection() as conn:
+        conn.execute(
+            "INSERT INTO fleet.redeliveries (saga_id, step_id, kind, attempt, action)"
+            " SELECT r ->> 0, r ->> 1, r ->> 2, (r ->> 3)::int, r ->> 4"
+            " FROM jsonb_array_elements(%s::jsonb) AS r",
+            (rows,),
+        )
+
+
+# -- helper processes --------------------------------------------------------------------------
+
+_helper: dict[str, Fleet] = {}  # a helper process's fleet, under "fleet"
+
+
+def _start_helper(config: FleetConfig, catalogue: ToolCatalogue) -> None:
+    """A helper process's start: a fleet of its own (tools: the catalogue only; it decides,
+    it calls none), closed at the helper's exit."""
+    import atexit
+
+    from workers.fleet import Fleet
+
+    fleet = _helper["fleet"] = Fleet(config, catalogue)
+    atexit.register(fleet.close)
+
+
+def _helper_sweep(saga_ids: list[str], versions: dict[str, int]) -> SweepReport:
+    """Sweep one chunk in a helper process; what it found and did."""
+    fleet = _helper["fleet"]  # started by _start_helper
+    report = SweepReport()
+    sweep_chunk(fleet, saga_ids, versions, report,
+                queue_wait=timedelta(seconds=fleet.config.queue_wait_s),
+                republish_max=timedelta(seconds=fleet.config.republish_max_s))
+    return report

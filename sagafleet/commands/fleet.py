@@ -145,5 +145,6 @@ def run_sweeper(args: argparse.Namespace, settings: Settings) -> int:
         sweeper.run_forever(args.interval or settings.sweep_interval_seconds,
                             heartbeat=args.heartbeat_file)
     finally:
+        sweeper.close()
         fleet.close()
     return ExitCode.OK

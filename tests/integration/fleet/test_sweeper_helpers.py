@@ -1,0 +1,115 @@
+"""A sweeper's backlog spread over helper processes (issue 35, recovery in seconds), on real
+PostgreSQL and Redis: the helpers sweep what the sweeper alone would (the same re-publishes,
+deferrals and rows), a dead helper costs only its chunk, and no process is left behind."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+from fleet_harness import SandboxFleet, build_fleet
+from trip_inputs import TRIP_INPUT
+
+from application.orchestrator import utc_now
+from sagafleet.example_sagas.registration import register_trip
+from workers.celery_app import QUEUE_STEPS, broker_redis
+from workers.sweeper import Sweeper, SweeperMisconfigured, SweepReport
+
+QUEUE_WAIT_S = 1.0
+
+
+@pytest.fixture
+def fleet(database: str, broker: str) -> Iterator[SandboxFleet]:
+    """A fleet on the machine's clock whose queued messages are overdue after 1 s."""
+    base = build_fleet(database, broker)
+    base.close()
+    opened = SandboxFleet(replace(base.config, queue_wait_s=QUEUE_WAIT_S, republish_max_s=30,
+                                  sweep_full_every_s=0))
+    register_trip(opened)
+    yield opened
+    opened.close()
+
+
+def _lost(fleet: SandboxFleet, count: int, prefix: str) -> set[str]:
+    """Trips whose first messages no worker takes, overdue once this returns."""
+    started = {str(fleet.client().start("trip", TRIP_INPUT, key=f"{prefix}-{n}").saga_id)
+               for n in range(count)}
+    time.sleep(QUEUE_WAIT_S * 2)
+    broker_redis(fleet.config.broker_url).delete(QUEUE_STEPS)  # the broker lost them
+    return started
+
+
+def _sweep_until_idle(sweeper: Sweeper) -> list[SweepReport]:
+    reports = [sweeper.sweep()]
+    while reports[-1].backlog:
+        reports.append(sweeper.sweep())
+    return reports
+
+
+@pytest.mark.parametrize("helpers", [0, 2])
+def test_helpers_sweep_a_backlog_as_the_sweeper_alone_does(
+        fleet: SandboxFleet, helpers: int) -> None:
+    queue = broker_redis(fleet.config.broker_url)
+    # given ten lost trips, swept in chunks of four by the sweeper alone or by two helpers
+    lost = _lost(fleet, 10, "lost")
+    sweeper = Sweeper(fleet, chunk=4, helpers=helpers)
+    try:
+        report = sweeper.sweep()
+        # then either way every saga was read, its two holds re-published, it was re-timed
+        assert (report.active, report.republished, report.advanced, report.deferred,
+                report.errors) == (10, 20, 0, 10, [])
+        assert queue.llen(QUEUE_STEPS) == 20
+        with fleet.store.connection() as conn:
+            rows = conn.execute("SELECT saga_id, count(*) FROM fleet.redeliveries"
+                                " GROUP BY saga_id").fetchall()
+        assert dict(rows) == dict.fromkeys(lost, 2)
+        # and nothing is due again before its window: the next pass reads none
+        assert sweeper.sweep().active == 0
+    finally:
+        sweeper.close()
+    # and closing stops every helper
+    assert multiprocessing.active_children() == []
+
+
+def test_a_dead_helper_costs_its_chunk_and_the_next_pass_sweeps_it(
+        fleet: SandboxFleet) -> None:
+    lost = _lost(fleet, 8, "dies")
+    sweeper = Sweeper(fleet, chunk=2, helpers=2)
+    try:
+        # given the helpers are up, and then killed (an OOM kill, an operator's kill -9)
+        pool = sweeper._helpers()
+        list(pool.map(abs, [1, 2]))  # every helper process started
+        for pid in [process.pid for process in multiprocessing.active_children()]:
+            os.kill(pid, signal.SIGKILL)
+        # when a pass runs, then it reports the lost chunks instead of failing
+        first = sweeper.sweep()
+        assert first.errors and all("lost a chunk" in error for error in first.errors)
+        # and the next passes (a new pool) sweep every saga the dead helpers had
+        later = _sweep_until_idle(sweeper)
+        assert first.active + sum(r.active for r in later) == len(lost)
+        assert not [error for report in later for error in report.errors]
+        with fleet.store.connection() as conn:
+            swept = conn.execute("SELECT count(DISTINCT saga_id) FROM fleet.redeliveries"
+                                 ).fetchone()
+        assert swept == (len(lost),)
+    finally:
+        sweeper.close()
+    assert multiprocessing.active_children() == []
+
+
+def test_helpers_need_the_machines_clock(database: str, broker: str) -> None:
+    base = build_fleet(database, broker)
+    base.close()
+    shifted = SandboxFleet(base.config, clock=lambda: utc_now() + timedelta(hours=1))
+    try:
+        with pytest.raises(SweeperMisconfigured, match="machine's clock"):
+            Sweeper(shifted, helpers=2)
+        assert Sweeper(shifted, helpers=0).helpers == 0
+    finally:
+        shifted.close()
