@@ -433,6 +433,11 @@ class Sweeper:
                 initargs=(self.fleet.config, self.fleet.catalogue))
         return self._pool
 
+    def start_helpers(self) -> None:
+        """Start every helper process now (each opens its fleet) instead of at the first
+        round that needs them."""
+        list(self._helpers().map(_helper_ready, range(self.helpers)))
+
     def _stop_helpers(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
@@ -455,9 +460,12 @@ class Sweeper:
 
         ``heartbeat``, when given, is touched after every pass that reached the database
         (a sweep, or standing by while another copy holds the lock): a health check reads
-        its age, as compose.yaml's does.
+        its age, as compose.yaml's does. Helpers, if any, are started first: a backlog
+        that comes later (a broker loss) does not wait for their start.
         """
         deadline = None if stop_after is None else time.monotonic() + stop_after
+        if self.helpers:
+            self.start_helpers()
         while deadline is None or time.monotonic() < deadline:
             try:
                 # A budget of one interval: a backlog (every saga overdue after a broker loss)
@@ -559,6 +567,11 @@ def _start_helper(config: FleetConfig, catalogue: ToolCatalogue) -> None:
 
     fleet = _helper["fleet"] = Fleet(config, catalogue)
     atexit.register(fleet.close)
+
+
+def _helper_ready(_: int) -> bool:
+    """Nothing: a task whose running proves a helper started."""
+    return "fleet" in _helper
 
 
 def _helper_sweep(saga_ids: list[str], versions: dict[str, int]) -> SweepReport:

@@ -83,8 +83,8 @@ def test_a_dead_helper_costs_its_chunk_and_the_next_pass_sweeps_it(
     sweeper = Sweeper(fleet, chunk=2, helpers=2)
     try:
         # given the helpers are up, and then killed (an OOM kill, an operator's kill -9)
-        pool = sweeper._helpers()
-        list(pool.map(abs, [1, 2]))  # every helper process started
+        sweeper.start_helpers()
+        assert len(multiprocessing.active_children()) == 2
         for pid in [process.pid for process in multiprocessing.active_children()]:
             os.kill(pid, signal.SIGKILL)
         # when a pass runs, then it reports the lost chunks instead of failing
