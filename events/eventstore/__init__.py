@@ -29,4 +29,6 @@ gap-safe reads, subscriptions) and the in-memory one that keeps its promises.
   and the per-stream version gate.
 * :mod:`events.eventstore.traces` — A trace's events: every event a tenant's sagas recorded
   under one lineage trace id.
+* :mod:`events.eventstore.waking` — Wake-ups sent after commits: one NOTIFY for every append
+  committed since the last one.
 """

@@ -41,7 +41,14 @@ class PostgresSagaLog(SagaStreams):
         return self.store.transaction(pipelined=True)
 
     def watch(self) -> Notifications:
-        """The store's NOTIFYs on a dedicated connection of its own (closed with the block)."""
+        """The store's NOTIFYs on a dedicated connection of its own (closed with the block).
+
+        The wake-ups this process's appends still owe go out first (they are sent after the
+        commits, :mod:`events.eventstore.waking`), so an append this process made before the
+        watch opened does not wake it (tests/contract/test_contract_watch.py). Another
+        process's append committed just before may still do so: a wake-up only says "look
+        again"."""
+        self.store.wake_ups_sent()
         return Notifications(self.store)
 
 
