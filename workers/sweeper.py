@@ -43,8 +43,10 @@ A backlog may be spread over helper processes (``FleetConfig.sweeper_processes``
 takes ~40 s over 100k sagas whatever the cores. With helpers, each round reads as many
 chunks as there are helpers and sweeps them side by side, each helper with a fleet of its
 own on the same servers and the machine's clock (:func:`sweep_chunk`, the same code as the
-sweeper's own); the sweeper keeps the lock, the budget and the report. A helper that dies
-costs its chunk (reported; those sagas stay due for the next pass) and the pool is started
+sweeper's own); the sweeper keeps the lock, the budget and the report. A chunk a helper
+could not sweep (it died, or the helpers cannot start) is reported and swept by the sweeper
+itself, so a broken helper never stops the sweeping (a saga the helper had already
+re-published gets one copy more: a duplicate message is a no-op claim); the pool is started
 again at the next round. Without helpers (the default) the sweeper sweeps in its own
 process, as before.
 """
@@ -399,22 +401,27 @@ class Sweeper:
                 sweep_chunk(self.fleet, saga_ids, versions, report,
                             queue_wait=self.queue_wait, republish_max=self.republish_max)
             return
-        pool = self._helpers()
-        sent: list[tuple[int, Future[SweepReport] | BaseException]] = []
+        sent: list[tuple[list[str], dict[str, int], Future[SweepReport] | None]] = []
         for ids, versions in chunks:
             try:
-                sent.append((len(ids), pool.submit(_helper_sweep, ids, versions)))
-            except Exception as exc:  # noqa: BLE001 - a broken pool: see below
-                sent.append((len(ids), exc))
-        for size, future in sent:
+                future: Future[SweepReport] | None = self._helpers().submit(
+                    _helper_sweep, ids, versions)
+            except Exception as exc:  # noqa: BLE001 - the helpers cannot start: swept here
+                report.errors.append(f"sweeper helpers unavailable: {exc!r}")
+                future, self._broken = None, True
+            sent.append((ids, versions, future))
+        for ids, versions, future in sent:
             try:
-                if isinstance(future, BaseException):
-                    raise future
+                if future is None:
+                    raise LookupError("not sent to a helper")
                 part = future.result()
-            except Exception as exc:  # noqa: BLE001 - a helper's death costs its chunk only
-                report.errors.append(f"a sweeper helper lost a chunk of {size} sagas (they "
-                                     f"stay due for the next pass): {exc!r}")
+            except Exception as exc:  # noqa: BLE001 - a helper's death: its chunk swept here
+                if future is not None:
+                    report.errors.append(f"a sweeper helper lost a chunk of {len(ids)} sagas "
+                                         f"(swept by the sweeper instead): {exc!r}")
                 self._broken = True
+                sweep_chunk(self.fleet, ids, versions, report,
+                            queue_wait=self.queue_wait, republish_max=self.republish_max)
                 continue
             report.active += part.active
             report.republished += part.republished
@@ -465,7 +472,12 @@ class Sweeper:
         """
         deadline = None if stop_after is None else time.monotonic() + stop_after
         if self.helpers:
-            self.start_helpers()
+            try:
+                self.start_helpers()
+            except Exception as exc:  # noqa: BLE001 - each round tries again, sweeping anyway
+                log.error("sweeper helpers did not start (this process sweeps meanwhile): %r",
+                          exc)
+                self._stop_helpers()
         while deadline is None or time.monotonic() < deadline:
             try:
                 # A budget of one interval: a backlog (every saga overdue after a broker loss)

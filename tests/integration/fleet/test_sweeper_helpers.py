@@ -1,6 +1,7 @@
 """A sweeper's backlog spread over helper processes (issue 35, recovery in seconds), on real
 PostgreSQL and Redis: the helpers sweep what the sweeper alone would (the same re-publishes,
-deferrals and rows), a dead helper costs only its chunk, and no process is left behind."""
+deferrals and rows), a dead helper's chunk is swept by the sweeper itself, and no process is
+left behind."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from trip_inputs import TRIP_INPUT
 from application.orchestrator import utc_now
 from sagafleet.example_sagas.registration import register_trip
 from workers.celery_app import QUEUE_STEPS, broker_redis
-from workers.sweeper import Sweeper, SweeperMisconfigured, SweepReport
+from workers.sweeper import Sweeper, SweeperMisconfigured
 
 QUEUE_WAIT_S = 1.0
 
@@ -45,13 +46,6 @@ def _lost(fleet: SandboxFleet, count: int, prefix: str) -> set[str]:
     return started
 
 
-def _sweep_until_idle(sweeper: Sweeper) -> list[SweepReport]:
-    reports = [sweeper.sweep()]
-    while reports[-1].backlog:
-        reports.append(sweeper.sweep())
-    return reports
-
-
 @pytest.mark.parametrize("helpers", [0, 2])
 def test_helpers_sweep_a_backlog_as_the_sweeper_alone_does(
         fleet: SandboxFleet, helpers: int) -> None:
@@ -60,6 +54,9 @@ def test_helpers_sweep_a_backlog_as_the_sweeper_alone_does(
     lost = _lost(fleet, 10, "lost")
     sweeper = Sweeper(fleet, chunk=4, helpers=helpers)
     try:
+        if helpers:
+            sweeper.start_helpers()
+            assert len(multiprocessing.active_children()) == helpers
         report = sweeper.sweep()
         # then either way every saga was read, its two holds re-published, it was re-timed
         assert (report.active, report.republished, report.advanced, report.deferred,
@@ -69,15 +66,13 @@ def test_helpers_sweep_a_backlog_as_the_sweeper_alone_does(
             rows = conn.execute("SELECT saga_id, count(*) FROM fleet.redeliveries"
                                 " GROUP BY saga_id").fetchall()
         assert dict(rows) == dict.fromkeys(lost, 2)
-        # and nothing is due again before its window: the next pass reads none
-        assert sweeper.sweep().active == 0
     finally:
         sweeper.close()
     # and closing stops every helper
     assert multiprocessing.active_children() == []
 
 
-def test_a_dead_helper_costs_its_chunk_and_the_next_pass_sweeps_it(
+def test_a_dead_helpers_chunk_is_swept_by_the_sweeper_and_the_pool_started_again(
         fleet: SandboxFleet) -> None:
     lost = _lost(fleet, 8, "dies")
     sweeper = Sweeper(fleet, chunk=2, helpers=2)
@@ -87,17 +82,23 @@ def test_a_dead_helper_costs_its_chunk_and_the_next_pass_sweeps_it(
         assert len(multiprocessing.active_children()) == 2
         for pid in [process.pid for process in multiprocessing.active_children()]:
             os.kill(pid, signal.SIGKILL)
-        # when a pass runs, then it reports the lost chunks instead of failing
+        # when a pass runs, then it reports the lost chunks and sweeps them itself
         first = sweeper.sweep()
-        assert first.errors and all("lost a chunk" in error for error in first.errors)
-        # and the next passes (a new pool) sweep every saga the dead helpers had
-        later = _sweep_until_idle(sweeper)
-        assert first.active + sum(r.active for r in later) == len(lost)
-        assert not [error for report in later for error in report.errors]
+        assert first.errors and all("BrokenProcessPool" in error for error in first.errors)
+        assert (first.active, first.republished, first.deferred) == (8, 16, 8)
         with fleet.store.connection() as conn:
-            swept = conn.execute("SELECT count(DISTINCT saga_id) FROM fleet.redeliveries"
-                                 ).fetchone()
-        assert swept == (len(lost),)
+            rows = conn.execute("SELECT saga_id, count(*) FROM fleet.redeliveries"
+                                " GROUP BY saga_id").fetchall()
+        assert dict(rows) == dict.fromkeys(lost, 2)
+        # and the helpers are started again: the next backlog is theirs, without errors
+        more = _lost(fleet, 4, "after")
+        again = sweeper.sweep()
+        assert again.errors == [] and again.active >= len(more)
+        assert len(multiprocessing.active_children()) == 2
+        with fleet.store.connection() as conn:
+            swept = {row[0] for row in conn.execute(
+                "SELECT saga_id FROM fleet.redeliveries").fetchall()}
+        assert more <= swept
     finally:
         sweeper.close()
     assert multiprocessing.active_children() == []
