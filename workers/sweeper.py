@@ -216,7 +216,10 @@ class Sweeper:
         budget between rounds of chunks, and always sweeps at least one round of its
         backlog). ``helpers``: processes a round's chunks are spread over (default: the
         fleet's ``sweeper_processes``; 0: this process sweeps alone). Helpers run on the
-        machine's clock, so a fleet on another clock (a test's) cannot have them."""
+        machine's clock, so a fleet on another clock (a test's) cannot have them. They are
+        spawned: a script of your own that builds a Sweeper with helpers needs the usual
+        ``if __name__ == "__main__":`` guard around what it runs (``sagafleet sweeper`` has
+        it)."""
         self.fleet = fleet
         self.chunk = chunk
         self.helpers = fleet.config.sweeper_processes if helpers is None else helpers
