@@ -151,6 +151,8 @@ def test_a_consumer_catching_up_does_not_pile_up_wake_ups(projected: EventStore)
         sub.wait(0.01)  # connects and LISTENs
         for n in range(200):
             projected.append(f"s{n % 7}", [NewEvent("A", {"n": n})])
+        # (the store sends its wake-ups after the commits: all of them went out by now)
+        assert projected.wake_ups_sent()
         consumed, deadline = 0, time.monotonic() + 20
         while consumed < 200 and time.monotonic() < deadline:  # batches only, no wait()
             with sub.next_batch(limit=50) as batch:
