@@ -239,9 +239,10 @@ class EventStore:
         self._pool.close()
 
     def wake_ups_sent(self, timeout: float = 5.0) -> bool:
-        """Wait up to ``timeout`` seconds until the wake-ups of the appends so far went out
-        (:mod:`events.eventstore.waking` sends them after the commits, from a thread); True
-        if none is left. For tests that need an idle log after appending."""
+        """Wait up to ``timeout`` seconds until the wake-ups of this store's appends so far
+        went out (:mod:`events.eventstore.waking` sends them after the commits, from a
+        thread); True if none is left. A listener opened after it hears of none of them
+        (``PostgresSagaLog.watch`` waits on it; so do tests that need an idle log)."""
         return self._notifier is None or self._notifier.settled(timeout)
 
     def __enter__(self) -> EventStore:
