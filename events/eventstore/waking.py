@@ -149,7 +149,7 @@ class AfterCommitNotifier:
 
     def settled(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until every wake-up asked for so far went out (or
-        failed); True if none is left. For tests: a log that must look idle after appends."""
+        failed); True if none is left (``EventStore.wake_ups_sent``)."""
         deadline = time.monotonic() + timeout
         while self._due or self._sending:
             if self._pid != os.getpid() or time.monotonic() >= deadline:
