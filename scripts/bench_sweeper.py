@@ -29,13 +29,14 @@ Without ``--url`` / ``--broker`` it starts the embedded servers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import resource
 import statistics
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -337,12 +338,21 @@ class QueueDrain:
         self.drain()
 
 
-def no_consumer(server: str, broker: str, orphans: int, threads: int, passes: int = 10,
-                helpers: int = 0) -> None:
-    """Part 2: every saga overdue, nobody consuming: copies and rows per pass. With
-    ``helpers``, only the first pass, by a sweeper spreading it over that many helper
-    processes (they run on the machine's clock, so the later passes, which need this
-    script's stepped clock, are not run)."""
+@dataclass
+class Orphans:
+    """Part 2's setting: every saga overdue, its messages lost, nobody consuming."""
+
+    database: str
+    fleet: Fleet  # on the stepped clock
+    clock: SteppedClock
+    sweeper: Sweeper  # this fleet's, helpers none
+    drain: QueueDrain
+
+
+@contextlib.contextmanager
+def orphans_written(server: str, broker: str, orphans: int, threads: int) -> Iterator[Orphans]:
+    """``orphans`` overdue trips (2 lost holds each) in a fresh database, tracked; a drain
+    counting the steps queue; the database dropped at the end."""
     database = fresh_database(server)
     now = utc_now()
     clock = SteppedClock(now)
@@ -357,28 +367,42 @@ def no_consumer(server: str, broker: str, orphans: int, threads: int, passes: in
         catch_up(sweeper, fleet, orphans)
         analyze(fleet)
         print(f"{orphans} overdue sagas (2 lost holds each) written and tracked in"
-              f" {time.perf_counter() - started:.1f} s; {passes} passes "
-              f"{PASS_GAP.total_seconds():.0f} s apart on the sweeper's clock")
+              f" {time.perf_counter() - started:.1f} s")
         drain = QueueDrain(broker)
-        rows_before = redeliveries(fleet)
-        if helpers:
-            helped_pass(database, broker, threads, helpers, drain)
-            passes = 0
+        try:
+            yield Orphans(database, fleet, clock, sweeper, drain)
+        finally:
+            drain.stop()
+    finally:
+        fleet.close()
+        drop_database(server, database)
+
+
+def no_consumer(server: str, broker: str, orphans: int, threads: int, passes: int = 10) -> None:
+    """Part 2: every saga overdue, nobody consuming: copies and rows per pass."""
+    with orphans_written(server, broker, orphans, threads) as written:
+        print(f"{passes} passes {PASS_GAP.total_seconds():.0f} s apart on the sweeper's clock")
+        drain, rows_before = written.drain, redeliveries(written.fleet)
         for n in range(1, passes + 1):
-            clock.ahead = PASS_GAP * (n - 1)
+            written.clock.ahead = PASS_GAP * (n - 1)
             before = drain.drain()
-            seconds, cpu, report = timed_cpu(sweeper)
+            seconds, cpu, report = timed_cpu(written.sweeper)
             added = drain.drain() - before
-            rows = redeliveries(fleet)
+            rows = redeliveries(written.fleet)
             print(f"pass {n:>2}: {seconds:6.1f} s ({cpu:5.1f} s CPU here),"
                   f" read {report.active:>6}, steps queue"
                   f" +{added:>6} messages, rows {rows - rows_before + report.deferred:>6}"
                   f" ({rows - rows_before} redeliveries + {report.deferred} deferrals)")
             rows_before = rows
-        drain.stop()
-    finally:
-        fleet.close()
-        drop_database(server, database)
+
+
+def no_consumer_helped(server: str, broker: str, orphans: int, threads: int,
+                       helpers: int) -> None:
+    """Part 2's first pass by a sweeper with ``helpers`` processes (they run on the
+    machine's clock: the later passes, which need this script's stepped clock, are not
+    run)."""
+    with orphans_written(server, broker, orphans, threads) as written:
+        helped_pass(written.database, broker, threads, helpers, written.drain)
 
 
 def helped_pass(database: str, broker: str, threads: int, helpers: int,
@@ -432,7 +456,10 @@ def main() -> None:
         pass_cost(server, broker, sorted(args.sizes), args.due, args.passes, args.threads,
                   args.full_at)
         if args.orphans:
-            no_consumer(server, broker, args.orphans, args.threads, helpers=args.helpers)
+            if args.helpers:
+                no_consumer_helped(server, broker, args.orphans, args.threads, args.helpers)
+            else:
+                no_consumer(server, broker, args.orphans, args.threads)
     finally:
         if not (args.url and args.broker):
             embedded.stop_embedded(home)

@@ -58,7 +58,7 @@ import logging
 import multiprocessing
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -106,6 +106,14 @@ class SweepReport:
     expired_refs: int = 0  # deposited secrets forgotten: expired, spent or not
     expired_nonces: int = 0  # signed commands' single-use ids past their window
     errors: list[str] = field(default_factory=list)
+
+    def add(self, chunk: SweepReport) -> None:
+        """Count in what one chunk's sweep (:func:`sweep_chunk`) found and did."""
+        self.active += chunk.active
+        self.republished += chunk.republished
+        self.advanced += chunk.advanced
+        self.deferred += chunk.deferred
+        self.errors.extend(chunk.errors)
 
 
 @dataclass(frozen=True)
@@ -230,7 +238,6 @@ class Sweeper:
                 "sweeper helper processes run on the machine's clock; this fleet has another "
                 "(a test's): sweep with helpers=0")
         self._pool: ProcessPoolExecutor | None = None
-        self._broken = False  # a helper died this round: the pool is replaced after it
         self.queue_wait = timedelta(seconds=fleet.config.queue_wait_s)
         self.republish_max = timedelta(seconds=fleet.config.republish_max_s)
         if not timedelta(0) < self.queue_wait <= self.republish_max:
@@ -401,42 +408,36 @@ class Sweeper:
         chunks = [(ids, versions) for ids, versions in chunks if ids]
         if not self.helpers or len(chunks) < 2:
             for saga_ids, versions in chunks:
-                sweep_chunk(self.fleet, saga_ids, versions, report,
-                            queue_wait=self.queue_wait, republish_max=self.republish_max)
+                report.add(self._sweep_here(saga_ids, versions))
             return
-        sent: list[tuple[list[str], dict[str, int], Future[SweepReport] | None]] = []
-        for ids, versions in chunks:
-            try:
-                future: Future[SweepReport] | None = self._helpers().submit(
-                    _helper_sweep, ids, versions)
-            except Exception as exc:  # noqa: BLE001 - the helpers cannot start: swept here
-                report.errors.append(f"sweeper helpers unavailable: {exc!r}")
-                future, self._broken = None, True
-            sent.append((ids, versions, future))
+        try:
+            pool = self._helpers()
+            sent = [(ids, versions, pool.submit(_helper_sweep, ids, versions))
+                    for ids, versions in chunks]
+        except Exception as exc:  # noqa: BLE001 - the helpers cannot start: swept here
+            report.errors.append(f"sweeper helpers unavailable (swept by the sweeper): {exc!r}")
+            self._stop_helpers()  # started again at the next round
+            for saga_ids, versions in chunks:
+                report.add(self._sweep_here(saga_ids, versions))
+            return
+        lost = False
         for ids, versions, future in sent:
             try:
-                if future is None:
-                    raise LookupError("not sent to a helper")
-                part = future.result()
+                report.add(future.result())
             except Exception as exc:  # noqa: BLE001 - a helper's death: its chunk swept here
-                if future is not None:
-                    report.errors.append(f"a sweeper helper lost a chunk of {len(ids)} sagas "
-                                         f"(swept by the sweeper instead): {exc!r}")
-                self._broken = True
-                sweep_chunk(self.fleet, ids, versions, report,
-                            queue_wait=self.queue_wait, republish_max=self.republish_max)
-                continue
-            report.active += part.active
-            report.republished += part.republished
-            report.advanced += part.advanced
-            report.deferred += part.deferred
-            report.errors.extend(part.errors)
-        if self._broken:  # started again at the next round
+                report.errors.append(f"a sweeper helper lost a chunk of {len(ids)} sagas "
+                                     f"(swept by the sweeper instead): {exc!r}")
+                report.add(self._sweep_here(ids, versions))
+                lost = True
+        if lost:  # started again at the next round
             self._stop_helpers()
+
+    def _sweep_here(self, saga_ids: list[str], versions: Mapping[str, int]) -> SweepReport:
+        return sweep_chunk(self.fleet, saga_ids, versions, queue_wait=self.queue_wait,
+                           republish_max=self.republish_max)
 
     def _helpers(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._broken = False
             self._pool = ProcessPoolExecutor(
                 self.helpers, mp_context=multiprocessing.get_context("spawn"),
                 initializer=_start_helper,
@@ -498,21 +499,22 @@ class Sweeper:
             time.sleep(interval_s)
 
 
-def sweep_chunk(fleet: Fleet, saga_ids: list[str], versions: Mapping[str, int],
-                report: SweepReport, *, queue_wait: timedelta,
-                republish_max: timedelta) -> None:
+def sweep_chunk(fleet: Fleet, saga_ids: list[str], versions: Mapping[str, int], *,
+                queue_wait: timedelta, republish_max: timedelta) -> SweepReport:
     """Read the sagas in one query, sweep each, then re-time them and count what was
-    re-enqueued, one statement each (the sweeper's own work on a chunk, and a helper's).
+    re-enqueued, one statement each (the sweeper's own work on a chunk, and a helper's);
+    what it found and did (:meth:`SweepReport.add` counts it into a pass's report).
 
     ``versions``: the version each saga was found due at. A saga that cannot be read
     or swept there (a corrupt stream, a definition gone) is put off by the longest
     re-publish gap: reported again then, not every pass.
     """
+    report = SweepReport()
     try:
         found = fleet.repo.load_many(saga_ids)
     except SagaError as exc:
         report.errors.append(f"reading {len(saga_ids)} sagas: {exc}")
-        return
+        return report
     now = fleet.orchestrator.clock()
     put_off = now + republish_max
     deferrals: list[DueSaga] = []
@@ -549,6 +551,7 @@ def sweep_chunk(fleet: Fleet, saga_ids: list[str], versions: Mapping[str, int],
     report.republished += fleet.publisher.publish(republish)
     report.deferred += fleet.repo.defer(deferrals)
     _count(fleet, redelivered)
+    return report
 
 
 def _count(fleet: Fleet, items: Sequence[DueWork]) -> None:
@@ -592,8 +595,6 @@ def _helper_ready(_: int) -> bool:
 def _helper_sweep(saga_ids: list[str], versions: dict[str, int]) -> SweepReport:
     """Sweep one chunk in a helper process; what it found and did."""
     fleet = _helper["fleet"]  # started by _start_helper
-    report = SweepReport()
-    sweep_chunk(fleet, saga_ids, versions, report,
-                queue_wait=timedelta(seconds=fleet.config.queue_wait_s),
-                republish_max=timedelta(seconds=fleet.config.republish_max_s))
-    return report
+    return sweep_chunk(fleet, saga_ids, versions,
+                       queue_wait=timedelta(seconds=fleet.config.queue_wait_s),
+                       republish_max=timedelta(seconds=fleet.config.republish_max_s))

@@ -35,6 +35,7 @@ from psycopg.pq import PipelineStatus, TransactionStatus
 from events.eventstore.hashing import HASH_VERSION, chain_hash, json_string
 from events.eventstore.model import GENESIS_HASH, KEEP_DUE, DueTime, DueTimeChange
 from events.eventstore.prepare import PreparedEvent
+from events.eventstore.waking import NOTIFY_CALL
 
 # The recording time and hash version once per append, for every event of it (events
 # migration 0011); the hash version as a constant of the text.
@@ -129,7 +130,7 @@ def _chained_statement(key: ChainedInsert) -> bytes:
     return _CHAINED_INSERT.format(
         head=head,
         rows=_BATCH_ROWS if key.batch else _ONE_ROW,
-        wake="pg_notify('eventstore_events', '')" if key.wake else "NULL",
+        wake=NOTIFY_CALL if key.wake else "NULL",
     ).encode()
 
 

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 import psycopg
 
@@ -32,6 +32,7 @@ from events.eventstore.driver import configure_connection, translated_errors
 from events.eventstore.model import Position, RecordedEvent
 from events.eventstore.prepare import MAX_STREAM_ID_LENGTH, check_name
 from events.eventstore.reading import read_all_on, read_stream_on
+from events.eventstore.waking import NOTIFY_CHANNEL
 
 
 class SubscribedStore(Protocol):
@@ -47,8 +48,6 @@ class SubscribedStore(Protocol):
     def read_all(self, after: Position | None = None, limit: int = 1000) -> list[RecordedEvent]:
         """A gap-safe page of the global log after ``after``."""
 
-NOTIFY_CHANNEL: Final = "eventstore_events"
-"""The channel eventstore.append_events notifies (when the store's ``notify`` is on)."""
 
 _ADVANCE = """
 INSERT INTO eventstore.checkpoints AS c (name, last_xid, last_position, updated_at)

@@ -53,8 +53,14 @@ from events.eventstore.driver import configure_connection
 
 log = logging.getLogger(__name__)
 
-NOTIFY_STATEMENT: Final = b"SELECT pg_notify('eventstore_events', '')"
-"""The wake-up (the channel :data:`events.eventstore.subscription.NOTIFY_CHANNEL`)."""
+NOTIFY_CHANNEL: Final = "eventstore_events"
+"""The channel the store's wake-ups go to, and its subscribers ``LISTEN`` on."""
+
+NOTIFY_CALL: Final = f"pg_notify('{NOTIFY_CHANNEL}', '')"
+"""One wake-up, as SQL (the plain path puts it in the append's own statement)."""
+
+NOTIFY_STATEMENT: Final = f"SELECT {NOTIFY_CALL}".encode()
+"""The wake-up the notifier sends after the commits."""
 
 INTERVAL_S: Final = 0.02
 """The least time between two NOTIFYs of one process: the first append after a quiet spell
