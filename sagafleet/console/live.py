@@ -1,12 +1,11 @@
 """Live updates: one LISTEN connection per process, fanned out to the pages' event streams.
 
-The store's appends ``pg_notify('eventstore_events')`` (:mod:`events.eventstore.appending`). A page
-must
-not refresh on the append itself: the read models it shows move only when the projector has
-applied the event. So the hub's thread, woken by a notification
-(:class:`events.eventstore.subscription.Notifications`, a dedicated connection), watches the read
-models'
-progress (the stored subscription checkpoints, one small query) for a short while and
+The store notifies ``eventstore_events`` after its appends commit
+(:mod:`events.eventstore.waking`). A page must not refresh on the append itself: the read
+models it shows move only when the projector has applied the event. So the hub's thread,
+woken by a notification (:class:`events.eventstore.subscription.Notifications`, a dedicated
+connection), watches the read models' progress (the stored subscription checkpoints, one
+small query) for a short while and
 announces ``moved`` to every subscriber each time that progress changes (at most twice a
 second: each announcement makes every open page fetch its fragment). A quiet log still
 gets looked at every ``poll_s`` (NOTIFY is a wake-up, never the truth).
