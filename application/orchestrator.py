@@ -346,7 +346,8 @@ class Orchestrator:
         return self.log.append(
             loaded.saga_id, state.tenant or loaded.tenant, plan.events, plan.expected_version,
             actor=plan.actor, unit=unit, trace_id=saga_trace_id(loaded, plan.events),
-            due_at=next_due(state, self.queue_wait, after=plan.now),
+            # Settled at plan.now: decide had nothing more, and the claims ahead leave it so.
+            due_at=next_due(state, self.queue_wait, after=plan.now, settled=True),
         )
 
     @staticmethod

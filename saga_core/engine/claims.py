@@ -130,11 +130,18 @@ def _claimable(state: SagaState, run: StepRun, now: datetime) -> bool:
             and claim_refusal(state, run, now) is None)
 
 
-def due_work(state: SagaState, now: datetime, queue_wait: timedelta) -> list[DueWork]:
+def due_work(
+    state: SagaState, now: datetime, queue_wait: timedelta, *, settled: bool = False
+) -> list[DueWork]:
     """Work overdue at ``now``: unclaimed schedules, due lookups, expired leases and approvals,
     a time limit that passed (whatever the saga waits for: a claim, approval, backoff), a call
     past its step timeout and a compensation past its deadline
-    (saga_core.engine.condition_rules)."""
+    (saga_core.engine.condition_rules).
+
+    ``settled``: the caller has just asked ``decide`` of this state at ``now`` and it had
+    nothing to record (a commit that settled), so it is not asked again when nothing else
+    is due; the answer is the same.
+    """
     if not state.started or state.finished is not None or state.escalation is not None:
         return []
     items: list[DueWork] = []
@@ -170,6 +177,6 @@ def due_work(state: SagaState, now: datetime, queue_wait: timedelta) -> list[Due
                 item = ("approval_expired", expiry)
         if item is not None:
             items.append(DueWork(state.saga_id, run.step_id, run.kind, run.attempt, *item))
-    if not items and decide(state, now):
+    if not items and not settled and decide(state, now):
         items.append(DueWork(state.saga_id, None, None, 0, "decide", now))
     return items

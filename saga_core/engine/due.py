@@ -42,7 +42,7 @@ def due_key(item: DueWork) -> DueKey:
 
 def next_due(
     state: SagaState, queue_wait: timedelta, *, after: datetime,
-    exclude: Collection[DueKey] = (),
+    exclude: Collection[DueKey] = (), settled: bool = False,
 ) -> datetime | None:
     """The earliest instant at or after ``after`` at which ``due_work(state, t, queue_wait)``
     lists an item whose key is not in ``exclude``; None when none will ever be listed
@@ -50,12 +50,17 @@ def next_due(
 
     ``exclude``: items the caller has just dealt with without a commit (a sweeper that
     re-published an overdue schedule) and times itself; the rest of the saga still counts.
+    ``settled``: ``decide`` has just had nothing to record for this state at ``after`` (a
+    commit that settled, then claimed ahead), so ``due_work`` there need not ask it again:
+    one decide less per commit (``tests/unit/saga_core/engine/test_due.py`` holds the two
+    answers equal).
     """
     if not state.started or state.finished is not None or state.escalation is not None:
         return None
     later = sorted({at for at in _instants(state, queue_wait) if at > after})
     for at in (after, *later):
-        if any(due_key(item) not in exclude for item in due_work(state, at, queue_wait)):
+        listed = due_work(state, at, queue_wait, settled=settled and at == after)
+        if any(due_key(item) not in exclude for item in listed):
             return at
     return None
 

@@ -18,9 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_core_properties import Driver, definitions
 
+from application.claiming import ClaimAhead, claims_ahead
 from saga_core import SagaDefinition, SagaState, ToolCatalogue, due_work, validate_definition
 from saga_core.definitions.budgets import SagaBudget
+from saga_core.engine.decide import decide
 from saga_core.engine.due import due_key, next_due, republish_at
+from saga_core.engine.state import evolve
 
 TICK = timedelta(microseconds=1)
 
@@ -132,6 +135,52 @@ def test_next_due_is_never_later_than_due_work_and_never_early(
         if driver.state.finished is not None or driver.state.escalation is not None:
             break
         if data.draw(st.booleans()):  # let time pass: timeouts, deadlines, limits, expiries
+            driver.now += timedelta(seconds=data.draw(st.floats(0, 120, allow_nan=False)))
+        elif not driver.act():
+            break
+
+
+@st.composite
+def budgeted_definitions(draw: st.DrawFn) -> SagaDefinition:
+    """A timed definition whose tools cost something and whose budget leaves little slack
+    (a claim ahead then moves a cost from owed to spent at the edge of the budget)."""
+    timed = draw(timed_definitions())
+    data = timed.model_dump(mode="json")
+    for tool in data["tools"]:
+        tool["cost"] = draw(st.sampled_from([0, 1, 2.5]))
+    costs = {tool["name"]: tool["cost"] for tool in data["tools"]}
+    needed = sum(costs[step["tool"]] for step in data["steps"])
+    budget = data.get("budget") or {}
+    data["budget"] = {**budget, "max_cost": needed + draw(st.sampled_from([0, 1, 2.5]))}
+    tools = data.pop("tools")
+    return validate_definition(SagaDefinition.model_validate(data),
+                               ToolCatalogue.model_validate({"tools": tools}))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(definition=st.one_of(timed_definitions(), budgeted_definitions()), data=st.data(),
+       queue_wait=st.sampled_from([timedelta(0), timedelta(seconds=10)]))
+def test_a_settled_commit_that_claims_ahead_leaves_decide_nothing(
+    definition: SagaDefinition, data: st.DataObject, queue_wait: timedelta
+) -> None:
+    """A commit settles (decide has nothing more), then a worker's commit claims the steps
+    due: ``decide`` still has nothing, so ``next_due(settled=True)`` (which does not ask it at
+    ``after``) answers as the plain ``next_due`` does, with the claims and without."""
+    driver = Driver(definition, data)
+    ahead = ClaimAhead(worker_id="w", lease=timedelta(seconds=30))
+    for _ in range(60):
+        driver.orchestrate()
+        state, now = driver.state, driver.now
+        claimed = state
+        for claim in claims_ahead(state, now, ahead):
+            claimed = evolve(claimed, claim.started)
+        for settled in (state, claimed):
+            assert decide(settled, now) == []
+            assert (next_due(settled, queue_wait, after=now, settled=True)
+                    == next_due(settled, queue_wait, after=now))
+        if state.finished is not None or state.escalation is not None:
+            break
+        if data.draw(st.booleans()):
             driver.now += timedelta(seconds=data.draw(st.floats(0, 120, allow_nan=False)))
         elif not driver.act():
             break
