@@ -22,6 +22,8 @@ import base64
 import contextlib
 import json
 import logging
+import os
+import threading
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -116,6 +118,9 @@ class RedisStepPublisher:
         # Celery's publish retry policy, as redis-py's: a refused or broken connection is
         # tried three more times after growing waits (at most 1 s), then the publish fails
         # (the sweeper re-enqueues). A duplicate a retry may make is harmless (claims).
+        # This thread's first message with no parent task, by process: the template of its
+        # later ones (a client's starts, the sweeper's re-publishes), built by Celery once.
+        self._roots = threading.local()
         self._redis = broker_redis(
             app.conf.broker_url, settings.get("master_name"),
             socket_timeout=settings.get("socket_timeout"),
@@ -151,14 +156,22 @@ class RedisStepPublisher:
         """One command as kombu's Redis transport stores a message Celery sent to the steps
         queue (what ``send_task`` through a producer writes, for a new task id). ``like``: a
         message of the same publish, whose headers and properties this one shares but for
-        what is its own (ids, arguments), instead of asking Celery again."""
+        what is its own (ids, arguments), instead of asking Celery again.
+
+        A message sent from no task (a client's start, the sweeper) is built like the
+        first such message of this thread and process: what Celery puts in it besides the
+        ids and arguments (the thread's reply-to, the process's origin) is the same for
+        every one of them. From inside a task Celery is asked each time (the task's ids).
+        """
         args = command.as_args()
         task_id = str(uuid.uuid4())
-        if like is not None:
-            return like.for_task(task_id, args)
         app = self._app
         # As send_task: a message sent from inside a task is its child (root and parent ids).
         parent = app.current_worker_task
+        if like is None and parent is None:
+            like = self._root_template()
+        if like is not None:
+            return like.for_task(task_id, args)
         request = parent.request if parent else None
         headers, properties, body, _ = app.amqp.create_task_message(
             task_id, STEP_TASK, args, {}, reply_to=app.thread_oid,
@@ -169,7 +182,16 @@ class RedisStepPublisher:
             argsrepr=headers["argsrepr"], kwargsrepr=headers["kwargsrepr"],
             delivery_mode=_PERSISTENT, delivery_info={"exchange": "", "routing_key": QUEUE_STEPS},
             priority=0, body_encoding="base64", delivery_tag=str(uuid.uuid4()))
-        return _Message(task_id, headers, properties, body)
+        message = _Message(task_id, headers, properties, body)
+        if parent is None:
+            self._roots.kept = (os.getpid(), message)
+        return message
+
+    def _root_template(self) -> _Message | None:
+        """This thread's message with no parent task, if it built one in this process (a
+        forked child keeps its parent's thread locals, not its origin)."""
+        kept: tuple[int, _Message] | None = getattr(self._roots, "kept", None)
+        return kept[1] if kept is not None and kept[0] == os.getpid() else None
 
 
 class _Message:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -100,6 +102,48 @@ def test_the_fleets_publisher_stores_the_messages_celery_stores(broker: str) -> 
     # then Redis holds the same messages in the same order, but for each message's own ids
     assert fleets == plain
     assert [m["body"][0] for m in fleets] == [c.as_args() for c in _commands()[:2]]
+
+
+def test_later_publishes_built_from_the_threads_first_message_store_what_celery_stores(
+        broker: str) -> None:
+    # given the fleet's publisher that has published once on this thread (its template)
+    app = create_celery_app(BrokerSettings(broker_url=broker))
+    publisher = RedisStepPublisher(app)
+    first = _stored(broker, app, publisher)
+    # when it publishes again, and the plain path publishes the same commands
+    again = _stored(broker, app, publisher)
+    plain = _stored(broker, app, CeleryPublisher(app))
+    # then the messages built from the template are the ones Celery builds
+    assert again == first == plain
+
+
+def test_each_thread_and_each_forked_child_publishes_as_its_own(broker: str) -> None:
+    # given the fleet's publisher that has published on this thread
+    app = create_celery_app(BrokerSettings(broker_url=broker))
+    publisher = RedisStepPublisher(app)
+    command = _commands()[0]
+    here = publisher.message(command)
+    # when another thread publishes
+    with ThreadPoolExecutor(1) as pool:
+        there, their_oid = pool.submit(lambda: (publisher.message(command), app.thread_oid)
+                                       ).result()
+    # then its message answers to that thread, as Celery's would
+    assert here.properties["reply_to"] == app.thread_oid
+    assert there.properties["reply_to"] == their_oid != app.thread_oid
+    # and a forked child's message names the child as its origin, not this process
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe and exits
+        try:
+            os.write(write, publisher.message(command).headers["origin"].encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        origin = pipe.read()
+    os.waitpid(child, 0)
+    assert origin.startswith(f"gen{child}@") and here.headers["origin"].startswith(
+        f"gen{os.getpid()}@")
 
 
 def test_a_listener_to_celerys_publishes_still_sees_every_step_message(broker: str) -> None:
