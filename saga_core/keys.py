@@ -126,13 +126,24 @@ def operation_key(
     # Deliberately no attempt number and no randomness: a retry must look like the same call.
     # The canonical JSON of [saga_id, step_id, kind, version], written out directly: every
     # fold derives these keys, so it is worth skipping the generic encoder.
-    if type(operation_version) is not int:
+    after = key_text_after_saga(step_id, kind, operation_version)
+    if after is None:
         return OperationKey(payload_hash([saga_id, step_id, str(kind), operation_version]))
-    text = (
-        f"[{_json_string(saga_id)},{_json_string(step_id)},{_json_string(str(kind))},"
-        f"{operation_version}]"
-    )
-    return OperationKey(sha256_hex(text))
+    return key_after_saga(saga_id, after)
+
+
+def key_text_after_saga(step_id: str, kind: StepKind, operation_version: int) -> str | None:
+    """What follows the saga id in the text :func:`operation_key` hashes (the same for every
+    saga of a definition, so a fold can keep it); None for a version that is not an int,
+    whose key the generic encoder writes."""
+    if type(operation_version) is not int:
+        return None
+    return f",{_json_string(step_id)},{_json_string(str(kind))},{operation_version}]"
+
+
+def key_after_saga(saga_id: str, after: str) -> OperationKey:
+    """:func:`operation_key` of ``saga_id`` from its :func:`key_text_after_saga` text."""
+    return OperationKey(sha256_hex(f"[{_json_string(saga_id)}{after}"))
 
 
 def action_hash(saga_id: str, step_id: str, kind: StepKind, args: dict[str, Any]) -> str:

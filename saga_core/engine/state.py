@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, NamedTuple, TypeVar
 
 from saga_core.contracts import ErrorClass, Receipt, SagaStatus, StepKind
 from saga_core.definitions.budgets import NO_LEDGER, BudgetLedger, charged, lifted, with_breach
@@ -43,7 +43,7 @@ from saga_core.engine.events import (
     StepSucceeded,
 )
 from saga_core.errors import DefinitionMismatchError, EventRejected
-from saga_core.keys import operation_key
+from saga_core.keys import key_after_saga, key_text_after_saga, operation_key
 
 _Record = TypeVar("_Record")
 
@@ -288,9 +288,7 @@ def _start(state: SagaState, event: SagaStarted) -> SagaState:
             f"{event.definition_version} hash {event.definition_hash}, "
             f"not {definition.name} v{definition.version} hash {definition.content_hash()}"
         )
-    forward, compensation = _pending_runs(
-        event.saga_id, definition, [step.id for step in definition.steps]
-    )
+    forward, compensation = _fresh_runs(event.saga_id, definition)
     return replace(
         state,
         saga_id=event.saga_id,
@@ -306,10 +304,61 @@ def _start(state: SagaState, event: SagaStarted) -> SagaState:
     )
 
 
+class _FreshRun(NamedTuple):
+    """One operation of a definition as a saga's start makes its run: all but the key."""
+
+    step_id: str
+    kind: StepKind
+    fields: dict[str, Any]  # the pending run's fields, its operation key left to fill in
+    key_after_saga: str | None  # keys.key_text_after_saga (None: keys.operation_key)
+
+
+#: Each definition's operations, by content hash (bounded: emptied when full).
+_FRESH_RUNS: dict[str, tuple[_FreshRun, ...]] = {}
+_FRESH_RUNS_KEPT: Final = 256
+
+
+def _fresh_runs(
+    saga_id: str, definition: SagaDefinition
+) -> tuple[dict[str, StepRun], dict[str, StepRun]]:
+    """:func:`_pending_runs` of every step, as a start folds them: what is the same for
+    every saga of the definition is kept by its content hash, so each start only hashes its
+    keys (a sweeper folds every overdue saga from its start; tests/unit/saga_core/engine/
+    test_core_state_and_claims.py holds the two equal)."""
+    identity = definition.content_hash()
+    operations = _FRESH_RUNS.get(identity)
+    if operations is None:
+        pending = _pending_runs("", definition, [step.id for step in definition.steps])
+        operations = tuple(_fresh_run(run) for runs in pending for run in runs.values())
+        if len(_FRESH_RUNS) >= _FRESH_RUNS_KEPT:
+            _FRESH_RUNS.clear()
+        _FRESH_RUNS[identity] = operations
+    forward: dict[str, StepRun] = {}
+    compensation: dict[str, StepRun] = {}
+    for operation in operations:
+        run = object.__new__(StepRun)  # as replace() builds it, fields given whole
+        attributes = run.__dict__
+        attributes.update(operation.fields)
+        attributes["operation_key"] = (
+            operation_key(saga_id, operation.step_id, operation.kind,
+                          operation.fields["operation_version"])
+            if operation.key_after_saga is None
+            else key_after_saga(saga_id, operation.key_after_saga))
+        (forward if operation.kind is StepKind.FORWARD else compensation)[
+            operation.step_id] = run
+    return forward, compensation
+
+
+def _fresh_run(run: StepRun) -> _FreshRun:
+    return _FreshRun(run.step_id, run.kind, dict(run.__dict__),
+                     key_text_after_saga(run.step_id, run.kind, run.operation_version))
+
+
 def _pending_runs(
     saga_id: str, definition: SagaDefinition, step_ids: Iterable[str]
 ) -> tuple[dict[str, StepRun], dict[str, StepRun]]:
-    """Fresh forward and compensation runs of ``step_ids``, keyed as the definition says."""
+    """Fresh forward and compensation runs of ``step_ids``, keyed as the definition says
+    (the reference path of :func:`_fresh_runs`; a plan revision's new steps)."""
     forward, compensation = {}, {}
     for step_id in step_ids:
         step = definition.step(step_id)

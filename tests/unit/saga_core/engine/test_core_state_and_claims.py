@@ -9,6 +9,9 @@ from datetime import timedelta
 
 import pytest
 from core_harness import C, F, Saga, trip_input
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_core_properties import definitions
 
 from saga_core import (
     SAGA_EVENT_TYPES,
@@ -172,3 +175,21 @@ def test_a_runs_first_claim_snapshot_stays_out_of_equality_and_repr() -> None:
     other = replace(run, forward_at_first_claim={})
     assert other == run and repr(other) == repr(run)
     assert "forward_at_first_claim" not in repr(run)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(definition=definitions(), saga_id=st.text(min_size=1, max_size=40))
+def test_a_starts_fresh_runs_are_the_pending_runs_of_every_step(
+    definition: SagaDefinition, saga_id: str
+) -> None:
+    # Given any definition and saga id (quotes, escapes, any unicode), folded twice: the
+    # second start finds the definition's operations kept
+    steps = [step.id for step in definition.steps]
+    for _ in range(2):
+        fresh = state_module._fresh_runs(saga_id, definition)
+        plain = state_module._pending_runs(saga_id, definition, steps)
+        # Then both paths give the same runs, field by field and in the same order
+        for kept, reference in zip(fresh, plain, strict=True):
+            assert list(kept) == list(reference)
+            assert [vars(run) for run in kept.values()] == [
+                vars(run) for run in reference.values()]
