@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Literal
 
 from saga_core.approval.policy import grant_problem
@@ -15,7 +16,7 @@ from saga_core.contracts import StepKind
 from saga_core.engine.condition_rules import condition_due
 from saga_core.engine.decide import decide
 from saga_core.engine.state import RunStatus, SagaState, StepRun
-from saga_core.engine.stops import claim_refusal, deadline, limit_passed
+from saga_core.engine.stops import claim_refusal, committed_cost, deadline, limit_passed
 
 
 @dataclass(frozen=True)
@@ -123,11 +124,12 @@ def due_at(run: StepRun, queue_wait: timedelta) -> datetime | None:
     return run.not_before if delayed else run.not_before + queue_wait
 
 
-def _claimable(state: SagaState, run: StepRun, now: datetime) -> bool:
+def _claimable(state: SagaState, run: StepRun, now: datetime, committed: Decimal | None) -> bool:
     """Whether nothing blocks a claim of ``run`` at ``now`` (its order, a limit); asked of
-    scheduled runs only: the limit check sums the saga's owed cost, a cost per run."""
+    scheduled runs only. ``committed``: the saga's committed cost, summed once per state
+    (None: no budget asks for it)."""
     return (_blocked(state, run.kind, run.step_id) is None
-            and claim_refusal(state, run, now) is None)
+            and claim_refusal(state, run, now, committed=committed) is None)
 
 
 def due_work(
@@ -153,14 +155,19 @@ def due_work(
     for run, action, since in conditions:
         items.append(DueWork(state.saga_id, run.step_id, run.kind, run.attempt, action, since))
     timed = {(run.step_id, run.kind) for run, action, _ in conditions if action == "timeout"}
+    budget = state.definition.budget
+    committed: Decimal | None = None  # summed at the first overdue schedule, if a budget asks
     for run in [*state.forward.values(), *state.compensation.values()]:
         item: tuple[DueAction, datetime] | None = None
         if run.status is RunStatus.SCHEDULED:
             # Timed first: the claim checks cost more (a cost budget sums every run). A claim
             # refused for want of a grant is not due: decide asks again instead.
             due = due_at(run, queue_wait)
-            if (due is not None and now >= due and _claimable(state, run, now)
-                    and grant_problem(state, run, now) is None):
+            if due is None or now < due:
+                continue
+            if committed is None and budget is not None and budget.max_cost is not None:
+                committed = committed_cost(state)
+            if _claimable(state, run, now, committed) and grant_problem(state, run, now) is None:
                 item = ("execute", due)
         elif run.status is RunStatus.RECONCILING:
             due = due_at(run, queue_wait)

@@ -179,9 +179,15 @@ def _over_budget(
     )
 
 
-def claim_refusal(state: SagaState, run: StepRun, now: datetime) -> str | None:
+def claim_refusal(
+    state: SagaState, run: StepRun, now: datetime, *, committed: Decimal | None = None
+) -> str | None:
     """Why this call may not be claimed at ``now`` because of a limit (None: it may).
-    Compensations are never refused: undoing is never stopped by a budget."""
+    Compensations are never refused: undoing is never stopped by a budget.
+
+    ``committed``: :func:`committed_cost` of ``state``, when the caller has it (one who asks
+    of several runs of the same state sums the saga's runs once, not once per run).
+    """
     ledger = state.budget
     budget = state.definition.budget
     if run.kind is not StepKind.FORWARD or budget is None or ledger.lifted:
@@ -194,9 +200,9 @@ def claim_refusal(state: SagaState, run: StepRun, now: datetime) -> str | None:
     if budget.max_cost is not None:
         # Claiming a scheduled run moves its cost from owed to spent; a re-claim adds it.
         extra = Decimal(0) if _owes(run) else state.definition.call_cost(run.step_id, run.kind)
-        committed = committed_cost(state) + extra
-        if committed > money(budget.max_cost):
-            return f"cost budget of {budget.max_cost:g} would be exceeded ({committed})"
+        total = (committed_cost(state) if committed is None else committed) + extra
+        if total > money(budget.max_cost):
+            return f"cost budget of {budget.max_cost:g} would be exceeded ({total})"
     return None
 
 
