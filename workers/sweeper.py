@@ -172,17 +172,16 @@ def retimed(
 
     What is still due is what the sweep found when it committed nothing and ``now`` is the
     sweep's own clock (the same state at the same instant: ``due_work`` is pure, and asks
-    decide, so it is not asked twice); :func:`retimed_afresh` asks again every time, the
-    plain path this one must equal.
+    decide, so it is not asked twice), and ``next_due`` starts from that answer too;
+    :func:`retimed_afresh` asks again every time, the plain path this one must equal.
     """
     saga = swept.latest
-    if not swept.due:
-        due_now: Sequence[DueWork] = []  # nothing was due: nothing still is
-    elif swept.committed is None and swept.at == now:
-        due_now = swept.due
-    else:
-        due_now = due_work(saga.state, now, queue_wait)
-    return _retimed(swept, due_now, now, queue_wait, republish_max)
+    if swept.committed is None and swept.at == now:
+        return _retimed(swept, swept.due, now, queue_wait, republish_max, reuse=True)
+    if not swept.due:  # nothing was due: nothing is held back
+        return _retimed(swept, (), now, queue_wait, republish_max, reuse=False)
+    due_now = due_work(saga.state, now, queue_wait)
+    return _retimed(swept, due_now, now, queue_wait, republish_max, reuse=True)
 
 
 def retimed_afresh(
@@ -191,15 +190,19 @@ def retimed_afresh(
     """:func:`retimed`, asking ``due_work`` what is still due whatever the sweep did."""
     saga = swept.latest
     due_now = due_work(saga.state, now, queue_wait) if swept.due else []
-    return _retimed(swept, due_now, now, queue_wait, republish_max)
+    return _retimed(swept, due_now, now, queue_wait, republish_max, reuse=False)
 
 
 def _retimed(swept: SagaSweep, due_now: Sequence[DueWork], now: datetime,
-             queue_wait: timedelta, republish_max: timedelta) -> DueSaga:
+             queue_wait: timedelta, republish_max: timedelta, *, reuse: bool) -> DueSaga:
+    """``due_now``: what is still due of what the sweep found; with ``reuse``, it is all
+    ``due_work`` lists for the saga at ``now``, and ``next_due`` starts from it instead of
+    asking again."""
     saga = swept.latest
     still = {due_key(item) for item in due_now}
     held = [item for item in swept.due if due_key(item) in still]
-    later = next_due(saga.state, queue_wait, after=now, exclude={due_key(i) for i in held})
+    later = next_due(saga.state, queue_wait, after=now, exclude={due_key(i) for i in held},
+                     known=due_now if reuse else None)
     windows = [republish_at(item.due_since, now, queue_wait, republish_max) for item in held]
     return DueSaga(saga.saga_id, saga.version,
                    min((t for t in (later, *windows) if t is not None), default=None))

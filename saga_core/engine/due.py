@@ -19,7 +19,7 @@ time order, and returns the first that lists work. The property test
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime, timedelta
 
 from saga_core.contracts import StepKind
@@ -43,6 +43,7 @@ def due_key(item: DueWork) -> DueKey:
 def next_due(
     state: SagaState, queue_wait: timedelta, *, after: datetime,
     exclude: Collection[DueKey] = (), settled: bool = False,
+    known: Sequence[DueWork] | None = None,
 ) -> datetime | None:
     """The earliest instant at or after ``after`` at which ``due_work(state, t, queue_wait)``
     lists an item whose key is not in ``exclude``; None when none will ever be listed
@@ -53,13 +54,17 @@ def next_due(
     ``settled``: ``decide`` has just had nothing to record for this state at ``after`` (a
     commit that settled, then claimed ahead), so ``due_work`` there need not ask it again:
     one decide less per commit (``tests/unit/saga_core/engine/test_due.py`` holds the two
-    answers equal).
+    answers equal). ``known``: what ``due_work(state, after, queue_wait)`` lists, when the
+    caller has just asked it (a sweeper re-timing the saga it swept): not asked again.
     """
     if not state.started or state.finished is not None or state.escalation is not None:
         return None
     later = sorted({at for at in _instants(state, queue_wait) if at > after})
     for at in (after, *later):
-        listed = due_work(state, at, queue_wait, settled=settled and at == after)
+        if at == after and known is not None:
+            listed = known
+        else:
+            listed = due_work(state, at, queue_wait, settled=settled and at == after)
         if any(due_key(item) not in exclude for item in listed):
             return at
     return None
