@@ -23,10 +23,12 @@ import contextlib
 import json
 import logging
 import os
+import re
 import threading
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from functools import cached_property
+from typing import Any, Final
 
 import redis
 from celery import Celery
@@ -198,20 +200,56 @@ class _Message:
     """A step message as Celery built it, and its text as kombu's Redis transport stores it."""
 
     def __init__(self, task_id: str, headers: dict[str, Any], properties: dict[str, Any],
-                 body: Sequence[Any]) -> None:
+                 body: Sequence[Any], text: str | None = None) -> None:
+        """``text``: the stored text when the caller made it (:meth:`for_task`); else it is
+        written from the other fields (:func:`_stored_text`)."""
         self.task_id, self.headers, self.properties, self.body = (
             task_id, headers, properties, body)
-        self.text = json.dumps({
-            "body": base64.b64encode(json.dumps(body).encode()).decode(),
-            **_CONTENT, "headers": headers, "properties": properties})
+        self.text = _stored_text(headers, properties, body) if text is None else text
 
     def for_task(self, task_id: str, args: list[Any]) -> _Message:
         """This message for another task of the same publish: what Celery derives from the
-        task id and the arguments is this one's own, the rest is shared."""
+        task id and the arguments is this one's own, the rest is shared. Its text is this
+        one's with those fields written in (:attr:`_layout`), not encoded again whole."""
         argsrepr = repr(args)
         own_root = self.headers["root_id"] == self.task_id  # a root task: root_id is its id
-        headers = {**self.headers, "id": task_id, "argsrepr": argsrepr,
-                   "root_id": task_id if own_root else self.headers["root_id"]}
-        properties = {**self.properties, "correlation_id": task_id, "argsrepr": argsrepr,
-                      "delivery_tag": str(uuid.uuid4())}
-        return _Message(task_id, headers, properties, (args, *self.body[1:]))
+        own: dict[str, Any] = {
+            "id": task_id, "argsrepr": argsrepr, "correlation_id": task_id,
+            "root_id": task_id if own_root else self.headers["root_id"],
+            "delivery_tag": str(uuid.uuid4()),
+        }
+        body = (args, *self.body[1:])
+        own["body"] = base64.b64encode(json.dumps(body).encode()).decode()
+        headers = {**self.headers, **{name: own[name] for name in _OWN_HEADERS}}
+        properties = {**self.properties, **{name: own[name] for name in _OWN_PROPERTIES}}
+        layout = self._layout
+        text = "".join([piece if index % 2 == 0 else json.dumps(own[piece])
+                        for index, piece in enumerate(layout)])
+        return _Message(task_id, headers, properties, body, text)
+
+    @cached_property
+    def _layout(self) -> list[str]:
+        """This message's stored text cut around what :meth:`for_task` writes in: a piece
+        of text, then the name of a field, alternately (written once per publish)."""
+        headers = {**self.headers, **{name: _MARK.format(name) for name in _OWN_HEADERS}}
+        properties = {**self.properties,
+                      **{name: _MARK.format(name) for name in _OWN_PROPERTIES}}
+        return _MARKED.split(_stored_text(headers, properties, None))
+
+
+#: What :meth:`_Message.for_task` gives each message of its own, besides its body.
+_OWN_HEADERS: Final = ("id", "argsrepr", "root_id")
+_OWN_PROPERTIES: Final = ("correlation_id", "argsrepr", "delivery_tag")
+
+#: A field to write in, in a layout's text (a NUL no value holds; JSON writes it \u0000).
+_MARK: Final = "\0{}\0"
+_MARKED: Final = re.compile(r'"\\u0000([a-z_]+)\\u0000"')
+
+
+def _stored_text(headers: dict[str, Any], properties: dict[str, Any],
+                 body: Sequence[Any] | None) -> str:
+    """A message as kombu's Redis transport stores it: the envelope JSON, the body in it as
+    base64 of its JSON (None: the body's place marked, for a layout)."""
+    encoded = (_MARK.format("body") if body is None
+               else base64.b64encode(json.dumps(body).encode()).decode())
+    return json.dumps({"body": encoded, **_CONTENT, "headers": headers, "properties": properties})

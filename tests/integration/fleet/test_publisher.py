@@ -15,7 +15,7 @@ from celery.signals import before_task_publish
 from application.messages import StepCommand
 from application.publishing import Publisher
 from workers.celery_app import QUEUE_STEPS, BrokerSettings, broker_redis, create_celery_app
-from workers.publisher import CeleryPublisher, RedisStepPublisher
+from workers.publisher import CeleryPublisher, RedisStepPublisher, _stored_text
 
 pytestmark = pytest.mark.integration
 
@@ -115,6 +115,24 @@ def test_later_publishes_built_from_the_threads_first_message_store_what_celery_
     plain = _stored(broker, app, CeleryPublisher(app))
     # then the messages built from the template are the ones Celery builds
     assert again == first == plain
+
+
+def test_a_message_written_into_its_templates_text_is_the_one_encoded_whole(
+        broker: str) -> None:
+    # given a message Celery built, as a root task's and as a child's (root id its own or
+    # its parent's), and arguments that JSON and repr write with escapes
+    publisher = RedisStepPublisher(create_celery_app(BrokerSettings(broker_url=broker)))
+    first = publisher.message(_commands()[0])
+    child = first.for_task("t-0", ["s"])
+    child.headers["root_id"] = "parent-root"
+    for template in (first, child):
+        for args in (["saga-é\"\\", "step\u0000", "forward", 3], []):
+            # when another message is made from it
+            made = template.for_task(f"task-{len(args)}", args)
+            # then its text is the one the whole message encodes to, byte for byte
+            assert made.text == _stored_text(made.headers, made.properties, made.body)
+            assert made.headers["root_id"] == (
+                made.task_id if template is first else "parent-root")
 
 
 def test_each_thread_and_each_forked_child_publishes_as_its_own(broker: str) -> None:
