@@ -223,7 +223,7 @@ class _Message:
         headers = {**self.headers, **{name: own[name] for name in _OWN_HEADERS}}
         properties = {**self.properties, **{name: own[name] for name in _OWN_PROPERTIES}}
         layout = self._layout
-        text = "".join([piece if index % 2 == 0 else json.dumps(own[piece])
+        text = "".join([piece if index % 2 == 0 else _json(own[piece])
                         for index, piece in enumerate(layout)])
         return _Message(task_id, headers, properties, body, text)
 
@@ -244,6 +244,17 @@ _OWN_PROPERTIES: Final = ("correlation_id", "argsrepr", "delivery_tag")
 #: A field to write in, in a layout's text (a NUL no value holds; JSON writes it \u0000).
 _MARK: Final = "\0{}\0"
 _MARKED: Final = re.compile(r'"\\u0000([a-z_]+)\\u0000"')
+
+
+def _json(value: Any) -> str:
+    """``json.dumps(value)`` for a message's own fields (texts, a root id that may be None),
+    without the encoder's set-up per call."""
+    if type(value) is str:
+        return _ASCII_STRING(value)
+    return "null" if value is None else json.dumps(value)
+
+
+_ASCII_STRING: Final = json.encoder.encode_basestring_ascii  # what json.dumps writes a str as
 
 
 def _stored_text(headers: dict[str, Any], properties: dict[str, Any],
