@@ -147,7 +147,11 @@ def due_work(
     if not state.started or state.finished is not None or state.escalation is not None:
         return []
     items: list[DueWork] = []
-    passed = limit_passed(state, now)
+    # The saga's committed cost, summed once for the limit and every overdue schedule.
+    budget = state.definition.budget
+    committed = (committed_cost(state) if budget is not None and budget.max_cost is not None
+                 else None)
+    passed = limit_passed(state, now, committed=committed)
     if passed is not None:
         # Recorded by decide when the sweeper advances the saga; its schedules wait for that.
         items.append(DueWork(state.saga_id, None, None, 0, "limit_passed", deadline(state) or now))
@@ -155,8 +159,6 @@ def due_work(
     for run, action, since in conditions:
         items.append(DueWork(state.saga_id, run.step_id, run.kind, run.attempt, action, since))
     timed = {(run.step_id, run.kind) for run, action, _ in conditions if action == "timeout"}
-    budget = state.definition.budget
-    committed: Decimal | None = None  # summed at the first overdue schedule, if a budget asks
     for run in [*state.forward.values(), *state.compensation.values()]:
         item: tuple[DueAction, datetime] | None = None
         if run.status is RunStatus.SCHEDULED:
@@ -165,8 +167,6 @@ def due_work(
             due = due_at(run, queue_wait)
             if due is None or now < due:
                 continue
-            if committed is None and budget is not None and budget.max_cost is not None:
-                committed = committed_cost(state)
             if _claimable(state, run, now, committed) and grant_problem(state, run, now) is None:
                 item = ("execute", due)
         elif run.status is RunStatus.RECONCILING:

@@ -118,9 +118,12 @@ def must_escalate(state: SagaState) -> bool:
     return declared is OnExceeded.ESCALATE or state.pivot_passed
 
 
-def limit_passed(state: SagaState, now: datetime) -> StopAtLimit | None:
+def limit_passed(
+    state: SagaState, now: datetime, *, committed: Decimal | None = None
+) -> StopAtLimit | None:
     """The breach decide records at ``now`` before anything else: the time limit passed,
-    or what the saga spent and still owes is over its budget, while forward work remains."""
+    or what the saga spent and still owes is over its budget, while forward work remains.
+    ``committed``: :func:`committed_cost` of ``state``, when the caller has it."""
     budget = state.definition.budget
     if budget is None or not limits_apply(state) or not forward_work_remains(state):
         return None
@@ -132,9 +135,9 @@ def limit_passed(state: SagaState, now: datetime) -> StopAtLimit | None:
             f"time limit of {budget.time_limit_s:g} s passed at {due.isoformat()}",
         )
     if budget.max_cost is not None:
-        committed = committed_cost(state)
-        if committed > money(budget.max_cost):
-            return _over_budget(state, budget.max_cost, committed, None)
+        total = committed_cost(state) if committed is None else committed
+        if total > money(budget.max_cost):
+            return _over_budget(state, budget.max_cost, total, None)
     return None
 
 
