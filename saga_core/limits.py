@@ -247,6 +247,11 @@ ALL_LIMITS: Final[tuple[Limit, ...]] = (
 
 _SCALAR_BYTES: Final = {bool: 4, type(None): 4}
 
+_LEAVES: Final = frozenset({str, int, float, bool, type(None)})
+"""Exact types with nothing below them. Told apart by ``type`` before any ``isinstance``
+against ``Mapping`` (an ABC, slow to ask), which every start's input would otherwise pay
+for each of its values."""
+
 
 def _lower_bound(item: Any) -> int:
     """Fewest canonical-JSON bytes ``item`` takes, its children and their keys left out."""
@@ -257,13 +262,15 @@ def _lower_bound(item: Any) -> int:
         return 1 + int(max(0, item.bit_length() - 1) * 0.30103)  # decimal digits, at least
     if kind in _SCALAR_BYTES:
         return _SCALAR_BYTES[kind]
-    if isinstance(item, Mapping):
+    if kind is float:
+        return 1  # a digit at least
+    if kind is dict or isinstance(item, Mapping):
         # braces, a colon and quotes per key, commas between members
         return 2 + sum(len(k) + 3 if isinstance(k, str) else 3 for k in item) + max(
             0, len(item) - 1)
     if isinstance(item, list | tuple):
         return 2 + max(0, len(item) - 1)  # brackets and commas
-    return 1  # a float, or anything canonical JSON refuses (its validation says so)
+    return 1  # anything canonical JSON refuses (its validation says so)
 
 
 def measure_json(what: str, value: Any, limit: Limit, *, depth: Limit = JSON_DEPTH) -> int:
@@ -284,6 +291,8 @@ def measure_json(what: str, value: Any, limit: Limit, *, depth: Limit = JSON_DEP
             total += _lower_bound(item)
             if total > limit.value:
                 raise LimitExceeded(limit, what, total, at_least=True)
+            if type(item) in _LEAVES:
+                continue
             if isinstance(item, Mapping):
                 below.extend(item.values())
                 containers = True

@@ -238,28 +238,29 @@ def test_a_thousand_bad_items_list_fifty_problems_and_say_there_are_more() -> No
                    "more problems than the 50 listed") in problems
 
 
-def test_a_fields_validator_is_kept_by_field_and_is_the_one_its_schema_compiles_to() -> None:
+def test_a_fields_compiled_schema_is_kept_by_field_and_is_the_one_its_schema_compiles_to(
+) -> None:
     from saga_core.canonical_json import canonical_json
     from saga_core.definitions import input_schema
     from saga_core.definitions.definition import InputField
 
     field = InputField.model_validate(TRAVELLER)
-    # the kept validator is the plain path's (the one of its schema's canonical text)
-    plain = input_schema._validator(canonical_json(field.json_schema()))
-    assert input_schema.field_validator(field) is plain
-    assert input_schema.field_validator(field) is plain  # found by field object now
-    # an equal field object (another definition load) finds the same validator
+    # the kept validator and quick check are the plain path's (its schema's canonical text)
+    plain = input_schema._compiled(canonical_json(field.json_schema()))
+    assert input_schema.compiled_field(field) is plain
+    assert input_schema.compiled_field(field) is plain  # found by field object now
+    # an equal field object (another definition load) finds the same one
     again = InputField.model_validate(TRAVELLER)
-    assert again is not field and input_schema.field_validator(again) is plain
-    # a field of another schema never gets a kept validator of another field
+    assert again is not field and input_schema.compiled_field(again) is plain
+    # a field of another schema never gets a kept one of another field
     other = InputField.model_validate({**TRAVELLER, "required": False, "properties": {
         "name": {"type": "integer"}}})
-    assert input_schema.field_validator(other) is not plain
+    assert input_schema.compiled_field(other) is not plain
     assert input_schema.value_problems("input.t", other, {"name": "Ada"}) == [
         Problem("input.t.name", "wrong_type", "expected integer, got str")]
 
 
-def test_the_kept_validators_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_kept_compiled_schemas_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     from saga_core.definitions import input_schema
     from saga_core.definitions.definition import InputField
 
@@ -267,7 +268,7 @@ def test_the_kept_validators_are_bounded(monkeypatch: pytest.MonkeyPatch) -> Non
     fields = [InputField(type="string", max_length=n) for n in range(5)]
     monkeypatch.setattr(input_schema, "FIELDS_REMEMBERED", 3)
     for field in fields:
-        input_schema.field_validator(field)
+        input_schema.compiled_field(field)
     assert len(input_schema._by_field) <= 3
     # and a forgotten field is checked as before
     assert input_schema.value_problems("input.x", fields[1], "ab") == [
