@@ -89,6 +89,8 @@ class UnitOfWork:
 
     store: EventStore
     connection: psycopg.Connection[Any]
+    savepoints: bool = True
+    """Whether each append runs in a savepoint (see :meth:`EventStore.transaction`)."""
     appended: bool = field(default=False, init=False)
     """Whether an append ran in it (its commit then wakes subscribers)."""
 
@@ -102,7 +104,8 @@ class UnitOfWork:
     ) -> AppendResult:
         """Append inside this transaction; it commits (or not) with everything else."""
         result = self.store._append(stream_id, events, expected_version, conn=self.connection,
-                                    due_at=due_at, notify=self.store._notify_in_commit)
+                                    due_at=due_at, notify=self.store._notify_in_commit,
+                                    unit=self)
         self.appended = True
         return result
 
@@ -275,7 +278,9 @@ class EventStore:
             raise
 
     @contextmanager
-    def transaction(self, *, pipelined: bool = False) -> Iterator[UnitOfWork]:
+    def transaction(
+        self, *, pipelined: bool = False, savepoints: bool = True
+    ) -> Iterator[UnitOfWork]:
         """A transaction on a pooled connection: commit on clean exit, roll back on error.
 
         ``pipelined`` runs it in pipeline mode: statements are sent when a result is
@@ -283,9 +288,16 @@ class EventStore:
         append's savepoint release rides with COMMIT. Errors then surface at the next
         fetch (or at the end of the block), still before anything commits; use it when
         you do not read results between writes.
+
+        ``savepoints``: each append runs in a savepoint, so a conflict fails only that
+        append and the transaction goes on (an append that repeats stored event ids then
+        returns the original). ``False`` is for a unit that lets every error end it: a
+        failed append fails the transaction, and the SAVEPOINT and RELEASE around each
+        append (two statements) are not sent; an append that gives event ids still runs in
+        a savepoint, for its replay.
         """
         with self.connection() as conn:
-            unit = UnitOfWork(self, conn)
+            unit = UnitOfWork(self, conn, savepoints)
             if not pipelined:
                 with conn.transaction():
                     yield unit
@@ -343,18 +355,24 @@ class EventStore:
         conn: psycopg.Connection[Any] | None,
         due_at: DueTime,
         notify: bool,
+        unit: UnitOfWork | None = None,
     ) -> AppendResult:
-        """:meth:`append`, notifying in the append's statement or not."""
+        """:meth:`append`, notifying in the append's statement or not; on a caller's
+        ``conn``, or its ``unit``'s (in a savepoint unless the unit sends none,
+        :meth:`transaction`)."""
         envelopes = new_events(self.registry, events)
         prepared = prepare_events(stream_id, envelopes, self._max_event_bytes, self._clock())
         if conn is not None:
+            savepoint = unit is None or unit.savepoints or any(
+                event.id_was_given for event in prepared)  # a replay is looked up after it
             return self._append_on(conn, stream_id, prepared, expected_version, notify,
-                                   savepoint=True, due=due_at)
+                                   joined=True, due=due_at, savepoint=savepoint,
+                                   in_unit=unit is not None)
         # As connection() lends it, without the generator around the loan.
         try:
             with translated_errors(), self._lender.loan() as own:
                 return self._append_on(own, stream_id, prepared, expected_version, notify,
-                                       savepoint=False, due=due_at)
+                                       joined=False, due=due_at)
         except ReadOnlyStore as exc:
             raise write_refused(exc) from exc
 
@@ -366,9 +384,13 @@ class EventStore:
         expected_version: ExpectedVersion,
         notify: bool,
         *,
-        savepoint: bool,
+        joined: bool,
         due: DueTime,
+        savepoint: bool = True,
+        in_unit: bool = False,
     ) -> AppendResult:
+        """The append on ``conn``: alone (autocommit), or ``joined`` to the caller's
+        transaction (``in_unit``: a unit of work's), in a ``savepoint`` or not."""
         expected = expected_code(expected_version)
         known = self._hashes.get(stream_id)
         tip = known[1] if known is not None and known[0] == expected else None
@@ -376,8 +398,8 @@ class EventStore:
             # The caller's transaction, or the implicit one of an autocommit statement.
             with translated_errors(stream_id, expected_version):
                 rows = run_append(
-                    conn, stream_id, expected, prepared, notify, savepoint=savepoint,
-                    tip=tip, due=due,
+                    conn, stream_id, expected, prepared, notify,
+                    savepoint=joined and savepoint, in_transaction=in_unit, tip=tip, due=due,
                 )
         except (ConcurrencyError, EventIdConflict):
             original = _original_append_on(conn, stream_id, prepared)
@@ -390,7 +412,7 @@ class EventStore:
                        for event, row in zip(prepared, rows, strict=True))
         )
         last = recorded[-1]
-        if not savepoint:  # committed now (a caller's transaction may still roll back)
+        if not joined:  # committed now (a caller's transaction may still roll back)
             self._remember(stream_id, last)
         return append_result(stream_id, last.stream_version, recorded)
 

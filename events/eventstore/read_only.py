@@ -138,7 +138,9 @@ class ReadOnlyEventStore(EventStore):
         self._refuse("re-timing due streams")
 
     @contextmanager
-    def transaction(self, *, pipelined: bool = False) -> Iterator[UnitOfWork]:
+    def transaction(
+        self, *, pipelined: bool = False, savepoints: bool = True
+    ) -> Iterator[UnitOfWork]:
         """Refused: :class:`ReadOnlyStore` (a unit of work writes)."""
         self._refuse("a write transaction")
         yield  # pragma: no cover - unreachable; makes this a generator for @contextmanager

@@ -37,8 +37,9 @@ class PostgresSagaLog(SagaStreams):
         return unit_of(UnitOfWork, unit)
 
     def unit_of_work(self) -> AbstractContextManager[UnitOfWork]:
-        """A pipelined transaction: appends, secrets and definition checks commit together."""
-        return self.store.transaction(pipelined=True)
+        """A pipelined transaction: appends, secrets and definition checks commit together.
+        A conflict ends the unit (the port's promise), so its appends need no savepoints."""
+        return self.store.transaction(pipelined=True, savepoints=False)
 
     def watch(self) -> Notifications:
         """The store's NOTIFYs on a dedicated connection of its own (closed with the block).

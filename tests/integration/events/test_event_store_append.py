@@ -267,27 +267,34 @@ def test_duplicate_ids_in_one_batch_and_empty_batches_are_rejected(
     assert count_events(store) == 0
 
 
-@pytest.mark.parametrize("pipelined", [False, True])
+UNITS = [pytest.param(pipelined, savepoints, id=f"pipelined={pipelined}-savepoints={savepoints}")
+         for pipelined in (False, True) for savepoints in (True, False)]
+"""Every kind of unit of work: plain or pipelined, appends in savepoints or not."""
+
+
+@pytest.mark.parametrize(("pipelined", "savepoints"), UNITS)
 def test_unit_of_work_commits_events_with_the_callers_rows(
-    store: EventStore, pipelined: bool
+    store: EventStore, pipelined: bool, savepoints: bool
 ) -> None:
     # given a caller table
     with store.connection() as conn:
         conn.execute("CREATE TABLE outbox (command text)")
 
     # when events and a caller row are written in one unit of work
-    with store.transaction(pipelined=pipelined) as uow:
+    with store.transaction(pipelined=pipelined, savepoints=savepoints) as uow:
         uow.append("saga-1", [NewEvent("StepSucceeded", {"step": "hotel"})], expected_version=0)
         uow.connection.execute("INSERT INTO outbox VALUES ('book-flight')")
+        uow.append("saga-1", [NewEvent("StepSucceeded", {"step": "car"})], expected_version=1)
 
     # and a second unit of work fails after appending
-    with pytest.raises(RuntimeError), store.transaction(pipelined=pipelined) as uow:
-        uow.append("saga-1", [NewEvent("StepSucceeded", {"step": "flight"})], expected_version=1)
+    with pytest.raises(RuntimeError), store.transaction(
+            pipelined=pipelined, savepoints=savepoints) as uow:
+        uow.append("saga-1", [NewEvent("StepSucceeded", {"step": "flight"})], expected_version=2)
         uow.connection.execute("INSERT INTO outbox VALUES ('send-email')")
         raise RuntimeError("crash before commit")
 
     # then only the first unit of work is visible, both parts of it
-    assert [e.data["step"] for e in store.read_stream("saga-1")] == ["hotel"]
+    assert [e.data["step"] for e in store.read_stream("saga-1")] == ["hotel", "car"]
     with store.connection() as conn:
         assert conn.execute("SELECT command FROM outbox").fetchall() == [("book-flight",)]
 
@@ -327,18 +334,67 @@ def test_a_key_value_conninfo_works_like_a_url(fresh_database: str) -> None:
         assert store.append("s", [NewEvent("A", {})]).version == 1
 
 
-@pytest.mark.parametrize("pipelined", [False, True])
+@pytest.mark.parametrize(("pipelined", "savepoints"), UNITS)
+@pytest.mark.parametrize("conflict", ["created", "moved"])
 def test_a_conflict_in_a_unit_of_work_rolls_back_everything(
-    store: EventStore, pipelined: bool
+    store: EventStore, pipelined: bool, savepoints: bool, conflict: str
 ) -> None:
     # given a stream at version 1
     store.append("s", [NewEvent("A", {})])
-    # when a unit of work appends elsewhere, then conflicts, and lets the error escape
-    with pytest.raises(ConcurrencyError), store.transaction(pipelined=pipelined) as uow:
+    # when a unit of work appends elsewhere, then conflicts (creating the stream that
+    # exists, or moving it from a version it is not at), and lets the error escape
+    expected = NO_STREAM if conflict == "created" else 5
+    with pytest.raises(ConcurrencyError), store.transaction(
+            pipelined=pipelined, savepoints=savepoints) as uow:
         uow.append("other", [NewEvent("B", {})], expected_version=NO_STREAM)
-        uow.append("s", [NewEvent("C", {})], expected_version=0)
-    # then neither append is visible
+        uow.append("s", [NewEvent("C", {})], expected_version=expected)
+    # then neither append is visible, and the pooled connection is clean for the next unit
     assert store.stream_version("other") == 0 and store.stream_version("s") == 1
+    with store.transaction(pipelined=pipelined, savepoints=savepoints) as uow:
+        uow.append("s", [NewEvent("C", {})], expected_version=1)
+    assert store.stream_version("s") == 2
+
+
+@pytest.mark.parametrize("savepoints", [True, False])
+def test_a_pipelined_unit_that_read_a_result_still_replays_stored_ids(
+    store: EventStore, savepoints: bool
+) -> None:
+    # given a stream whose event id is known, and a pipelined unit that has read a result
+    # (its connection then reads as idle, its BEGIN answered)
+    first = store.append("s", [NewEvent("A", {"n": 1})]).events[0]
+    with store.transaction(pipelined=True, savepoints=savepoints) as uow:
+        assert uow.connection.execute("SELECT 1").fetchall() == [(1,)]
+        # when it repeats the stored event at a stale version
+        replayed = uow.append(
+            "s", [NewEvent("A", {"n": 1}, event_id=first.event_id)], expected_version=0)
+        uow.append("s", [NewEvent("B", {})], expected_version=1)
+    # then the append ran in a savepoint all the same: the original is returned (it was
+    # StoreUnavailable, "pipeline aborted", when the savepoint was skipped), and the unit
+    # went on
+    assert replayed.duplicate and replayed.events[0].position == first.position
+    assert [e.type for e in store.read_stream("s")] == ["A", "B"]
+
+
+def test_a_unit_without_savepoints_sends_none_but_for_an_append_that_gives_ids(
+    store: EventStore,
+) -> None:
+    # given a stream at version 1 whose event id is known, and the statements a unit sends
+    first = store.append("s", [NewEvent("A", {"n": 1})]).events[0]
+    sent: list[str] = []
+    with store.transaction(pipelined=True, savepoints=False) as uow:
+        trace = uow.connection.execute
+        uow.connection.execute = lambda query, *args, **kwargs: (  # type: ignore[method-assign]
+            sent.append(str(query)), trace(query, *args, **kwargs))[1]
+        # when it appends new events, then repeats the stored one by its id
+        uow.append("t", [NewEvent("B", {})], expected_version=NO_STREAM)
+        replayed = uow.append(
+            "s", [NewEvent("A", {"n": 1}, event_id=first.event_id)], expected_version=0)
+    # then only the append that gave ids ran in a savepoint (its replay is looked up after
+    # the conflict is rolled back to it), and it returned the original
+    assert [query for query in sent if "SAVEPOINT" in query] == [
+        "SAVEPOINT eventstore_append", "ROLLBACK TO SAVEPOINT eventstore_append"]
+    assert replayed.events[0].position == first.position
+    assert store.stream_version("t") == 1
 
 
 def test_a_pipelined_unit_of_work_survives_a_conflict_and_replays_stored_ids(
