@@ -117,12 +117,12 @@ class RedisStepPublisher:
         self._app = app
         self._plain = CeleryPublisher(app)
         settings = app.conf.broker_transport_options or {}
-        # Celery's publish retry policy, as redis-py's: a refused or broken connection is
-        # tried three more times after growing waits (at most 1 s), then the publish fails
-        # (the sweeper re-enqueues). A duplicate a retry may make is harmless (claims).
         # This thread's first message with no parent task, by process: the template of its
         # later ones (a client's starts, the sweeper's re-publishes), built by Celery once.
         self._roots = threading.local()
+        # Celery's publish retry policy, as redis-py's: a refused or broken connection is
+        # tried three more times after growing waits (at most 1 s), then the publish fails
+        # (the sweeper re-enqueues). A duplicate a retry may make is harmless (claims).
         self._redis = broker_redis(
             app.conf.broker_url, settings.get("master_name"),
             socket_timeout=settings.get("socket_timeout"),

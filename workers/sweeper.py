@@ -177,11 +177,11 @@ def retimed(
     """
     saga = swept.latest
     if swept.committed is None and swept.at == now:
-        return _retimed(swept, swept.due, now, queue_wait, republish_max, reuse=True)
+        return _retimed(swept, swept.due, now, queue_wait, republish_max, known=swept.due)
     if not swept.due:  # nothing was due: nothing is held back
-        return _retimed(swept, (), now, queue_wait, republish_max, reuse=False)
+        return _retimed(swept, (), now, queue_wait, republish_max, known=None)
     due_now = due_work(saga.state, now, queue_wait)
-    return _retimed(swept, due_now, now, queue_wait, republish_max, reuse=True)
+    return _retimed(swept, due_now, now, queue_wait, republish_max, known=due_now)
 
 
 def retimed_afresh(
@@ -190,19 +190,19 @@ def retimed_afresh(
     """:func:`retimed`, asking ``due_work`` what is still due whatever the sweep did."""
     saga = swept.latest
     due_now = due_work(saga.state, now, queue_wait) if swept.due else []
-    return _retimed(swept, due_now, now, queue_wait, republish_max, reuse=False)
+    return _retimed(swept, due_now, now, queue_wait, republish_max, known=None)
 
 
 def _retimed(swept: SagaSweep, due_now: Sequence[DueWork], now: datetime,
-             queue_wait: timedelta, republish_max: timedelta, *, reuse: bool) -> DueSaga:
-    """``due_now``: what is still due of what the sweep found; with ``reuse``, it is all
-    ``due_work`` lists for the saga at ``now``, and ``next_due`` starts from it instead of
-    asking again."""
+             queue_wait: timedelta, republish_max: timedelta, *,
+             known: Sequence[DueWork] | None) -> DueSaga:
+    """``due_now``: what is still due of what the sweep found; ``known``: all ``due_work``
+    lists for the saga at ``now``, when that is known (``next_due`` starts from it)."""
     saga = swept.latest
     still = {due_key(item) for item in due_now}
     held = [item for item in swept.due if due_key(item) in still]
     later = next_due(saga.state, queue_wait, after=now, exclude={due_key(i) for i in held},
-                     known=due_now if reuse else None)
+                     known=known)
     windows = [republish_at(item.due_since, now, queue_wait, republish_max) for item in held]
     return DueSaga(saga.saga_id, saga.version,
                    min((t for t in (later, *windows) if t is not None), default=None))
