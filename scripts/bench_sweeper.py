@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import resource
+import shutil
 import statistics
 import tempfile
 import threading
@@ -463,6 +464,7 @@ def main() -> None:
     finally:
         if not (args.url and args.broker):
             embedded.stop_embedded(home)
+    shutil.rmtree(home, ignore_errors=True)  # measured: its servers' files go
 
 
 if __name__ == "__main__":

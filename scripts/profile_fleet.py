@@ -259,6 +259,9 @@ def main() -> None:  # noqa: PLR0915 - one run, in order
         worker_counts.update(phase_samples((stacks / f"worker-{i}.txt").read_text().splitlines()))
     client_counts = phase_samples((stacks / "client.txt").read_text().splitlines(),
                                   under="start")
+    # Read: the servers' files, the workers' logs and stacks kept here go (--stacks elsewhere
+    # stay; a run that raised keeps them all).
+    shutil.rmtree(home, ignore_errors=True)
     report = {
         "sagas": args.sagas, "workers": args.workers,
         "cpu_ms_per_saga": {role: round(ms, 3) for role, ms in per_saga.items()},
