@@ -347,7 +347,7 @@ class Orchestrator:
             loaded.saga_id, state.tenant or loaded.tenant, plan.events, plan.expected_version,
             actor=plan.actor, unit=unit, trace_id=saga_trace_id(loaded, plan.events),
             # Settled at plan.now: decide had nothing more, and the claims ahead leave it so.
-            due_at=next_due(state, self.queue_wait, after=plan.now, settled=True),
+            due_at=next_due(state, self.queue_wait, after=plan.now, decided=()),
         )
 
     @staticmethod

@@ -415,7 +415,8 @@ class Sweeper:
             return
         try:
             pool = self._helpers()
-            sent = [(ids, versions, pool.submit(_helper_sweep, ids, versions))
+            sent = [(ids, versions, pool.submit(_helper_sweep, ids, versions,
+                                                self.queue_wait, self.republish_max))
                     for ids, versions in chunks]
         except Exception as exc:  # noqa: BLE001 - the helpers cannot start: swept here
             report.errors.append(f"sweeper helpers unavailable (swept by the sweeper): {exc!r}")
@@ -576,7 +577,8 @@ def _count(fleet: Fleet, items: Sequence[DueWork]) -> None:
 
 # -- helper processes --------------------------------------------------------------------------
 
-_helper: dict[str, Fleet] = {}  # a helper process's fleet, under "fleet"
+_helper_fleet: Fleet | None = None
+"""A helper process's fleet (opened by :func:`_start_helper`; None in any other process)."""
 
 
 def _start_helper(config: FleetConfig, catalogue: ToolCatalogue) -> None:
@@ -586,18 +588,21 @@ def _start_helper(config: FleetConfig, catalogue: ToolCatalogue) -> None:
 
     from workers.fleet import Fleet
 
-    fleet = _helper["fleet"] = Fleet(config, catalogue)
-    atexit.register(fleet.close)
+    global _helper_fleet  # noqa: PLW0603 - the pool's initializer hands its tasks the fleet
+    _helper_fleet = Fleet(config, catalogue)
+    atexit.register(_helper_fleet.close)
 
 
 def _helper_ready(_: int) -> bool:
     """Nothing: a task whose running proves a helper started."""
-    return "fleet" in _helper
+    return _helper_fleet is not None
 
 
-def _helper_sweep(saga_ids: list[str], versions: dict[str, int]) -> SweepReport:
-    """Sweep one chunk in a helper process; what it found and did."""
-    fleet = _helper["fleet"]  # started by _start_helper
-    return sweep_chunk(fleet, saga_ids, versions,
-                       queue_wait=timedelta(seconds=fleet.config.queue_wait_s),
-                       republish_max=timedelta(seconds=fleet.config.republish_max_s))
+def _helper_sweep(saga_ids: list[str], versions: dict[str, int], queue_wait: timedelta,
+                  republish_max: timedelta) -> SweepReport:
+    """Sweep one chunk in a helper process with the sweeper's own timings; what it found
+    and did."""
+    if _helper_fleet is None:  # the initializer failed: the sweeper sweeps the chunk itself
+        raise RuntimeError("this sweeper helper has no fleet")
+    return sweep_chunk(_helper_fleet, saga_ids, versions, queue_wait=queue_wait,
+                       republish_max=republish_max)

@@ -167,24 +167,20 @@ def run_append(
     notify: bool,
     *,
     savepoint: bool,
-    in_transaction: bool = False,
     tip: str | None = None,
     due: DueTime = KEEP_DUE,
 ) -> list[Row]:
     """Execute the append on ``conn``; the rows it inserted, in stream-version order.
 
-    ``expected``: -1 any, 0 no stream, n exactly n. With ``savepoint`` the append joins the
-    caller's transaction and a failure rolls back only the append; an autocommit connection
-    found idle has none to join, unless ``in_transaction`` says the caller opened one (a
-    unit of work: in pipeline mode its status may read idle while BEGIN is in flight or
-    its results are read). ``tip`` is the hash of
+    ``expected``: -1 any, 0 no stream, n exactly n. With ``savepoint`` the append runs in a
+    savepoint of the caller's open transaction, so a failure rolls back only the append
+    (the store decides when: :meth:`events.eventstore.postgres.EventStore.append`,
+    :meth:`~events.eventstore.postgres.EventStore.transaction`). ``tip`` is the hash of
     version ``expected`` when the caller knows it: the chain is then computed here and the
     server only checks it continues from there (a wrong tip costs a fallback, no more).
     ``due``: the head's new due time, written by the same statement that moves the head.
     """
-    if savepoint and (in_transaction or not (
-        conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
-    )):
+    if savepoint:
         rows = _in_savepoint(conn, stream_id, expected, prepared, notify, tip=tip, due=due)
     else:
         rows = _append(conn, stream_id, expected, prepared, notify, tip=tip, due=due)

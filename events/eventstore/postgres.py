@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final, Self
 
 import psycopg
 from psycopg.abc import Buffer
+from psycopg.pq import TransactionStatus
 from psycopg.types.datetime import TimestamptzLoader
 from psycopg_pool import ConnectionPool
 from pydantic import BaseModel
@@ -363,16 +364,19 @@ class EventStore:
         envelopes = new_events(self.registry, events)
         prepared = prepare_events(stream_id, envelopes, self._max_event_bytes, self._clock())
         if conn is not None:
-            savepoint = unit is None or unit.savepoints or any(
-                event.id_was_given for event in prepared)  # a replay is looked up after it
+            if unit is not None:  # the unit's open transaction (in pipeline mode its status
+                # may read idle): a savepoint unless it sends none, or a replay needs one
+                savepoint = unit.savepoints or any(event.id_was_given for event in prepared)
+            else:  # a caller's connection: an autocommit one found idle has none to join
+                savepoint = not (conn.autocommit
+                                 and conn.info.transaction_status == TransactionStatus.IDLE)
             return self._append_on(conn, stream_id, prepared, expected_version, notify,
-                                   joined=True, due=due_at, savepoint=savepoint,
-                                   in_unit=unit is not None)
+                                   joined=True, savepoint=savepoint, due=due_at)
         # As connection() lends it, without the generator around the loan.
         try:
             with translated_errors(), self._lender.loan() as own:
                 return self._append_on(own, stream_id, prepared, expected_version, notify,
-                                       joined=False, due=due_at)
+                                       joined=False, savepoint=False, due=due_at)
         except ReadOnlyStore as exc:
             raise write_refused(exc) from exc
 
@@ -385,12 +389,11 @@ class EventStore:
         notify: bool,
         *,
         joined: bool,
+        savepoint: bool,
         due: DueTime,
-        savepoint: bool = True,
-        in_unit: bool = False,
     ) -> AppendResult:
         """The append on ``conn``: alone (autocommit), or ``joined`` to the caller's
-        transaction (``in_unit``: a unit of work's), in a ``savepoint`` or not."""
+        transaction, in a ``savepoint`` or not."""
         expected = expected_code(expected_version)
         known = self._hashes.get(stream_id)
         tip = known[1] if known is not None and known[0] == expected else None
@@ -399,7 +402,7 @@ class EventStore:
             with translated_errors(stream_id, expected_version):
                 rows = run_append(
                     conn, stream_id, expected, prepared, notify,
-                    savepoint=joined and savepoint, in_transaction=in_unit, tip=tip, due=due,
+                    savepoint=savepoint, tip=tip, due=due,
                 )
         except (ConcurrencyError, EventIdConflict):
             original = _original_append_on(conn, stream_id, prepared)

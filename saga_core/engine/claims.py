@@ -6,6 +6,7 @@ A worker claims by appending ``StepStarted`` with the stream's expected version 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -15,6 +16,7 @@ from saga_core.approval.policy import grant_problem
 from saga_core.contracts import StepKind
 from saga_core.engine.condition_rules import condition_due
 from saga_core.engine.decide import decide
+from saga_core.engine.decision_types import Decision
 from saga_core.engine.state import RunStatus, SagaState, StepRun
 from saga_core.engine.stops import claim_refusal, committed_cost, deadline, limit_passed
 
@@ -133,16 +135,16 @@ def _claimable(state: SagaState, run: StepRun, now: datetime, committed: Decimal
 
 
 def due_work(
-    state: SagaState, now: datetime, queue_wait: timedelta, *, settled: bool = False
+    state: SagaState, now: datetime, queue_wait: timedelta, *,
+    decided: Sequence[Decision] | None = None,
 ) -> list[DueWork]:
     """Work overdue at ``now``: unclaimed schedules, due lookups, expired leases and approvals,
     a time limit that passed (whatever the saga waits for: a claim, approval, backoff), a call
     past its step timeout and a compensation past its deadline
     (saga_core.engine.condition_rules).
 
-    ``settled``: the caller has just asked ``decide`` of this state at ``now`` and it had
-    nothing to record (a commit that settled), so it is not asked again when nothing else
-    is due; the answer is the same.
+    ``decided``: what ``decide(state, now)`` answers, when the caller has it (a commit that
+    has just settled: nothing), so it is not asked again when nothing else is due.
     """
     if not state.started or state.finished is not None or state.escalation is not None:
         return []
@@ -184,6 +186,6 @@ def due_work(
                 item = ("approval_expired", expiry)
         if item is not None:
             items.append(DueWork(state.saga_id, run.step_id, run.kind, run.attempt, *item))
-    if not items and not settled and decide(state, now):
+    if not items and (decide(state, now) if decided is None else decided):
         items.append(DueWork(state.saga_id, None, None, 0, "decide", now))
     return items

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from saga_core.contracts import StepKind
 from saga_core.engine.claims import DueAction, DueWork, due_at, due_work
 from saga_core.engine.condition_rules import compensation_deadline
+from saga_core.engine.decision_types import Decision
 from saga_core.engine.state import RunStatus, SagaState, StepRun
 from saga_core.engine.stops import deadline
 
@@ -42,7 +43,7 @@ def due_key(item: DueWork) -> DueKey:
 
 def next_due(
     state: SagaState, queue_wait: timedelta, *, after: datetime,
-    exclude: Collection[DueKey] = (), settled: bool = False,
+    exclude: Collection[DueKey] = (), decided: Sequence[Decision] | None = None,
     known: Sequence[DueWork] | None = None,
 ) -> datetime | None:
     """The earliest instant at or after ``after`` at which ``due_work(state, t, queue_wait)``
@@ -51,10 +52,10 @@ def next_due(
 
     ``exclude``: items the caller has just dealt with without a commit (a sweeper that
     re-published an overdue schedule) and times itself; the rest of the saga still counts.
-    ``settled``: ``decide`` has just had nothing to record for this state at ``after`` (a
-    commit that settled, then claimed ahead), so ``due_work`` there need not ask it again:
-    one decide less per commit (``tests/unit/saga_core/engine/test_due.py`` holds the two
-    answers equal). ``known``: what ``due_work(state, after, queue_wait)`` lists, when the
+    ``decided``: what ``decide`` answers for this state at ``after``, when the caller has it
+    (a commit that settled, then claimed ahead: nothing), so ``due_work`` there does not ask
+    it again: one decide less per commit (``tests/unit/saga_core/engine/test_due.py`` holds
+    the two answers equal). ``known``: what ``due_work(state, after, queue_wait)`` lists, when the
     caller has just asked it (a sweeper re-timing the saga it swept): not asked again.
     """
     if not state.started or state.finished is not None or state.escalation is not None:
@@ -64,7 +65,8 @@ def next_due(
         if at == after and known is not None:
             listed = known
         else:
-            listed = due_work(state, at, queue_wait, settled=settled and at == after)
+            listed = due_work(state, at, queue_wait,
+                              decided=decided if at == after else None)
         if any(due_key(item) not in exclude for item in listed):
             return at
     return None

@@ -164,7 +164,7 @@ def test_a_settled_commit_that_claims_ahead_leaves_decide_nothing(
     definition: SagaDefinition, data: st.DataObject, queue_wait: timedelta
 ) -> None:
     """A commit settles (decide has nothing more), then a worker's commit claims the steps
-    due: ``decide`` still has nothing, so ``next_due(settled=True)`` (which does not ask it at
+    due: ``decide`` still has nothing, so ``next_due(decided=())`` (which does not ask it at
     ``after``) answers as the plain ``next_due`` does, with the claims and without."""
     driver = Driver(definition, data)
     ahead = ClaimAhead(worker_id="w", lease=timedelta(seconds=30))
@@ -176,7 +176,7 @@ def test_a_settled_commit_that_claims_ahead_leaves_decide_nothing(
             claimed = evolve(claimed, claim.started)
         for settled in (state, claimed):
             assert decide(settled, now) == []
-            assert (next_due(settled, queue_wait, after=now, settled=True)
+            assert (next_due(settled, queue_wait, after=now, decided=())
                     == next_due(settled, queue_wait, after=now))
         if state.finished is not None or state.escalation is not None:
             break
