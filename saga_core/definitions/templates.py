@@ -22,9 +22,10 @@ Syntax (the orchestrator resolves templates; a model never does):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from saga_core.canonical_json import canonical_json
 from saga_core.contracts import Receipt
@@ -189,3 +190,78 @@ def resolve_template(template: Any, context: TemplateContext) -> Any:
     if isinstance(template, list):
         return [resolve_template(value, context) for value in template]
     return template
+
+
+#: The receipt fields that are its attributes (``Receipt.get``); any other is in ``fields``.
+_RECEIPT_ATTRIBUTES: Final = frozenset({"resource_id", "version", "status"})
+
+#: A template resolved against a context: what :func:`compile_template` returns.
+Resolver = Callable[[TemplateContext], Any]
+
+
+def compile_template(template: Any) -> Resolver:
+    """:func:`resolve_template` of ``template`` as a function of the context, walked and
+    parsed once: ``compile_template(t)(context)`` returns what ``resolve_template(t,
+    context)`` returns (equal values in fresh containers) and raises the same
+    :class:`TemplateError`, in the same order, for a missing or malformed reference. The
+    engine resolves a step's templates several times a commit (decide, the gate checks, a
+    claim); ``resolve_template`` stays the reference (tests/unit/saga_core/definitions/
+    test_compiled_templates.py holds the two equal)."""
+    if isinstance(template, str):
+        try:
+            compiled = _compiled(template)
+        except TemplateError:
+            return _raiser(template)  # raised where the walk would meet it, not before
+        if isinstance(compiled, Reference):
+            return _reader(compiled)
+        if all(isinstance(piece, str) for piece in compiled):
+            text = "".join(compiled)  # type: ignore[arg-type]
+            return lambda context: text
+        pieces = tuple(piece if isinstance(piece, str) else _reader(piece) for piece in compiled)
+        return lambda context: "".join(
+            piece if isinstance(piece, str) else _as_text(piece(context)) for piece in pieces)
+    if isinstance(template, dict):
+        members = tuple((key, compile_template(value)) for key, value in template.items())
+        return lambda context: {key: resolve(context) for key, resolve in members}
+    if isinstance(template, list):
+        items = tuple(compile_template(value) for value in template)
+        return lambda context: [resolve(context) for resolve in items]
+    return lambda context: template
+
+
+def _raiser(template: str) -> Resolver:
+    def resolve(context: TemplateContext) -> Any:
+        return _compiled(template)  # raises its TemplateError afresh (failures are not cached)
+    return resolve
+
+
+def _reader(ref: Reference) -> Resolver:
+    """``context.lookup(ref)`` for one reference, its common shapes without the dispatch
+    (anything unusual, and every error, goes through ``lookup`` itself)."""
+    lookup = TemplateContext.lookup
+    if ref.root == "input" and len(ref.path) == 1:
+        (name,) = ref.path
+
+        def read_input(context: TemplateContext) -> Any:
+            data = context.input
+            if type(data) is dict and name in data:
+                return data[name]
+            return lookup(context, ref)
+        return read_input
+    field_name = ref.receipt_field
+    if field_name is not None:
+        step_id = ref.step_id
+        attribute = field_name in _RECEIPT_ATTRIBUTES
+
+        def read_receipt(context: TemplateContext) -> Any:
+            receipt = (context.own_receipt if step_id is None
+                       else context.receipts.get(step_id))
+            if type(receipt) is Receipt:
+                if attribute:
+                    return getattr(receipt, field_name)
+                fields = receipt.fields
+                if field_name in fields:
+                    return fields[field_name]
+            return lookup(context, ref)
+        return read_receipt
+    return lambda context: lookup(context, ref)

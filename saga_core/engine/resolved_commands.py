@@ -15,10 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from saga_core.contracts import Receipt, StepKind
-from saga_core.definitions.templates import Reference, TemplateContext, references, resolve_template
+from saga_core.definitions.templates import (
+    Reference,
+    Resolver,
+    TemplateContext,
+    compile_template,
+    references,
+)
 from saga_core.engine.state import SagaState
 from saga_core.errors import TemplateError
 from saga_core.keys import action_hash, payload_hash
@@ -68,12 +74,32 @@ def _templates(state: SagaState, step_id: str, kind: StepKind) -> tuple[Any, Any
     return step.args, step.precondition
 
 
+#: Each operation's templates compiled (args, precondition), by definition content hash,
+#: step and kind (bounded: emptied when full).
+_RESOLVERS: dict[tuple[str, str, StepKind], tuple[Resolver, Resolver]] = {}
+_RESOLVERS_KEPT: Final = 4096
+
+
+def _resolvers(state: SagaState, step_id: str, kind: StepKind) -> tuple[Resolver, Resolver]:
+    """The operation's args and precondition templates compiled
+    (``saga_core.definitions.templates.compile_template``), once per definition."""
+    identity = (state.definition.content_hash(), step_id, kind)
+    compiled = _RESOLVERS.get(identity)
+    if compiled is None:
+        args_template, precondition_template = _templates(state, step_id, kind)
+        compiled = compile_template(args_template), compile_template(precondition_template)
+        if len(_RESOLVERS) >= _RESOLVERS_KEPT:
+            _RESOLVERS.clear()
+        _RESOLVERS[identity] = compiled
+    return compiled
+
+
 def resolve_command(state: SagaState, step_id: str, kind: StepKind) -> ResolvedCommand:
     """Resolve a step's forward or compensation command; raises TemplateError if it cannot."""
-    args_template, precondition_template = _templates(state, step_id, kind)
+    args_of, precondition_of = _resolvers(state, step_id, kind)
     context = template_context(state, step_id, kind)
-    args = resolve_template(args_template, context)
-    precondition = resolve_template(precondition_template, context)
+    args = args_of(context)
+    precondition = precondition_of(context)
     tool, version = state.definition.tool_for(step_id, kind)
     request = {"tool": tool, "version": version, "args": args, "precondition": precondition}
     return ResolvedCommand(
@@ -92,17 +118,15 @@ def resolve_arguments(state: SagaState, step_id: str, kind: StepKind) -> dict[st
     """The resolved arguments of a step's forward or compensation operation (what
     resolve_command resolves as ``args``, without the precondition and the request hash:
     decide and the gate checks ask for these on every commit)."""
-    args_template, _ = _templates(state, step_id, kind)
-    args: dict[str, Any] = resolve_template(args_template, template_context(state, step_id, kind))
+    args_of, _ = _resolvers(state, step_id, kind)
+    args: dict[str, Any] = args_of(template_context(state, step_id, kind))
     return args
 
 
 def redacted_arguments(state: SagaState, step_id: str, kind: StepKind) -> dict[str, Any]:
     """Resolved arguments with secret inputs masked: safe for evidence, logs and operators."""
-    args_template, _ = _templates(state, step_id, kind)
-    resolved: dict[str, Any] = resolve_template(
-        args_template, template_context(state, step_id, kind, redact=True)
-    )
+    args_of, _ = _resolvers(state, step_id, kind)
+    resolved: dict[str, Any] = args_of(template_context(state, step_id, kind, redact=True))
     return resolved
 
 
