@@ -80,14 +80,15 @@ def claims_ahead(state: SagaState, now: datetime, ahead: ClaimAhead) -> list[Cla
     for run in [*state.forward.values(), *state.compensation.values()]:
         if run.status is not RunStatus.SCHEDULED:
             continue
-        if not check_claim(state, run.step_id, run.kind, run.attempt, now):
-            continue
-        if window_call(state, run.step_id, run.kind, now) is not None:
-            continue  # reserved by its own claim, which its wake-up brings
+        # Resolved once: the claim's grant check judges the same arguments.
         try:
             resolved = resolve_command(state, run.step_id, run.kind)
         except TemplateError:
             continue
+        if not check_claim(state, run.step_id, run.kind, run.attempt, now, args=resolved.args):
+            continue
+        if window_call(state, run.step_id, run.kind, now) is not None:
+            continue  # reserved by its own claim, which its wake-up brings
         if key_reuse(state, resolved) is not None:
             continue
         command = StepCommand(

@@ -25,9 +25,10 @@ from saga_core.approval.risk_gates import RiskClass, RiskGate, judged_amount
 from saga_core.approval.totals import running_total, saga_total_doubt
 from saga_core.contracts import StepKind
 from saga_core.definitions.definition import ApprovalPolicy, SagaDefinition
-from saga_core.engine.resolved_commands import operation_action_hash, resolve_arguments
+from saga_core.engine.resolved_commands import resolve_arguments
 from saga_core.engine.state import SagaState, StepRun
 from saga_core.errors import Problem, TemplateError
+from saga_core.keys import action_hash
 
 RENEWAL_SCOPE = "renew_authorization"
 
@@ -223,23 +224,28 @@ def weakening_problems(definition: SagaDefinition, gates: dict[tuple[str, int], 
     return problems
 
 
-def grant_problem(state: SagaState, run: StepRun, now: datetime) -> str | None:
+def grant_problem(state: SagaState, run: StepRun, now: datetime, *,
+                  args: dict[str, Any] | None = None) -> str | None:
     """Why the run's next attempt may not be claimed at ``now`` for want of a grant: it is
     gated for its resolved arguments and has no grant of this very action, or the grant
-    expired, or its scope does not cover the arguments. None: it may run."""
+    expired, or its scope does not cover the arguments. None: it may run.
+
+    ``args``: the run's resolved arguments, when the caller has just resolved them (a claim
+    ahead resolves its command first), so they are not resolved again here."""
     policy = effective_policy(state.definition, run.step_id, run.kind)
     if policy is None:
         return None
-    try:
-        args = resolve_arguments(state, run.step_id, run.kind)
-    except TemplateError:
-        return None  # not a question of approval: the claim records the failure
+    if args is None:
+        try:
+            args = resolve_arguments(state, run.step_id, run.kind)
+        except TemplateError:
+            return None  # not a question of approval: the claim records the failure
     if not policy.judge(state, run.step_id, run.kind, args):
         return None
     approval = run.approval
     if approval is None or approval.status != "granted":
         return "gated, and no grant is recorded for it"
-    if approval.action_hash != operation_action_hash(state, run.step_id, run.kind):
+    if approval.action_hash != action_hash(state.saga_id, run.step_id, run.kind, args):
         return "the grant approves another action"
     if approval.grant_expires_at is None or now >= approval.grant_expires_at:
         expiry = approval.grant_expires_at.isoformat() if approval.grant_expires_at else "?"

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
 from saga_core.approval.policy import grant_problem
 from saga_core.contracts import StepKind
@@ -56,9 +56,13 @@ def _blocked(state: SagaState, kind: StepKind, step_id: str | None = None) -> st
 
 
 def check_claim(
-    state: SagaState, step_id: str, kind: StepKind, attempt: int, now: datetime
+    state: SagaState, step_id: str, kind: StepKind, attempt: int, now: datetime, *,
+    args: dict[str, Any] | None = None,
 ) -> ClaimVerdict:
-    """Whether (step, kind, attempt) is claimable at ``now``: scheduled, due, unheld, not done."""
+    """Whether (step, kind, attempt) is claimable at ``now``: scheduled, due, unheld, not done.
+
+    ``args``: the operation's resolved arguments, when the caller has just resolved them (a
+    claim ahead), for the grant check instead of resolving them again."""
     blocked = _blocked(state, kind, step_id)
     if blocked is not None:
         return ClaimVerdict(False, blocked)
@@ -74,14 +78,14 @@ def check_claim(
     if run.status is RunStatus.SCHEDULED:
         if run.not_before is not None and now < run.not_before:
             return ClaimVerdict(False, f"not due before {run.not_before.isoformat()}")
-        refused = _refused_for_grant(state, run, now)
+        refused = _refused_for_grant(state, run, now, args)
         return refused if refused is not None else ClaimVerdict(True, "scheduled and due")
     if run.status is RunStatus.STARTED:
         lease = run.lease_expires_at
         if lease is not None and now >= lease:
             spec = state.definition.tool_spec(step_id, kind)
             if spec is not None and spec.dedupes_by_key:
-                refused = _refused_for_grant(state, run, now)
+                refused = _refused_for_grant(state, run, now, args)
                 return refused if refused is not None else ClaimVerdict(
                     True, "lease expired; the provider dedupes by key")
             return ClaimVerdict(False, "lease expired: outcome ambiguous, reconcile first")
@@ -89,10 +93,11 @@ def check_claim(
     return ClaimVerdict(False, f"operation is {run.status}")
 
 
-def _refused_for_grant(state: SagaState, run: StepRun, now: datetime) -> ClaimVerdict | None:
+def _refused_for_grant(state: SagaState, run: StepRun, now: datetime,
+                       args: dict[str, Any] | None) -> ClaimVerdict | None:
     """A refusal when the run is gated and its grant does not hold at ``now`` (the grant is
     re-checked at claim time, not only when the step was scheduled)."""
-    problem = grant_problem(state, run, now)
+    problem = grant_problem(state, run, now, args=args)
     if problem is None:
         return None
     return ClaimVerdict(False, f"approval needed again: {problem}", ask_again=True)

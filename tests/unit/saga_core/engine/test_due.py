@@ -19,11 +19,21 @@ from hypothesis import strategies as st
 from test_core_properties import Driver, definitions
 
 from application.claiming import ClaimAhead, claims_ahead
-from saga_core import SagaDefinition, SagaState, ToolCatalogue, due_work, validate_definition
+from saga_core import (
+    SagaDefinition,
+    SagaState,
+    ToolCatalogue,
+    check_claim,
+    due_work,
+    validate_definition,
+)
+from saga_core.approval.policy import grant_problem
 from saga_core.definitions.budgets import SagaBudget
 from saga_core.engine.decide import decide
 from saga_core.engine.due import due_key, next_due, republish_at
+from saga_core.engine.resolved_commands import resolve_arguments
 from saga_core.engine.state import evolve
+from saga_core.errors import TemplateError
 
 TICK = timedelta(microseconds=1)
 
@@ -178,12 +188,28 @@ def test_a_settled_commit_that_claims_ahead_leaves_decide_nothing(
             assert decide(settled, now) == []
             assert (next_due(settled, queue_wait, after=now, decided=())
                     == next_due(settled, queue_wait, after=now))
+        _check_claims_given_args(state, now, data.draw(st.floats(0, 400, allow_nan=False)))
         if state.finished is not None or state.escalation is not None:
             break
         if data.draw(st.booleans()):
             driver.now += timedelta(seconds=data.draw(st.floats(0, 120, allow_nan=False)))
         elif not driver.act():
             break
+
+
+def _check_claims_given_args(state: SagaState, now: datetime, later_s: float) -> None:
+    """A claim judged with the arguments its caller resolved (a claim ahead) gets the
+    verdict of one that resolves them itself, now and later (a grant may have expired)."""
+    for run in [*state.forward.values(), *state.compensation.values()]:
+        try:
+            args = resolve_arguments(state, run.step_id, run.kind)
+        except TemplateError:
+            continue
+        for at in (now, now + timedelta(seconds=later_s)):
+            plain = check_claim(state, run.step_id, run.kind, run.attempt, at)
+            given = check_claim(state, run.step_id, run.kind, run.attempt, at, args=args)
+            assert given == plain
+            assert grant_problem(state, run, at, args=args) == grant_problem(state, run, at)
 
 
 def test_a_finished_or_paused_saga_is_never_due() -> None:
