@@ -143,7 +143,19 @@ def key_text_after_saga(step_id: str, kind: StepKind, operation_version: int) ->
 
 def key_after_saga(saga_id: str, after: str) -> OperationKey:
     """:func:`operation_key` of ``saga_id`` from its :func:`key_text_after_saga` text."""
-    return OperationKey(sha256_hex(f"[{_json_string(saga_id)}{after}"))
+    return key_after_head(saga_key_head(saga_id), after)
+
+
+def saga_key_head(saga_id: str) -> str:
+    """What the text :func:`operation_key` hashes begins with for ``saga_id`` (the same for
+    every operation of the saga: a start's fold writes it once for all of them)."""
+    return f"[{_json_string(saga_id)}"
+
+
+def key_after_head(head: str, after: str) -> OperationKey:
+    """:func:`operation_key` from the saga's :func:`saga_key_head` and the operation's
+    :func:`key_text_after_saga` text."""
+    return OperationKey(hashlib.sha256(f"{head}{after}".encode()).hexdigest())
 
 
 def action_hash(saga_id: str, step_id: str, kind: StepKind, args: dict[str, Any]) -> str:

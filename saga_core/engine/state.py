@@ -43,7 +43,7 @@ from saga_core.engine.events import (
     StepSucceeded,
 )
 from saga_core.errors import DefinitionMismatchError, EventRejected
-from saga_core.keys import key_after_saga, key_text_after_saga, operation_key
+from saga_core.keys import key_after_head, key_text_after_saga, operation_key, saga_key_head
 
 _Record = TypeVar("_Record")
 
@@ -335,6 +335,7 @@ def _fresh_runs(
         _FRESH_RUNS[identity] = operations
     forward: dict[str, StepRun] = {}
     compensation: dict[str, StepRun] = {}
+    head = saga_key_head(saga_id)
     for operation in operations:
         run = object.__new__(StepRun)  # as replace() builds it, fields given whole
         attributes = run.__dict__
@@ -343,7 +344,7 @@ def _fresh_runs(
             operation_key(saga_id, operation.step_id, operation.kind,
                           operation.fields["operation_version"])
             if operation.key_after_saga is None
-            else key_after_saga(saga_id, operation.key_after_saga))
+            else key_after_head(head, operation.key_after_saga))
         (forward if operation.kind is StepKind.FORWARD else compensation)[
             operation.step_id] = run
     return forward, compensation
