@@ -197,9 +197,22 @@ def in_clear(loaded: LoadedSaga) -> SecretNeedles:
 
 def literal_needles(definition: SagaDefinition) -> SecretNeedles:
     """The literal values a definition gives arguments its tools mark secret (refused since
-    ``secret_literal``; a definition registered before may hold one)."""
-    tools = {(t.name, t.version): t for t in definition.tools}
-    return SecretNeedles.of(_literals(definition, tools))
+    ``secret_literal``; a definition registered before may hold one). Kept by the
+    definition's content hash: a start and every saga's first tool call in a process ask."""
+    identity = definition.content_hash()
+    needles = _LITERAL_NEEDLES.get(identity)
+    if needles is None:
+        tools = {(t.name, t.version): t for t in definition.tools}
+        needles = SecretNeedles.of(_literals(definition, tools))
+        if len(_LITERAL_NEEDLES) >= CACHED_DEFINITIONS:
+            _LITERAL_NEEDLES.clear()
+        _LITERAL_NEEDLES[identity] = needles
+    return needles
+
+
+#: Each definition's literal needles, by content hash (bounded: emptied when full).
+_LITERAL_NEEDLES: dict[str, SecretNeedles] = {}
+CACHED_DEFINITIONS: Final = 256
 
 
 def _literals(definition: SagaDefinition, tools: Mapping[tuple[str, int], Any]) -> Iterable[Any]:
