@@ -33,7 +33,7 @@ from application.secrets.port import Secrets
 from application.seen_versions import check_seen, moved_refusal
 from application.telemetry.metrics import WorkerMetrics
 from application.telemetry.tracing import saga_start_span, set_outcome, trace_metadata
-from application.views import SagaView, view_of
+from application.views import SagaView, view_fields, view_of
 from events import ConcurrencyError
 from events.definition_store.port import Definitions
 from events.saga_log.port import LoadedSaga
@@ -459,7 +459,7 @@ class SagaClient:
                 return self._repeated(key, existing, spec, recorded, None if refs else given)
             self.publisher.publish(committed.wake_ups)  # after the unit committed
             set_outcome(span, "started")
-            return Started(**view_of(committed.loaded).model_dump(), created=True)
+            return Started(**view_fields(committed.loaded), created=True)
 
     def _started_by_key(self, key: str) -> LoadedSaga | None:
         try:
@@ -484,7 +484,7 @@ class SagaClient:
                 f"key {key!r} already started saga {existing.saga_id} with other input or "
                 "definition"
             ) from None
-        return Started(**view_of(existing).model_dump(), created=False)
+        return Started(**view_fields(existing), created=False)
 
     def dry_run(
         self, definition: str, input: dict[str, Any], *, key: str | None = None,

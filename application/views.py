@@ -86,6 +86,12 @@ def _run_view(run: StepRun) -> RunView:
 
 def view_of(loaded: LoadedSaga) -> SagaView:
     """The status view of a loaded saga (secret inputs never shown)."""
+    return SagaView(**view_fields(loaded))
+
+
+def view_fields(loaded: LoadedSaga) -> dict[str, Any]:
+    """The fields of :func:`view_of`, for a view that adds its own (a start's ``Started``)
+    without building the status view, dumping it and validating it again."""
     state = loaded.state
     runs = [*state.forward.values()]
     runs += [r for r in state.compensation.values() if r.status is not RunStatus.PENDING]
@@ -112,7 +118,7 @@ def view_of(loaded: LoadedSaga) -> SagaView:
             "kind": state.escalation.kind.value if state.escalation.kind else None,
             "at": state.escalation.at.isoformat(),
         }
-    return SagaView(
+    return dict(
         saga_id=loaded.saga_id,
         tenant=state.tenant,
         status=str(state.status),
