@@ -155,7 +155,7 @@ def saga_key_head(saga_id: str) -> str:
 def key_after_head(head: str, after: str) -> OperationKey:
     """:func:`operation_key` from the saga's :func:`saga_key_head` and the operation's
     :func:`key_text_after_saga` text."""
-    return OperationKey(hashlib.sha256(f"{head}{after}".encode()).hexdigest())
+    return OperationKey(sha256_hex(f"{head}{after}"))
 
 
 def action_hash(saga_id: str, step_id: str, kind: StepKind, args: dict[str, Any]) -> str:

@@ -215,7 +215,7 @@ def compile_template(template: Any) -> Resolver:
         if isinstance(compiled, Reference):
             return _reader(compiled)
         if all(isinstance(piece, str) for piece in compiled):
-            text = "".join(compiled)  # type: ignore[arg-type]
+            text = "".join(piece for piece in compiled if isinstance(piece, str))
             return lambda context: text
         pieces = tuple(piece if isinstance(piece, str) else _reader(piece) for piece in compiled)
         return lambda context: "".join(
