@@ -100,8 +100,8 @@ def template(at: datetime, trip: dict[str, object], *, run: bool) -> Template:
     saga_id = kit.client().start("trip", trip, key="template").saga_id
     if run:
         kit.run_until_idle()
-    state = kit.log.load(saga_id).state
-    return Template(tuple(kit.log.load(saga_id).events), next_due(state, QUEUE_WAIT, after=at))
+    history = kit.log.load_history(saga_id)
+    return Template(history.events, next_due(history.state, QUEUE_WAIT, after=at))
 
 
 def write_sagas(fleet: Fleet, ids: Sequence[str], template_of: Callable[[int], Template],

@@ -12,7 +12,9 @@ without them the tests are skipped, saying so. Screenshots go to ``tests/artifac
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -145,24 +147,34 @@ def browser(console_world: ConsoleWorld, chromium: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    """Headless Chromium under Selenium (one for the module; each test signs in afresh)."""
+    """Headless Chromium under Selenium (one for the module; each test signs in afresh).
+
+    Its profile and its temporary files (the singleton socket and cookie Chromium leaves in
+    ``$TMPDIR`` as ``org.chromium.Chromium.*``) go to a folder of its own, removed after it
+    quit: a run leaves nothing behind in /tmp."""
     _need_chromium()
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     os.environ.setdefault("SE_OFFLINE", "true")  # never let Selenium Manager download
+    home = Path(tempfile.mkdtemp(prefix="sf-chromium-"))
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
                      "--disable-gpu", "--window-size=1280,900", "--disable-extensions",
-                     "--no-first-run", "--password-store=basic"):
+                     "--no-first-run", "--password-store=basic",
+                     f"--user-data-dir={home / 'profile'}"):
         options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(30)
+    service = Service(executable_path=CHROMEDRIVER, env={**os.environ, "TMPDIR": str(home)})
     try:
-        yield driver
+        driver = webdriver.Chrome(service=service, options=options)
+        driver.set_page_load_timeout(30)
+        try:
+            yield driver
+        finally:
+            driver.quit()
     finally:
-        driver.quit()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
