@@ -10,8 +10,7 @@ and the publisher writes it as kombu's Redis transport stores one (the envelope 
 the body in base64) onto the steps queue, every message of a publish in one ``LPUSH``. It
 skips what a step message never needs per publish: a producer from the pool, the queue's
 declaration, kombu's retry wrapper and its second serialisation, about 0.5 ms of CPU a
-publish; and each thread sends on a connection of the pool it holds, not one taken from the
-pool and given back each time. Anything listening to Celery's publish signals (OpenTelemetry's Celery
+publish. Anything listening to Celery's publish signals (OpenTelemetry's Celery
 instrumentation, which carries the trace context in the headers) is served by the plain
 path instead. ``tests/integration/fleet/test_publisher.py`` holds the two to the same
 stored message.
@@ -130,8 +129,6 @@ class RedisStepPublisher:
             socket_connect_timeout=settings.get("socket_connect_timeout"),
             retry=Retry(ExponentialBackoff(cap=1.0, base=0.1), 3),
             retry_on_error=[redis.ConnectionError, redis.TimeoutError])
-        # This thread's client, holding one connection of that pool (see _client).
-        self._clients = threading.local()
 
     @property
     def failures(self) -> int:
@@ -150,24 +147,12 @@ class RedisStepPublisher:
             messages = [first, *(self.message(command, like=first) for command in commands[1:])]
             # kombu pushes with LPUSH and takes from the other end: the first published is
             # the first taken, as for the plain path's one LPUSH a message.
-            self._client().lpush(QUEUE_STEPS, *(message.text for message in messages))
+            self._redis.lpush(QUEUE_STEPS, *(message.text for message in messages))
         except (redis.RedisError, OSError) as exc:
             for command in commands:
                 self._plain.note_failure(command, exc)
             return 0
         return len(commands)
-
-    def _client(self) -> redis.Redis:
-        """This thread's client of the publisher's pool, holding one of its connections while
-        the thread lives (a publish then neither takes one from the pool nor gives it back;
-        the connection returns to the pool when the thread's client is collected). Its
-        retries are the pool's connections' (above); a forked child makes its own."""
-        kept: tuple[int, redis.Redis] | None = getattr(self._clients, "kept", None)
-        if kept is None or kept[0] != os.getpid():
-            client = redis.Redis(connection_pool=self._redis.connection_pool,
-                                 single_connection_client=True)
-            kept = self._clients.kept = (os.getpid(), client)
-        return kept[1]
 
     def message(self, command: StepCommand, *, like: _Message | None = None) -> _Message:
         """One command as kombu's Redis transport stores a message Celery sent to the steps

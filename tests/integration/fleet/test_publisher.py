@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import gc
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -183,73 +182,3 @@ def test_a_listener_to_celerys_publishes_still_sees_every_step_message(broker: s
     # then it went through Celery, which told the listener of each message
     assert sent == 3 and seen == ["sagafleet.step"] * 3
     assert broker_redis(broker).llen(QUEUE_STEPS) == 3
-
-
-# -- each thread publishes on a connection it holds --------------------------------------------
-
-
-def _held_by_this_thread(publisher: RedisStepPublisher) -> int:
-    """The broker's id of the connection this thread's publishes go through."""
-    return int(publisher._client().client_id())
-
-
-def test_a_thread_publishes_on_the_connection_it_holds_and_gets_a_new_one_when_it_broke(
-        broker: str) -> None:
-    # given the fleet's publisher that has published on this thread
-    publisher = RedisStepPublisher(create_celery_app(BrokerSettings(broker_url=broker)))
-    redis = broker_redis(broker)
-    redis.delete(QUEUE_STEPS)
-    assert publisher.publish(_commands()) == 3
-    held = _held_by_this_thread(publisher)
-    # when it publishes again, then on the same connection
-    assert publisher.publish(_commands()) == 3
-    assert _held_by_this_thread(publisher) == held
-    # when the broker drops that connection (a restart, an idle timeout)
-    redis.client_kill_filter(_id=str(held))
-    # then the next publish reconnects and goes through, counted as sent, nothing failed
-    try:
-        assert publisher.publish(_commands()) == 3
-        assert publisher.failures == 0 and redis.llen(QUEUE_STEPS) == 9
-        assert _held_by_this_thread(publisher) != held
-    finally:
-        redis.delete(QUEUE_STEPS)
-
-
-def test_a_thread_that_ends_gives_its_connection_back_to_the_pool(broker: str) -> None:
-    # given the fleet's publisher, publishing from a thread of its own
-    publisher = RedisStepPublisher(create_celery_app(BrokerSettings(broker_url=broker)))
-    pool = publisher._redis.connection_pool
-    with ThreadPoolExecutor(1) as threads:
-        assert threads.submit(publisher.publish, _commands()).result() == 3
-        # then while the thread lives it holds one of the pool's connections
-        assert len(pool._in_use_connections) == 1
-    # and once the thread ended, the connection is the pool's again: none leaks
-    gc.collect()
-    try:
-        assert len(pool._in_use_connections) == 0
-        assert len(pool._available_connections) == 1
-    finally:
-        broker_redis(broker).delete(QUEUE_STEPS)
-
-
-def test_a_forked_child_publishes_on_a_connection_of_its_own(broker: str) -> None:
-    # given the fleet's publisher that has published in this process
-    publisher = RedisStepPublisher(create_celery_app(BrokerSettings(broker_url=broker)))
-    redis = broker_redis(broker)
-    redis.delete(QUEUE_STEPS)
-    assert publisher.publish(_commands()) == 3
-    held = _held_by_this_thread(publisher)
-    # when a forked child publishes through it
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the child reports by its exit status
-        own = _held_by_this_thread(publisher) != held
-        os._exit(0 if own and publisher.publish(_commands()) == 3 else 1)
-    _, status = os.waitpid(child, 0)
-    # then the child published on a connection of its own, and the parent's still works
-    try:
-        assert os.waitstatus_to_exitcode(status) == 0
-        assert publisher.publish(_commands()) == 3
-        assert redis.llen(QUEUE_STEPS) == 9 and publisher.failures == 0
-        assert _held_by_this_thread(publisher) == held
-    finally:
-        redis.delete(QUEUE_STEPS)
