@@ -56,6 +56,9 @@ SCRUB_PLACES: Final = ("tool_result", "lookup", "start", "command", "plan", "dea
 CACHED_SAGAS: Final = 512
 """How many sagas' needles a process keeps (the oldest is forgotten first)."""
 
+CACHED_DEFINITIONS: Final = 256
+"""How many definitions' literal needles a process keeps (all are forgotten when full)."""
+
 SAGA_ID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 """A saga id as it appears in a page or an answer (every saga id is a UUID)."""
 
@@ -195,6 +198,10 @@ def in_clear(loaded: LoadedSaga) -> SecretNeedles:
     return SecretNeedles.of(values) | literal_needles(loaded.definition)
 
 
+#: Each definition's literal needles, by content hash (see CACHED_DEFINITIONS).
+_LITERAL_NEEDLES: dict[str, SecretNeedles] = {}
+
+
 def literal_needles(definition: SagaDefinition) -> SecretNeedles:
     """The literal values a definition gives arguments its tools mark secret (refused since
     ``secret_literal``; a definition registered before may hold one). Kept by the
@@ -208,11 +215,6 @@ def literal_needles(definition: SagaDefinition) -> SecretNeedles:
             _LITERAL_NEEDLES.clear()
         _LITERAL_NEEDLES[identity] = needles
     return needles
-
-
-#: Each definition's literal needles, by content hash (bounded: emptied when full).
-_LITERAL_NEEDLES: dict[str, SecretNeedles] = {}
-CACHED_DEFINITIONS: Final = 256
 
 
 def _literals(definition: SagaDefinition, tools: Mapping[tuple[str, int], Any]) -> Iterable[Any]:
