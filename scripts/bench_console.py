@@ -22,6 +22,7 @@ Usage: python scripts/bench_console.py [--rounds N] [--database-url URL]
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -235,6 +236,7 @@ def main() -> int:
             drop_database(server, url)
         if not args.database_url:
             embedded.stop_embedded(home)
+        shutil.rmtree(home, ignore_errors=True)  # the embedded server's files, if any
     return 0
 
 

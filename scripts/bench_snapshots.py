@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import statistics
 import sys
 import tempfile
@@ -205,6 +206,7 @@ def main() -> int:
         drop_database(server, database)
         if not args.url:
             embedded.stop_embedded(home)
+        shutil.rmtree(home, ignore_errors=True)  # the embedded server's files, if any
     report(result, every, encode_s, write_s)
     print(f"short saga (10 events, no snapshot), on / off taken in turn: {short[0] * 1e3:.3f} / "
           f"{short[1] * 1e3:.3f} ms = {short[0] / short[1]:.2f}x")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import shutil
 import statistics
 import tempfile
 import time
@@ -136,6 +137,7 @@ def main() -> None:
         drop_database(server, database)
         if not args.url:
             embedded.stop_embedded(home)
+        shutil.rmtree(home, ignore_errors=True)  # the embedded server's files, if any
 
 
 if __name__ == "__main__":
