@@ -371,14 +371,17 @@ class EventStore:
                 savepoint = not (conn.autocommit
                                  and conn.info.transaction_status == TransactionStatus.IDLE)
             return self._append_on(conn, stream_id, prepared, expected_version, notify,
-                                   joined=True, savepoint=savepoint, due=due_at)
+                                   savepoint=savepoint, due=due_at)
         # As connection() lends it, without the generator around the loan.
         try:
             with translated_errors(), self._lender.loan() as own:
-                return self._append_on(own, stream_id, prepared, expected_version, notify,
-                                       joined=False, savepoint=False, due=due_at)
+                appended = self._append_on(own, stream_id, prepared, expected_version,
+                                           notify, savepoint=False, due=due_at)
         except ReadOnlyStore as exc:
             raise write_refused(exc) from exc
+        if not appended.duplicate:  # committed now (a caller's transaction may still roll back)
+            self._remember(stream_id, appended.events[-1])
+        return appended
 
     def _append_on(
         self,
@@ -388,12 +391,11 @@ class EventStore:
         expected_version: ExpectedVersion,
         notify: bool,
         *,
-        joined: bool,
         savepoint: bool,
         due: DueTime,
     ) -> AppendResult:
-        """The append on ``conn``: alone (autocommit), or ``joined`` to the caller's
-        transaction, in a ``savepoint`` or not."""
+        """The append on ``conn``: alone (autocommit) or in the caller's transaction, in a
+        ``savepoint`` or not; the original append when these events repeat one."""
         expected = expected_code(expected_version)
         known = self._hashes.get(stream_id)
         tip = known[1] if known is not None and known[0] == expected else None
@@ -414,10 +416,7 @@ class EventStore:
             else tuple(_recorded(stream_id, event, row)
                        for event, row in zip(prepared, rows, strict=True))
         )
-        last = recorded[-1]
-        if not joined:  # committed now (a caller's transaction may still roll back)
-            self._remember(stream_id, last)
-        return append_result(stream_id, last.stream_version, recorded)
+        return append_result(stream_id, recorded[-1].stream_version, recorded)
 
     def read_stream(
         self, stream_id: str, *, after_version: int = 0, to_version: int | None = None
