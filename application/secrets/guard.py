@@ -39,6 +39,7 @@ from application.secrets.port import Secrets
 from application.telemetry.metrics import WorkerMetrics
 from events.saga_log.port import LoadedSaga
 from saga_core.definitions.definition import SagaDefinition
+from saga_core.definitions.derived import Derived
 from saga_core.definitions.secret_flow import input_field_of, secret_fields
 from saga_core.engine.events import SagaEvent
 from saga_core.secret_scrub import (
@@ -55,9 +56,6 @@ SCRUB_PLACES: Final = ("tool_result", "lookup", "start", "command", "plan", "dea
 
 CACHED_SAGAS: Final = 512
 """How many sagas' needles a process keeps (the oldest is forgotten first)."""
-
-CACHED_DEFINITIONS: Final = 256
-"""How many definitions' literal needles a process keeps (all are forgotten when full)."""
 
 SAGA_ID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 """A saga id as it appears in a page or an answer (every saga id is a UUID)."""
@@ -198,26 +196,20 @@ def in_clear(loaded: LoadedSaga) -> SecretNeedles:
     return SecretNeedles.of(values) | literal_needles(loaded.definition)
 
 
-#: Each definition's literal needles, by content hash (see CACHED_DEFINITIONS).
-_LITERAL_NEEDLES: dict[str, SecretNeedles] = {}
+#: Each definition's literal needles, by content hash.
+_LITERAL_NEEDLES: Derived[str, SecretNeedles] = Derived(256)
 
 
 def literal_needles(definition: SagaDefinition) -> SecretNeedles:
     """The literal values a definition gives arguments its tools mark secret (refused since
     ``secret_literal``; a definition registered before may hold one). Kept by the
     definition's content hash: a start and every saga's first tool call in a process ask."""
-    identity = definition.content_hash()
-    needles = _LITERAL_NEEDLES.get(identity)
-    if needles is None:
-        tools = {(t.name, t.version): t for t in definition.tools}
-        needles = SecretNeedles.of(_literals(definition, tools))
-        if len(_LITERAL_NEEDLES) >= CACHED_DEFINITIONS:
-            _LITERAL_NEEDLES.clear()
-        _LITERAL_NEEDLES[identity] = needles
-    return needles
+    return _LITERAL_NEEDLES.get(definition.content_hash(),
+                                lambda: SecretNeedles.of(_literals(definition)))
 
 
-def _literals(definition: SagaDefinition, tools: Mapping[tuple[str, int], Any]) -> Iterable[Any]:
+def _literals(definition: SagaDefinition) -> Iterable[Any]:
+    tools = {(t.name, t.version): t for t in definition.tools}
     for step in definition.steps:
         spec = tools.get((step.tool, step.version))
         if spec is None:

@@ -9,6 +9,8 @@ conditions, and the registration-time rules that validate them.
   definition: postconditions and deadline policies.
 * :mod:`saga_core.definitions.definition` — Saga definitions as data: steps, compensations,
   retry and approval policies, input fields.
+* :mod:`saga_core.definitions.derived` — What is derived from a definition alone, kept per
+  process by the definition's identity.
 * :mod:`saga_core.definitions.documents` — Reading untrusted YAML and JSON text with bounded
   cost: the one loader for documents.
 * :mod:`saga_core.definitions.input_schema` — Input fields as JSON Schema (Draft 2020-12),

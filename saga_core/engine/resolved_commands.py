@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from saga_core.contracts import Receipt, StepKind
+from saga_core.definitions.derived import Derived
 from saga_core.definitions.templates import (
     Reference,
     Resolver,
@@ -75,23 +76,20 @@ def _templates(state: SagaState, step_id: str, kind: StepKind) -> tuple[Any, Any
 
 
 #: Each operation's templates compiled (args, precondition), by definition content hash,
-#: step and kind (bounded: emptied when full).
-_RESOLVERS: dict[tuple[str, str, StepKind], tuple[Resolver, Resolver]] = {}
-_RESOLVERS_KEPT: Final = 4096
+#: step and kind.
+_RESOLVERS: Derived[tuple[str, str, StepKind], tuple[Resolver, Resolver]] = Derived(4096)
 
 
 def _resolvers(state: SagaState, step_id: str, kind: StepKind) -> tuple[Resolver, Resolver]:
     """The operation's args and precondition templates compiled
     (``saga_core.definitions.templates.compile_template``), once per definition."""
-    identity = (state.definition.content_hash(), step_id, kind)
-    compiled = _RESOLVERS.get(identity)
-    if compiled is None:
-        args_template, precondition_template = _templates(state, step_id, kind)
-        compiled = compile_template(args_template), compile_template(precondition_template)
-        if len(_RESOLVERS) >= _RESOLVERS_KEPT:
-            _RESOLVERS.clear()
-        _RESOLVERS[identity] = compiled
-    return compiled
+    return _RESOLVERS.get((state.definition.content_hash(), step_id, kind),
+                          lambda: _compiled(state, step_id, kind))
+
+
+def _compiled(state: SagaState, step_id: str, kind: StepKind) -> tuple[Resolver, Resolver]:
+    args_template, precondition_template = _templates(state, step_id, kind)
+    return compile_template(args_template), compile_template(precondition_template)
 
 
 def resolve_command(state: SagaState, step_id: str, kind: StepKind) -> ResolvedCommand:

@@ -12,11 +12,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Final, Literal, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from saga_core.contracts import ErrorClass, Receipt, SagaStatus, StepKind
 from saga_core.definitions.budgets import NO_LEDGER, BudgetLedger, charged, lifted, with_breach
 from saga_core.definitions.definition import SagaDefinition
+from saga_core.definitions.derived import Derived
 from saga_core.engine.events import (
     ApprovalDenied,
     ApprovalGranted,
@@ -313,9 +314,8 @@ class _FreshRun(NamedTuple):
     key_after_saga: str | None  # keys.key_text_after_saga (None: keys.operation_key)
 
 
-#: Each definition's operations, by content hash (bounded: emptied when full).
-_FRESH_RUNS: dict[str, tuple[_FreshRun, ...]] = {}
-_FRESH_RUNS_KEPT: Final = 256
+#: Each definition's operations, by content hash.
+_FRESH_RUNS: Derived[str, tuple[_FreshRun, ...]] = Derived(256)
 
 
 def _fresh_runs(
@@ -325,14 +325,8 @@ def _fresh_runs(
     every saga of the definition is kept by its content hash, so each start only hashes its
     keys (a sweeper folds every overdue saga from its start; tests/unit/saga_core/engine/
     test_core_state_and_claims.py holds the two equal)."""
-    identity = definition.content_hash()
-    operations = _FRESH_RUNS.get(identity)
-    if operations is None:
-        pending = _pending_runs("", definition, [step.id for step in definition.steps])
-        operations = tuple(_fresh_run(run) for runs in pending for run in runs.values())
-        if len(_FRESH_RUNS) >= _FRESH_RUNS_KEPT:
-            _FRESH_RUNS.clear()
-        _FRESH_RUNS[identity] = operations
+    operations = _FRESH_RUNS.get(definition.content_hash(),
+                                 lambda: _fresh_operations(definition))
     forward: dict[str, StepRun] = {}
     compensation: dict[str, StepRun] = {}
     head = saga_key_head(saga_id)
@@ -348,6 +342,12 @@ def _fresh_runs(
         (forward if operation.kind is StepKind.FORWARD else compensation)[
             operation.step_id] = run
     return forward, compensation
+
+
+def _fresh_operations(definition: SagaDefinition) -> tuple[_FreshRun, ...]:
+    """Each operation of ``definition`` as a start folds it, its key left to the saga."""
+    pending = _pending_runs("", definition, [step.id for step in definition.steps])
+    return tuple(_fresh_run(run) for runs in pending for run in runs.values())
 
 
 def _fresh_run(run: StepRun) -> _FreshRun:
