@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import select
 import socket
 import subprocess
 import sys
@@ -162,33 +163,45 @@ def _free_port() -> int:
 
 def _post(port: int, body: bytes, token: str) -> tuple[int, dict[str, Any]]:
     """POST ``body`` to /mcp with its Content-Length, as the principal of ``token``."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    head = _head(port, token, f"content-length: {len(body)}")
+    parts = [body[at:at + 64 * 1024] for at in range(0, len(body), 64 * 1024)]
+    status, text = _exchange(port, head, parts)
     try:
-        conn.request("POST", "/mcp", body=body,
-                     headers=MCP_HEADERS | {"authorization": f"Bearer {token}"})
-        response = conn.getresponse()
-        text = response.read().decode()
-    finally:
-        conn.close()
-    try:
-        return response.status, json.loads(text)
+        return status, json.loads(text)
     except ValueError:  # an accepted request may be answered as a server-sent event
-        return response.status, {"text": text[:300]}
+        return status, {"text": text[:300]}
 
 
 def _post_chunked(port: int, size: int, token: str) -> tuple[int, dict[str, Any]]:
     """POST ``size`` bytes to /mcp chunked (no Content-Length), then read the answer."""
     chunk = b" " * (16 * 1024)
+    parts = [b"%x\r\n%s\r\n" % (len(chunk), chunk)] * (size // len(chunk))
+    status, text = _exchange(port, _head(port, token, "transfer-encoding: chunked"), parts)
+    return status, json.loads(text)
+
+
+def _head(port: int, token: str, framing: str) -> bytes:
     headers = MCP_HEADERS | {"authorization": f"Bearer {token}"}
-    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    return f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n{lines}{framing}\r\n\r\n".encode()
+
+
+def _exchange(port: int, head: bytes, parts: list[bytes]) -> tuple[int, str]:
+    """Send a request as a client that listens while it sends, as curl does: a server may
+    answer before it has read the body and close, so the client stops sending when an answer
+    is waiting or the connection is gone, then reads the answer."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.sendall(f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\n{head}"
-                     "transfer-encoding: chunked\r\n\r\n".encode())
-        for _ in range(size // len(chunk)):
-            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        sock.sendall(head)
+        try:
+            for part in parts:
+                if select.select([sock], [], [], 0)[0]:
+                    break  # answered early: the rest of the body is not wanted
+                sock.sendall(part)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # answered and closed while the body was still on its way
         response = http.client.HTTPResponse(sock)
         response.begin()
-        return response.status, json.loads(response.read())
+        return response.status, response.read().decode()
 
 
 MCP_HEADERS = {"accept": "application/json, text/event-stream",
