@@ -71,6 +71,22 @@ def test_a_batch_whose_send_fails_counts_none_as_sent(
     assert redis.llen(QUEUE_STEPS) == 3
 
 
+def test_every_message_of_a_publish_has_ids_of_its_own(broker: str) -> None:
+    # given the fleet's publisher on the real broker
+    publisher = RedisStepPublisher(create_celery_app(BrokerSettings(broker_url=broker)))
+    redis = broker_redis(broker)
+    redis.delete(QUEUE_STEPS)
+    # when it publishes three commands together, then again one
+    assert publisher.publish(_commands()) == 3
+    assert publisher.publish(_commands()[:1]) == 1
+    stored = [json.loads(raw) for raw in redis.lrange(QUEUE_STEPS, 0, -1)]
+    # then each message's task id and delivery tag are its own, and none repeats
+    task_ids = [message["headers"]["id"] for message in stored]
+    tags = [message["properties"]["delivery_tag"] for message in stored]
+    assert [message["properties"]["correlation_id"] for message in stored] == task_ids
+    assert len(set(task_ids + tags)) == 8
+
+
 # -- the one-round-trip publisher writes what Celery writes ------------------------------------
 
 _FRESH_EACH_MESSAGE = {("headers", "id"), ("headers", "root_id"),
