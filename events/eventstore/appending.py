@@ -18,7 +18,8 @@ append's recording time, which the client read once (events.eventstore.prepare) 
 store as it is, with the hash version, once per append (events migration 0011). Either path moves
 the stream-head row in its first write, which assigns the transaction id, and sets the
 head's due time there when the caller gives one (events migration 0009). The chained
-insert reads a batch's rows from one JSON document, a single event's row from scalars.
+insert reads a batch's rows from one array per column, sent binary, a single event's row
+from scalars.
 """
 
 from __future__ import annotations
@@ -78,21 +79,27 @@ _MOVED_HEAD: Final = """
        SET version = %(version)s, last_hash = %(last_hash)s, updated_at = now(){due}
      WHERE s.stream_id = %(stream)s AND s.version = %(expected)s AND s.last_hash = %(tip)s"""
 
-# Where the rows come from. A batch: one JSON document (psycopg's per-element array
-# dumping costs more client CPU than the whole append). One event (an append per saga
-# step, the common case): its one row as scalars selected from the head, its version and
-# hashes the head's, so the server neither parses nor unpacks a document: ~15 us (~3%)
-# less per single-event append than the document, and ~1% less than a one-row VALUES
-# list joined to the head (same-run interleaved, 4 x 2000 appends). Still the one chained
-# insert: the same template, heads, columns and checks; only where its rows come from
-# differs.
+# Where the rows come from. A batch: one array per column, unnested together, each sent in
+# binary (%b): psycopg dumps a list of 100 texts binary in ~20 us, but as a text array
+# literal in ~1.3 ms, more client CPU than the whole append. The server casts each data text
+# to jsonb as a hand-written INSERT's parameters are; a batch sent as one JSON document
+# instead (jsonb_to_recordset) cost the server the whole document's parse and each field's
+# extraction: a 100-event append took ~8% longer (scripts/bench_store.py's batch, same-run
+# interleaved, 3 x 300 appends). The prev hashes are the chain but its last, the hashes the
+# chain but its first. One event (an append per saga step, the common case): its one row
+# as scalars selected from the head, its version and hashes the head's: ~15 us (~3%) less
+# per single-event append than a document, and ~1% less than a one-row VALUES list joined
+# to the head (same-run interleaved, 4 x 2000 appends). Still the one chained insert: the
+# same template, heads, columns and checks; only where its rows come from differs.
 # The recording time is one parameter per append, the hash version a constant of the text:
 # the same for every event of the append.
-_BATCH_ROWS: Final = f"""x.v, x.id, x.type, x.sv, x.data, x.meta, x.tenant,
+_BATCH_ROWS: Final = f"""%(expected)s::bigint + x.ord, x.id::uuid, x.type, x.sv,
+       x.data::jsonb, x.meta::jsonb, x.tenant,
        %(at)s::text::timestamptz, {HASH_VERSION}::smallint, x.prev, x.hash
-  FROM head, jsonb_to_recordset(%(events)s::text::jsonb)
-             AS x(v bigint, id uuid, type text, sv integer, data jsonb, meta jsonb,
-                  tenant text, prev text, hash text)"""
+  FROM head, unnest(%(ids)b::text[], %(types)b::text[], %(svs)b::integer[],
+                    %(data)b::text[], %(meta)b::text[], %(tenants)b::text[],
+                    %(prevs)b::text[], %(hashes)b::text[])
+             WITH ORDINALITY AS x(id, type, sv, data, meta, tenant, prev, hash, ord)"""
 
 _ONE_ROW: Final = f"""%(version)s::bigint, %(id)s::uuid, %(type)s::text, %(sv)s::integer,
        %(data)s::text::jsonb, %(meta)s::text::jsonb, %(tenant)s::text,
@@ -112,7 +119,7 @@ class ChainedInsert(NamedTuple):
     new_stream: bool
     """The head: created (a new stream, chained from the genesis hash), else moved on."""
     batch: bool
-    """The rows: several events from one JSON document, else one event's row as scalars."""
+    """The rows: several events from one array per column, else one event's row as scalars."""
     wake: bool
     """Whether the statement wakes subscribers (``pg_notify``)."""
     due: bool
@@ -261,35 +268,34 @@ def _chained_insert(
     version with that hash, or when a stream expected not to exist does."""
     if len(prepared) == 1:
         return _chained_one(conn, stream_id, expected, prepared[0], notify, tip=tip, due=due)
-    prev, links = tip, []
+    chain = [tip]  # chain[i]: the hash of version expected + i
     for version, event in enumerate(prepared, expected + 1):
         before, after = event.body  # body.at(version), without a method call per event
-        digest = chain_hash(prev, f"{before}{version}{after}")
-        links.append((prev, digest))
-        prev = digest
+        chain.append(chain_hash(chain[-1], f"{before}{version}{after}"))
     params: dict[str, Any] = {
         "stream": stream_id,
         "expected": expected,
         "tip": tip,
         "version": expected + len(prepared),
-        "last_hash": prev,
+        "last_hash": chain[-1],
         "at": prepared[0].recorded_at_text,
+        "ids": [event.id_text for event in prepared],
+        "types": [event.type for event in prepared],
+        "svs": [event.schema_version for event in prepared],
+        "data": [event.data_json for event in prepared],
+        "meta": [event.metadata_json for event in prepared],
+        "tenants": [event.tenant_id for event in prepared],
+        "prevs": chain[:-1],
+        "hashes": chain[1:],
     }
     due_set = _put_due(params, due)
-    elements = [
-        f'{{{event.columns_json},"v":{version},"prev":"{prev}","hash":"{digest}"}}'
-        for version, event, (prev, digest) in zip(
-            range(expected + 1, expected + len(prepared) + 1), prepared, links, strict=True
-        )
-    ]
-    params["events"] = f"[{','.join(elements)}]"
     statement = CHAINED_INSERTS[
         ChainedInsert(new_stream=expected == 0, batch=True, wake=notify, due=due_set)
     ]
     stored = _cursor(conn).execute(statement, params).fetchall()
     # The server returns only what it assigned; the chain is what was computed here (the
     # two hashes per row cost ~1-2% of an append to send back and decode).
-    return [(*row, *links[row[0] - expected - 1]) for row in stored]
+    return [(*row, chain[row[0] - expected - 1], chain[row[0] - expected]) for row in stored]
 
 
 def _chained_one(

@@ -35,10 +35,11 @@ def test_the_statement_says_what_its_key_says(key: ChainedInsert) -> None:
     if not key.new_stream:
         assert "s.version = %(expected)s AND s.last_hash = %(tip)s" in text
 
-    # and its rows come from one JSON document for a batch, else from one event's scalars
-    from_document = "jsonb_to_recordset(%(events)s::text::jsonb)" in text
+    # and its rows come from one binary array per column for a batch, else from one
+    # event's scalars
+    from_arrays = "unnest(%(ids)b::text[]" in text and "WITH ORDINALITY" in text
     from_scalars = "%(id)s::uuid" in text
-    assert (from_document, from_scalars) == (key.batch, not key.batch)
+    assert (from_arrays, from_scalars) == (key.batch, not key.batch)
 
     # and it wakes subscribers exactly when asked
     assert ("pg_notify('eventstore_events', '')" in text) is key.wake
