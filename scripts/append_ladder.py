@@ -33,7 +33,7 @@ from bench_databases import drop_database, new_database
 from bench_store import PAYLOAD, RAW_TABLE, Appender, RawInserter, interleaved
 
 from events import EventStore, NewEvent
-from events.eventstore.appending import CHAINED_INSERTS, ChainedInsert, _cursor
+from events.eventstore.appending import CHAINED_INSERTS, ChainedInsert, Rows, _cursor
 from events.eventstore.hashing import chain_hash, recorded_at_text
 from events.eventstore.model import GENESIS_HASH, utc_now
 from events.eventstore.prepare import prepare_events
@@ -66,7 +66,7 @@ class Rung:
                   "last_hash": last, "id": uuid.uuid4(), "type": "Bench", "sv": 1,
                   "tenant": None, "data": data, "meta": "{}", "at": at}
         statement = CHAINED_INSERTS[
-            ChainedInsert(new_stream=version == 0, batch=False, wake=True, due=False)
+            ChainedInsert(new_stream=version == 0, rows=Rows.ONE, wake=True, due=False)
         ]
         if self.pool:
             with self.store.connection() as conn:

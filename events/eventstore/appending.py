@@ -18,14 +18,15 @@ append's recording time, which the client read once (events.eventstore.prepare) 
 store as it is, with the hash version, once per append (events migration 0011). Either path moves
 the stream-head row in its first write, which assigns the transaction id, and sets the
 head's due time there when the caller gives one (events migration 0009). The chained
-insert reads a batch's rows from one array per column, sent binary, a single event's row
-from scalars.
+insert reads a single event's row from scalars, a small batch's from one JSON document and a
+large batch's from one array per column (:func:`rows_for`).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
+from enum import Enum
 from itertools import product
 from typing import Any, Final, NamedTuple
 from weakref import WeakKeyDictionary
@@ -79,21 +80,34 @@ _MOVED_HEAD: Final = """
        SET version = %(version)s, last_hash = %(last_hash)s, updated_at = now(){due}
      WHERE s.stream_id = %(stream)s AND s.version = %(expected)s AND s.last_hash = %(tip)s"""
 
-# Where the rows come from. A batch: one array per column, unnested together, each sent in
-# binary (%b): psycopg dumps a list of 100 texts binary in ~20 us, but as a text array
-# literal in ~1.3 ms, more client CPU than the whole append. The server casts each data text
-# to jsonb as a hand-written INSERT's parameters are; a batch sent as one JSON document
-# instead (jsonb_to_recordset) cost the server the whole document's parse and each field's
-# extraction: a 100-event append took ~8% longer (scripts/bench_store.py's batch, same-run
-# interleaved, 3 x 300 appends). The prev hashes are the chain but its last, the hashes the
-# chain but its first. One event (an append per saga step, the common case): its one row
-# as scalars selected from the head, its version and hashes the head's: ~15 us (~3%) less
-# per single-event append than a document, and ~1% less than a one-row VALUES list joined
-# to the head (same-run interleaved, 4 x 2000 appends). Still the one chained insert: the
-# same template, heads, columns and checks; only where its rows come from differs.
-# The recording time is one parameter per append, the hash version a constant of the text:
-# the same for every event of the append.
-_BATCH_ROWS: Final = f"""%(expected)s::bigint + x.ord, x.id::uuid, x.type, x.sv,
+# Where the rows come from, by the append's size (:class:`Rows`). The recording time is one
+# parameter per append, the hash version a constant of the text: the same for every event.
+#
+# One event (an append per saga step, the common case): its one row as scalars selected from
+# the head, its version and hashes the head's, so the server neither parses nor unpacks a
+# document: ~15 us (~3%) less per single-event append than the document, and ~1% less than a
+# one-row VALUES list joined to the head (same-run interleaved, 4 x 2000 appends).
+_ONE_ROW: Final = f"""%(version)s::bigint, %(id)s::uuid, %(type)s::text, %(sv)s::integer,
+       %(data)s::text::jsonb, %(meta)s::text::jsonb, %(tenant)s::text,
+       %(at)s::text::timestamptz, {HASH_VERSION}::smallint, %(tip)s::text,
+       %(last_hash)s::text
+  FROM head"""
+
+# A small batch (a saga's start, a step's record and the next claim): one JSON document,
+# written by joining texts prepared per event. Arrays cost the client more here: psycopg
+# dumps each list in Python, ~10 us an array whatever its length, and there are eight.
+_DOCUMENT_ROWS: Final = f"""x.v, x.id, x.type, x.sv, x.data, x.meta, x.tenant,
+       %(at)s::text::timestamptz, {HASH_VERSION}::smallint, x.prev, x.hash
+  FROM head, jsonb_to_recordset(%(events)s::text::jsonb)
+             AS x(v bigint, id uuid, type text, sv integer, data jsonb, meta jsonb,
+                  tenant text, prev text, hash text)"""
+
+# A large batch: one array per column, sent binary (%b: a list of 100 texts is dumped in
+# ~20 us; as a text array literal, ~1.3 ms) and unnested together. The server casts each
+# event's data text to jsonb, as a hand-written INSERT's parameters are, instead of parsing a
+# whole document and extracting every field of it. The prev hashes are the chain but its
+# last, the hashes the chain but its first.
+_ARRAY_ROWS: Final = f"""%(expected)s::bigint + x.ord, x.id::uuid, x.type, x.sv,
        x.data::jsonb, x.meta::jsonb, x.tenant,
        %(at)s::text::timestamptz, {HASH_VERSION}::smallint, x.prev, x.hash
   FROM head, unnest(%(ids)b::text[], %(types)b::text[], %(svs)b::integer[],
@@ -101,15 +115,37 @@ _BATCH_ROWS: Final = f"""%(expected)s::bigint + x.ord, x.id::uuid, x.type, x.sv,
                     %(prevs)b::text[], %(hashes)b::text[])
              WITH ORDINALITY AS x(id, type, sv, data, meta, tenant, prev, hash, ord)"""
 
-_ONE_ROW: Final = f"""%(version)s::bigint, %(id)s::uuid, %(type)s::text, %(sv)s::integer,
-       %(data)s::text::jsonb, %(meta)s::text::jsonb, %(tenant)s::text,
-       %(at)s::text::timestamptz, {HASH_VERSION}::smallint, %(tip)s::text,
-       %(last_hash)s::text
-  FROM head"""
+ARRAYS_FROM: Final = 32
+"""The fewest events an append sends as arrays rather than as one document. Same-run
+interleaved appends (3 x 1000, 2 x 300 of 100 events): the arrays took ~15% longer for 2-3
+events, as long at ~25, 5% less at 50 and 8-10% less at 100 (the server's parse saved
+outgrows the client's dumps); the client's CPU is ~40 us more at 3 events and ~160 us more
+at 100, the server's ~0.4 ms less at 100."""
+
+
+class Rows(Enum):
+    """Where a chained insert's rows come from."""
+
+    ONE = "one"
+    """One event's row, as scalars."""
+    DOCUMENT = "document"
+    """Fewer than :data:`ARRAYS_FROM` events, from one JSON document."""
+    ARRAYS = "arrays"
+    """At least :data:`ARRAYS_FROM` events, from one binary array per column."""
+
+
+_ROWS: Final = {Rows.ONE: _ONE_ROW, Rows.DOCUMENT: _DOCUMENT_ROWS, Rows.ARRAYS: _ARRAY_ROWS}
+
+
+def rows_for(count: int) -> Rows:
+    """How an append of ``count`` events (at least one) sends its rows."""
+    if count == 1:
+        return Rows.ONE
+    return Rows.DOCUMENT if count < ARRAYS_FROM else Rows.ARRAYS
 
 
 class ChainedInsert(NamedTuple):
-    """Which chained insert an append runs: the key of one of the 16 prebuilt statements.
+    """Which chained insert an append runs: the key of one of the 24 prebuilt statements.
 
     Whether to wake subscribers and whether to set the due time are written into the text,
     not sent as parameters (each parameter costs the client a dump per append), so each
@@ -118,8 +154,8 @@ class ChainedInsert(NamedTuple):
 
     new_stream: bool
     """The head: created (a new stream, chained from the genesis hash), else moved on."""
-    batch: bool
-    """The rows: several events from one array per column, else one event's row as scalars."""
+    rows: Rows
+    """Where the rows come from (:func:`rows_for`)."""
     wake: bool
     """Whether the statement wakes subscribers (``pg_notify``)."""
     due: bool
@@ -135,15 +171,15 @@ def _chained_statement(key: ChainedInsert) -> bytes:
     # As bytes: psycopg would encode a text statement on every execution, and hash the new
     # bytes to find its parsed form in its cache (a constant's hash is computed once).
     return _CHAINED_INSERT.format(
-        head=head,
-        rows=_BATCH_ROWS if key.batch else _ONE_ROW,
-        wake=NOTIFY_CALL if key.wake else "NULL",
+        head=head, rows=_ROWS[key.rows], wake=NOTIFY_CALL if key.wake else "NULL"
     ).encode()
 
 
+BOTH: Final = (False, True)
+
 CHAINED_INSERTS: Final[Mapping[ChainedInsert, bytes]] = {
     key: _chained_statement(key)
-    for key in (ChainedInsert(*case) for case in product((False, True), repeat=4))
+    for key in (ChainedInsert(*case) for case in product(BOTH, Rows, BOTH, BOTH))
 }
 """Every chained insert, built once, by its :class:`ChainedInsert`."""
 
@@ -266,7 +302,8 @@ def _chained_insert(
     """The append with its chain computed here from ``tip``, the hash of version
     ``expected`` (the genesis hash for a new stream); no rows when the head is not at that
     version with that hash, or when a stream expected not to exist does."""
-    if len(prepared) == 1:
+    rows = rows_for(len(prepared))
+    if rows is Rows.ONE:
         return _chained_one(conn, stream_id, expected, prepared[0], notify, tip=tip, due=due)
     chain = [tip]  # chain[i]: the hash of version expected + i
     for version, event in enumerate(prepared, expected + 1):
@@ -279,18 +316,28 @@ def _chained_insert(
         "version": expected + len(prepared),
         "last_hash": chain[-1],
         "at": prepared[0].recorded_at_text,
-        "ids": [event.id_text for event in prepared],
-        "types": [event.type for event in prepared],
-        "svs": [event.schema_version for event in prepared],
-        "data": [event.data_json for event in prepared],
-        "meta": [event.metadata_json for event in prepared],
-        "tenants": [event.tenant_id for event in prepared],
-        "prevs": chain[:-1],
-        "hashes": chain[1:],
     }
+    if rows is Rows.DOCUMENT:
+        params["events"] = "[{}]".format(",".join([
+            f'{{{event.columns_json},"v":{version},"prev":"{prev}","hash":"{digest}"}}'
+            for version, event, prev, digest in zip(
+                range(expected + 1, expected + len(prepared) + 1), prepared, chain[:-1],
+                chain[1:], strict=True)
+        ]))
+    else:
+        params.update(
+            ids=[event.id_text for event in prepared],
+            types=[event.type for event in prepared],
+            svs=[event.schema_version for event in prepared],
+            data=[event.data_json for event in prepared],
+            meta=[event.metadata_json for event in prepared],
+            tenants=[event.tenant_id for event in prepared],
+            prevs=chain[:-1],
+            hashes=chain[1:],
+        )
     due_set = _put_due(params, due)
     statement = CHAINED_INSERTS[
-        ChainedInsert(new_stream=expected == 0, batch=True, wake=notify, due=due_set)
+        ChainedInsert(new_stream=expected == 0, rows=rows, wake=notify, due=due_set)
     ]
     stored = _cursor(conn).execute(statement, params).fetchall()
     # The server returns only what it assigned; the chain is what was computed here (the
@@ -330,7 +377,7 @@ def _chained_one(
     }
     due_set = _put_due(params, due)
     statement = CHAINED_INSERTS[
-        ChainedInsert(new_stream=expected == 0, batch=False, wake=notify, due=due_set)
+        ChainedInsert(new_stream=expected == 0, rows=Rows.ONE, wake=notify, due=due_set)
     ]
     stored = _cursor(conn).execute(statement, params).fetchone()
     return [] if stored is None else [(*stored, tip, digest)]

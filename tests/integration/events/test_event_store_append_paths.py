@@ -60,6 +60,14 @@ def _chained_only(store: EventStore) -> None:
         store.append(STREAM, events, expected)
 
 
+def _chained_as_arrays(store: EventStore) -> None:
+    # As _chained_only, each batch sent as arrays (a batch this small is sent as a document).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(appending, "ARRAYS_FROM", 2)
+        assert appending.rows_for(2) is appending.Rows.ARRAYS
+        _chained_only(store)
+
+
 def _chained_one_by_one(store: EventStore) -> None:
     # Each event on its own: a new stream, then moves, every row sent as scalars.
     for expected, event in enumerate(event for events in HISTORY for event in events):
@@ -86,6 +94,7 @@ def _pipelined_unit_of_work(store: EventStore) -> None:
 PATHS: dict[str, Callable[[EventStore], None]] = {
     "function": _function_only,
     "chained insert": _chained_only,
+    "chained insert, batches as arrays": _chained_as_arrays,
     "chained insert, one event at a time": _chained_one_by_one,
     "caller's transaction": _in_callers_transaction,
     "pipelined unit of work": _pipelined_unit_of_work,
@@ -142,6 +151,7 @@ def test_every_append_path_stores_byte_identical_rows_and_hashes(
     assert paths_taken == {
         "function": ["function"] * 3,
         "chained insert": ["chained"] * 3,
+        "chained insert, batches as arrays": ["chained"] * 3,
         "chained insert, one event at a time": ["chained"] * 5,
         "caller's transaction": ["chained", "chained", "function"],
         "pipelined unit of work": ["chained", "chained", "function"],
