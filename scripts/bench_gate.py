@@ -163,11 +163,12 @@ def compare(paths: Sequence[Path]) -> None:
         medians.append({name: statistics.median(line["ratios"][name] for line in lines
                                                 if name in line["ratios"])
                         for name in RATIOS if any(name in line["ratios"] for line in lines)})
-    print(f"{'ratio (higher is better)':<34}" + "".join(f"{p.name:>16}" for p in paths)
+    width = max(16, *(len(path.name) + 2 for path in paths))  # a column per file, apart
+    print(f"{'ratio (higher is better)':<34}" + "".join(f"{p.name:>{width}}" for p in paths)
           + f"{'last/first':>12}")
     for name in RATIOS:
         if all(name in found for found in medians):
-            print(f"{name:<34}" + "".join(f"{found[name]:>16.3f}" for found in medians)
+            print(f"{name:<34}" + "".join(f"{found[name]:>{width}.3f}" for found in medians)
                   + f"{medians[-1][name] / medians[0][name]:>12.2f}")
 
 
