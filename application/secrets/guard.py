@@ -19,7 +19,8 @@ found is replaced (``saga_core.secret_scrub``) and counted by place in
 The values of a saga come from the vault (``Secrets.kept``) while it is live, plus those an
 older log or definition holds in clear (a saga started before secret fields were kept apart,
 a definition registered before ``secret_literal`` was refused). The vault is asked once per
-saga per process: a saga's values never change once it started (the first write wins), so
+saga per process (threads asking at once wait for one read): a saga's values never change
+once it started (the first write wins), so
 they are kept for the most recent :data:`CACHED_SAGAS` sagas — in this process's memory
 only, where the worker holds the values anyway while it calls the tool — and the executor
 reveals a tool call's secret arguments from the same read (no second query per saga).
@@ -71,6 +72,7 @@ class SecretGuard:
         self.secrets = secrets
         self.metrics = metrics
         self._cache: OrderedDict[tuple[str, str], _Known] = OrderedDict()
+        self._reading: dict[tuple[str, str], threading.Event] = {}  # read under way, by saga
         self._lock = threading.Lock()
 
     # -- what to look for -----------------------------------------------------------------
@@ -86,21 +88,40 @@ class SecretGuard:
         return dict(self._known(loaded).values)
 
     def _known(self, loaded: LoadedSaga) -> _Known:
+        """The saga's values and needles: kept, or read by one thread while the others asking
+        for the same saga wait for that read (a saga's parallel branches start together, and
+        each read the vault when none waited). A read that fails is not kept: a waiting
+        thread reads again."""
         key = (loaded.saga_id, loaded.definition.content_hash())
-        with self._lock:
-            cached = self._cache.get(key)
-            if cached is not None:
-                self._cache.move_to_end(key)
-                return cached
+        while True:
+            with self._lock:
+                cached = self._cache.get(key)
+                if cached is not None:
+                    self._cache.move_to_end(key)
+                    return cached
+                reading = self._reading.get(key)
+                if reading is None:  # nobody reads it: this thread does
+                    reading = self._reading[key] = threading.Event()
+                    break
+            reading.wait()  # its values are kept now, or that read failed and one more is tried
+        try:
+            known = self._read(loaded)
+            with self._lock:
+                self._cache[key] = known
+                while len(self._cache) > CACHED_SAGAS:
+                    self._cache.popitem(last=False)
+            return known
+        finally:
+            with self._lock:
+                del self._reading[key]
+            reading.set()
+
+    def _read(self, loaded: LoadedSaga) -> _Known:
+        """What the vault keeps for ``loaded`` and the log or definition holds in clear."""
         values: dict[str, Any] = {}
         if secret_fields(loaded.definition):
             values = self.secrets.kept([loaded.saga_id]).get(loaded.saga_id, {})
-        known = _Known(values, SecretNeedles.of(values.values()) | in_clear(loaded))
-        with self._lock:
-            self._cache[key] = known
-            while len(self._cache) > CACHED_SAGAS:
-                self._cache.popitem(last=False)
-        return known
+        return _Known(values, SecretNeedles.of(values.values()) | in_clear(loaded))
 
     @staticmethod
     def of_values(definition: SagaDefinition, values: Mapping[str, Any]) -> SecretNeedles:
