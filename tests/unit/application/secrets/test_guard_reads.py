@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -58,19 +58,29 @@ def _more_reads_within(vault: CountedVault, than: int, seconds: float) -> bool:
     return False
 
 
+def _asked_during_the_first_read(
+    threads: ThreadPoolExecutor, guard: SecretGuard, vault: CountedVault, loaded: LoadedSaga,
+    more: int,
+) -> tuple[Future[dict[str, Any]], list[Future[dict[str, Any]]]]:
+    """One branch asks for the saga's values; while the vault holds its read, ``more``
+    branches ask too, and none of them asks the vault again; then the read is released."""
+    first = threads.submit(guard.kept, loaded)
+    assert vault.inside.wait(30)
+    others = [threads.submit(guard.kept, loaded) for _ in range(more)]
+    assert not _more_reads_within(vault, than=1, seconds=0.5)
+    vault.release.set()
+    return first, others
+
+
 def test_branches_asking_at_once_wait_for_one_read() -> None:
     # given a guard whose first read of a saga's values is under way
     vault = CountedVault()
     guard = SecretGuard(vault, WorkerMetrics())  # type: ignore[arg-type]
     loaded = _trip()
     with ThreadPoolExecutor(4) as threads:
-        first = threads.submit(guard.kept, loaded)
-        assert vault.inside.wait(30)
-        # when three more branches of the same saga ask for its values meanwhile
-        others = [threads.submit(guard.kept, loaded) for _ in range(3)]
-        # then none of them asks the vault again while the first read is under way
-        assert not _more_reads_within(vault, than=1, seconds=0.5)
-        vault.release.set()
+        # when three more branches of the same saga ask for its values meanwhile, then none
+        # of them asks the vault again while that read is under way
+        first, others = _asked_during_the_first_read(threads, guard, vault, loaded, 3)
         # and every branch gets the values of that one read
         answers = [first.result(30), *(other.result(30) for other in others)]
     assert answers == [{"card_token": TOKEN}] * 4
@@ -82,17 +92,13 @@ def test_branches_asking_at_once_wait_for_one_read() -> None:
 
 
 def test_when_the_read_fails_one_waiting_branch_reads_again_for_all() -> None:
-    # given a guard whose first read of a saga fails after others began to wait for it
+    # given a guard whose first read of a saga fails after two branches began to wait for it
     vault = CountedVault(fail_first=True)
     guard = SecretGuard(vault, WorkerMetrics())  # type: ignore[arg-type]
     loaded = _trip()
     with ThreadPoolExecutor(3) as threads:
-        first = threads.submit(guard.kept, loaded)
-        assert vault.inside.wait(30)
-        others = [threads.submit(guard.kept, loaded) for _ in range(2)]
-        assert not _more_reads_within(vault, than=1, seconds=0.3)
         # when the read fails
-        vault.release.set()
+        first, others = _asked_during_the_first_read(threads, guard, vault, loaded, 2)
         # then the first branch gets the error, and the others get the values of one more read
         with pytest.raises(ConnectionError, match="went away"):
             first.result(30)
