@@ -169,13 +169,11 @@ class RedisStepPublisher:
             return 0
         return len(commands)
 
-    def message(self, command: StepCommand, *, like: _Message | None = None,
-                ids: Iterator[str] | None = None) -> _Message:
+    def message(self, command: StepCommand, *, ids: Iterator[str] | None = None) -> _Message:
         """One command as kombu's Redis transport stores a message Celery sent to the steps
-        queue (what ``send_task`` through a producer writes, for a new task id). ``like``: a
-        message of the same publish, whose headers and properties this one shares but for
-        what is its own (ids, arguments), instead of asking Celery again. ``ids``: where its
-        task id and delivery tag come from (:func:`fresh_ids`; drawn here without).
+        queue (what ``send_task`` through a producer writes, for a new task id). ``ids``:
+        where its task id and delivery tag come from (:func:`fresh_ids`; drawn here without).
+        The other messages of a publish are this one's (:meth:`_Message.for_task`).
 
         A message sent from no task (a client's start, the sweeper) is built like the
         first such message of this thread and process: what Celery puts in it besides the
@@ -187,8 +185,7 @@ class RedisStepPublisher:
         app = self._app
         # As send_task: a message sent from inside a task is its child (root and parent ids).
         parent = app.current_worker_task
-        if like is None and parent is None:
-            like = self._root_template()
+        like = self._root_template() if parent is None else None
         if like is not None:
             return like.for_task(task_id, args, delivery_tag)
         request = parent.request if parent else None

@@ -175,11 +175,11 @@ def _chained_statement(key: ChainedInsert) -> bytes:
     ).encode()
 
 
-BOTH: Final = (False, True)
+_BOTH: Final = (False, True)
 
 CHAINED_INSERTS: Final[Mapping[ChainedInsert, bytes]] = {
     key: _chained_statement(key)
-    for key in (ChainedInsert(*case) for case in product(BOTH, Rows, BOTH, BOTH))
+    for key in (ChainedInsert(*case) for case in product(_BOTH, Rows, _BOTH, _BOTH))
 }
 """Every chained insert, built once, by its :class:`ChainedInsert`."""
 
