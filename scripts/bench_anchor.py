@@ -20,7 +20,8 @@ import time
 from typing import Any
 
 import psycopg
-from bench_store import PAYLOAD, fill, fresh_database, server
+from bench_databases import postgres_server
+from bench_store import PAYLOAD, fill, fresh_database
 
 from events import EventStore, NewEvent
 from events.integrity.anchor_audit import audit_anchors
@@ -74,7 +75,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000", help="log sizes, comma-separated")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    with server(args.url) as server_url, fresh_database(server_url) as url:
+    with postgres_server(args.url) as server_url, fresh_database(server_url) as url:
         print(json.dumps(measure(url, sizes, args.repeat), indent=2))
 
 

@@ -22,10 +22,8 @@ Usage: python scripts/bench_console.py [--rounds N] [--database-url URL]
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -33,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from bench_databases import drop_database, new_database
+from bench_databases import drop_database, new_database, postgres_server
 from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -49,7 +47,6 @@ from projections.rows import SummaryRow, columns  # noqa: E402
 from projections.saga_browse import _where  # noqa: E402
 from projections.tables import active_version, table  # noqa: E402
 from saga_core.contracts import SagaStatus  # noqa: E402
-from sagafleet import embedded  # noqa: E402
 from sagafleet.migrate import migrate_all  # noqa: E402
 
 SIZES = (1_000, 10_000, 100_000)
@@ -159,8 +156,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=31)
     parser.add_argument("--database-url", default=None, help="a server to create databases on")
     args = parser.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="sfc-", dir="/tmp"))  # short: unix socket paths
-    server = args.database_url or embedded.start_postgres(home).url
+    with postgres_server(args.database_url) as server:
+        return _measure(server, args)
+
+
+def _measure(server: str, args: argparse.Namespace) -> int:
+    """Measure on databases of its own on ``server``, and print."""
     urls = {size: fresh_database(server, size) for size in SIZES}
     contexts: dict[int, ProjectionContext] = {}
     try:
@@ -234,9 +235,6 @@ def main() -> int:
             ctx.close()
         for url in urls.values():
             drop_database(server, url)
-        if not args.database_url:
-            embedded.stop_embedded(home)
-        shutil.rmtree(home, ignore_errors=True)  # the embedded server's files, if any
     return 0
 
 

@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import argparse
 import math
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests/integration/projections"))
-from bench_databases import drop_database, new_database  # noqa: E402
+from bench_databases import drop_database, new_database, postgres_server  # noqa: E402
 from projection_support import TripScript  # noqa: E402
 
 from events.definition_store.postgres import DefinitionStore  # noqa: E402
@@ -56,7 +54,6 @@ from saga_core import (  # noqa: E402
     StepStarted,
 )
 from saga_core.engine.state_codec import DEFAULT_SNAPSHOT_EVERY, SCHEMA  # noqa: E402
-from sagafleet import embedded  # noqa: E402
 from sagafleet.migrate import migrate_all  # noqa: E402
 
 SIZES = (10, 1_000, 10_000)
@@ -166,8 +163,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds")
     parser.add_argument("--url", default=None, help="a PostgreSQL server (default: embedded)")
     args = parser.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="sfs-", dir="/tmp"))  # short: unix socket paths
-    server = args.url or embedded.start_postgres(home).url
+    with postgres_server(args.url) as server:
+        return _measure(server, args)
+
+
+def _measure(server: str, args: argparse.Namespace) -> int:
+    """Measure on a database of its own on ``server``, and report."""
     every = DEFAULT_SNAPSHOT_EVERY
     database = fresh_database(server)
     try:
@@ -204,9 +205,6 @@ def main() -> int:
                 lambda: with_snapshots.codec.snapshot_of(big, head), args.loads))
     finally:
         drop_database(server, database)
-        if not args.url:
-            embedded.stop_embedded(home)
-        shutil.rmtree(home, ignore_errors=True)  # the embedded server's files, if any
     report(result, every, encode_s, write_s)
     print(f"short saga (10 events, no snapshot), on / off taken in turn: {short[0] * 1e3:.3f} / "
           f"{short[1] * 1e3:.3f} ms = {short[0] / short[1]:.2f}x")

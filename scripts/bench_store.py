@@ -30,9 +30,7 @@ import argparse
 import contextlib
 import json
 import secrets
-import shutil
 import statistics
-import tempfile
 import threading
 import time
 import uuid
@@ -40,11 +38,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import partial
-from pathlib import Path
 from typing import Any, Final
 
 import psycopg
-from bench_databases import drop_database, new_database
+from bench_databases import drop_database, new_database, postgres_server
 
 from events import EventStore, NewEvent, Position, new_event_id
 from events.eventstore.hashing import chain_hash, hash_body
@@ -511,22 +508,6 @@ def fresh_database(server_url: str) -> Iterator[str]:
         drop_database(server_url, url)
 
 
-@contextmanager
-def server(url: str | None) -> Iterator[str]:
-    """The given server URL, or a throwaway embedded PostgreSQL."""
-    if url:
-        yield url
-        return
-    from sagafleet.embedded import start_postgres, stop_postgres
-
-    home = Path(tempfile.mkdtemp(prefix="sfb-", dir="/tmp"))
-    try:
-        yield start_postgres(home).url
-    finally:
-        stop_postgres(home)
-        shutil.rmtree(home, ignore_errors=True)
-
-
 def report(results: dict[str, Any]) -> None:
     """Print the figures for humans."""
 
@@ -578,7 +559,7 @@ def main() -> None:
     parser.add_argument("--anchor-interval", type=float, default=0.0, help=(
         "take signed checkpoints this often (seconds) during the run; 0: none"))
     args = parser.parse_args()
-    with server(args.url) as server_url, fresh_database(server_url) as url:
+    with postgres_server(args.url) as server_url, fresh_database(server_url) as url:
         results = run(url, args.quick, args.ops, args.anchor_interval)
     if args.json:
         print(json.dumps(results, indent=2))

@@ -25,18 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import shutil
 import statistics
-import tempfile
 import time
-from pathlib import Path
 from typing import Final
 
 import psycopg
-from bench_databases import drop_database, new_database
+from bench_databases import drop_database, new_database, postgres_server
 
 from events.eventstore.waking import AfterCommitNotifier
-from sagafleet import embedded
 
 TABLE = "bench_commit_ceiling"
 
@@ -106,8 +102,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="sfc-", dir="/tmp"))
-    server = args.url or embedded.start_postgres(home).url
+    with postgres_server(args.url) as server:
+        _measure(server, args)
+
+
+def _measure(server: str, args: argparse.Namespace) -> None:
+    """Measure on a database of its own on ``server``, and print."""
     database = new_database(server, "commit_ceiling")
     try:
         with psycopg.connect(database, autocommit=True) as conn:
@@ -135,9 +135,6 @@ def main() -> None:
             print("server: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
     finally:
         drop_database(server, database)
-        if not args.url:
-            embedded.stop_embedded(home)
-        shutil.rmtree(home, ignore_errors=True)  # the embedded server's files, if any
 
 
 if __name__ == "__main__":
