@@ -129,7 +129,7 @@ def operation_key(
     after = key_text_after_saga(step_id, kind, operation_version)
     if after is None:
         return OperationKey(payload_hash([saga_id, step_id, str(kind), operation_version]))
-    return key_after_saga(saga_id, after)
+    return key_after_head(saga_key_head(saga_id), after)
 
 
 def key_text_after_saga(step_id: str, kind: StepKind, operation_version: int) -> str | None:
@@ -139,11 +139,6 @@ def key_text_after_saga(step_id: str, kind: StepKind, operation_version: int) ->
     if type(operation_version) is not int:
         return None
     return f",{_json_string(step_id)},{_json_string(str(kind))},{operation_version}]"
-
-
-def key_after_saga(saga_id: str, after: str) -> OperationKey:
-    """:func:`operation_key` of ``saga_id`` from its :func:`key_text_after_saga` text."""
-    return key_after_head(saga_key_head(saga_id), after)
 
 
 def saga_key_head(saga_id: str) -> str:

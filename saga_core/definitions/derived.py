@@ -25,10 +25,11 @@ class Derived(Generic[K, V]):
 
     def get(self, key: K, derive: Callable[[], V]) -> V:
         """The value kept under ``key``, else ``derive()``'s, kept from now on."""
-        value = self._kept.get(key)
-        if value is None:
+        try:
+            return self._kept[key]
+        except KeyError:  # a miss (rare): even a derived None is kept, not derived again
             value = derive()
-            if len(self._kept) >= self._limit:
-                self._kept.clear()
-            self._kept[key] = value
+        if len(self._kept) >= self._limit:
+            self._kept.clear()
+        self._kept[key] = value
         return value

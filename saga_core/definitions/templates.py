@@ -214,8 +214,9 @@ def compile_template(template: Any) -> Resolver:
             return _raiser(template)  # raised where the walk would meet it, not before
         if isinstance(compiled, Reference):
             return _reader(compiled)
-        if all(isinstance(piece, str) for piece in compiled):
-            text = "".join(piece for piece in compiled if isinstance(piece, str))
+        texts = [piece for piece in compiled if isinstance(piece, str)]
+        if len(texts) == len(compiled):  # no reference: the same text every time
+            text = "".join(texts)
             return lambda context: text
         pieces = tuple(piece if isinstance(piece, str) else _reader(piece) for piece in compiled)
         return lambda context: "".join(

@@ -31,3 +31,13 @@ def test_a_full_table_is_emptied_before_it_keeps_another() -> None:
     table.get(3, lambda: derived.append(3) or 3)
     table.get(1, lambda: derived.append(1) or 1)
     assert derived == [1, 2, 3, 1]
+
+
+def test_a_derived_none_is_kept_like_any_value() -> None:
+    # given a derivation whose value is None (nothing to keep for this definition)
+    calls: list[int] = []
+    table: Derived[str, None] = Derived(limit=4)
+    # when its key is asked twice, then it is derived once
+    assert table.get("a", lambda: calls.append(1)) is None
+    assert table.get("a", lambda: calls.append(1)) is None
+    assert calls == [1]
