@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -48,7 +49,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_databases import drop_database, new_database  # noqa: E402
 from celery_chain_baseline import create_steps_table, run_baseline  # noqa: E402
-from cpu_accounting import CpuMeter, per_item_ms  # noqa: E402
+from cpu_accounting import CpuMeter, per_item_ms, total_ms  # noqa: E402
 
 from sagafleet import embedded, sandbox  # noqa: E402
 from sagafleet.example_sagas import trip_tool_catalogue  # noqa: E402
@@ -226,6 +227,17 @@ def fleet_run(  # noqa: PLR0913 - the run's settings, passed along
         stop_processes(procs, grace_s=15)
 
 
+def cpu_bound(cpu: Mapping[str, Sequence[Mapping[str, float]]], items: int) -> str:
+    """The fleet's CPU per saga against the durable chain's, and the throughput ratio it
+    allows where every role shares the cores (as on a machine the benchmark fills)."""
+    fleet, durable = (statistics.median(total_ms(run, items) for run in cpu[side])
+                      for side in ("fleet", "durable"))
+    return (f"the fleet's CPU a saga is {fleet / durable:.2f}x the durable chain's (issue 35's"
+            f" target <= 1.5x); where the roles share the cores, throughput follows CPU: at"
+            f" most ~{durable / fleet:.2f}x the durable chain here, and"
+            f" {TARGET_RATIO}x needs <= {1 / TARGET_RATIO:.2f}x its CPU")
+
+
 def _figures(values: list[float]) -> str:
     return "/".join(f"{value:.1f}" for value in values)
 
@@ -316,6 +328,7 @@ def main() -> None:
             for side, runs in cpu.items():
                 print(f"{'':>7} CPU ms per {'saga' if side == 'fleet' else 'chain'}, {side}:"
                       f" {per_item_ms(runs, args.sagas)}", flush=True)
+            print(f"{'':>7} {cpu_bound(cpu, args.sagas)}", flush=True)
             starts = [run[CLIENT_START] * 1000 / args.sagas for run in cpu["fleet"]]
             print(f"{'':>7} of the client's, client.start: {statistics.median(starts):.2f} ms CPU"
                   f" (runs: {_figures(starts)}; issue 35's target <= 1 ms)", flush=True)

@@ -52,12 +52,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_databases import drop_database  # noqa: E402
 from bench_fleet import CLIENT_START, baseline, fleet_run, fresh_database  # noqa: E402
 from bench_store import RAW_TABLE, Appender, RawInserter, fill, interleaved, paging  # noqa: E402
+from cpu_accounting import ROLES, total_ms  # noqa: E402
 
 from events import EventStore  # noqa: E402
 from sagafleet import embedded  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-ROLES = ("workers", "postgres", "redis", "client")
 
 #: ratio: (target, floor). Every ratio is "higher is better"; each floor sits below the
 #: lowest of 12 runs on this project's shared two-core machine (noise never fails the gate)
@@ -70,11 +70,6 @@ RATIOS: Mapping[str, tuple[float, float]] = {
     "store_batch100_vs_raw": (0.9, 0.65),
     "store_read_all_vs_raw": (0.9, 0.8),
 }
-
-
-def cpu_ms(run: Mapping[str, float], items: int) -> float:
-    """CPU milliseconds per item of one run, every role together."""
-    return sum(run.get(role, 0.0) for role in ROLES) * 1000 / items
 
 
 def fleet_ratios(server: str, broker: str, rounds: int, sagas: int, logs: Path) -> dict[str, Any]:
@@ -92,8 +87,8 @@ def fleet_ratios(server: str, broker: str, rounds: int, sagas: int, logs: Path) 
         drop_database(server, database)
     durable_rate = statistics.median(rate for rate, _ in durable)
     fleet_rate = statistics.median(rate for rate, _ in fleet)
-    durable_cpu = statistics.median(cpu_ms(used, sagas) for _, used in durable)
-    fleet_cpu = statistics.median(cpu_ms(used, sagas) for _, used in fleet)
+    durable_cpu = statistics.median(total_ms(used, sagas) for _, used in durable)
+    fleet_cpu = statistics.median(total_ms(used, sagas) for _, used in fleet)
     start_cpu = statistics.median(used[CLIENT_START] * 1000 / sagas for _, used in fleet)
     return {
         "ratios": {

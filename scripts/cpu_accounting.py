@@ -25,6 +25,9 @@ from workers.celery_app import broker_redis
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
+ROLES = ("workers", "postgres", "redis", "client")
+"""The roles :meth:`CpuMeter.stop` reads, in the order the benchmarks print them."""
+
 
 def process_cpu_s(pid: int) -> float | None:
     """User + system CPU seconds of a process and all its threads so far (None: unreadable)."""
@@ -88,10 +91,14 @@ class CpuMeter:
         return {pid: cpu for pid in pids if (cpu := process_cpu_s(pid)) is not None}
 
 
+def total_ms(run: Mapping[str, float], items: int) -> float:
+    """CPU milliseconds per item of one run, every role read together."""
+    return sum(run.get(role, 0.0) for role in ROLES) * 1000 / items
+
+
 def per_item_ms(runs: Sequence[Mapping[str, float]], items: int) -> str:
     """Each role's median CPU milliseconds per item over ``runs``, and their sum."""
-    roles = [role for role in ("workers", "postgres", "redis", "client")
-             if all(role in run for run in runs)]
+    roles = [role for role in ROLES if all(role in run for run in runs)]
     if not runs or not roles:
         return "n/a"
     medians = {role: statistics.median(run[role] for run in runs) * 1000 / items
