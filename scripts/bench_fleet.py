@@ -11,7 +11,10 @@ Throughput is counted from the first enqueue to the last completion, once each s
 workers ran ``WARM_UP`` sagas (chains) unmeasured; medians of --runs.
 Where the time goes: the CPU milliseconds per saga (per chain) that each role used meanwhile,
 the workers, the database's PostgreSQL backends, Redis and this process (which starts the
-sagas and counts them), read from /proc when the servers run on this machine.
+sagas and counts them), read from /proc when the servers run on this machine. Where every
+role shares the machine's cores and the run keeps them busy, throughput follows CPU: the
+durable chain's CPU over the fleet's is about the most the fleet's throughput ratio can reach
+there, and the benchmark prints it beside the ratio measured.
 Also, for reference and not the target: the *durable* chain, whose tasks each first commit a
 row naming their step to PostgreSQL (the least a hand-written chain needs to know after a crash
 which steps ran); its ratio shows how much of the fleet's cost is durability.
