@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_databases import drop_database, new_database  # noqa: E402
+from bench_databases import drop_database, new_database, postgres_server  # noqa: E402
 
 from projections import ProjectionContext  # noqa: E402
 from projections.tables import active_version, table  # noqa: E402
@@ -43,7 +42,6 @@ from projections.trends import (  # noqa: E402
     TrendWindow,
     collect_trends,
 )
-from sagafleet import embedded  # noqa: E402
 from sagafleet.migrate import migrate_all  # noqa: E402
 
 SIZES = (10_000, 100_000)
@@ -143,11 +141,12 @@ def main() -> int:
     parser.add_argument("--database-url", default=None,
                         help="a server whose user may create databases (default: embedded)")
     args = parser.parse_args()
-    home = None
-    server = args.database_url
-    if server is None:
-        home = Path(tempfile.mkdtemp(prefix="sf-bh-", dir="/tmp"))
-        server = embedded.start_postgres(home).url
+    with postgres_server(args.database_url) as server:
+        return _measure(server, args.rounds)
+
+
+def _measure(server: str, rounds: int) -> int:
+    """Fill a database per size on ``server``, time the charts in turns, and print."""
     urls = {n: _filled(server, n) for n in SIZES}
     contexts = {n: ProjectionContext.connect(url, pool_size=2) for n, url in urls.items()}
     timings: dict[tuple[int, str], list[float]] = {(n, w): [] for n in SIZES for w in WINDOWS}
@@ -156,7 +155,7 @@ def main() -> int:
         for ctx in contexts.values():  # warm the pools and caches alike
             for window in WINDOWS:
                 collect_trends(ctx, tenant=TENANT, window=window)
-        for round_ in range(args.rounds):
+        for round_ in range(rounds):
             order = SIZES if round_ % 2 == 0 else tuple(reversed(SIZES))
             for n in order:
                 for window in WINDOWS:
@@ -165,7 +164,7 @@ def main() -> int:
                     timings[(n, window)].append(time.perf_counter() - began)
                     shown[(n, window)] = sum(b.started for b in trends.buckets)
         small, large = SIZES
-        print(f"collect_trends, median of {args.rounds} rounds (ms); sagas started in the window")
+        print(f"collect_trends, median of {rounds} rounds (ms); sagas started in the window")
         for window in WINDOWS:
             a = statistics.median(timings[(small, window)]) * 1000
             b = statistics.median(timings[(large, window)]) * 1000
@@ -180,8 +179,6 @@ def main() -> int:
             ctx.close()
         for url in urls.values():
             drop_database(server, url)
-        if home is not None:
-            embedded.stop_embedded(home)
     return 0
 
 

@@ -22,13 +22,12 @@ import argparse
 import contextlib
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from bench_databases import drop_database, new_database
+from bench_databases import drop_database, new_database, postgres_server
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests/integration/projections"), str(ROOT / "tests")]
@@ -43,7 +42,6 @@ from projections import ProjectionContext  # noqa: E402
 from projections.metrics import collect_platform_metrics  # noqa: E402
 from projections.prometheus import scrape  # noqa: E402
 from projections.window import collect_window  # noqa: E402
-from sagafleet import embedded  # noqa: E402
 from sagafleet.example_sagas import trip_definition  # noqa: E402
 from sagafleet.migrate import migrate_all  # noqa: E402
 
@@ -128,15 +126,12 @@ def main() -> None:
                         help="a PostgreSQL server to create the database on (default: embedded)")
     args = parser.parse_args()
     sizes = args.sizes or ([500, 1000, 2000] if args.quick else [1000, 5000, 20000])
-    if args.database_url:
-        server = args.database_url
-    else:
-        server = embedded.start_postgres(Path(tempfile.mkdtemp(prefix="bench-metrics-"))).url
-    database = fresh_database(server)
-    try:
-        bench_scrapes(database, sizes, args.rounds)
-    finally:
-        drop_database(server, database)
+    with postgres_server(args.database_url) as server:
+        database = fresh_database(server)
+        try:
+            bench_scrapes(database, sizes, args.rounds)
+        finally:
+            drop_database(server, database)
     bench_span(100_000)
 
 

@@ -17,13 +17,12 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
-from bench_databases import drop_database, new_database
+from bench_databases import drop_database, new_database, postgres_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests/integration/projections"))
 from projection_support import TripScript  # noqa: E402
@@ -31,7 +30,6 @@ from projection_support import TripScript  # noqa: E402
 from events.definition_store.postgres import DefinitionStore  # noqa: E402
 from events.saga_log.postgres import PostgresSagaLog  # noqa: E402
 from projections import ProjectionContext, ProjectionRunner, rebuild  # noqa: E402
-from sagafleet import embedded  # noqa: E402
 from sagafleet.example_sagas import trip_definition  # noqa: E402
 from sagafleet.migrate import migrate_all  # noqa: E402
 
@@ -84,10 +82,14 @@ def main() -> int:
                         help="rebuild processes (default: min(4, CPUs), as the CLI does)")
     parser.add_argument("--database-url", default=None, help="a server to create a database on")
     args = parser.parse_args()
+    with postgres_server(args.database_url) as server:
+        return _measure(server, args)
+
+
+def _measure(server: str, args: argparse.Namespace) -> int:
+    """Grow, project and rebuild a log in a database of its own on ``server``, and print."""
     total = 100_000 if args.quick else 1_000_000
     steps = 10
-    home = Path(tempfile.mkdtemp(prefix="sfp-", dir="/tmp"))  # short: unix socket paths
-    server = args.database_url or embedded.start_postgres(home).url
     url = fresh_database(server)
     migrate_all(url)
     ctx = ProjectionContext.connect(url, pool_size=10)
@@ -128,8 +130,6 @@ def main() -> int:
           f" {last[1]:.1f} MiB at {last[0]:,} events ({last[1] / first[1]:.2f}x)")
     ctx.close()
     drop_database(server, url)
-    if not args.database_url:
-        embedded.stop_embedded(home)
     return 0
 
 

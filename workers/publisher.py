@@ -221,18 +221,17 @@ class _Message:
             task_id, headers, properties, body)
         self.text = _stored_text(headers, properties, body) if text is None else text
 
-    def for_task(self, task_id: str, args: list[Any], delivery_tag: str | None = None
-                 ) -> _Message:
+    def for_task(self, task_id: str, args: list[Any], delivery_tag: str) -> _Message:
         """This message for another task of the same publish: what Celery derives from the
-        task id and the arguments is this one's own, the rest is shared. Its text is this
-        one's with those fields written in (:attr:`_layout`), not encoded again whole.
-        ``delivery_tag``: the message's own (a fresh one without)."""
+        task id and the arguments is this one's own, and its delivery tag; the rest is
+        shared. Its text is this one's with those fields written in (:attr:`_layout`), not
+        encoded again whole."""
         argsrepr = repr(args)
         own_root = self.headers["root_id"] == self.task_id  # a root task: root_id is its id
         own: dict[str, Any] = {
             "id": task_id, "argsrepr": argsrepr, "correlation_id": task_id,
             "root_id": task_id if own_root else self.headers["root_id"],
-            "delivery_tag": fresh_ids(1)[0] if delivery_tag is None else delivery_tag,
+            "delivery_tag": delivery_tag,
         }
         body = (args, *self.body[1:])
         own["body"] = base64.b64encode(json.dumps(body).encode()).decode()

@@ -139,12 +139,12 @@ def test_a_message_written_into_its_templates_text_is_the_one_encoded_whole(
     # its parent's), and arguments that JSON and repr write with escapes
     publisher = RedisStepPublisher(create_celery_app(BrokerSettings(broker_url=broker)))
     first = publisher.message(_commands()[0])
-    child = first.for_task("t-0", ["s"])
+    child = first.for_task("t-0", ["s"], "tag-0")
     child.headers["root_id"] = "parent-root"
     for template in (first, child):
         for args in (["saga-é\"\\", "step\u0000", "forward", 3], []):
             # when another message is made from it
-            made = template.for_task(f"task-{len(args)}", args)
+            made = template.for_task(f"task-{len(args)}", args, f"tag-{len(args)}")
             # then its text is the one the whole message encodes to, byte for byte
             assert made.text == _stored_text(made.headers, made.properties, made.body)
             assert made.headers["root_id"] == (
